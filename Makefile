@@ -1,0 +1,32 @@
+# The two commands: `make demo` and `make test`. Each creates .venv with pinned
+# dependencies (requirements.lock) on first use, so a fresh clone needs nothing else.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench clean-data
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tiermem demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+test: lint unit
+
+bench: $(STAMP)
+	@echo "each benchmark has its own one-line command: see bench/README.md"
+
+clean-data:
+	rm -rf data/log data/hot data/reports data/checkpoints data/demo

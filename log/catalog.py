@@ -1,0 +1,98 @@
+"""DuckDB views over the log: sealed Parquet and open JSONL, read together.
+
+One view per stream (`<stream>_events`, every column of the stream), plus
+`events` (the common columns of every stream) and `interactions`. A segment
+that exists both as JSONL and as Parquet (the moment between a seal's rename
+and its cleanup) is read from Parquet only, so no partition is counted twice.
+Other parts add derived views (episodes, knowledge, ...) through
+`tiermem.sqlviews`, so this module stays ignorant of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from tiermem.log.events import BOOL, FLOAT, INT, JSON, STR, STREAMS, STRLIST, TS, USAGE, stream_fields
+from tiermem.settings import Settings
+
+DUCK_TYPES = {
+    STR: "VARCHAR",
+    INT: "BIGINT",
+    FLOAT: "DOUBLE",
+    BOOL: "BOOLEAN",
+    TS: "TIMESTAMPTZ",
+    STRLIST: "VARCHAR[]",
+    JSON: "JSON",
+    USAGE: "STRUCT(input_tokens BIGINT, output_tokens BIGINT, cache_read_tokens BIGINT, tool_calls BIGINT)",
+}
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def stream_files(log_dir: Path, stream: str) -> tuple[list[Path], list[Path]]:
+    """(parquet files, jsonl files without a parquet twin) of a stream."""
+    parquet: list[Path] = []
+    jsonl: list[Path] = []
+    root = log_dir / stream
+    if not root.exists():
+        return parquet, jsonl
+    for part in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("date=")):
+        for f in sorted(part.iterdir()):
+            if f.name.startswith("."):
+                continue
+            if f.suffix == ".parquet":
+                parquet.append(f)
+            elif f.suffix == ".jsonl" and not f.with_suffix(".parquet").exists() and f.stat().st_size > 0:
+                jsonl.append(f)
+    return parquet, jsonl
+
+
+def stream_select(log_dir: Path, stream: str) -> str:
+    """A SELECT over every event of one stream with the stream's typed columns."""
+    cols = stream_fields(stream)
+    names = ", ".join(f'"{c}"' for c in cols)
+    parquet, jsonl = stream_files(log_dir, stream)
+    parts = []
+    if parquet:
+        files = ", ".join(_q(str(p)) for p in parquet)
+        parts.append(f"SELECT {names} FROM read_parquet([{files}], union_by_name = true)")
+    if jsonl:
+        files = ", ".join(_q(str(p)) for p in jsonl)
+        spec = ", ".join(f"{_q(c)}: {_q(DUCK_TYPES[k])}" for c, k in cols.items())
+        parts.append(
+            f"SELECT {names} FROM read_json([{files}], format = 'newline_delimited', columns = {{{spec}}}, "
+            "timestampformat = '%Y-%m-%dT%H:%M:%S.%gZ', ignore_errors = false)"
+        )
+    if not parts:
+        empty = ", ".join(f'CAST(NULL AS {DUCK_TYPES[k]}) AS "{c}"' for c, k in cols.items())
+        return f"SELECT {empty} WHERE false"
+    return " UNION ALL BY NAME ".join(parts)
+
+
+def create_views(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
+    for stream in STREAMS:
+        con.execute(
+            f"CREATE OR REPLACE TEMP VIEW {stream}_events AS {stream_select(settings.log_dir, stream)}"
+        )
+    common = " UNION ALL ".join(
+        f"SELECT event_id, type, ts, schema_version, agent_id, '{s}' AS stream FROM {s}_events"
+        for s in STREAMS
+    )
+    con.execute(f"CREATE OR REPLACE TEMP VIEW events AS {common}")
+    inter_cols = ", ".join(f'"{c}"' for c in stream_fields("interactions"))
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW interactions AS SELECT {inter_cols} FROM interactions_events "
+        "WHERE type = 'interaction'"
+    )
+
+
+def connect(settings: Settings, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the log's views (no database file is written)."""
+    con = duckdb.connect(":memory:")
+    con.execute("SET TimeZone = 'UTC'")
+    create_views(con, settings)
+    return con

@@ -1,0 +1,108 @@
+"""The `tiermem` command: a thin layer over the library.
+
+Each part registers its own subcommands (`<part>/commands.py`, a `register`
+function); every handler calls one library function and formats its result.
+Library errors (tiermem.errors) become one-line messages and exit codes here,
+at the edge, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tiermem import __version__
+from tiermem.errors import TiermemError
+from tiermem.settings import Settings, resolve_settings
+
+# Modules whose `register(subparsers)` adds commands, in --help order.
+COMMAND_MODULES = (
+    "tiermem.ingest.commands",
+    "tiermem.log.commands",
+    "tiermem.compressor.commands",
+    "tiermem.reviewer.commands",
+    "tiermem.evolver.commands",
+    "tiermem.runtime.commands",
+    "tiermem.scheduler",
+    "tiermem.demo",
+    "tiermem.benchmarks",
+)
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+
+EPILOG = """examples:
+  tiermem demo                                  # the whole pipeline on a generated sample
+  tiermem ingest turns.jsonl --json             # bulk-load a JSONL file of turns
+  tiermem sql "SELECT agent_id, count(*) FROM interactions GROUP BY 1"
+  tiermem compress --json                       # derive episodes for every due agent
+  tiermem context support-bot --user alice --query "refund status"
+  tiermem recall support-bot "the outage last week" --participant alice
+
+data root: --data-dir, else $TIERMEM_DATA_DIR, else ./data
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tiermem",
+        description="Tiered, event-sourced memory for LLM agents.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"tiermem {__version__}")
+    parser.add_argument("--data-dir", help="data root (default: $TIERMEM_DATA_DIR or ./data)")
+    parser.add_argument("--config", help="TOML settings file (default: <data-dir>/tiermem.toml)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that part has no commands yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+
+
+def command(sub: Any, name: str, handler: Handler, help: str, examples: str = "") -> argparse.ArgumentParser:
+    """Add a subcommand whose --help shows examples; `handler(args, settings) -> exit code`."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=help,
+        description=help,
+        epilog=("examples:\n" + examples) if examples else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.set_defaults(handler=handler)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    try:
+        settings = resolve_settings(data_dir=args.data_dir, config_file=args.config)
+        code: int = args.handler(args, settings)
+        return code
+    except TiermemError as exc:
+        print(f"tiermem {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"tiermem {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Exception classes shared by every part.
+
+The library raises these; the CLI turns them into one-line messages and exit
+codes at the edge (tiermem.cli), so library callers get structured errors.
+"""
+
+from __future__ import annotations
+
+
+class TiermemError(Exception):
+    """Base class: every error tiermem raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(TiermemError):
+    """Settings could not be resolved (bad TOML, bad env value, bad flag)."""
+
+    exit_code = 2
+
+
+class ValidationError(TiermemError):
+    """A record failed validation; `field` names the offending field."""
+
+    exit_code = 2
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class LogCorruptionError(TiermemError):
+    """The log on disk is not what the manifest and segments promise."""
+
+
+class ReadOnlyQueryError(TiermemError):
+    """An analyst query tried to write; `tiermem sql` is read-only."""
+
+    exit_code = 2
+
+
+class NotFoundError(TiermemError):
+    """A named agent, event, proposal or fact does not exist."""
+
+    exit_code = 4
+
+
+class LimitExceededError(TiermemError):
+    """A hard limit was hit (for example the 1,000-character L0 identity)."""
+
+    exit_code = 2
+
+
+class AlreadyRunningError(TiermemError):
+    """Another process holds an exclusive role (scheduler, job) on this data root."""
+
+    exit_code = 5
+
+
+class TransientError(TiermemError):
+    """Worth retrying: network hiccup, rate limit, overloaded model, busy lock."""
+
+
+class TerminalError(TiermemError):
+    """Not worth retrying: bad credentials, bad request, schema mismatch."""

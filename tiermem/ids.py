@@ -1,0 +1,77 @@
+"""Event ids and UTC time.
+
+Event ids are ULIDs: 48 bits of milliseconds since the epoch followed by 80 bits
+that are random for fresh events and a hash of the inputs for derived events,
+written in Crockford base32 (26 characters). They sort by time as strings, so
+`ORDER BY event_id` is a stable time order, and a derived event computed twice
+from the same inputs gets the same id, which is what makes re-running a job safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from datetime import UTC, datetime
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_lock = threading.Lock()
+_last_ms = -1
+_last_rand = 0
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def to_ms(ts: datetime) -> int:
+    if ts.tzinfo is None:
+        raise ValueError("naive datetime: tiermem only uses UTC-aware datetimes")
+    return int(ts.timestamp() * 1000)
+
+
+def format_ts(ts: datetime) -> str:
+    """ISO-8601, UTC, millisecond precision, `Z` suffix: the log's one time format."""
+    if ts.tzinfo is None:
+        raise ValueError("naive datetime: tiermem only uses UTC-aware datetimes")
+    return ts.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_ts(text: str) -> datetime:
+    """Parse an ISO-8601 timestamp; a value without offset is rejected, not guessed."""
+    value = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError(f"timestamp without a UTC offset: {text!r}")
+    return value.astimezone(UTC)
+
+
+def _encode(value: int, length: int) -> str:
+    out = []
+    for _ in range(length):
+        out.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(out))
+
+
+def new_event_id(ts: datetime | None = None) -> str:
+    """A fresh, time-ordered, unique id; monotonic within a process."""
+    global _last_ms, _last_rand
+    ms = to_ms(ts or utcnow())
+    with _lock:
+        if ms == _last_ms:
+            _last_rand = (_last_rand + 1) & ((1 << 80) - 1)
+        else:
+            _last_ms = ms
+            _last_rand = int.from_bytes(os.urandom(10), "big") & ~(1 << 79)
+        rand = _last_rand
+    return _encode(ms, 10) + _encode(rand, 16)
+
+
+def derived_event_id(ts: datetime, kind: str, *inputs: str) -> str:
+    """A deterministic id for a derived event: same kind and inputs, same id."""
+    digest = hashlib.blake2b("\x1f".join((kind, *inputs)).encode(), digest_size=10).digest()
+    return _encode(to_ms(ts), 10) + _encode(int.from_bytes(digest, "big"), 16)
+
+
+def content_hash(*parts: str, size: int = 16) -> str:
+    return hashlib.blake2b("\x1f".join(parts).encode(), digest_size=size).hexdigest()

@@ -1,0 +1,267 @@
+"""Typed settings, resolved once at the entry point and passed down.
+
+Precedence, highest first: explicit overrides (CLI flags) > `TIERMEM_*`
+environment variables > a TOML file (`--config`, `TIERMEM_CONFIG`, or
+`<data_dir>/tiermem.toml`) > the defaults below. Nothing reads the environment
+after `resolve_settings` returns: code receives a frozen `Settings`.
+
+TOML layout (every key optional)::
+
+    data_dir = "data"
+    fsync = "always"            # always | group | none
+    [compressor]
+    importance_threshold = 7
+    [compressor.agent_thresholds]
+    guarded-npc = 6
+    [prices."claude-sonnet-4-5"]  # USD per million tokens
+    input = 3.0
+    output = 15.0
+    [scheduler]
+    threshold_check_seconds = 60
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from tiermem.errors import ConfigError
+
+FsyncPolicy = Literal["always", "group", "none"]
+FSYNC_POLICIES: tuple[str, ...] = ("always", "group", "none")
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    input: float  # USD per million input tokens
+    output: float  # USD per million output tokens
+    cache_read: float = 0.0
+
+
+DEFAULT_PRICES: Mapping[str, ModelPrice] = {
+    "claude-opus-4-1": ModelPrice(15.0, 75.0, 1.5),
+    "claude-opus-4-5": ModelPrice(5.0, 25.0, 0.5),
+    "claude-sonnet-4-5": ModelPrice(3.0, 15.0, 0.3),
+    "claude-sonnet-4-6": ModelPrice(3.0, 15.0, 0.3),
+    "claude-haiku-4-5": ModelPrice(1.0, 5.0, 0.1),
+}
+
+
+@dataclass(frozen=True)
+class CompressorSettings:
+    min_unprocessed: int = 15  # an agent is due when it has MORE than this many
+    keep_recent: int = 10  # newest interactions stay verbatim in working memory
+    batch_size: int = 15
+    importance_threshold: int = 7
+    agent_thresholds: Mapping[str, int] = field(default_factory=dict)
+    use_batches_api: bool = False
+
+    def threshold_for(self, agent_id: str) -> int:
+        return int(self.agent_thresholds.get(agent_id, self.importance_threshold))
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    recent_interactions: int = 5
+    top_knowledge: int = 20
+    identity_max_chars: int = 1000
+    total_budget_tokens: int = 4000
+    tier_budgets: Mapping[str, int] = field(
+        default_factory=lambda: {
+            "base": 400,
+            "identity": 250,
+            "scope_rules": 300,
+            "relationship": 200,
+            "recent": 1200,
+            "knowledge": 800,
+            "constraints": 300,
+            "instructions": 300,
+            "memory_context": 600,
+        }
+    )
+    scope_weights: Mapping[str, float] = field(
+        default_factory=lambda: {"override": 1.0, "project": 1.0, "agent_type": 0.7, "system": 0.4}
+    )
+
+
+@dataclass(frozen=True)
+class EvolverSettings:
+    near_identical: float = 0.95
+    related: float = 0.80
+    auto_apply_confidence: float = 0.7
+    promote_min_projects: int = 2
+    archive_after_days: int = 90
+    archive_max_importance: int = 3
+    summary_over_tokens: int = 200
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    threshold_check_seconds: int = 60
+    compress_minutes: int = 30
+    evolve_minutes: int = 60
+    seal_hour_utc: int = 0
+    seal_minute_utc: int = 15
+    review_hour_utc: int = 1
+    review_minute_utc: int = 0
+    misfire_grace_seconds: int = 3600
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path("data")
+    fsync: FsyncPolicy = "always"
+    segment_max_bytes: int = 256 * 1024 * 1024
+    group_commit_window_ms: float = 1.0
+    anthropic_model: str = "claude-sonnet-4-5"
+    anthropic_api_key: str | None = field(default=None, repr=False)
+    compressor: CompressorSettings = field(default_factory=CompressorSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    evolver: EvolverSettings = field(default_factory=EvolverSettings)
+    scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    prices: Mapping[str, ModelPrice] = field(default_factory=lambda: dict(DEFAULT_PRICES))
+    config_file: Path | None = None
+
+    # Paths under the data root: one place decides the layout.
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "log"
+
+    @property
+    def rejects_dir(self) -> Path:
+        return self.log_dir / "_rejects"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.log_dir / "_quarantine"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.data_dir / "checkpoints"
+
+    @property
+    def hot_dir(self) -> Path:
+        return self.data_dir / "hot"
+
+    @property
+    def hot_db(self) -> Path:
+        return self.hot_dir / "hot.sqlite"
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.data_dir / "reports"
+
+    @property
+    def locks_dir(self) -> Path:
+        return self.data_dir / "locks"
+
+    @property
+    def claude_available(self) -> bool:
+        return bool(self.anthropic_api_key)
+
+    def with_data_dir(self, data_dir: Path | str) -> Settings:
+        return replace(self, data_dir=Path(data_dir))
+
+
+def _section(cls: type, raw: Mapping[str, Any], where: str) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = set(raw) - known
+    if unknown:
+        raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    try:
+        return cls(**raw)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _coerce(value: str, like: object, name: str) -> object:
+    try:
+        if isinstance(like, bool):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if isinstance(like, int):
+            return int(value)
+        if isinstance(like, float):
+            return float(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={value!r}: expected {type(like).__name__}") from exc
+    return value
+
+
+def resolve_settings(
+    data_dir: str | Path | None = None,
+    config_file: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Resolve settings once. `env` defaults to os.environ (read here and only here)."""
+    env = os.environ if env is None else env
+    base = Settings()
+    root = Path(data_dir or env.get("TIERMEM_DATA_DIR") or base.data_dir)
+    cfg_path = Path(config_file or env.get("TIERMEM_CONFIG") or root / "tiermem.toml")
+    raw: dict[str, Any] = {}
+    if cfg_path.exists():
+        try:
+            raw = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{cfg_path}: {exc}") from exc
+    elif config_file is not None:
+        raise ConfigError(f"config file not found: {cfg_path}")
+
+    values: dict[str, Any] = {}
+    sections = {
+        "compressor": CompressorSettings,
+        "runtime": RuntimeSettings,
+        "evolver": EvolverSettings,
+        "scheduler": SchedulerSettings,
+    }
+    for name, cls in sections.items():
+        if name in raw:
+            values[name] = _section(cls, raw.pop(name), f"{cfg_path} [{name}]")
+    if "prices" in raw:
+        values["prices"] = {
+            **DEFAULT_PRICES,
+            **{m: _section(ModelPrice, p, f"{cfg_path} [prices.{m}]") for m, p in raw.pop("prices").items()},
+        }
+    scalar_names = {f.name for f in fields(Settings)} - set(sections) - {"prices", "config_file"}
+    for key, value in raw.items():
+        if key not in scalar_names:
+            raise ConfigError(f"{cfg_path}: unknown setting {key!r}")
+        values[key] = value
+
+    # TIERMEM_FSYNC, TIERMEM_COMPRESSOR__BATCH_SIZE, ...: double underscore enters a section.
+    for key, value in env.items():
+        if not key.startswith("TIERMEM_") or key in ("TIERMEM_DATA_DIR", "TIERMEM_CONFIG"):
+            continue
+        name = key[len("TIERMEM_") :].lower()
+        if "__" in name:
+            section, sub = name.split("__", 1)
+            if section not in sections:
+                raise ConfigError(f"{key}: unknown section {section!r}")
+            current = values.get(section) or getattr(base, section)
+            like = getattr(current, sub, None)
+            if like is None or isinstance(like, Mapping):
+                raise ConfigError(f"{key}: unknown setting {section}.{sub}")
+            values[section] = replace(current, **{sub: _coerce(value, like, key)})
+        elif name in scalar_names:
+            like = getattr(base, name)
+            values[name] = _coerce(value, like, key) if like is not None else value
+        else:
+            raise ConfigError(f"{key}: unknown setting {name!r}")
+
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    values["data_dir"] = Path(values.get("data_dir") or root) if data_dir is None else Path(data_dir)
+    if "anthropic_api_key" not in values:
+        values["anthropic_api_key"] = env.get("ANTHROPIC_API_KEY") or None
+    values["config_file"] = cfg_path if cfg_path.exists() else None
+    settings = Settings(**values)
+    if settings.fsync not in FSYNC_POLICIES:
+        raise ConfigError(f"fsync={settings.fsync!r}: expected one of {', '.join(FSYNC_POLICIES)}")
+    return settings
