@@ -469,7 +469,10 @@ def validate(record: Any, *, now: datetime | None = None) -> dict[str, Any]:
         raise ValidationError("scope", f"expected one of {', '.join(SCOPES)}, got {out['scope']!r}")
     if extra:
         out["extra"] = extra
-    return out
+    # The id goes first on the stored line so that readers of raw lines (the id
+    # index, seal verification) can find it without parsing the record.
+    eid = out.pop("event_id")
+    return {"event_id": eid, **out}
 
 
 def _enrich_interaction(out: dict[str, Any]) -> None:

