@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from tiermem.log.events import BOOL, FLOAT, INT, JSON, STR, STREAMS, STRLIST, TS, USAGE, stream_fields
+from tiermem.log.store import ERASED_MARK
 from tiermem.settings import Settings
 
 DUCK_TYPES = {
@@ -46,27 +47,45 @@ def stream_files(log_dir: Path, stream: str) -> tuple[list[Path], list[Path]]:
                 continue
             if f.suffix == ".parquet":
                 parquet.append(f)
-            elif f.suffix == ".jsonl" and not f.with_suffix(".parquet").exists() and f.stat().st_size > 0:
-                jsonl.append(f)
+            elif f.suffix == ".jsonl" and not f.with_suffix(".parquet").exists():
+                try:
+                    if f.stat().st_size > 0:
+                        jsonl.append(f)
+                except FileNotFoundError:  # sealed while we listed: its Parquet twin is listed
+                    if f.with_suffix(".parquet").exists() and f.with_suffix(".parquet") not in parquet:
+                        parquet.append(f.with_suffix(".parquet"))
     return parquet, jsonl
 
 
+def jsonl_reader(files: list[Path], stream: str, *, filename: bool = False) -> str:
+    """`read_json(...)` over segment files with the stream's explicit column types (plus the erasure mark)."""
+    cols = {**stream_fields(stream), ERASED_MARK: BOOL}
+    listed = ", ".join(_q(str(p)) for p in files)
+    spec = ", ".join(f"{_q(c)}: {_q(DUCK_TYPES[k])}" for c, k in cols.items())
+    return (
+        f"read_json([{listed}], format = 'newline_delimited', columns = {{{spec}}}, "
+        # Every stored line passed validation; the only bad line a reader can meet is
+        # a torn tail that a crashed writer left and the next writer will quarantine.
+        "timestampformat = '%Y-%m-%dT%H:%M:%S.%gZ', ignore_errors = true"
+        + (", filename = true)" if filename else ")")
+    )
+
+
 def stream_select(log_dir: Path, stream: str) -> str:
-    """A SELECT over every event of one stream with the stream's typed columns."""
+    """A SELECT over every event of one stream with the stream's typed columns.
+
+    Erased events (tombstones left by `tiermem seal` after a `forget`) are not rows.
+    """
     cols = stream_fields(stream)
     names = ", ".join(f'"{c}"' for c in cols)
     parquet, jsonl = stream_files(log_dir, stream)
     parts = []
+    live = f'"{ERASED_MARK}" IS NOT TRUE'
     if parquet:
         files = ", ".join(_q(str(p)) for p in parquet)
-        parts.append(f"SELECT {names} FROM read_parquet([{files}], union_by_name = true)")
+        parts.append(f"SELECT {names} FROM read_parquet([{files}], union_by_name = true) WHERE {live}")
     if jsonl:
-        files = ", ".join(_q(str(p)) for p in jsonl)
-        spec = ", ".join(f"{_q(c)}: {_q(DUCK_TYPES[k])}" for c, k in cols.items())
-        parts.append(
-            f"SELECT {names} FROM read_json([{files}], format = 'newline_delimited', columns = {{{spec}}}, "
-            "timestampformat = '%Y-%m-%dT%H:%M:%S.%gZ', ignore_errors = false)"
-        )
+        parts.append(f"SELECT {names} FROM {jsonl_reader(jsonl, stream)} WHERE {live}")
     if not parts:
         empty = ", ".join(f'CAST(NULL AS {DUCK_TYPES[k]}) AS "{c}"' for c, k in cols.items())
         return f"SELECT {empty} WHERE false"

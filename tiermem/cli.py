@@ -16,6 +16,7 @@ from typing import Any
 
 from tiermem import __version__
 from tiermem.errors import TiermemError
+from tiermem.jobs import command_lock
 from tiermem.settings import Settings, resolve_settings
 
 # Modules whose `register(subparsers)` adds commands, in --help order.
@@ -92,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         settings = resolve_settings(data_dir=args.data_dir, config_file=args.config)
-        code: int = args.handler(args, settings)
+        # Manual runs of a batch job take the same lock as the scheduler's run (tiermem.jobs).
+        with command_lock(args.command, settings):
+            code: int = args.handler(args, settings)
         return code
     except TiermemError as exc:
         print(f"tiermem {args.command}: error: {exc}", file=sys.stderr)

@@ -1,0 +1,174 @@
+"""Human-readable dates and anchoring of relative time expressions.
+
+A memory that forgets *when* things happened cannot answer "when": the words
+"yesterday" or "last week" are meaningless once the conversation is old. The
+compressor therefore writes absolute dates into episode text and, for each
+relative expression in a turn, the date it points to as seen from the day the
+turn was said ("yesterday" said on 8 May 2023 is 7 May 2023). Pure functions,
+no locale, UTC.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_NUMBER_WORDS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "couple of": 2,
+    "few": 3,
+    "a few": 3,
+    "several": 3,
+}
+
+
+def human_date(ts: datetime) -> str:
+    """'8 May 2023' (no leading zero, English month names, independent of locale)."""
+    return f"{ts.day} {MONTHS[ts.month - 1]} {ts.year}"
+
+
+def human_day(ts: datetime) -> str:
+    """'Monday, 8 May 2023'."""
+    return f"{WEEKDAYS[ts.weekday()]}, {human_date(ts)}"
+
+
+def month_year(ts: datetime) -> str:
+    return f"{MONTHS[ts.month - 1]} {ts.year}"
+
+
+def human_range(start: datetime, end: datetime) -> str:
+    if start.date() == end.date():
+        return human_date(start)
+    return f"{human_date(start)} to {human_date(end)}"
+
+
+def _add_months(ts: datetime, months: int) -> datetime:
+    index = ts.year * 12 + ts.month - 1 + months
+    return ts.replace(year=index // 12, month=index % 12 + 1, day=1)
+
+
+_COUNT = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|a couple of|couple of|several)"
+_UNIT = r"(day|week|weekend|month|year)s?"
+_WEEKDAY = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+
+# Order matters: longer phrases first so "last weekend" is not read as "last week".
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(rx, re.IGNORECASE))
+    for name, rx in (
+        ("ago", rf"\b{_COUNT}\s+{_UNIT}\s+ago\b"),
+        ("last_weekday", rf"\b(?:last|this past|past)\s+{_WEEKDAY}\b"),
+        ("next_weekday", rf"\b(?:next|this coming|coming)\s+{_WEEKDAY}\b"),
+        ("this_weekday", rf"\b(?:this|on)\s+{_WEEKDAY}\b"),
+        ("last_unit", r"\b(?:last|this past|past)\s+(weekend|week|month|year|summer|winter|spring|fall)\b"),
+        ("next_unit", r"\b(?:next|this coming|coming)\s+(weekend|week|month|year|summer|winter|spring|fall)\b"),
+        ("this_unit", r"\bthis\s+(weekend|week|month|year)\b"),
+        ("yesterday", r"\byesterday\b"),
+        ("tomorrow", r"\btomorrow\b"),
+        ("today", r"\b(?:today|tonight|this morning|this afternoon|this evening)\b"),
+        ("recently", r"\b(?:recently|the other day|lately)\b"),
+    )
+)
+
+
+def _count(word: str) -> int:
+    word = word.lower().strip()
+    if word.isdigit():
+        return int(word)
+    return _NUMBER_WORDS.get(word.replace("a couple of", "couple of"), 1)
+
+
+def _resolve(kind: str, m: re.Match[str], at: datetime) -> str | None:
+    said = human_date(at)
+    if kind == "yesterday":
+        return human_date(at - timedelta(days=1))
+    if kind == "tomorrow":
+        return human_date(at + timedelta(days=1))
+    if kind == "today":
+        return said
+    if kind == "recently":
+        return f"shortly before {said}"
+    if kind in ("last_weekday", "next_weekday", "this_weekday"):
+        day = m.group(1).capitalize()
+        target = WEEKDAYS.index(day)
+        if kind == "next_weekday":
+            delta = (target - at.weekday()) % 7 or 7
+            return f"the {day} after {said} ({human_date(at + timedelta(days=delta))})"
+        back = (at.weekday() - target) % 7 or 7
+        if kind == "this_weekday" and target > at.weekday():
+            ahead = target - at.weekday()
+            return f"the {day} after {said} ({human_date(at + timedelta(days=ahead))})"
+        return f"the {day} before {said} ({human_date(at - timedelta(days=back))})"
+    if kind in ("last_unit", "next_unit", "this_unit"):
+        unit = m.group(1).lower()
+        if unit in ("summer", "winter", "spring", "fall"):
+            year = at.year - 1 if kind == "last_unit" else at.year + (1 if kind == "next_unit" else 0)
+            return f"{unit} {year}"
+        if kind == "this_unit":
+            return {
+                "week": f"the week of {said}",
+                "weekend": f"the weekend of {said}",
+                "month": month_year(at),
+                "year": str(at.year),
+            }[unit]
+        before = kind == "last_unit"
+        if unit == "week":
+            return f"the week {'before' if before else 'after'} {said}"
+        if unit == "weekend":
+            return f"the weekend {'before' if before else 'after'} {said}"
+        if unit == "month":
+            return month_year(_add_months(at, -1 if before else 1))
+        return str(at.year - 1 if before else at.year + 1)
+    if kind == "ago":
+        n = _count(m.group(1))
+        unit = m.group(2).lower()
+        if unit == "day":
+            return human_date(at - timedelta(days=n))
+        if unit in ("week", "weekend"):
+            return f"{m.group(0)} before {said} (around {human_date(at - timedelta(weeks=n))})"
+        if unit == "month":
+            return month_year(_add_months(at, -n))
+        return str(at.year - n)
+    return None
+
+
+def anchor_relative_dates(text: str, at: datetime, limit: int = 3) -> list[tuple[str, str]]:
+    """[(phrase as written, what it points to)] for relative time phrases in `text` said at `at`."""
+    found: list[tuple[str, str]] = []
+    taken: list[tuple[int, int]] = []
+    for kind, rx in _PATTERNS:
+        for m in rx.finditer(text):
+            if any(s < m.end() and m.start() < e for s, e in taken):
+                continue
+            resolved = _resolve(kind, m, at)
+            if resolved:
+                taken.append((m.start(), m.end()))
+                found.append((m.group(0), resolved))
+            if len(found) >= limit:
+                return found
+    return found

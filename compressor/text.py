@@ -1,0 +1,47 @@
+"""Word-level helpers shared by the offline scorer, episode search and the LoCoMo harness.
+
+Tokens are lower-case alphanumeric runs; stop words are the common English
+function words (the NLTK English list, inlined so nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import re
+
+WORD_RE = re.compile(r"[a-z0-9]+")
+
+STOP_WORDS: frozenset[str] = frozenset(
+    """
+    i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she
+    her hers herself it its itself they them their theirs themselves what which who whom this that
+    these those am is are was were be been being have has had having do does did doing a an the and
+    but if or because as until while of at by for with about against between into through during
+    before after above below to from up down in out on off over under again further then once here
+    there when where why how all any both each few more most other some such no nor not only own
+    same so than too very s t can will just don should now d ll m o re ve y ain aren couldn didn
+    doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn
+    """.split()
+)
+
+
+def words(text: str) -> list[str]:
+    return WORD_RE.findall(text.lower())
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in WORD_RE.findall(text.lower()) if w not in STOP_WORDS]
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper so 'paintings' meets 'painting' and 'painted' meets 'paint'."""
+    for suffix in ("ings", "ing", "edly", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            base = word[: -len(suffix)]
+            if suffix == "es" and not base.endswith(("s", "x", "z", "ch", "sh")):
+                return word[:-1]
+            return base
+    return word
+
+
+def content_stems(text: str) -> list[str]:
+    return [stem(w) for w in content_words(text)]

@@ -1,0 +1,219 @@
+"""The evolve job: undecided proposals → `knowledge_decided` events.
+
+Steps: fold the knowledge history from the log (`state.load_state`), decide
+every undecided proposal in log order (`decide.decide`, each decision folded
+back into the state so the next proposal sees it), then promote and archive
+(`lifecycle`), and append every decision in batches.
+
+Idempotent twice over: a proposal that already has a decision is never decided
+again, and every decision has a deterministic id (the proposal's time plus a
+hash of fact id, revision and decision), so a run that is killed after its
+append and re-run appends nothing new (the log drops the duplicates). One run
+at a time per data root (a lock file), because two concurrent folds would
+decide against stale states.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tiermem.errors import AlreadyRunningError
+from tiermem.evolver.decide import Decision, decide
+from tiermem.evolver.lifecycle import archivals, promotions
+from tiermem.evolver.merge import Merger, make_merger
+from tiermem.evolver.state import Fact, KnowledgeState, Proposal, load_state
+from tiermem.ids import derived_event_id, format_ts, parse_ts, utcnow
+from tiermem.log.store import Checkpoints, EventLog
+from tiermem.output import Progress
+from tiermem.settings import Settings
+
+APPEND_BATCH = 5000
+CONSUMER = "evolver"
+
+
+@dataclass
+class EvolveInfo:
+    proposals_seen: int = 0
+    decided: int = 0
+    created: int = 0
+    touched: int = 0
+    merged: int = 0
+    superseded: int = 0
+    corrected: int = 0
+    pending: int = 0
+    promoted: int = 0
+    archived: int = 0
+    events_appended: int = 0
+    duplicates: int = 0
+    active_facts: int = 0
+    inactive_facts: int = 0
+    archived_facts: int = 0
+    path: str = "offline"
+    claude_merge_failures: int = 0
+    agent: str | None = None
+    elapsed_s: float = 0.0
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+
+@contextmanager
+def job_lock(settings: Settings, name: str) -> Iterator[None]:
+    settings.locks_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(settings.locks_dir / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise AlreadyRunningError(f"another `{name}` run holds {settings.locks_dir / name}.lock") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def decision_event(fact: Fact, *, ts: str, id_ts: datetime) -> dict[str, Any]:
+    """A complete `knowledge_decided` event for one fact (every projection is an upsert)."""
+    event: dict[str, Any] = {
+        "type": "knowledge_decided",
+        "event_id": derived_event_id(
+            id_ts, "knowledge_decided", fact.fact_id, str(fact.revision), fact.decision, fact.proposal_id or ""
+        ),
+        "ts": ts,
+        "agent_id": fact.agent_id,
+        "fact_id": fact.fact_id,
+        "decision": fact.decision,
+        "status": fact.status,
+        "content": fact.content,
+        "scope": fact.scope,
+        "category": fact.category,
+        "topic": fact.topic,
+        "key": fact.key,
+        "participant": fact.participant,
+        "project_id": fact.project_id,
+        "agent_type": fact.agent_type,
+        "proposal_id": fact.proposal_id,
+        "previous_content": fact.previous_content,
+        "similarity": fact.similarity,
+        "note": fact.note,
+        "decided_by": fact.decided_by,
+        "source_event_ids": list(fact.source_event_ids),
+        "revision": fact.revision,
+        "original": fact.original,
+        "importance": fact.importance,
+        "confidence": fact.confidence,
+        "origin": fact.source,
+        "seen_projects": list(fact.seen_projects),
+    }
+    return {k: v for k, v in event.items() if v is not None}
+
+
+def apply_changes(state: KnowledgeState, decision: Decision, events: list[dict[str, Any]], id_ts: datetime) -> None:
+    """Fold a decision into the in-memory state and queue its events."""
+    for fact in decision.changes:
+        ev = decision_event(fact, ts=fact.updated_at, id_ts=id_ts)
+        events.append(ev)
+        state.facts[fact.fact_id] = fact.with_changes(event_id=ev["event_id"])
+    state.decided[decision.proposal_id] = decision.action if decision.action == "pending" else "applied"
+
+
+def append_events(settings: Settings, events: list[dict[str, Any]]) -> tuple[int, int]:
+    appended = duplicates = 0
+    if not events:
+        return 0, 0
+    log = EventLog(settings)
+    try:
+        for start in range(0, len(events), APPEND_BATCH):
+            batch = log.append_many(events[start : start + APPEND_BATCH])
+            if batch.rejected:
+                index, error = batch.rejected[0]
+                raise error
+            appended += batch.accepted
+            duplicates += batch.duplicates
+    finally:
+        log.close()
+    return appended, duplicates
+
+
+def run_evolve(
+    settings: Settings,
+    agent: str | None = None,
+    *,
+    now: datetime | None = None,
+    merger: Merger | None = None,
+    claude_client: Any | None = None,
+    progress: bool | None = None,
+    include_decisions: bool = False,
+) -> EvolveInfo:
+    """Decide every undecided proposal (optionally of one agent), then promote and archive."""
+    started = time.monotonic()
+    now_dt = now or utcnow()
+    now_ts = format_ts(now_dt)
+    info = EvolveInfo(agent=agent)
+    if merger is None:
+        merger, info.path = make_merger(settings, claude_client)
+    else:
+        info.path = "custom"
+    with job_lock(settings, CONSUMER):
+        state = load_state(settings, agent)
+        queue = state.undecided()
+        info.proposals_seen = len(state.proposals)
+        events: list[dict[str, Any]] = []
+        counts: Counter[str] = Counter()
+        bar = Progress("evolve", total=len(queue), enabled=progress)
+        facts_by_agent: dict[str, dict[str, Fact]] = {}
+        for fact in state.facts.values():
+            facts_by_agent.setdefault(fact.agent_id, {})[fact.fact_id] = fact
+        for proposal in queue:
+            agent_facts = facts_by_agent.setdefault(proposal.agent_id, {})
+            decision = decide(proposal, agent_facts.values(), settings.evolver, now=now_ts, merger=merger)
+            apply_changes(state, decision, events, parse_ts(proposal.ts))
+            for fact in decision.changes:
+                agent_facts[fact.fact_id] = state.facts[fact.fact_id]
+            counts[decision.action] += 1
+            if include_decisions:
+                info.decisions.append(_summary(decision, proposal))
+            bar.update()
+        bar.close()
+        for fact in promotions(state.active_facts(agent), settings.evolver, now_ts):
+            events.append(decision_event(fact, ts=now_ts, id_ts=parse_ts(fact.created_at)))
+            state.facts[fact.fact_id] = fact
+            counts["promoted"] += 1
+        for fact in archivals(
+            state.active_facts(agent), settings.evolver, now_ts, state.recall_counts, state.last_recalled
+        ):
+            events.append(decision_event(fact, ts=now_ts, id_ts=parse_ts(fact.created_at)))
+            state.facts[fact.fact_id] = fact
+            counts["archived"] += 1
+        info.events_appended, info.duplicates = append_events(settings, events)
+        _save_checkpoint(settings, state)
+    info.decided = sum(v for k, v in counts.items() if k not in ("promoted", "archived"))
+    for name in ("created", "touched", "merged", "superseded", "corrected", "pending", "promoted", "archived"):
+        setattr(info, name, counts.get(name, 0))
+    statuses = Counter(f.status for f in state.facts.values() if agent is None or f.agent_id == agent)
+    info.active_facts, info.inactive_facts = statuses.get("active", 0), statuses.get("inactive", 0)
+    info.archived_facts = statuses.get("archived", 0)
+    if hasattr(merger, "failures"):
+        info.claude_merge_failures = int(merger.failures)
+    info.elapsed_s = round(time.monotonic() - started, 3)
+    return info
+
+
+def _summary(decision: Decision, proposal: Proposal) -> dict[str, Any]:
+    return {
+        "proposal_id": proposal.proposal_id,
+        "action": decision.action,
+        "fact_ids": [f.fact_id for f in decision.changes],
+        "similarity": decision.similarity,
+        "note": decision.note,
+    }
+
+
+def _save_checkpoint(settings: Settings, state: KnowledgeState) -> None:
+    """Record how far the log was read (observability: decisions dedupe themselves)."""
+    Checkpoints(settings).save(CONSUMER, state.positions)

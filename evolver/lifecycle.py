@@ -1,0 +1,77 @@
+"""Promotion and archiving (seed 001 §10, the reflection playbook).
+
+Pure functions over the folded state: which facts move to the agent-type
+scope because they were seen in several projects, and which are archived
+because they are stale, never recalled and of low importance. Facts a user
+said (source "user") are never archived automatically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+
+from tiermem.evolver.state import ACTIVE, ARCHIVED, Fact
+from tiermem.ids import parse_ts
+from tiermem.settings import EvolverSettings
+
+
+def promotions(facts: Iterable[Fact], settings: EvolverSettings, now: str) -> list[Fact]:
+    """Project-scoped facts seen in at least `promote_min_projects` projects → agent-type scope."""
+    out = []
+    for f in facts:
+        if f.status != ACTIVE or f.is_kv or f.scope not in ("project", "override"):
+            continue
+        if len(f.seen_projects) < settings.promote_min_projects:
+            continue
+        out.append(
+            f.with_changes(
+                scope="agent_type",
+                project_id=None,
+                decision="promoted",
+                decided_by="auto",
+                note=f"seen in {len(f.seen_projects)} projects: {', '.join(f.seen_projects)}",
+                previous_content=None,
+                similarity=None,
+                updated_at=now,
+                revision=f.revision + 1,
+            )
+        )
+    return out
+
+
+def archivals(
+    facts: Iterable[Fact],
+    settings: EvolverSettings,
+    now: str,
+    recall_counts: Mapping[str, int],
+    last_recalled: Mapping[str, str] | None = None,
+) -> list[Fact]:
+    """Active facts not updated or recalled for `archive_after_days`, never recalled, low importance."""
+    cutoff: datetime = parse_ts(now) - timedelta(days=settings.archive_after_days)
+    last_recalled = last_recalled or {}
+    out = []
+    for f in facts:
+        if f.status != ACTIVE or f.is_kv or f.source == "user":
+            continue
+        if f.importance > settings.archive_max_importance or recall_counts.get(f.fact_id, 0) > 0:
+            continue
+        last_touch = max(parse_ts(f.updated_at), parse_ts(last_recalled.get(f.fact_id, f.updated_at)))
+        if last_touch > cutoff:
+            continue
+        out.append(
+            f.with_changes(
+                status=ARCHIVED,
+                decision="archived",
+                decided_by="auto",
+                note=(
+                    f"stale since {f.updated_at[:10]}, never recalled, importance {f.importance} "
+                    f"<= {settings.archive_max_importance}"
+                ),
+                previous_content=None,
+                similarity=None,
+                updated_at=now,
+                revision=f.revision + 1,
+            )
+        )
+    return out

@@ -1,0 +1,194 @@
+"""Merging two related memories into one (seed 001 §8).
+
+The instruction from the seed: "Combine these into a single memory. If they
+contradict, prefer the newer information but note the change." Two merger
+implementations share that contract:
+
+- `merge_offline`: deterministic clause-level merge; a contradiction (one side
+  negated, or a different number/value for the same clause) keeps the newer
+  clause and says so in the note.
+- `ClaudeMerger`: one cheap tool-use call through the `anthropic` SDK, output
+  sanitised; any failure falls back to the offline merge, and the result says
+  which path produced it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tiermem.evolver.similarity import content_tokens, text_similarity
+from tiermem.settings import Settings
+
+_NEGATIONS = frozenset({"not", "no", "never", "dont", "doesnt", "isnt", "wont", "cant", "nor", "stop", "stopped"})
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
+_CLAUSE_SPLIT = re.compile(r"(?<=[.;!?])\s+|\n+")
+_CLAUSE_MATCH = 0.55  # two clauses this similar talk about the same thing
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    content: str
+    contradiction: bool
+    note: str | None
+    path: str  # "offline" | "claude"
+
+
+def _negated(text: str) -> bool:
+    words = set(re.findall(r"[a-z']+", text.lower().replace("'", "")))
+    return bool(words & _NEGATIONS) or "n't" in text.lower()
+
+
+def contradicts(old: str, new: str) -> bool:
+    """Do two texts about the same thing disagree (negation flip or changed number/value)?"""
+    if _negated(old) != _negated(new):
+        return True
+    old_numbers, new_numbers = set(_NUMBER.findall(old)), set(_NUMBER.findall(new))
+    if old_numbers and new_numbers and old_numbers != new_numbers:
+        return True
+    ot, nt = content_tokens(old), content_tokens(new)
+    # The same words in another order usually swap a relation: "tea over coffee" / "coffee over tea".
+    if ot != nt and sorted(ot) == sorted(nt):
+        return True
+    # Same frame, different final value: "prefers tea" / "prefers coffee".
+    if len(ot) >= 2 and len(nt) >= 2 and ot[:-1] == nt[:-1] and ot[-1] != nt[-1]:
+        return True
+    return False
+
+
+def _clauses(text: str) -> list[str]:
+    return [c.strip() for c in _CLAUSE_SPLIT.split(text.strip()) if c.strip()]
+
+
+def _join(clauses: list[str]) -> str:
+    out = []
+    for c in clauses:
+        out.append(c if c[-1] in ".!?;" else c + ".")
+    return " ".join(out).strip()
+
+
+def merge_offline(old: str, new: str) -> MergeResult:
+    """Deterministic merge: newer clauses replace matching older ones; new clauses are appended."""
+    old_tokens, new_tokens = set(content_tokens(old)), set(content_tokens(new))
+    if new_tokens <= old_tokens and not contradicts(old, new):
+        return MergeResult(old, False, None, "offline")
+    if old_tokens <= new_tokens and not contradicts(old, new):
+        return MergeResult(new, False, None, "offline")
+    old_clauses, new_clauses = _clauses(old), _clauses(new)
+    merged: list[str] = []
+    changes: list[str] = []
+    used: set[int] = set()
+    for oc in old_clauses:
+        best, best_score = -1, 0.0
+        for i, nc in enumerate(new_clauses):
+            score = text_similarity(oc, nc)
+            if score > best_score:
+                best, best_score = i, score
+        if best >= 0 and best_score >= _CLAUSE_MATCH:
+            nc = new_clauses[best]
+            used.add(best)
+            if contradicts(oc, nc):
+                changes.append(f"'{oc.rstrip('.')}' → '{nc.rstrip('.')}'")
+            merged.append(nc)  # the newer wording wins either way
+        else:
+            merged.append(oc)
+    merged.extend(nc for i, nc in enumerate(new_clauses) if i not in used)
+    # Whole-text contradiction not visible clause by clause (single clauses, different frames).
+    if not changes and contradicts(old, new) and len(old_clauses) == 1 and len(new_clauses) == 1:
+        changes.append(f"'{old.strip().rstrip('.')}' → '{new.strip().rstrip('.')}'")
+        merged = [new.strip()]
+    content = _join(list(dict.fromkeys(merged)))
+    note = ("changed: " + "; ".join(changes) + " (newer wins)") if changes else None
+    return MergeResult(content, bool(changes), note, "offline")
+
+
+MERGE_TOOL: dict[str, Any] = {
+    "name": "merged_memory",
+    "description": "Return the single combined memory.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "content": {"type": "string", "description": "the combined memory, one declarative statement"},
+            "contradiction": {"type": "boolean", "description": "true if the two memories disagreed"},
+            "note": {"type": "string", "description": "what changed, if they disagreed"},
+        },
+        "required": ["content", "contradiction"],
+    },
+}
+
+MERGE_PROMPT = (
+    "Combine these into a single memory. If they contradict, prefer the newer information but note "
+    "the change. Keep it short and declarative.\n\n<older>\n{old}\n</older>\n<newer>\n{new}\n</newer>"
+)
+
+Merger = Callable[[str, str], MergeResult]
+
+
+class ClaudeMerger:
+    """Merge with Claude (tool use, sanitised), falling back to the offline merge on any failure."""
+
+    def __init__(self, settings: Settings, client: Any | None = None, max_tokens: int = 400) -> None:
+        self.model = settings.anthropic_model
+        self.max_tokens = max_tokens
+        if client is None:
+            import anthropic
+
+            client = anthropic.Anthropic(api_key=settings.anthropic_api_key, max_retries=3)
+        self.client = client
+        self.failures = 0
+
+    def __call__(self, old: str, new: str) -> MergeResult:
+        try:
+            response = self.client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                tools=[MERGE_TOOL],
+                tool_choice={"type": "tool", "name": "merged_memory"},
+                messages=[{"role": "user", "content": MERGE_PROMPT.format(old=old, new=new)}],
+            )
+            payload = next(
+                (b.input for b in response.content if getattr(b, "type", None) == "tool_use"), None
+            )
+            content = str(payload.get("content") or "").strip() if isinstance(payload, dict) else ""
+            if not content:
+                raise ValueError("empty merge")
+            contradiction = bool(payload.get("contradiction")) if isinstance(payload, dict) else False
+            note = payload.get("note") if isinstance(payload, dict) else None
+            note_text = str(note).strip() if note else None
+            if contradiction and not note_text:
+                note_text = f"changed: '{old.strip()}' → '{new.strip()}' (newer wins)"
+            return MergeResult(content[:4000], contradiction, note_text, "claude")
+        except Exception:  # the merge must never fail a run: degrade to the deterministic path
+            self.failures += 1
+            return merge_offline(old, new)
+
+
+def make_merger(settings: Settings, client: Any | None = None) -> tuple[Merger, str]:
+    """The merger to use and its path name: Claude when a key (or a client) is given, else offline."""
+    if client is not None or settings.claude_available:
+        return ClaudeMerger(settings, client), "claude"
+    return merge_offline, "offline"
+
+
+def summarize_offline(text: str, max_words: int = 60) -> str:
+    """A short extractive summary for a long memory (seed 001 §9): the leading sentences, capped."""
+    sentences = _clauses(text)
+    out: list[str] = []
+    words = 0
+    for s in sentences:
+        n = len(s.split())
+        if out and words + n > max_words:
+            break
+        out.append(s)
+        words += n
+    summary = _join(out)
+    if len(summary.split()) > max_words:
+        summary = " ".join(summary.split()[:max_words]) + " …"
+    return summary
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters a token: enough to decide "long" (> ~200 tokens)."""
+    return (len(text) + 3) // 4

@@ -1,0 +1,317 @@
+"""Sealing: closed days of JSONL segments become zstd Parquet, verified, renamed atomically.
+
+For each segment of a day before `before` (default: today, UTC) that is still
+JSONL, DuckDB converts it (``COPY (SELECT … FROM read_json(… explicit columns …))``)
+to a temporary ``.<stem>.parquet.tmp`` in the same partition. The Parquet file
+is then checked against the JSONL: same number of rows and the same event ids
+in the same order (line order is what checkpoints count). Only then, under the
+stream's lock and after checking nobody appended meanwhile, it is renamed to
+``<stem>.parquet`` and the JSONL removed. A crash at any point leaves either the
+JSONL alone, or both (readers take the Parquet), never a half file in view.
+
+Erasure happens here too (see `tiermem.log.erasure`): before converting, every
+file holding an erased event is rewritten without its content.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tiermem.errors import LogCorruptionError
+from tiermem.ids import format_ts, utcnow
+from tiermem.log.catalog import DUCK_TYPES, _q, jsonl_reader
+from tiermem.log.events import BOOL, FLOAT, INT, JSON, STR, STREAMS, STRLIST, TS, USAGE, USAGE_FIELDS, stream_fields
+from tiermem.log.store import ERASED_MARK, EventLog, line_event_id
+from tiermem.settings import Settings
+
+ARROW_TYPES: dict[str, pa.DataType] = {
+    STR: pa.string(),
+    INT: pa.int64(),
+    FLOAT: pa.float64(),
+    BOOL: pa.bool_(),
+    TS: pa.timestamp("us", tz="UTC"),
+    STRLIST: pa.list_(pa.string()),
+    JSON: pa.string(),  # JSON text: any shape, read back with a JSON parser
+    USAGE: pa.struct([(name, pa.int64()) for name in USAGE_FIELDS]),
+}
+
+_ID_RE = re.compile(rb'^\{"event_id":"([^"\\]*)"', re.M)
+
+
+def arrow_schema(stream: str) -> pa.Schema:
+    """The explicit schema of a sealed segment of `stream` (the erasure mark last)."""
+    cols = {**stream_fields(stream), ERASED_MARK: BOOL}
+    return pa.schema([(name, ARROW_TYPES[kind]) for name, kind in cols.items()])
+
+
+@dataclass
+class SegmentSeal:
+    segment: str  # "<stream>/date=YYYY-MM-DD/<stem>"
+    rows: int
+    jsonl_bytes: int
+    parquet_bytes: int
+    seconds: float
+
+
+@dataclass
+class SealInfo:
+    before: str
+    sealed_segments: int = 0
+    sealed_rows: int = 0
+    already_sealed: int = 0
+    skipped_open: int = 0  # segments of today (or later), left as JSONL
+    jsonl_bytes: int = 0
+    parquet_bytes: int = 0
+    erased_events: int = 0
+    erased_files_rewritten: int = 0
+    scrubbed_records: int = 0
+    elapsed_s: float = 0.0
+    rows_per_s: float = 0.0
+    manifest: str = ""
+    segments: list[SegmentSeal] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------ reading
+
+
+def _decode(kind: str, value: Any) -> Any:
+    if kind == TS:
+        return format_ts(value)
+    if kind == JSON:
+        return orjson.loads(value)
+    if kind == USAGE:
+        return {k: v for k, v in value.items() if v is not None}
+    return value
+
+
+def parquet_events(path: Path, *, keep_erased: bool = False) -> Iterator[dict[str, Any]]:
+    """Rows of a sealed segment back as event dicts, identical to what the JSONL line gave."""
+    table = pq.read_table(path)
+    stream = path.parent.parent.name
+    kinds = {**stream_fields(stream), ERASED_MARK: BOOL} if stream in STREAMS else {}
+    names = table.column_names
+    for batch in table.to_batches(max_chunksize=8192):
+        columns = [(n, kinds.get(n, STR), batch.column(n).to_pylist()) for n in names]
+        for i in range(batch.num_rows):
+            event: dict[str, Any] = {}
+            for name, kind, values in columns:
+                value = values[i]
+                if value is not None:
+                    event[name] = value if kind in (STR, INT, FLOAT, BOOL, STRLIST) else _decode(kind, value)
+            if keep_erased or not event.get(ERASED_MARK):
+                yield event
+
+
+# ------------------------------------------------------------------ writing
+
+
+def duck(memory_limit: str = "1GB") -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(":memory:")
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    con.execute("SET preserve_insertion_order = true")  # line order is what checkpoints count
+    return con
+
+
+def write_parquet_from_jsonl(con: duckdb.DuckDBPyConnection, stream: str, src: Path, dst: Path) -> None:
+    """Convert one JSONL segment with the stream's explicit types (JSON kept as text)."""
+    cols = {**stream_fields(stream), ERASED_MARK: BOOL}
+    select = ", ".join(
+        f'CAST("{c}" AS VARCHAR) AS "{c}"' if k == JSON else f'CAST("{c}" AS {DUCK_TYPES[k]}) AS "{c}"'
+        for c, k in cols.items()
+    )
+    reader = jsonl_reader([src], stream).replace("ignore_errors = true", "ignore_errors = false")
+    con.execute(
+        f"COPY (SELECT {select} FROM {reader}) TO {_q(str(dst))} "
+        "(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)"
+    )
+
+
+def jsonl_ids(path: Path, size: int) -> list[bytes]:
+    """Event ids of the first `size` bytes of a segment, in line order (chunked: bounded memory)."""
+    ids: list[bytes] = []
+    with open(path, "rb") as fh:
+        carry = b""
+        remaining = size
+        while remaining > 0:
+            chunk = fh.read(min(32 << 20, remaining))
+            if not chunk:
+                break
+            remaining -= len(chunk)
+            data = carry + chunk
+            cut = data.rfind(b"\n") + 1
+            carry = data[cut:]
+            block = data[:cut]
+            found = _ID_RE.findall(block)
+            if len(found) != block.count(b"\n"):  # a line not written by this log: parse each
+                found = []
+                for line in block.split(b"\n")[:-1]:
+                    eid = line_event_id(line)
+                    if eid is None:
+                        raise LogCorruptionError(f"{path}: a line without an event_id")
+                    found.append(eid.encode())
+            ids.extend(found)
+        if carry:
+            raise LogCorruptionError(f"{path}: ends without a newline (torn tail not yet quarantined)")
+    return ids
+
+
+def verify_parquet(path: Path, expected_ids: list[bytes]) -> None:
+    """Raise LogCorruptionError unless the Parquet file holds exactly these ids in this order."""
+    got = pq.read_table(path, columns=["event_id"]).column("event_id").combine_chunks()
+    if len(got) != len(expected_ids):
+        raise LogCorruptionError(f"{path}: {len(got)} rows, JSONL has {len(expected_ids)}")
+    want = pa.array(expected_ids, type=pa.binary()).cast(pa.string())
+    if not got.equals(want):
+        raise LogCorruptionError(f"{path}: event ids differ from the JSONL")
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class StreamLock:
+    """The same exclusive flock every writer of the stream takes."""
+
+    def __init__(self, settings: Settings, stream: str) -> None:
+        root = settings.log_dir / stream
+        root.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+
+    def __enter__(self) -> StreamLock:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def _closed_partitions(settings: Settings, stream: str, before: str) -> Iterator[Path]:
+    root = settings.log_dir / stream
+    if not root.exists():
+        return
+    for part in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("date=")):
+        if part.name[5:] < before:
+            yield part
+
+
+def seal_segment(
+    settings: Settings, log: EventLog, con: duckdb.DuckDBPyConnection, stream: str, jsonl: Path
+) -> SegmentSeal | None:
+    """Seal one JSONL segment; None when there was nothing to do. Idempotent."""
+    started = time.perf_counter()
+    part = jsonl.parent
+    stem = jsonl.stem
+    final = part / f"{stem}.parquet"
+    tmp = part / f".{stem}.parquet.tmp"
+    segment = f"{stream}/{part.name}/{stem}"
+    # Quarantine a torn tail first (same code path as a writer opening the segment).
+    with StreamLock(settings, stream):
+        if not jsonl.exists():
+            return None
+        fd = os.open(jsonl, os.O_RDWR)
+        try:
+            log.repair_tail(stream, part.name, stem, fd)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+    if final.exists():
+        # A previous seal crashed between rename and unlink: check, then finish it.
+        verify_parquet(final, jsonl_ids(jsonl, st.st_size))
+        with StreamLock(settings, stream):
+            jsonl.unlink(missing_ok=True)
+            _fsync_path(part)
+        return None
+    if st.st_size == 0:
+        with StreamLock(settings, stream):
+            if jsonl.stat().st_size == 0:
+                jsonl.unlink()
+        return None
+    for _attempt in range(3):
+        write_parquet_from_jsonl(con, stream, jsonl, tmp)
+        ids = jsonl_ids(jsonl, st.st_size)
+        verify_parquet(tmp, ids)
+        _fsync_path(tmp)
+        with StreamLock(settings, stream):
+            now = jsonl.stat()
+            if (now.st_ino, now.st_size) != (st.st_ino, st.st_size):
+                st = now  # a late event (or an erasure rewrite) arrived meanwhile: convert again
+                continue
+            os.replace(tmp, final)
+            _fsync_path(part)
+            jsonl.unlink()
+            _fsync_path(part)
+        log.forget_segment(segment)
+        return SegmentSeal(segment, len(ids), st.st_size, final.stat().st_size, time.perf_counter() - started)
+    tmp.unlink(missing_ok=True)
+    raise LogCorruptionError(f"{segment}: kept changing while being sealed; try again")
+
+
+def _parse_before(before: date | datetime | str | None) -> str:
+    if before is None:
+        return format_ts(utcnow())[:10]
+    if isinstance(before, datetime):
+        return format_ts(before)[:10]
+    if isinstance(before, date):
+        return before.isoformat()
+    return date.fromisoformat(before).isoformat()
+
+
+def seal(settings: Settings, before: date | datetime | str | None = None, *, erase: bool = True) -> SealInfo:
+    """Seal every closed day (partitions before `before`, default today UTC); apply erasures first."""
+    from tiermem.log import erasure, manifest  # local: they import this module
+
+    started = time.perf_counter()
+    info = SealInfo(before=_parse_before(before))
+    log = EventLog(settings)
+    con = duck()
+    try:
+        if erase:
+            report = erasure.apply_erasures(settings, log)
+            info.erased_events = report.erased_events
+            info.erased_files_rewritten = report.files_rewritten
+            info.scrubbed_records = report.scrubbed_records
+        for stream in STREAMS:
+            root = settings.log_dir / stream
+            if not root.exists():
+                continue
+            for part in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("date=")):
+                jsonls = sorted(part.glob("*.jsonl"))
+                if part.name[5:] >= info.before:
+                    info.skipped_open += len(jsonls)
+                    continue
+                info.already_sealed += sum(1 for _ in part.glob("*.parquet"))
+                for jsonl in jsonls:
+                    done = seal_segment(settings, log, con, stream, jsonl)
+                    if done is None:
+                        continue
+                    info.segments.append(done)
+                    info.sealed_segments += 1
+                    info.sealed_rows += done.rows
+                    info.jsonl_bytes += done.jsonl_bytes
+                    info.parquet_bytes += done.parquet_bytes
+        info.manifest = str(manifest.refresh(settings))
+    finally:
+        con.close()
+        log.close()
+    info.elapsed_s = round(time.perf_counter() - started, 3)
+    info.rows_per_s = round(info.sealed_rows / info.elapsed_s, 1) if info.elapsed_s else 0.0
+    return info

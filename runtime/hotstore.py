@@ -1,0 +1,308 @@
+"""The hot store: a SQLite projection of the log that the runtime reads.
+
+It holds only derived state (working memory, identity, facts, episodes,
+relationships, retrievals, erasure tombstones) and can be deleted and rebuilt
+from the log at any time (`tiermem rebuild`). SQLite rather than DuckDB
+because many runtime processes read and write it at once: WAL mode lets
+readers proceed while one writer commits, and a generous busy timeout turns
+writer contention into short waits instead of errors.
+
+Full-text search: `facts_fts` and `episodes_fts` are regular FTS5 tables
+(they keep their own copy of the indexed text) whose `rowid` equals the
+`rowid` of the row they index in `facts` / `episodes`; triggers keep them in
+step, so every writer path (projector, direct apply, a test inserting rows)
+indexes the same way. Join with `episodes_fts.rowid = episodes.rowid`.
+`episodes_fts` indexes `name`, `summary`, `quotes` (the quote texts of
+`key_quotes`, space-joined) and `participants` (space-joined).
+
+`PRAGMA secure_delete=ON` overwrites freed pages with zeros, so erased
+content does not linger in the file; after an erasure the FTS indexes are
+merged (`optimize`) and the WAL is checkpointed and truncated for the same
+reason (see `scrub_after_erasure`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tiermem.settings import Settings
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 30_000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+-- Working memory: every interaction plus transition/summary items, with its memory level.
+-- Order is (ts, item_id): independent of the order in which rows were inserted.
+CREATE TABLE IF NOT EXISTS wm_items (
+    item_id TEXT PRIMARY KEY,
+    event_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    ts TEXT NOT NULL,
+    kind TEXT NOT NULL,              -- interaction | transition | summary
+    level TEXT NOT NULL,             -- global | project | task
+    user TEXT,
+    session_id TEXT,
+    project_id TEXT,
+    task_id TEXT,
+    user_message TEXT,
+    agent_response TEXT,
+    text TEXT                        -- transition/summary message
+);
+CREATE INDEX IF NOT EXISTS wm_agent_level_order ON wm_items (agent_id, level, ts, item_id);
+CREATE INDEX IF NOT EXISTS wm_agent_order ON wm_items (agent_id, ts, item_id);
+CREATE INDEX IF NOT EXISTS wm_user ON wm_items (user);
+
+CREATE TABLE IF NOT EXISTS identity (
+    agent_id TEXT PRIMARY KEY,
+    content TEXT NOT NULL,
+    source TEXT,
+    ts TEXT NOT NULL,
+    event_id TEXT NOT NULL
+);
+
+-- Facts: explicit KV facts (kind 'kv', from fact_set/fact_removed) and learned knowledge
+-- (kind 'knowledge', from knowledge_decided). scope 'agent' = private to agent_id.
+CREATE TABLE IF NOT EXISTS facts (
+    fact_id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    scope TEXT NOT NULL,
+    agent_type TEXT,
+    project_id TEXT,
+    key TEXT,
+    content TEXT NOT NULL,
+    category TEXT,
+    topic TEXT,
+    participant TEXT,
+    status TEXT NOT NULL,            -- active | inactive | archived | pending | removed
+    source TEXT,                     -- user | agent | system | compressor | gap_fill | auto ...
+    is_correction INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    event_id TEXT NOT NULL,          -- the event whose state this row shows
+    source_event_ids TEXT NOT NULL DEFAULT '[]',
+    recall_count INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS facts_agent ON facts (agent_id, status);
+CREATE INDEX IF NOT EXISTS facts_scope ON facts (scope, status);
+CREATE INDEX IF NOT EXISTS facts_key ON facts (key);
+CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(key, content, topic);
+CREATE TRIGGER IF NOT EXISTS facts_ai AFTER INSERT ON facts BEGIN
+    INSERT INTO facts_fts (rowid, key, content, topic) VALUES (new.rowid, new.key, new.content, new.topic);
+END;
+CREATE TRIGGER IF NOT EXISTS facts_ad AFTER DELETE ON facts BEGIN
+    DELETE FROM facts_fts WHERE rowid = old.rowid;
+END;
+CREATE TRIGGER IF NOT EXISTS facts_au AFTER UPDATE OF key, content, topic ON facts BEGIN
+    DELETE FROM facts_fts WHERE rowid = old.rowid;
+    INSERT INTO facts_fts (rowid, key, content, topic) VALUES (new.rowid, new.key, new.content, new.topic);
+END;
+
+-- The episodic archive (L2). Agreed with the compressor engineer; do not change lightly.
+CREATE TABLE IF NOT EXISTS episodes (
+    episode_id TEXT PRIMARY KEY,
+    agent_id TEXT,
+    name TEXT,
+    summary TEXT,
+    key_quotes TEXT,                 -- JSON [{text, event_id}]
+    participants TEXT,               -- JSON list of names
+    start_ts TEXT,
+    end_ts TEXT,
+    importance INTEGER,
+    important INTEGER,
+    emotional_context TEXT,
+    kind TEXT,
+    project_id TEXT,
+    source_event_ids TEXT,           -- JSON list
+    recall_count INTEGER DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS episodes_agent ON episodes (agent_id, end_ts);
+CREATE VIRTUAL TABLE IF NOT EXISTS episodes_fts USING fts5(name, summary, quotes, participants);
+CREATE TRIGGER IF NOT EXISTS episodes_ai AFTER INSERT ON episodes BEGIN
+    INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (
+        new.rowid, new.name, new.summary,
+        (SELECT group_concat(json_extract(value, '$.text'), ' ') FROM json_each(coalesce(new.key_quotes, '[]'))),
+        (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]'))));
+END;
+CREATE TRIGGER IF NOT EXISTS episodes_ad AFTER DELETE ON episodes BEGIN
+    DELETE FROM episodes_fts WHERE rowid = old.rowid;
+END;
+CREATE TRIGGER IF NOT EXISTS episodes_au AFTER UPDATE OF name, summary, key_quotes, participants ON episodes BEGIN
+    DELETE FROM episodes_fts WHERE rowid = old.rowid;
+    INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (
+        new.rowid, new.name, new.summary,
+        (SELECT group_concat(json_extract(value, '$.text'), ' ') FROM json_each(coalesce(new.key_quotes, '[]'))),
+        (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]'))));
+END;
+
+CREATE TABLE IF NOT EXISTS relationships (
+    agent_id TEXT NOT NULL,
+    participant TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    rapport REAL,
+    trust REAL,
+    last_spoke_ts TEXT,
+    interactions INTEGER,
+    ts TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (agent_id, participant)
+);
+
+CREATE TABLE IF NOT EXISTS retrievals (
+    event_id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    ts TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    query TEXT,
+    participant TEXT,
+    item_ids TEXT NOT NULL,          -- JSON list
+    scores TEXT,                     -- JSON
+    tokens INTEGER,
+    reason TEXT,
+    session_id TEXT
+);
+CREATE INDEX IF NOT EXISTS retrievals_agent ON retrievals (agent_id, ts);
+
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    ended_ts TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (agent_id, session_id)
+);
+
+-- Erasure tombstones: what was erased, so that the same content is never re-added.
+CREATE TABLE IF NOT EXISTS erasures (
+    event_id TEXT PRIMARY KEY,
+    target_kind TEXT NOT NULL,
+    target TEXT NOT NULL,
+    ts TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS erased_ids (event_id TEXT PRIMARY KEY) WITHOUT ROWID;
+"""
+
+# Tables whose content defines the projection (FTS tables and meta are derived from them).
+DIGEST_TABLES: dict[str, str] = {
+    "wm_items": "item_id",
+    "identity": "agent_id",
+    "facts": "fact_id",
+    "episodes": "episode_id",
+    "relationships": "agent_id, participant",
+    "retrievals": "event_id",
+    "sessions": "agent_id, session_id",
+    "erasures": "event_id",
+    "erased_ids": "event_id",
+}
+
+
+def connect(path: Path | str, *, create: bool = True) -> sqlite3.Connection:
+    """Open the hot store with WAL, a busy timeout and secure delete; create the schema."""
+    path = Path(path)
+    if create:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA secure_delete=ON")
+    # The hot store is rebuildable from the log, so NORMAL (no fsync per commit in WAL) is enough.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=OFF")
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    if mode != "wal":
+        conn.execute("PRAGMA journal_mode=WAL")
+    if create:
+        _ensure_schema(conn)
+    return conn
+
+
+def _ensure_schema(conn: sqlite3.Connection) -> None:
+    row = conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+    if row is not None:
+        version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if version is not None and int(version[0]) == SCHEMA_VERSION:
+            return
+    with write_transaction(conn):
+        for statement in _split_statements(SCHEMA):
+            conn.execute(statement)
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+
+
+def _split_statements(script: str) -> Iterator[str]:
+    """Split the schema into statements (sqlite3.complete_statement handles trigger bodies)."""
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        if line.strip().startswith("--") and not buf.strip():
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                yield buf.strip()
+            buf = ""
+
+
+def open_hot_store(settings: Settings) -> sqlite3.Connection:
+    return connect(settings.hot_db)
+
+
+@contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT: take the write lock up front so two writers never deadlock."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+
+def table_digest(conn: sqlite3.Connection, table: str) -> str:
+    """Order-independent hash of one table's rows (without SQLite's rowid)."""
+    cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+    hashes = []
+    for row in conn.execute(f"SELECT {', '.join(cols)} FROM {table}"):
+        hashes.append(hashlib.blake2b(repr(tuple(row)).encode(), digest_size=16).digest())
+    hashes.sort()
+    h = hashlib.blake2b(digest_size=16)
+    for item in hashes:
+        h.update(item)
+    return h.hexdigest()
+
+
+def store_digest(conn: sqlite3.Connection) -> str:
+    """Hash over every content table, independent of row order and insertion history."""
+    h = hashlib.blake2b(digest_size=20)
+    for table in DIGEST_TABLES:
+        h.update(table.encode() + b"=" + table_digest(conn, table).encode() + b";")
+    return h.hexdigest()
+
+
+def table_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    return {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in DIGEST_TABLES}
+
+
+def scrub_after_erasure(conn: sqlite3.Connection) -> None:
+    """Make erased text unrecoverable from the file: merge FTS segments, truncate the WAL."""
+    conn.execute("INSERT INTO facts_fts (facts_fts) VALUES ('optimize')")
+    conn.execute("INSERT INTO episodes_fts (episodes_fts) VALUES ('optimize')")
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.OperationalError:
+        pass  # a busy reader; the next checkpoint overwrites the frames

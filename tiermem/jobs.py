@@ -1,0 +1,361 @@
+"""The batch jobs as one registry, the locks that keep them from overlapping, and their run log.
+
+Every way a job can run goes through here: the scheduler's timers, `tiermem
+schedule --once JOB`, the session-end path, and the manual commands
+(`tiermem compress`, `seal`, `review`, `evolve` take the same lock through
+`command_lock`, wired in tiermem/cli.py). A job holds an exclusive `flock` on
+`<data>/locks/job-<lock>.lock` while it runs, so a scheduled run and a manual
+run of the same job never overlap, across processes. The lock file carries the
+holder's pid and start time so that whoever is refused can be told by whom.
+
+Runs are appended to `<data>/scheduler/runs.jsonl` (one "started" and one
+final record per run: ok | skipped | error) and echoed as one line on stderr.
+A "started" record with no final record is a run that was killed; the jobs are
+checkpointed and idempotent, so the next run completes what it left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import importlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+from tiermem.errors import AlreadyRunningError, NotFoundError
+from tiermem.ids import format_ts, parse_ts, utcnow
+from tiermem.settings import Settings
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One batch job: what it calls (`module:function`, called with `settings`) and the lock it takes."""
+
+    name: str
+    target: str
+    lock: str
+    description: str
+
+
+JOBS: dict[str, JobSpec] = {
+    spec.name: spec
+    for spec in (
+        JobSpec(
+            "threshold_check",
+            "tiermem.compressor.job:compress_due",
+            "compress",
+            "compress every agent over its unprocessed-interaction limit",
+        ),
+        JobSpec("compress", "tiermem.compressor.job:run_compress", "compress", "compress all agents"),
+        JobSpec(
+            "sessions",
+            "tiermem.sessions:process_pending_sessions",
+            "sessions",
+            "gap-fill (and compress when due) for every session_ended event since the checkpoint",
+        ),
+        JobSpec("evolve", "tiermem.evolver.job:run_evolve", "evolve", "decide pending knowledge proposals"),
+        JobSpec("seal", "tiermem.log.seal:seal", "seal", "seal closed days of the log to Parquet"),
+        JobSpec("review", "tiermem.reviewer.job:run_review", "review", "write the daily quality report"),
+    )
+}
+
+# Manual CLI commands that are the same work as a job, and the lock they share with it.
+COMMAND_LOCKS: dict[str, str] = {
+    "compress": "compress",
+    "seal": "seal",
+    "review": "review",
+    "evolve": "evolve",
+}
+
+RUN_LOG_NAME = "runs.jsonl"
+
+# Locks this process holds: name -> (thread id, depth). flock conflicts between two
+# open files of the same process, so a nested take of the same lock by the same
+# thread (e.g. the CLI wrapper around a job function that also locks) is counted
+# here instead of deadlocking against itself.
+_held: dict[str, tuple[int, int]] = {}
+_held_guard = threading.Lock()
+
+
+def scheduler_dir(settings: Settings) -> Path:
+    return settings.data_dir / "scheduler"
+
+
+def run_log_path(settings: Settings) -> Path:
+    return scheduler_dir(settings) / RUN_LOG_NAME
+
+
+def lock_path(settings: Settings, name: str) -> Path:
+    return settings.locks_dir / f"job-{name}.lock"
+
+
+def read_lock_holder(path: Path) -> str:
+    """A short description of who holds the lock file at `path` ("pid 123 since …"), best effort."""
+    try:
+        info = orjson.loads(path.read_bytes() or b"{}")
+    except (OSError, orjson.JSONDecodeError):
+        return "another process"
+    if not isinstance(info, dict) or "pid" not in info:
+        return "another process"
+    what = f" ({info['what']})" if info.get("what") else ""
+    return f"pid {info['pid']}{what} since {info.get('since', '?')}"
+
+
+def try_flock(path: Path, what: str) -> int | None:
+    """Take an exclusive flock on `path` without waiting; return the fd, or None when it is held.
+
+    The holder's pid and start time are written into the file for the error
+    message of whoever is refused next.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    stamp = orjson.dumps({"pid": os.getpid(), "what": what, "since": format_ts(utcnow())})
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, stamp, 0)
+    return fd
+
+
+def release_flock(fd: int) -> None:
+    # Truncate before unlocking so a stale holder description never outlives the lock.
+    try:
+        os.ftruncate(fd, 0)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def lock_is_held(path: Path) -> bool:
+    """True when some process holds the flock on `path` right now (probes without keeping it)."""
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return True
+        raise
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def job_lock(settings: Settings, name: str, *, wait_seconds: float = 0.0, what: str = "") -> Iterator[None]:
+    """Hold the job lock `name` on this data root for the duration of the block.
+
+    Raises AlreadyRunningError naming the holder when another process (or
+    another thread of this one) has it and it does not come free within
+    `wait_seconds`. Re-entrant for the thread that already holds it.
+    """
+    me = threading.get_ident()
+    with _held_guard:
+        holder = _held.get(name)
+        if holder is not None and holder[0] == me:
+            _held[name] = (me, holder[1] + 1)
+            nested = True
+        else:
+            nested = False
+    if nested:
+        try:
+            yield
+        finally:
+            with _held_guard:
+                tid, depth = _held[name]
+                _held[name] = (tid, depth - 1)
+        return
+
+    path = lock_path(settings, name)
+    deadline = time.monotonic() + wait_seconds
+    fd: int | None = None
+    while True:
+        with _held_guard:
+            taken_here = name in _held
+        if not taken_here:
+            fd = try_flock(path, what or name)
+            if fd is not None:
+                break
+        if time.monotonic() >= deadline:
+            who = "another thread of this process" if taken_here else read_lock_holder(path)
+            raise AlreadyRunningError(
+                f"job {name!r} is already running on {settings.data_dir} ({who}); "
+                "it will be picked up again when that run finishes"
+            )
+        time.sleep(0.1)
+    with _held_guard:
+        _held[name] = (me, 1)
+    try:
+        yield
+    finally:
+        with _held_guard:
+            _held.pop(name, None)
+        release_flock(fd)
+
+
+def command_lock(command: str | None, settings: Settings) -> AbstractContextManager[None]:
+    """The job lock a manual CLI command must hold (nothing for commands that are not jobs)."""
+    lock = COMMAND_LOCKS.get(command or "")
+    if lock is None:
+        return nullcontext()
+    return job_lock(settings, lock, what=f"tiermem {command}")
+
+
+def resolve_job(name: str) -> Callable[[Settings], Any]:
+    """The function behind a job, imported on first use (a part that is missing fails only its job)."""
+    spec = JOBS.get(name)
+    if spec is None:
+        raise NotFoundError(f"unknown job {name!r}; known: {', '.join(JOBS)}")
+    module_name, func_name = spec.target.split(":")
+    module = importlib.import_module(module_name)
+    func: Callable[[Settings], Any] = getattr(module, func_name)
+    return func
+
+
+def summarize(result: Any) -> Any:
+    """A JSON-able summary of whatever a job returned (dataclass, mapping, list, scalar)."""
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        return dataclasses.asdict(result)
+    if isinstance(result, Mapping):
+        return {str(k): summarize(v) for k, v in result.items()}
+    if isinstance(result, list | tuple):
+        return [summarize(v) for v in result]
+    if result is None or isinstance(result, str | int | float | bool):
+        return result
+    return repr(result)
+
+
+@dataclass
+class RunRecord:
+    """One run of one job, as written to the run log."""
+
+    job: str
+    trigger: str  # scheduled | once | session_end | manual
+    status: str  # started | ok | skipped | error
+    started_at: str
+    finished_at: str | None = None
+    seconds: float | None = None
+    summary: Any = None
+    error: str | None = None
+    pid: int = field(default_factory=os.getpid)
+
+    def line(self) -> str:
+        """The one-line human form for stderr."""
+        head = f"[{self.finished_at or self.started_at}] {self.job} ({self.trigger}): {self.status}"
+        if self.seconds is not None:
+            head += f" in {self.seconds:.2f}s"
+        if self.error:
+            head += f": {self.error}"
+        elif self.summary is not None:
+            head += " " + short_summary(self.summary)
+        return head
+
+
+def short_summary(summary: Any, limit: int = 200) -> str:
+    """The scalar fields of a summary on one line (nested lists/maps are left to the JSON log)."""
+    if isinstance(summary, Mapping):
+        parts = [
+            f"{k}={v}" for k, v in summary.items() if isinstance(v, str | int | float | bool) or v is None
+        ]
+        text = " ".join(parts)
+    else:
+        text = str(summary)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def append_run_record(settings: Settings, record: RunRecord) -> None:
+    """Append one record to the run log; a single O_APPEND write, so concurrent writers never interleave."""
+    path = run_log_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = orjson.dumps(dataclasses.asdict(record), default=str) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def read_run_log(settings: Settings) -> list[dict[str, Any]]:
+    path = run_log_path(settings)
+    if not path.exists():
+        return []
+    out: list[dict[str, Any]] = []
+    for line in path.read_bytes().splitlines():
+        try:
+            out.append(orjson.loads(line))
+        except orjson.JSONDecodeError:
+            continue  # a line cut by a crash; the run it belonged to shows as started-only
+    return out
+
+
+def last_success(settings: Settings, job: str) -> datetime | None:
+    """When `job` last finished successfully on this data root, from the run log."""
+    latest: datetime | None = None
+    for rec in read_run_log(settings):
+        if rec.get("job") == job and rec.get("status") == "ok" and rec.get("finished_at"):
+            ts = parse_ts(rec["finished_at"])
+            latest = ts if latest is None or ts > latest else latest
+    return latest
+
+
+def has_run_before(settings: Settings, job: str) -> bool:
+    return any(rec.get("job") == job for rec in read_run_log(settings))
+
+
+def run_job(
+    settings: Settings,
+    name: str,
+    *,
+    trigger: str = "once",
+    func: Callable[[Settings], Any] | None = None,
+    echo: TextIO | None = None,
+) -> RunRecord:
+    """Run one job now under its lock, log the run, and return its record. Never raises for a job failure.
+
+    A lock held elsewhere makes the run "skipped" (the other run does the same
+    work); an exception inside the job makes it "error" with the message. Both
+    are recorded like a success, so the run log is the full history.
+    """
+    spec = JOBS.get(name)
+    if spec is None:
+        raise NotFoundError(f"unknown job {name!r}; known: {', '.join(JOBS)}")
+    stream = echo if echo is not None else sys.stderr
+    start_wall = utcnow()
+    start = time.monotonic()
+    record = RunRecord(job=name, trigger=trigger, status="started", started_at=format_ts(start_wall))
+    try:
+        with job_lock(settings, spec.lock, what=f"{trigger} {name}"):
+            append_run_record(settings, record)
+            try:
+                target = func or resolve_job(name)
+                result = target(settings)
+            except Exception as exc:
+                record = dataclasses.replace(record, status="error", error=f"{type(exc).__name__}: {exc}")
+            else:
+                record = dataclasses.replace(record, status="ok", summary=summarize(result))
+    except AlreadyRunningError as exc:
+        record = dataclasses.replace(record, status="skipped", error=str(exc))
+    record.finished_at = format_ts(utcnow())
+    record.seconds = round(time.monotonic() - start, 3)
+    append_run_record(settings, record)
+    print(record.line(), file=stream, flush=True)
+    return record
