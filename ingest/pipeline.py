@@ -19,6 +19,8 @@ and are counted per field.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import sys
 import time
@@ -32,7 +34,7 @@ from typing import IO, Any
 import orjson
 
 from tiermem.errors import ValidationError
-from tiermem.ids import derived_event_id, format_ts, utcnow
+from tiermem.ids import format_ts, to_ms, utcnow
 from tiermem.log.events import validate
 from tiermem.log.store import AppendResult, EventLog
 from tiermem.output import Progress
@@ -105,7 +107,18 @@ def replay_safe_id(record: dict[str, Any], line: bytes, default_ts: str) -> None
         return
     if stamp.tzinfo is None:
         return
-    record["event_id"] = derived_event_id(stamp, "ingest", line.decode("utf-8", errors="replace"))
+    record["event_id"] = line_event_id(stamp, line)
+
+
+_B32 = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+
+
+def line_event_id(stamp: datetime, line: bytes) -> str:
+    """`derived_event_id(stamp, "ingest", line)`, computed with C-speed encoding (bulk hot path)."""
+    digest = hashlib.blake2b(b"ingest\x1f" + line, digest_size=10).digest()
+    value = (to_ms(stamp) << 80) | int.from_bytes(digest, "big")
+    # 26 Crockford digits = 130 bits: shift so the 128-bit value sits after two zero bits.
+    return base64.b32encode((value << 6).to_bytes(17, "big"))[:26].translate(_B32).decode()
 
 
 def parse_line(line: bytes, default_ts: str) -> dict[str, Any]:

@@ -518,6 +518,7 @@ def _enrich_interaction(out: dict[str, Any]) -> None:
 # two paths give identical results for what the fast one accepts (tested).
 _FAST_ID = re.compile(r"[0-9A-Za-z_.:\-]{1,128}")
 _FAST_KINDS: dict[str, str] = {**COMMON_FIELDS, **INTERACTION_FIELDS}
+_FAST_STR = frozenset(name for name, kind in _FAST_KINDS.items() if kind == STR and name != "type")
 
 
 def _fast_ts(value: str) -> bool:
@@ -533,23 +534,28 @@ def _fast_ts(value: str) -> bool:
 def _fast_interaction(rec: dict[str, Any], now: datetime | None) -> dict[str, Any] | None:
     out: dict[str, Any] = {"type": "interaction", "schema_version": SCHEMA_VERSION}
     for name, value in rec.items():
+        if type(value) is str:  # most fields: dispatch on the value's type first
+            if name in _FAST_STR:
+                if "\x00" in value or len(value) > MAX_TEXT:
+                    return None
+                if name == "event_id" and not _FAST_ID.fullmatch(value):
+                    return None
+            elif name == "ts":
+                if not _fast_ts(value):
+                    return None
+            elif name == "type":
+                continue
+            else:
+                return None
+            out[name] = value
+            continue
         if value is None:
             if name == "extra":
                 return None
             continue
         kind = _FAST_KINDS.get(name)
-        if kind is STR:
-            if type(value) is not str or len(value) > MAX_TEXT or "\x00" in value:
-                return None
-            if name == "event_id" and not _FAST_ID.fullmatch(value):
-                return None
-        elif kind is TS:
-            if type(value) is not str or not _fast_ts(value):
-                return None
-        elif kind is INT:
-            if type(value) is not int:
-                if name == "schema_version":
-                    return None
+        if kind is INT:
+            if type(value) is not int or not -(2**63) <= value < 2**63:
                 return None
             if name == "schema_version":
                 if value != SCHEMA_VERSION:
@@ -577,9 +583,7 @@ def _fast_interaction(rec: dict[str, Any], now: datetime | None) -> dict[str, An
         elif kind is JSON:
             if type(value) is not dict and type(value) is not list:
                 return None
-        elif name == "type":
-            continue
-        else:  # unknown field (goes to `extra`), or a bool where a type is declared
+        else:  # unknown field (goes to `extra`), or a value of an unexpected type
             return None
         out[name] = value
     if "user_message" not in out or "agent_response" not in out:

@@ -120,7 +120,9 @@ def process_session(
     except TransientError:
         raise
     except Exception as exc:
-        outcome.error = (outcome.error + "; " if outcome.error else "") + f"compress: {type(exc).__name__}: {exc}"
+        outcome.error = (
+            outcome.error + "; " if outcome.error else ""
+        ) + f"compress: {type(exc).__name__}: {exc}"
     return outcome
 
 

@@ -1,0 +1,154 @@
+"""One scheduler per data root, job locks across processes, SIGTERM handling (real subprocesses)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+
+from helpers_scheduler import (
+    QUIET_SCHEDULE,
+    SLOW_STEPS,
+    double_cmd,
+    spawn,
+    tiermem_cmd,
+    wait_for,
+    write_config,
+)
+from tiermem.errors import AlreadyRunningError
+from tiermem.jobs import job_lock, read_run_log, run_job
+from tiermem.scheduler import scheduler_running
+from tiermem.settings import Settings, resolve_settings
+
+
+def _stop(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+def test_second_scheduler_on_same_root_refuses(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_config(data, QUIET_SCHEDULE)
+    settings = resolve_settings(data_dir=data, env={})
+    first = spawn(tiermem_cmd(data, "schedule"))
+    try:
+        wait_for(lambda: scheduler_running(settings) or first.poll() is not None, 60, "the first scheduler")
+        assert first.poll() is None, first.communicate()
+        second = subprocess.run(
+            tiermem_cmd(data, "schedule"), capture_output=True, text=True, timeout=60, cwd=Path.cwd()
+        )
+        assert second.returncode == 5
+        assert "a scheduler is already running" in second.stderr
+        assert f"pid {first.pid}" in second.stderr
+        # A scheduler on another data root is independent.
+        other = tmp_path / "other"
+        write_config(other, QUIET_SCHEDULE)
+        third = spawn(tiermem_cmd(other, "schedule"))
+        other_settings = resolve_settings(data_dir=other, env={})
+        wait_for(lambda: scheduler_running(other_settings) or third.poll() is not None, 60, "the other root")
+        assert third.poll() is None
+        assert _stop(third)[0] == 0
+    finally:
+        code, _, err = _stop(first)
+    assert code == 0, err
+    assert "stopped (SIGTERM)" in err
+    assert not scheduler_running(settings)  # the lock goes with the process
+
+
+def test_manual_job_refused_while_scheduled_run_holds_its_lock(settings: Settings) -> None:
+    with job_lock(settings, "compress", what="scheduled compress"):
+        # Another process: the CLI's manual compress must take the same lock.
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from tiermem.jobs import job_lock; from tiermem.settings import resolve_settings;"
+                f"s = resolve_settings(data_dir={str(settings.data_dir)!r}, env={{}});"
+                "\ntry:\n with job_lock(s, 'compress'): sys.exit(0)\n"
+                "except Exception as e:\n print(e); sys.exit(5)",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 5
+        assert "already running" in proc.stdout and "scheduled compress" in proc.stdout
+        # The scheduler's view of the same clash: the run is recorded as skipped, not run twice.
+        other = threading.Thread(
+            target=lambda: results.append(run_job(settings, "compress", func=lambda s: 1))
+        )
+        results: list = []
+        other.start()
+        other.join()
+        assert results[0].status == "skipped"
+    # Free again: a run goes through and is logged with its summary.
+    record = run_job(settings, "compress", func=lambda s: {"agents": 2})
+    assert record.status == "ok" and record.summary == {"agents": 2}
+    statuses = [(r["job"], r["status"]) for r in read_run_log(settings)]
+    assert statuses == [("compress", "skipped"), ("compress", "started"), ("compress", "ok")]
+
+
+def test_job_lock_is_reentrant_for_its_thread_only(settings: Settings) -> None:
+    with job_lock(settings, "seal"), job_lock(settings, "seal"):
+        errors: list[Exception] = []
+
+        def other() -> None:
+            try:
+                with job_lock(settings, "seal"):
+                    pass
+            except AlreadyRunningError as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert len(errors) == 1
+    with job_lock(settings, "seal"):
+        pass
+
+
+def test_job_error_is_logged_not_raised(settings: Settings) -> None:
+    def boom(s: Settings) -> None:
+        raise RuntimeError("disk on fire")
+
+    record = run_job(settings, "review", func=boom)
+    assert record.status == "error" and "disk on fire" in (record.error or "")
+    assert read_run_log(settings)[-1]["status"] == "error"
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_job_leaves_a_state_the_next_run_completes(tmp_path: Path) -> None:
+    """Uses the slow TEST DOUBLE job; the real-compressor version is in test_scheduler_compress.py."""
+    data = tmp_path / "data"
+    write_config(data, QUIET_SCHEDULE + "stop_grace_seconds = 0.3\n")
+    settings = resolve_settings(data_dir=data, env={})
+    proc = spawn(double_cmd("slow_compress", data, "schedule"))
+    try:
+        wait_for(lambda: len(list((data / "double").glob("step-*"))) >= 3, 60, "the job to be mid-run")
+    finally:
+        code, _, err = _stop(proc)
+    assert code == 0, err
+    assert "exiting anyway" in err
+    done_after_kill = len(list((data / "double").glob("step-*")))
+    assert 0 < done_after_kill < SLOW_STEPS
+    runs = read_run_log(settings)
+    assert [r["status"] for r in runs if r["job"] == "threshold_check"] == ["started"]
+    # The next run completes the work, without redoing what was done.
+    rerun = subprocess.run(
+        double_cmd("slow_compress", data, "schedule", "--once", "compress", "--json"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    record = orjson.loads(rerun.stdout)
+    assert record["status"] == "ok"
+    assert record["summary"]["done"] == SLOW_STEPS - done_after_kill
+    assert len(list((data / "double").glob("step-*"))) == SLOW_STEPS
