@@ -186,7 +186,7 @@ class ClaudeScorer:
     ) -> None:
         self.settings = settings
         # The SDK's own retries are off: this loop retries, so it can also retry malformed answers.
-        self.client = client or anthropic.Anthropic(api_key=settings.anthropic_api_key, max_retries=0)
+        self.client: Any = client or anthropic.Anthropic(api_key=settings.anthropic_api_key, max_retries=0)
         self.model = settings.anthropic_model
         self.max_attempts = max_attempts
         self.base_delay = base_delay

@@ -73,7 +73,9 @@ def _add_months(ts: datetime, months: int) -> datetime:
     return ts.replace(year=index // 12, month=index % 12 + 1, day=1)
 
 
-_COUNT = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|a couple of|couple of|several)"
+_COUNT = (
+    r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|few|a couple of|couple of|several)"
+)
 _UNIT = r"(day|week|weekend|month|year)s?"
 _WEEKDAY = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
 
@@ -86,7 +88,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("next_weekday", rf"\b(?:next|this coming|coming)\s+{_WEEKDAY}\b"),
         ("this_weekday", rf"\b(?:this|on)\s+{_WEEKDAY}\b"),
         ("last_unit", r"\b(?:last|this past|past)\s+(weekend|week|month|year|summer|winter|spring|fall)\b"),
-        ("next_unit", r"\b(?:next|this coming|coming)\s+(weekend|week|month|year|summer|winter|spring|fall)\b"),
+        (
+            "next_unit",
+            r"\b(?:next|this coming|coming)\s+(weekend|week|month|year|summer|winter|spring|fall)\b",
+        ),
         ("this_unit", r"\bthis\s+(weekend|week|month|year)\b"),
         ("yesterday", r"\byesterday\b"),
         ("tomorrow", r"\btomorrow\b"),

@@ -17,7 +17,13 @@ from tiermem.ids import derived_event_id, format_ts
 
 
 def episode_event(
-    agent_id: str, draft: EpisodeDraft, batch: dict[str, Interaction], scores: dict[str, int], *, threshold: int, scorer: str
+    agent_id: str,
+    draft: EpisodeDraft,
+    batch: dict[str, Interaction],
+    scores: dict[str, int],
+    *,
+    threshold: int,
+    scorer: str,
 ) -> dict[str, Any]:
     members = [batch[m] for m in draft.member_ids]
     start, end = members[0].ts, members[-1].ts
@@ -34,7 +40,9 @@ def episode_event(
         "agent_id": agent_id,
         "name": draft.name,
         "summary": summary,
-        "key_quotes": [{"text": q.text, "event_id": q.event_id, "speaker": q.speaker} for q in draft.key_quotes],
+        "key_quotes": [
+            {"text": q.text, "event_id": q.event_id, "speaker": q.speaker} for q in draft.key_quotes
+        ],
         "participants": participants,
         "start_ts": format_ts(start),
         "end_ts": format_ts(end),
@@ -57,7 +65,9 @@ def fact_event(agent_id: str, fact: FactDraft, batch: dict[str, Interaction]) ->
     project = next((batch[s].project_id for s in sources if batch[s].project_id), "")
     event: dict[str, Any] = {
         "type": "knowledge_proposed",
-        "event_id": derived_event_id(last.ts, "knowledge_proposed", agent_id, fact.category, fact.content, *sources),
+        "event_id": derived_event_id(
+            last.ts, "knowledge_proposed", agent_id, fact.category, fact.content, *sources
+        ),
         "ts": format_ts(last.ts),
         "agent_id": agent_id,
         "category": fact.category,

@@ -90,13 +90,24 @@ def _pending_path(settings: Settings, agent_id: str) -> Any:
 
 
 def _commit(
-    settings: Settings, log: EventLog, agent_id: str, events: list[dict[str, Any]], mark: Watermark, info: CompressInfo
+    settings: Settings,
+    log: EventLog,
+    agent_id: str,
+    events: list[dict[str, Any]],
+    mark: Watermark,
+    info: CompressInfo,
 ) -> None:
     path = _pending_path(settings, agent_id)
     durable = settings.fsync != "none"
     write_atomic(
         path,
-        orjson.dumps({"agent_id": agent_id, "mark": {"ts": mark.ts.isoformat(), "event_id": mark.event_id}, "events": events}),
+        orjson.dumps(
+            {
+                "agent_id": agent_id,
+                "mark": {"ts": mark.ts.isoformat(), "event_id": mark.event_id},
+                "events": events,
+            }
+        ),
         durable=durable,
     )
     _append(log, events, info)

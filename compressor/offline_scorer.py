@@ -62,13 +62,97 @@ _EMOTIONS: dict[str, str] = {
     for w in ws.split()
 }
 _SMALL_TALK = frozenset(
-    "hi hey hello bye goodbye thanks thank ok okay cool nice yeah yes yep sure lol haha wow great good "
-    "awesome see later talk soon take care night morning".split()
+    [
+        "hi",
+        "hey",
+        "hello",
+        "bye",
+        "goodbye",
+        "thanks",
+        "thank",
+        "ok",
+        "okay",
+        "cool",
+        "nice",
+        "yeah",
+        "yes",
+        "yep",
+        "sure",
+        "lol",
+        "haha",
+        "wow",
+        "great",
+        "good",
+        "awesome",
+        "see",
+        "later",
+        "talk",
+        "soon",
+        "take",
+        "care",
+        "night",
+        "morning",
+    ]
 )
 _COMMON_CAPS = frozenset(
-    "I I'm I've I'd I'll Hey Hi Hello Thanks Thank Wow Yeah Yes No Oh Ok Okay So Well That This It "
-    "What When Where Why How Who The A An And But Or My Your We You He She They Me Sounds Great Good "
-    "Awesome Cool Nice Sure Really Definitely Absolutely Congrats Congratulations Haha Lol".split()
+    [
+        "I",
+        "I'm",
+        "I've",
+        "I'd",
+        "I'll",
+        "Hey",
+        "Hi",
+        "Hello",
+        "Thanks",
+        "Thank",
+        "Wow",
+        "Yeah",
+        "Yes",
+        "No",
+        "Oh",
+        "Ok",
+        "Okay",
+        "So",
+        "Well",
+        "That",
+        "This",
+        "It",
+        "What",
+        "When",
+        "Where",
+        "Why",
+        "How",
+        "Who",
+        "The",
+        "A",
+        "An",
+        "And",
+        "But",
+        "Or",
+        "My",
+        "Your",
+        "We",
+        "You",
+        "He",
+        "She",
+        "They",
+        "Me",
+        "Sounds",
+        "Great",
+        "Good",
+        "Awesome",
+        "Cool",
+        "Nice",
+        "Sure",
+        "Really",
+        "Definitely",
+        "Absolutely",
+        "Congrats",
+        "Congratulations",
+        "Haha",
+        "Lol",
+    ]
 )
 
 
@@ -92,7 +176,7 @@ class OfflineScorer:
         score = 1.0
         score += min(len(informative) / 6.0, 2.0)  # substance
         names = _names(text)
-        score += min(len(names) * 0.5, 1.5)
+        score += min(len(names) * 0.5, 1.0)
         new_names = [n for n in names if n.lower() not in seen]
         score += 1.0 if new_names else 0.0  # a first mention is worth remembering
         if _NUMBER_RE.search(text) or _MONTH_RE.search(text) or anchor_relative_dates(text, it.ts, 1):
@@ -100,13 +184,13 @@ class OfflineScorer:
         if _PREFERENCE_RE.search(text):
             score += 1.5
         if _DISCLOSURE_RE.search(text):
-            score += 1.0
+            score += 0.5
         if _CORRECTION_RE.search(text):
             score += 1.5
         emotions = _emotions(text)
         score += min(len(emotions) * 0.5, 1.5)
         if prev is not None and prev.text.rstrip().endswith("?") and len(informative) >= 4:
-            score += 1.0  # a question that got a real answer
+            score += 0.5  # a question that got a real answer
         if len(informative) <= 2:
             score -= 1.5  # greeting, thanks, filler
         return max(1, min(10, round(score)))
@@ -166,12 +250,12 @@ class OfflineScorer:
             if it.event_id in keep
             for speaker, text in it.lines()
         ]
-        counts: Counter[str] = Counter()
+        weights: dict[str, float] = {}
         for it in group:
             for w in content_words(it.text):
                 if w not in _SMALL_TALK and not w.isdigit() and len(w) > 2:
-                    counts[w] += 1 + scores[it.event_id] / 10
-        topics = [w for w, _ in counts.most_common(4)]
+                    weights[w] = weights.get(w, 0.0) + 1 + scores[it.event_id] / 10
+        topics = [w for w, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:4]]
         speakers = list(dict.fromkeys(s for it in group for s, _ in it.lines()))
         who = " and ".join(speakers) if speakers else "someone"
         anchors: list[str] = []

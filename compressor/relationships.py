@@ -29,7 +29,9 @@ _COLD = {"anger", "fear", "sadness"}
 
 @dataclass
 class _Acc:
-    episodes: list[tuple[str, str, int, str, datetime]] = field(default_factory=list)  # id, name, imp, emo, end
+    episodes: list[tuple[str, str, int, str, datetime]] = field(
+        default_factory=list
+    )  # id, name, imp, emo, end
     facts: list[tuple[str, str, int]] = field(default_factory=list)  # id, content, importance
     last_spoke: datetime | None = None
     interactions: int = 0
@@ -100,8 +102,9 @@ def _event(agent_id: str, participant: str, acc: _Acc) -> dict[str, Any]:
     trust = round(min(1.0, 0.3 + 0.07 * min(len(acc.facts), 10)), 2)
     first = acc.episodes[0][4]
     last = acc.last_spoke or acc.episodes[-1][4]
-    top_eps = sorted(acc.episodes, key=lambda e: (-e[2], e[0]))[:2]
-    top_facts = sorted(acc.facts, key=lambda f: (-f[2], f[0]))[:3]
+    top_eps = list({e[1]: e for e in sorted(acc.episodes, key=lambda e: (-e[2], e[0]))}.values())[:2]
+    distinct = {f[1]: f for f in sorted(acc.facts, key=lambda f: (-f[2], f[0]))}
+    top_facts = list(distinct.values())[:3]
     parts = [
         f"{participant}: {n_eps} shared memories since {human_date(first)}; last spoke {human_date(last)}.",
         f"Rapport {rapport:.1f}, trust {trust:.1f}"

@@ -25,7 +25,14 @@ from typing import Any
 
 import orjson
 
-from tiermem.compressor.scoring import FACT_CATEGORIES, BatchResult, EpisodeDraft, FactDraft, Interaction, Quote
+from tiermem.compressor.scoring import (
+    FACT_CATEGORIES,
+    BatchResult,
+    EpisodeDraft,
+    FactDraft,
+    Interaction,
+    Quote,
+)
 
 
 class MalformedOutput(Exception):
@@ -149,7 +156,9 @@ def _resolve(label: Any, labels: dict[str, Interaction], by_id: dict[str, Intera
     return None
 
 
-def _quote(raw: Any, default_turn: Interaction | None, labels: dict[str, Interaction], by_id: dict[str, Interaction]) -> Quote | None:
+def _quote(
+    raw: Any, default_turn: Interaction | None, labels: dict[str, Interaction], by_id: dict[str, Interaction]
+) -> Quote | None:
     if isinstance(raw, str):
         raw = {"text": raw}
     if not isinstance(raw, dict):
@@ -196,7 +205,7 @@ def sanitize_batch(raw: Any, batch: list[Interaction], *, scorer: str) -> BatchR
         members = []
         for label in ep.get("interaction_ids") or []:
             it = _resolve(label, labels, by_id)
-            if it is not None and it.event_id not in assigned:
+            if it is not None and it.event_id not in assigned and it not in members:
                 members.append(it)
         if not members:
             continue

@@ -62,7 +62,9 @@ def _as_utc(value: Any) -> datetime:
 
 
 def _load_marks(con: duckdb.DuckDBPyConnection, marks: dict[str, Watermark]) -> None:
-    con.execute("CREATE OR REPLACE TEMP TABLE compressor_marks (agent_id VARCHAR, wts TIMESTAMPTZ, weid VARCHAR)")
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE compressor_marks (agent_id VARCHAR, wts TIMESTAMPTZ, weid VARCHAR)"
+    )
     if marks:
         con.executemany(
             "INSERT INTO compressor_marks VALUES (?, ?, ?)",
@@ -114,7 +116,9 @@ def _interaction(row: dict[str, Any]) -> Interaction:
     )
 
 
-def select_due(settings: Settings, agent: str | None = None, *, force: bool = False) -> Iterator[AgentSelection]:
+def select_due(
+    settings: Settings, agent: str | None = None, *, force: bool = False
+) -> Iterator[AgentSelection]:
     """Yield each due agent's interactions to compress (one agent at a time, oldest first).
 
     `force` compresses an agent's pending history even when it is not yet due

@@ -20,7 +20,7 @@ STOP_WORDS: frozenset[str] = frozenset(
     there when where why how all any both each few more most other some such no nor not only own
     same so than too very s t can will just don should now d ll m o re ve y ain aren couldn didn
     doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn
-    """.split()
+    """.split()  # noqa: SIM905
 )
 
 

@@ -49,13 +49,22 @@ def contradicts(old: str, new: str) -> bool:
     if old_numbers and new_numbers and old_numbers != new_numbers:
         return True
     ot, nt = content_tokens(old), content_tokens(new)
-    # The same words in another order usually swap a relation: "tea over coffee" / "coffee over tea".
-    if ot != nt and sorted(ot) == sorted(nt):
+    # Shared words in another order usually swap a relation: "tea over coffee" / "coffee over tea".
+    if _order_swapped(ot, nt):
         return True
     # Same frame, different final value: "prefers tea" / "prefers coffee".
     if len(ot) >= 2 and len(nt) >= 2 and ot[:-1] == nt[:-1] and ot[-1] != nt[-1]:
         return True
     return False
+
+
+def _order_swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    shared = [w for w in dict.fromkeys(a) if w in set(b) and a.count(w) == 1 and b.count(w) == 1]
+    if len(shared) < 3:
+        return False
+    pos_b = {w: b.index(w) for w in shared}
+    order = [pos_b[w] for w in shared]
+    return any(order[i] > order[j] for i in range(len(order)) for j in range(i + 1, len(order)))
 
 
 def _clauses(text: str) -> list[str]:

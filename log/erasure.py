@@ -125,7 +125,9 @@ def compute_erased(settings: Settings, targets: ErasureTargets) -> tuple[set[str
     if not targets:
         return set(), {}
     con = duckdb.connect(":memory:")
-    rows: list[tuple[str, str | None, str | None, str | None, list[str] | None, list[str] | None, bool, str]] = []
+    rows: list[
+        tuple[str, str | None, str | None, str | None, list[str] | None, list[str] | None, bool, str]
+    ] = []
     try:
         for stream in STREAMS:
             if stream == ERASURE_STREAM:

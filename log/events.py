@@ -550,7 +550,7 @@ def _fast_interaction(rec: dict[str, Any], now: datetime | None) -> dict[str, An
             out[name] = value
             continue
         if value is None:
-            if name == "extra":
+            if name not in _FAST_KINDS:  # an unknown field (kept in `extra`, even when null)
                 return None
             continue
         kind = _FAST_KINDS.get(name)

@@ -33,7 +33,19 @@ import pyarrow.parquet as pq
 from tiermem.errors import LogCorruptionError
 from tiermem.ids import format_ts, utcnow
 from tiermem.log.catalog import DUCK_TYPES, _q, jsonl_reader
-from tiermem.log.events import BOOL, FLOAT, INT, JSON, STR, STREAMS, STRLIST, TS, USAGE, USAGE_FIELDS, stream_fields
+from tiermem.log.events import (
+    BOOL,
+    FLOAT,
+    INT,
+    JSON,
+    STR,
+    STREAMS,
+    STRLIST,
+    TS,
+    USAGE,
+    USAGE_FIELDS,
+    stream_fields,
+)
 from tiermem.log.store import ERASED_MARK, EventLog, line_event_id
 from tiermem.settings import Settings
 

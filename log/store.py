@@ -347,7 +347,9 @@ class EventLog:
         """Keep an invalid record with its reason under `_rejects/` (never lost)."""
         self.reject_many([(record, error)], source=source)
 
-    def reject_many(self, items: Iterable[tuple[Any, ValidationError]], *, source: str = "append") -> Path | None:
+    def reject_many(
+        self, items: Iterable[tuple[Any, ValidationError]], *, source: str = "append"
+    ) -> Path | None:
         """Keep invalid records with their reasons, one write and one fsync for all of them."""
         stamp = format_ts(utcnow())
         lines = []
@@ -361,7 +363,13 @@ class EventLog:
                     raw = repr(record)
             lines.append(
                 orjson.dumps(
-                    {"ts": stamp, "source": source, "field": error.field, "reason": error.reason, "record": raw}
+                    {
+                        "ts": stamp,
+                        "source": source,
+                        "field": error.field,
+                        "reason": error.reason,
+                        "record": raw,
+                    }
                 )
                 + b"\n"
             )

@@ -23,11 +23,13 @@ reason (see `scrub_after_erasure`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tiermem.settings import Settings
 
@@ -169,6 +171,16 @@ CREATE TABLE IF NOT EXISTS retrievals (
 );
 CREATE INDEX IF NOT EXISTS retrievals_agent ON retrievals (agent_id, ts);
 
+-- Knowledge proposals, kept only for what a decision needs: origin (source trust) and correction flag.
+CREATE TABLE IF NOT EXISTS proposals (
+    proposal_id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    origin TEXT,
+    is_correction INTEGER NOT NULL DEFAULT 0,
+    participant TEXT,
+    ts TEXT NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT NOT NULL,
     agent_id TEXT NOT NULL,
@@ -196,9 +208,16 @@ DIGEST_TABLES: dict[str, str] = {
     "relationships": "agent_id, participant",
     "retrievals": "event_id",
     "sessions": "agent_id, session_id",
+    "proposals": "proposal_id",
     "erasures": "event_id",
     "erased_ids": "event_id",
 }
+
+
+class HotConnection(sqlite3.Connection):
+    """A hot-store connection; carries per-connection caches (erasure targets)."""
+
+    erasure_targets: Any = None
 
 
 def connect(path: Path | str, *, create: bool = True) -> sqlite3.Connection:
@@ -206,7 +225,13 @@ def connect(path: Path | str, *, create: bool = True) -> sqlite3.Connection:
     path = Path(path)
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(
+        path,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+        isolation_level=None,
+        check_same_thread=False,
+        factory=HotConnection,
+    )
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA secure_delete=ON")
@@ -302,7 +327,6 @@ def scrub_after_erasure(conn: sqlite3.Connection) -> None:
     """Make erased text unrecoverable from the file: merge FTS segments, truncate the WAL."""
     conn.execute("INSERT INTO facts_fts (facts_fts) VALUES ('optimize')")
     conn.execute("INSERT INTO episodes_fts (episodes_fts) VALUES ('optimize')")
-    try:
+    # A busy reader may block the truncation; the next checkpoint overwrites the frames.
+    with contextlib.suppress(sqlite3.OperationalError):
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    except sqlite3.OperationalError:
-        pass  # a busy reader; the next checkpoint overwrites the frames

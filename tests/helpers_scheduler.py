@@ -70,6 +70,7 @@ threshold_check_seconds = 3600
 sessions_check_seconds = 3600
 compress_minutes = 600
 evolve_minutes = 600
+project_seconds = 3600
 """
 
 

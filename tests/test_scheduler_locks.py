@@ -10,7 +10,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-
 from helpers_scheduler import (
     QUIET_SCHEDULE,
     SLOW_STEPS,
@@ -20,6 +19,7 @@ from helpers_scheduler import (
     wait_for,
     write_config,
 )
+
 from tiermem.errors import AlreadyRunningError
 from tiermem.jobs import job_lock, read_run_log, run_job
 from tiermem.scheduler import scheduler_running

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from apscheduler.triggers.interval import IntervalTrigger
-
 from helpers_scheduler import wait_for
+
 from tiermem.ids import format_ts
 from tiermem.jobs import RunRecord, append_run_record
 from tiermem.scheduler import PlannedJob, Scheduler, plan_jobs
@@ -30,7 +30,7 @@ def _ok(settings: Settings, job: str, when: datetime) -> None:
 
 def test_fresh_root_runs_frequent_jobs_at_start_and_waits_for_the_rest(settings: Settings) -> None:
     plans = {p.name: p for p in plan_jobs(settings, NOW)}
-    assert set(plans) == {"threshold_check", "sessions", "compress", "evolve", "seal", "review"}
+    assert set(plans) == {"threshold_check", "sessions", "project", "compress", "evolve", "seal", "review"}
     assert plans["threshold_check"].first_run == NOW
     assert plans["sessions"].first_run == NOW
     assert plans["compress"].first_run == NOW + timedelta(minutes=settings.scheduler.compress_minutes)

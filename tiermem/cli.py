@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "tiermem.reviewer.commands",
     "tiermem.evolver.commands",
     "tiermem.runtime.commands",
+    "tiermem.runtime.mcp_server",
     "tiermem.scheduler",
     "tiermem.demo",
     "tiermem.benchmarks",

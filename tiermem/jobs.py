@@ -65,6 +65,12 @@ JOBS: dict[str, JobSpec] = {
             "gap-fill (and compress when due) for every session_ended event since the checkpoint",
         ),
         JobSpec("evolve", "tiermem.evolver.job:run_evolve", "evolve", "decide pending knowledge proposals"),
+        JobSpec(
+            "project",
+            "tiermem.runtime.projector:project",
+            "project",
+            "apply new log events (episodes, decisions) to the hot store the runtime reads",
+        ),
         JobSpec("seal", "tiermem.log.seal:seal", "seal", "seal closed days of the log to Parquet"),
         JobSpec("review", "tiermem.reviewer.job:run_review", "review", "write the daily quality report"),
     )

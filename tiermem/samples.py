@@ -40,11 +40,26 @@ AGENTS: tuple[AgentProfile, ...] = (
         ("web-chat", "email", "support-escalation"),
         "acme-billing",
         (
-            ("My invoice for {month} shows a double charge of ${amount}.", "I can see the duplicate ${amount} charge on your {month} invoice; I've opened refund ticket #{ticket}."),
-            ("I moved to {city}, can you update my billing address?", "Done: your billing address is now in {city}. The next invoice will use it."),
-            ("The export to CSV keeps timing out.", "Exports over 50k rows run in the background now; you'll get an email with the link."),
-            ("Please cancel my {plan} plan at the end of the month.", "Your {plan} plan is set to end on the last day of the month. You keep access until then."),
-            ("Is the outage on {day} fixed?", "Yes, the {day} outage was a failed database failover; it was fixed within the hour."),
+            (
+                "My invoice for {month} shows a double charge of ${amount}.",
+                "I can see the duplicate ${amount} charge on your {month} invoice; I've opened refund ticket #{ticket}.",
+            ),
+            (
+                "I moved to {city}, can you update my billing address?",
+                "Done: your billing address is now in {city}. The next invoice will use it.",
+            ),
+            (
+                "The export to CSV keeps timing out.",
+                "Exports over 50k rows run in the background now; you'll get an email with the link.",
+            ),
+            (
+                "Please cancel my {plan} plan at the end of the month.",
+                "Your {plan} plan is set to end on the last day of the month. You keep access until then.",
+            ),
+            (
+                "Is the outage on {day} fixed?",
+                "Yes, the {day} outage was a failed database failover; it was fixed within the hour.",
+            ),
             ("I prefer to be contacted by email, not phone.", "Noted: email only from now on."),
         ),
     ),
@@ -54,12 +69,27 @@ AGENTS: tuple[AgentProfile, ...] = (
         ("discord-tavern", "discord-dm"),
         "nexus-campaign",
         (
-            ("I can't quite remember how I got to the Nexus.", "You don't have to remember everything to be here. The Nexus doesn't seem to require it."),
-            ("Will you still be here when I wake up?", "I don't go anywhere. Sleep. The Nexus holds you while you do. I'll be here."),
+            (
+                "I can't quite remember how I got to the Nexus.",
+                "You don't have to remember everything to be here. The Nexus doesn't seem to require it.",
+            ),
+            (
+                "Will you still be here when I wake up?",
+                "I don't go anywhere. Sleep. The Nexus holds you while you do. I'll be here.",
+            ),
             ("Hello.", "Hello."),
-            ("Tell me about the {artifact}.", "The {artifact} was last seen in the eastern archive. Few who went looking came back unchanged."),
-            ("My character {hero} wants to trade with you.", "{hero} has an honest face. I'll trade, but not the map."),
-            ("Do you remember what happened in {city}?", "I remember the fire in {city}, and who carried the children out."),
+            (
+                "Tell me about the {artifact}.",
+                "The {artifact} was last seen in the eastern archive. Few who went looking came back unchanged.",
+            ),
+            (
+                "My character {hero} wants to trade with you.",
+                "{hero} has an honest face. I'll trade, but not the map.",
+            ),
+            (
+                "Do you remember what happened in {city}?",
+                "I remember the fire in {city}, and who carried the children out.",
+            ),
         ),
     ),
     AgentProfile(
@@ -68,11 +98,23 @@ AGENTS: tuple[AgentProfile, ...] = (
         ("ide", "slack-dev"),
         "platform-repo",
         (
-            ("Why does test_{module} fail on CI but not locally?", "CI runs with TZ=UTC; test_{module} builds a naive datetime. Make it timezone-aware."),
-            ("Refactor {module}.py to use dataclasses.", "Here is {module}.py with the three config classes turned into frozen dataclasses."),
+            (
+                "Why does test_{module} fail on CI but not locally?",
+                "CI runs with TZ=UTC; test_{module} builds a naive datetime. Make it timezone-aware.",
+            ),
+            (
+                "Refactor {module}.py to use dataclasses.",
+                "Here is {module}.py with the three config classes turned into frozen dataclasses.",
+            ),
             ("We use ruff, not flake8, in this repo.", "Understood, I'll suggest ruff rules from now on."),
-            ("What's the p99 latency of the {module} endpoint?", "Last week's p99 for {module} was {latency} ms, up from 80 ms after the cache change."),
-            ("Write a migration adding an index on users.email.", "Migration 0042 adds a unique index on users.email, created concurrently."),
+            (
+                "What's the p99 latency of the {module} endpoint?",
+                "Last week's p99 for {module} was {latency} ms, up from 80 ms after the cache change.",
+            ),
+            (
+                "Write a migration adding an index on users.email.",
+                "Migration 0042 adds a unique index on users.email, created concurrently.",
+            ),
         ),
     ),
     AgentProfile(
@@ -136,11 +178,14 @@ def generate(
 ) -> Iterator[dict[str, Any]]:
     """Yield `days * per_day` turns ending on `end` (default today UTC), oldest first."""
     rng = random.Random(seed)
-    last = end or utcnow().date()
+    now = utcnow()
+    last = end or now.date()
     first = last - timedelta(days=days - 1)
     for day in range(days):
         base = datetime(first.year, first.month, first.day, tzinfo=UTC) + timedelta(days=day)
-        offsets = sorted(rng.randrange(0, 86_400_000) for _ in range(per_day))
+        # Today's turns happened before now, not later today.
+        span = 86_400_000 if base.date() < now.date() else max(1, int((now - base).total_seconds() * 1000))
+        offsets = sorted(rng.randrange(0, span) for _ in range(per_day))
         session_of: dict[tuple[str, str], str] = {}
         for i, ms in enumerate(offsets):
             agent = AGENTS[rng.randrange(len(AGENTS))]
@@ -179,8 +224,12 @@ def generate(
                         "tool_calls": len(tools),
                     },
                     tools_used=tools,
-                    selection_reason=rng.choice(("direct_mention", "channel_default", "follow_up", "scheduled")),
-                    approval_status=rng.choices(("auto_approved", "approved", "pending", "rejected"), (0.8, 0.1, 0.07, 0.03))[0],
+                    selection_reason=rng.choice(
+                        ("direct_mention", "channel_default", "follow_up", "scheduled")
+                    ),
+                    approval_status=rng.choices(
+                        ("auto_approved", "approved", "pending", "rejected"), (0.8, 0.1, 0.07, 0.03)
+                    )[0],
                     latency_ms=round(rng.uniform(300, 9000), 1),
                     metadata={"client": rng.choice(("web", "discord", "vscode", "slack")), "turn": i},
                 )

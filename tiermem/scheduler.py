@@ -8,6 +8,7 @@ limit would close this gap." The scheduler runs, per data root:
 - sessions         every `sessions_check_seconds`: gap-fill + compress for ended sessions
 - compress         every `compress_minutes`
 - evolve           every `evolve_minutes`
+- project          every `project_seconds`: apply new derived events to the hot store
 - seal             daily at `seal_hour_utc:seal_minute_utc`
 - review           daily at `review_hour_utc:review_minute_utc`
 
@@ -105,6 +106,7 @@ def plan_jobs(settings: Settings, now: datetime | None = None) -> list[PlannedJo
     frequent = (
         ("threshold_check", sched.threshold_check_seconds),
         ("sessions", sched.sessions_check_seconds),
+        ("project", sched.project_seconds),
     )
     for name, seconds in frequent:
         plans.append(

@@ -110,6 +110,7 @@ class SchedulerSettings:
     review_minute_utc: int = 0
     misfire_grace_seconds: int = 3600
     sessions_check_seconds: int = 30  # how often the scheduler picks up session_ended events
+    project_seconds: int = 30  # how often the scheduler brings the hot store up to date with the log
     stop_grace_seconds: float = 20.0  # on SIGTERM, wait this long for the running job, then exit anyway
 
 

@@ -1,0 +1,445 @@
+"""`AgentMemory`: one agent's view of the hot store, and every write it makes.
+
+All writes go through the log as events (durable per `settings.fsync`) and
+are then applied to the hot store directly with the projector's own,
+idempotent handlers, so the agent reads its own writes at once; the projector
+applying the same events again later changes nothing.
+
+`record_turn` is the hot path after every turn: exactly one durable append
+of the enriched `interaction` plus its working-memory row, nothing else.
+`end_session` appends `session_ended` and then calls the session-end hooks
+(the operations engineer wires gap-fill and compression there with
+`add_session_end_hook`), so the turn path never waits for batch work.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tiermem.errors import LimitExceededError, NotFoundError, ValidationError
+from tiermem.ids import new_event_id
+from tiermem.log.events import SCOPES, validate
+from tiermem.log.store import EventLog
+from tiermem.runtime import hotstore
+from tiermem.runtime.levels import check_level, current_level, transition_event
+from tiermem.runtime.projector import apply_now, kv_fact_id
+from tiermem.runtime.scopes import KV_ORDER, ScopeContext, kv_lookup
+from tiermem.runtime.tokens import count_tokens
+from tiermem.settings import Settings
+
+FACT_SCOPES = ("agent", *SCOPES)  # "agent" = private to the writing agent (no scope field)
+
+SessionEndHook = Callable[[Settings, str, str], Any]
+_SESSION_END_HOOKS: list[SessionEndHook] = []
+
+
+def add_session_end_hook(hook: SessionEndHook) -> None:
+    """Run `hook(settings, agent_id, session_id)` after every `end_session` (e.g. gap-fill)."""
+    if hook not in _SESSION_END_HOOKS:
+        _SESSION_END_HOOKS.append(hook)
+
+
+def remove_session_end_hook(hook: SessionEndHook) -> None:
+    if hook in _SESSION_END_HOOKS:
+        _SESSION_END_HOOKS.remove(hook)
+
+
+@dataclass
+class AgentMemory:
+    """An agent bound to its scopes, with a hot-store connection and the log."""
+
+    settings: Settings
+    agent_id: str
+    agent_type: str | None = None
+    project_id: str | None = None
+    task_id: str | None = None
+    session_id: str | None = None
+    user: str | None = None
+    level: str | None = None  # None: the level of the agent's newest item
+    base_context: str | None = None
+    conn: sqlite3.Connection = field(init=False, repr=False)
+    _log: EventLog | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.agent_id or not self.agent_id.strip():
+            raise ValidationError("agent_id", "empty")
+        if self.level is not None:
+            check_level(self.level)
+        self.conn = hotstore.open_hot_store(self.settings)
+
+    # ------------------------------------------------------------ plumbing
+    @property
+    def log(self) -> EventLog:
+        if self._log is None:
+            self._log = EventLog(self.settings)
+        return self._log
+
+    @property
+    def scope(self) -> ScopeContext:
+        return ScopeContext(self.agent_id, self.agent_type, self.project_id)
+
+    def current_level(self) -> str:
+        return self.level or current_level(self.conn, self.agent_id)
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.conn.close()
+
+    def __enter__(self) -> AgentMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def append(self, records: list[Mapping[str, Any]], *, apply: bool = True) -> list[dict[str, Any]]:
+        """Validate, durably append (one batch), then apply to the hot store; returns the events."""
+        events = []
+        for record in records:
+            try:
+                events.append(validate(record))
+            except ValidationError as exc:
+                self.log.reject(record, exc)
+                raise
+        self.log.append_validated(events)
+        if apply:
+            apply_now(self.conn, events)
+        return events
+
+    # ------------------------------------------------------------ retrievals
+    def record_retrieval(
+        self,
+        tool: str,
+        query: str | None,
+        item_ids: list[str],
+        scores: list[float] | None = None,
+        tokens: int = 0,
+        reason: str | None = None,
+        participant: str | None = None,
+    ) -> str:
+        """Append a `retrieval` event (what was delivered, why, its cost) and bump recall counts."""
+        record: dict[str, Any] = {
+            "type": "retrieval",
+            "agent_id": self.agent_id,
+            "tool": tool,
+            "item_ids": list(item_ids),
+            "scores": list(scores or []),
+            "tokens": int(tokens),
+        }
+        for name, value in (
+            ("query", query),
+            ("reason", reason),
+            ("participant", participant or self.user),
+            ("session_id", self.session_id),
+        ):
+            if value:
+                record[name] = value
+        return str(self.append([record])[0]["event_id"])
+
+    # ------------------------------------------------------------ identity (L0)
+    def identity(self) -> str:
+        row = self.conn.execute("SELECT content FROM identity WHERE agent_id=?", (self.agent_id,)).fetchone()
+        return "" if row is None else str(row[0])
+
+    def set_identity(self, content: str, source: str = "agent") -> str:
+        limit = self.settings.runtime.identity_max_chars
+        if len(content) > limit:
+            raise LimitExceededError(
+                f"identity (L0) is limited to {limit:,} characters; this one has {len(content):,}. "
+                "Merge or remove entries before adding more (memory_write update/remove on L0)."
+            )
+        event = self.append(
+            [{"type": "identity_set", "agent_id": self.agent_id, "content": content, "source": source}]
+        )[0]
+        return str(event["event_id"])
+
+    # ------------------------------------------------------------ KV facts
+    def _scope_record(self, scope: str | None) -> dict[str, Any]:
+        scope = scope or "agent"
+        if scope not in FACT_SCOPES:
+            raise ValidationError("scope", f"expected one of {', '.join(FACT_SCOPES)}, got {scope!r}")
+        record: dict[str, Any] = {}
+        if scope != "agent":
+            record["scope"] = scope
+        if scope in ("agent_type", "override"):
+            if not self.agent_type:
+                raise ValidationError("scope", f"scope {scope!r} needs the agent's agent_type")
+            record["agent_type"] = self.agent_type
+        if scope in ("project", "override"):
+            if not self.project_id:
+                raise ValidationError("scope", f"scope {scope!r} needs the agent's project_id")
+            record["project_id"] = self.project_id
+        return record
+
+    def store_fact(self, key: str, value: str, scope: str | None = None, source: str = "agent") -> str:
+        if not key.strip():
+            raise ValidationError("key", "empty")
+        record = {
+            "type": "fact_set",
+            "agent_id": self.agent_id,
+            "key": key,
+            "value": value,
+            "source": source,
+            **self._scope_record(scope),
+        }
+        record["fact_id"] = kv_fact_id(
+            self.agent_id, scope or "agent", record.get("agent_type"), record.get("project_id"), key
+        )
+        self.append([record])
+        return str(record["fact_id"])
+
+    def get_fact(self, key: str) -> sqlite3.Row | None:
+        return kv_lookup(self.conn, self.scope, key)
+
+    def remove_fact(self, key: str, scope: str | None = None, reason: str | None = None) -> str:
+        """Remove a KV fact: the one in `scope`, else the one a lookup would return."""
+        if scope is None:
+            row = self.get_fact(key)
+            if row is None or row["kind"] != "kv":
+                raise NotFoundError(f"no fact {key!r} visible to agent {self.agent_id!r}")
+            fact_id, scope = str(row["fact_id"]), str(row["scope"])
+            owner = str(row["agent_id"])
+        else:
+            extra = self._scope_record(scope)
+            fact_id = kv_fact_id(self.agent_id, scope, extra.get("agent_type"), extra.get("project_id"), key)
+            owner = self.agent_id
+            if (
+                self.conn.execute(
+                    "SELECT 1 FROM facts WHERE fact_id=? AND status='active'", (fact_id,)
+                ).fetchone()
+                is None
+            ):
+                raise NotFoundError(f"no fact {key!r} in scope {scope!r} of agent {self.agent_id!r}")
+        record: dict[str, Any] = {"type": "fact_removed", "agent_id": owner, "key": key, "fact_id": fact_id}
+        if scope != "agent":
+            record["scope"] = scope
+        if reason:
+            record["reason"] = reason
+        self.append([record])
+        return fact_id
+
+    # ------------------------------------------------------------ knowledge (L1)
+    def add_knowledge(
+        self,
+        content: str,
+        *,
+        category: str = "insight",
+        topic: str | None = None,
+        tags: list[str] | None = None,
+        scope: str | None = None,
+        participant: str | None = None,
+        fact_id: str | None = None,
+        decision: str = "created",
+        previous_content: str | None = None,
+        similarity: float | None = None,
+        is_correction: bool = False,
+        note: str | None = None,
+    ) -> str:
+        """An agent-written fact: `knowledge_proposed` + `knowledge_decided` (decided_by agent)."""
+        if not content.strip():
+            raise ValidationError("content", "empty")
+        scope_fields = self._scope_record(scope)
+        proposal: dict[str, Any] = {
+            "type": "knowledge_proposed",
+            "event_id": new_event_id(),
+            "agent_id": self.agent_id,
+            "content": content,
+            "category": category,
+            "origin": "agent",
+            "confidence": 1.0,
+            "is_correction": is_correction,
+            **scope_fields,
+        }
+        for name, value in (("topic", topic), ("participant", participant or None)):
+            if value:
+                proposal[name] = value
+        if tags:
+            proposal["evidence"] = [{"text": "tags: " + ", ".join(tags), "event_id": ""}]
+        fact = fact_id or "fact:" + str(proposal["event_id"])
+        decided: dict[str, Any] = {
+            "type": "knowledge_decided",
+            "agent_id": self.agent_id,
+            "proposal_id": proposal["event_id"],
+            "decision": decision,
+            "fact_id": fact,
+            "content": content,
+            "status": "active",
+            "category": category,
+            "decided_by": "agent",
+            **scope_fields,
+        }
+        for name, value in (
+            ("topic", topic),
+            ("participant", participant),
+            ("previous_content", previous_content),
+            ("similarity", similarity),
+            ("note", note),
+        ):
+            if value is not None:
+                decided[name] = value
+        self.append([proposal, decided])
+        return fact
+
+    def decide_fact(self, fact_id: str, decision: str, status: str, note: str | None = None) -> None:
+        """Change one visible fact's status (e.g. deactivate on removal), keeping its content for audit."""
+        row = self.conn.execute("SELECT * FROM facts WHERE fact_id=?", (fact_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no fact {fact_id!r}")
+        record: dict[str, Any] = {
+            "type": "knowledge_decided",
+            "agent_id": row["agent_id"],
+            "decision": decision,
+            "fact_id": fact_id,
+            "content": row["content"],
+            "status": status,
+            "decided_by": "agent",
+        }
+        if note:
+            record["note"] = note
+        self.append([record])
+
+    # ------------------------------------------------------------ memory levels
+    def finish(self, level: str, summary: str, source_event_ids: list[str] | None = None) -> str:
+        """Finish the current task or project: a transition plus a summary item at the level above."""
+        event = transition_event(
+            self.agent_id,
+            level,
+            summary,
+            project_id=self.project_id,
+            task_id=self.task_id if level == "task" else None,
+            session_id=self.session_id,
+            source_event_ids=source_event_ids,
+        )
+        appended = self.append([event])[0]
+        self.level = event["to_level"]
+        if level == "task":
+            self.task_id = None
+        return str(appended["event_id"])
+
+    def finish_task(self, summary: str) -> str:
+        return self.finish("task", summary)
+
+    def finish_project(self, summary: str) -> str:
+        return self.finish("project", summary)
+
+
+def open_memory(
+    settings: Settings,
+    agent_id: str,
+    *,
+    agent_type: str | None = None,
+    project_id: str | None = None,
+    task_id: str | None = None,
+    session_id: str | None = None,
+    user: str | None = None,
+    level: str | None = None,
+    base_context: str | None = None,
+) -> AgentMemory:
+    """Bind a memory to one agent and its scopes (call `project(settings)` first to catch up)."""
+    return AgentMemory(
+        settings,
+        agent_id,
+        agent_type=agent_type,
+        project_id=project_id,
+        task_id=task_id,
+        session_id=session_id,
+        user=user,
+        level=level,
+        base_context=base_context,
+    )
+
+
+@dataclass(frozen=True)
+class RecordedTurn:
+    event_id: str
+    memory_level: str
+    tokens: int  # estimated tokens of the turn's text
+
+
+def record_turn(
+    memory_or_settings: AgentMemory | Settings,
+    user_message: str,
+    agent_response: str,
+    *,
+    agent_id: str | None = None,
+    **fields: Any,
+) -> RecordedTurn:
+    """Append one enriched `interaction` (one durable append) and update working memory.
+
+    `fields` are interaction fields (`user`, `memory_level`, `model`, `usage`,
+    `tools_used`, `latency_ms`, `selection_reason`, `approval_status`,
+    `channel`, `metadata`, `event_id` as idempotency key, ...); the agent's
+    scopes, session and level fill in what is not given.
+    """
+    own = isinstance(memory_or_settings, Settings)
+    if isinstance(memory_or_settings, Settings):
+        if not agent_id:
+            raise ValidationError("agent_id", "missing (needed when record_turn is given settings)")
+        memory = open_memory(memory_or_settings, agent_id)
+    else:
+        memory = memory_or_settings
+    try:
+        record: dict[str, Any] = {
+            "type": "interaction",
+            "agent_id": memory.agent_id,
+            "user_message": user_message,
+            "agent_response": agent_response,
+        }
+        defaults = {
+            "agent_type": memory.agent_type,
+            "project_id": memory.project_id,
+            "task_id": memory.task_id,
+            "session_id": memory.session_id,
+            "user": memory.user,
+        }
+        record.update({k: v for k, v in defaults.items() if v})
+        record.update({k: v for k, v in fields.items() if v is not None})
+        if "memory_level" not in record:
+            record["memory_level"] = memory.current_level()
+        event = memory.append([record])[0]
+        return RecordedTurn(
+            event_id=str(event["event_id"]),
+            memory_level=str(event["memory_level"]),
+            tokens=count_tokens(user_message) + count_tokens(agent_response),
+        )
+    finally:
+        if own:
+            memory.close()
+
+
+def end_session(
+    memory: AgentMemory,
+    session_id: str | None = None,
+    *,
+    reason: str | None = None,
+    on_session_end: SessionEndHook | None = None,
+) -> str:
+    """Append `session_ended`, then run the session-end hooks (gap-fill, compression triggers)."""
+    sid = session_id or memory.session_id
+    if not sid:
+        raise ValidationError("session_id", "missing: give one or open the memory with a session_id")
+    record: dict[str, Any] = {"type": "session_ended", "agent_id": memory.agent_id, "session_id": sid}
+    if memory.user:
+        record["user"] = memory.user
+    if reason:
+        record["reason"] = reason
+    event = memory.append([record])[0]
+    for hook in [*_SESSION_END_HOOKS, *([on_session_end] if on_session_end else [])]:
+        hook(memory.settings, memory.agent_id, sid)
+    return str(event["event_id"])
+
+
+def visible_scopes(memory: AgentMemory) -> list[str]:
+    """The scopes this agent reads, most specific first."""
+    have = {"agent", "system"}
+    if memory.agent_type:
+        have.add("agent_type")
+    if memory.project_id:
+        have.add("project")
+        if memory.agent_type:
+            have.add("override")
+    return [s for s in KV_ORDER if s in have]

@@ -1,0 +1,60 @@
+"""Helpers for the log and ingest tests: records, files, and running the CLI in-process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tiermem.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = REPO / ".venv" / "bin" / "python"
+
+
+def interaction(i: int = 0, **fields: Any) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "type": "interaction",
+        "agent_id": f"agent-{i % 3}",
+        "user": f"user-{i % 5}",
+        "ts": f"2026-03-{1 + i % 5:02d}T10:{i % 60:02d}:00.{i % 1000:03d}Z",
+        "channel": "web",
+        "user_message": f"message number {i}",
+        "agent_response": f"response number {i}",
+        "model": "claude-sonnet-4-5",
+        "usage": {"input_tokens": 100 + i, "output_tokens": 10 + i % 7},
+        "tools_used": ["recall_memory"] if i % 4 == 0 else [],
+        "latency_ms": 100.0 + i,
+    }
+    rec.update(fields)
+    return rec
+
+
+def write_jsonl(path: Path, records: Iterable[Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        for rec in records:
+            fh.write((rec if isinstance(rec, bytes) else orjson.dumps(rec)) + b"\n")
+    return path
+
+
+def segment_files(data_dir: Path, stream: str = "interactions", suffix: str = ".jsonl") -> list[Path]:
+    return sorted((data_dir / "log" / stream).glob(f"date=*/*{suffix}"))
+
+
+def all_lines(data_dir: Path, stream: str = "interactions") -> list[bytes]:
+    out: list[bytes] = []
+    for path in segment_files(data_dir, stream):
+        out.extend(path.read_bytes().splitlines())
+    return out
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], data_dir: Path, args: Sequence[str]) -> tuple[int, str, str]:
+    """Run `tiermem --data-dir DATA ARGS...` in this process; (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = main(["--data-dir", str(data_dir), *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err

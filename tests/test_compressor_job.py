@@ -1,0 +1,157 @@
+"""The compress job: selection, thresholds, idempotency, relationships, crash safety (real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from helpers_compressor import log_lines, seed_interactions
+
+from tiermem.compressor.job import compress_due, run_compress
+from tiermem.compressor.selection import load_watermarks, pending_counts
+from tiermem.log.store import EventLog
+from tiermem.settings import Settings, resolve_settings
+from tiermem.sqlviews import open_catalog
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _episodes(settings: Settings) -> list[tuple[str, list[str], bool]]:
+    con = open_catalog(settings)
+    try:
+        rows = con.execute(
+            "SELECT episode_id, source_event_ids, important FROM episodes ORDER BY episode_id"
+        ).fetchall()
+    finally:
+        con.close()
+    return [(r[0], list(r[1]), bool(r[2])) for r in rows]
+
+
+def test_selection_leaves_the_newest_ten_per_agent_alone(settings: Settings, event_log: EventLog) -> None:
+    a = seed_interactions(event_log, "agent-a", 40)
+    b = seed_interactions(event_log, "agent-b", 23, user="bob")
+    info = run_compress(settings)
+    assert info.agents == 2 and info.interactions_scored == 30 + 13
+    covered = {i for _, ids, _ in _episodes(settings) for i in ids}
+    assert covered == {r["event_id"] for r in a[:30]} | {r["event_id"] for r in b[:13]}
+    assert not covered & {r["event_id"] for r in a[30:] + b[13:]}  # working memory stays verbatim
+    marks = load_watermarks(settings)
+    assert marks["agent-a"].event_id == a[29]["event_id"]
+    assert pending_counts(settings) == {"agent-a": 10, "agent-b": 10}
+
+
+def test_an_agent_is_due_only_above_fifteen_pending(settings: Settings, event_log: EventLog) -> None:
+    records = seed_interactions(event_log, "quiet", 15)
+    assert run_compress(settings).interactions_scored == 0
+    assert compress_due(settings).agents == 0
+    event_log.append_many([{**records[-1], "event_id": "extra-1", "ts": "2025-03-02T10:00:00.000Z"}])
+    info = compress_due(settings)
+    assert info.agents == 1 and info.interactions_scored == 6
+
+
+def test_second_run_appends_nothing(settings: Settings, event_log: EventLog) -> None:
+    seed_interactions(event_log, "agent-a", 70)
+    first = run_compress(settings)
+    assert first.episodes > 0 and first.proposals > 0 and first.relationships == 1
+    before = log_lines(settings.data_dir)
+    second = run_compress(settings)
+    assert (second.episodes, second.proposals, second.relationships, second.interactions_scored) == (0, 0, 0, 0)
+    assert log_lines(settings.data_dir) == before
+
+
+def test_importance_threshold_is_per_agent(settings: Settings, event_log: EventLog) -> None:
+    seed_interactions(event_log, "reserved", 40)
+    strict = replace(settings, compressor=replace(settings.compressor, agent_thresholds={"reserved": 11}))
+    run_compress(strict)
+    assert all(not important for _, _, important in _episodes(settings))
+
+
+def test_relationships_are_produced_per_participant(settings: Settings, event_log: EventLog) -> None:
+    seed_interactions(event_log, "agent-a", 40, user="alice")
+    run_compress(settings)
+    con = open_catalog(settings)
+    rows = con.execute(
+        "SELECT participant, summary, rapport, trust, last_spoke_ts FROM relationships_events"
+    ).fetchall()
+    con.close()
+    assert len(rows) == 1
+    participant, summary, rapport, trust, last_spoke = rows[0]
+    assert participant == "alice" and "alice" in summary and "last spoke" in summary
+    assert 0 <= rapport <= 1 and 0 <= trust <= 1 and last_spoke is not None
+
+
+CHILD = r"""
+import sys
+from tiermem.settings import resolve_settings
+from tiermem.compressor import job
+from tiermem.compressor.offline_scorer import OfflineScorer
+
+class Announcing(OfflineScorer):
+    def score_batch(self, agent_id, batch):
+        result = super().score_batch(agent_id, batch)
+        print("batch", flush=True)
+        return result
+
+job.GROUP_BATCHES = 2
+settings = resolve_settings(data_dir=sys.argv[1], env={})
+job.run_compress(settings, scorer=Announcing())
+print("done", flush=True)
+"""
+
+
+def _seed(data_dir: Path) -> Settings:
+    s = resolve_settings(data_dir=data_dir, env={})
+    with EventLog(s) as log:
+        for agent in ("agent-a", "agent-b"):
+            seed_interactions(log, agent, 1200)
+    return s
+
+
+def test_kill_9_mid_run_then_rerun_gives_the_clean_run_episode_ids(tmp_path: Path) -> None:
+    clean = _seed(tmp_path / "clean")
+    run_compress(clean)
+    expected = _episodes(clean)
+
+    crashed = _seed(tmp_path / "crashed")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(crashed.data_dir)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    assert proc.stdout is not None
+    seen = 0
+    for line in proc.stdout:
+        seen += line.startswith("batch")
+        if seen == 45:  # mid-run: some groups committed, one in flight
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    partial = _episodes(crashed)
+    assert 0 < len(partial) < len(expected)
+
+    info = run_compress(crashed)
+    assert info.interactions_scored > 0
+    assert _episodes(crashed) == expected
+    before = log_lines(crashed.data_dir)
+    assert run_compress(crashed).episodes == 0
+    assert log_lines(crashed.data_dir) == before
+
+
+def test_cli_compress_json(settings: Settings, event_log: EventLog) -> None:
+    seed_interactions(event_log, "agent-a", 40)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("ANTHROPIC_API_KEY", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "tiermem.cli", "--data-dir", str(settings.data_dir), "compress", "--json"],
+        capture_output=True, text=True, env=env, check=True,
+    )
+    summary = json.loads(out.stdout)
+    assert summary["scorer"] == "offline"
+    assert summary["interactions_scored"] == 30 and summary["episodes"] > 0
+    for key in ("agents", "important", "proposals", "relationships", "elapsed_s"):
+        assert key in summary
