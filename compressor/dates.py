@@ -96,7 +96,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("yesterday", r"\byesterday\b"),
         ("tomorrow", r"\btomorrow\b"),
         ("today", r"\b(?:today|tonight|this morning|this afternoon|this evening)\b"),
-        ("recently", r"\b(?:recently|the other day|lately)\b"),
+        ("recently", r"\bthe other day\b"),
     )
 )
 
@@ -117,7 +117,7 @@ def _resolve(kind: str, m: re.Match[str], at: datetime) -> str | None:
     if kind == "today":
         return said
     if kind == "recently":
-        return f"shortly before {said}"
+        return f"a few days before {said}"
     if kind in ("last_weekday", "next_weekday", "this_weekday"):
         day = m.group(1).capitalize()
         target = WEEKDAYS.index(day)
@@ -135,9 +135,10 @@ def _resolve(kind: str, m: re.Match[str], at: datetime) -> str | None:
             year = at.year - 1 if kind == "last_unit" else at.year + (1 if kind == "next_unit" else 0)
             return f"{unit} {year}"
         if kind == "this_unit":
+            weekend = f"the weekend {'of' if at.weekday() >= 5 else 'after'} {said}"
             return {
                 "week": f"the week of {said}",
-                "weekend": f"the weekend of {said}",
+                "weekend": weekend,
                 "month": month_year(at),
                 "year": str(at.year),
             }[unit]

@@ -262,9 +262,9 @@ class OfflineScorer:
         for it in group:
             for phrase, resolved in anchor_relative_dates(it.text, it.ts):
                 anchors.append(f'"{phrase}" = {resolved}')
-        summary = f"On {human_day(start)}, {who} talked about {', '.join(topics) or 'small things'}."
+        summary = f"{who}, {human_day(start)}: {', '.join(topics) or 'small talk'}."
         if anchors:
-            summary += " Dates mentioned: " + "; ".join(dict.fromkeys(anchors)) + "."
+            summary += " " + "; ".join(dict.fromkeys(anchors)) + "."
         emotions = Counter(e for it in group for e in _emotions(it.text))
         emotional = ", ".join(e for e, _ in emotions.most_common(3))
         top = max(scores[it.event_id] for it in group)

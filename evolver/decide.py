@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tiermem.evolver.merge import Merger, contradicts, estimate_tokens, merge_offline, summarize_offline
-from tiermem.evolver.similarity import text_similarity
+from tiermem.evolver.similarity import normalize, text_similarity
 from tiermem.evolver.state import ACTIVE, INACTIVE, PENDING, Fact, Proposal, kv_owner
 from tiermem.settings import EvolverSettings
 
@@ -71,7 +71,9 @@ def _participant_ok(fact: Fact, p: Proposal) -> bool:
     return fact.participant is None or p.participant is None or fact.participant == p.participant
 
 
-def _new_fact(p: Proposal, now: str, content: str, original: str | None, decided_by: str, **extra: object) -> Fact:
+def _new_fact(
+    p: Proposal, now: str, content: str, original: str | None, decided_by: str, **extra: object
+) -> Fact:
     scope = p.effective_scope
     fields: dict[str, object] = {
         "fact_id": new_fact_id(p.proposal_id),
@@ -117,7 +119,9 @@ def _retire(fact: Fact, p: Proposal, now: str, decision: str, note: str, decided
     )
 
 
-def _correction_targets(p: Proposal, facts: list[Fact], similarity: Callable[[str, str], float]) -> list[Fact]:
+def _correction_targets(
+    p: Proposal, facts: list[Fact], similarity: Callable[[str, str], float]
+) -> list[Fact]:
     if p.corrects:
         by_id = [f for f in facts if f.fact_id == p.corrects]
         if by_id:
@@ -127,8 +131,10 @@ def _correction_targets(p: Proposal, facts: list[Fact], similarity: Callable[[st
         targets = [f for f in facts if f.key == p.key and owner_of(f) == owner_of(p)]
     if targets:
         return targets
-    probe = p.corrects or p.content
-    scored = sorted(((similarity(probe, f.content), f.fact_id, f) for f in facts), reverse=True)
+    probes = [t for t in (p.corrects, p.content) if t]
+    scored = sorted(
+        ((max(similarity(t, f.content) for t in probes), f.fact_id, f) for f in facts), reverse=True
+    )
     if scored and scored[0][0] >= CORRECTION_TARGET_MIN:
         best = scored[0][0]
         # Every fact about as close as the best one goes: a wrong belief is often saved twice.
@@ -171,7 +177,8 @@ def decide(
             same = [t for t in targets if similarity(text, t.content) > settings.near_identical]
             wrong = [t for t in targets if t not in same]
             changes = [
-                _retire(t, p, now, "deactivated", f"corrected by {p.origin}: '{text}'", decided_by) for t in wrong
+                _retire(t, p, now, "deactivated", f"corrected by {p.origin}: '{text}'", decided_by)
+                for t in wrong
             ]
             if same:
                 keep = same[0]
@@ -203,7 +210,11 @@ def decide(
 
     if best is not None and best_score > settings.near_identical:
         return Decision(
-            p.proposal_id, "touched", (_touch(best, p, now, decided_by, best_score),), best.fact_id, best_score
+            p.proposal_id,
+            "touched",
+            (_touch(best, p, now, decided_by, best_score),),
+            best.fact_id,
+            best_score,
         )
 
     # Same key or same topic, different content, same owner: a contradiction the newer proposal wins.
@@ -218,9 +229,16 @@ def decide(
             and s >= TOPIC_CONTRADICTION_MIN
             and contradicts(f.content, text)
         ]
+    if not rivals:
+        rivals = [
+            f
+            for s, f in same_owner
+            if settings.related > s >= TOPIC_CONTRADICTION_MIN
+            and contradicts(f.content, text, strong_only=True)
+        ][:1]
     if not rivals and best is not None and best_score >= settings.related and owner_of(best) == owner_of(p):
         result = merger(best.content, text)
-        if not (result.contradiction and result.content.strip() == text):
+        if not (result.contradiction and normalize(result.content) == normalize(text)):
             merged = best.with_changes(
                 content=result.content,
                 previous_content=best.content,

@@ -78,7 +78,9 @@ def export_data(settings: Settings, *, agent: str | None = None, user: str | Non
         }
         for f in state.facts.values()
         if f.status != "pending"
-        and (f.event_id in decision_ids or (agent and f.agent_id == agent) or (user and f.participant == user))
+        and (
+            f.event_id in decision_ids or (agent and f.agent_id == agent) or (user and f.participant == user)
+        )
         and not (user and f.participant not in (None, user))
     ]
     return {
@@ -102,12 +104,25 @@ def to_markdown(data: dict[str, Any]) -> str:
         "",
     ]
     for f in data["facts"]:
-        lines.append(f"- **{f['status']}** `{f['fact_id']}` ({f['scope']}, {f['category'] or '-'}): {f['content']}")
+        lines.append(
+            f"- **{f['status']}** `{f['fact_id']}` ({f['scope']}, {f['category'] or '-'}): {f['content']}"
+        )
         lines.append(f"  - source: {f['source']}; sources: {', '.join(f['source_event_ids']) or '-'}")
         if f.get("note"):
             lines.append(f"  - note: {f['note']}")
-    for name in ("interactions", "episodes", "proposals", "decisions", "kv_writes", "identity", "relationships",
-                 "retrievals", "transitions", "sessions", "other"):
+    for name in (
+        "interactions",
+        "episodes",
+        "proposals",
+        "decisions",
+        "kv_writes",
+        "identity",
+        "relationships",
+        "retrievals",
+        "transitions",
+        "sessions",
+        "other",
+    ):
         rows = data.get(name) or []
         if not rows:
             continue
@@ -125,7 +140,9 @@ def _describe(ev: dict[str, Any]) -> str:
         return f"episode {ev.get('name')!r}: {ev.get('summary', '')}"
     if t in ("knowledge_proposed", "knowledge_decided"):
         extra = f" [{ev.get('decision')}]" if t == "knowledge_decided" else ""
-        return f"{ev.get('content', '')}{extra} (sources: {', '.join(ev.get('source_event_ids') or []) or '-'})"
+        return (
+            f"{ev.get('content', '')}{extra} (sources: {', '.join(ev.get('source_event_ids') or []) or '-'})"
+        )
     if t == "fact_set":
         return f"{ev.get('key')} = {ev.get('value')}"
     if t == "relationship_updated":

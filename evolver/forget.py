@@ -41,7 +41,9 @@ class ForgetInfo:
     reports_regenerated: int = 0
     reports_removed: int = 0
     cold_files_pending: int = 0  # files still holding the content until the next `seal`
-    note: str = "content is hidden from every view now and removed from the cold files at the next `tiermem seal`"
+    note: str = (
+        "content is hidden from every view now and removed from the cold files at the next `tiermem seal`"
+    )
 
 
 def _target(agent: str | None, user: str | None, event: str | None) -> tuple[str, str]:

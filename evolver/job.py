@@ -15,22 +15,19 @@ decide against stale states.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tiermem.errors import AlreadyRunningError
 from tiermem.evolver.decide import Decision, decide
+from tiermem.evolver.index import FactIndex
 from tiermem.evolver.lifecycle import archivals, promotions
 from tiermem.evolver.merge import Merger, make_merger
 from tiermem.evolver.state import Fact, KnowledgeState, Proposal, load_state
 from tiermem.ids import derived_event_id, format_ts, parse_ts, utcnow
+from tiermem.jobs import job_lock
 from tiermem.log.store import Checkpoints, EventLog
 from tiermem.output import Progress
 from tiermem.settings import Settings
@@ -63,26 +60,17 @@ class EvolveInfo:
     decisions: list[dict[str, Any]] = field(default_factory=list)
 
 
-@contextmanager
-def job_lock(settings: Settings, name: str) -> Iterator[None]:
-    settings.locks_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(settings.locks_dir / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise AlreadyRunningError(f"another `{name}` run holds {settings.locks_dir / name}.lock") from None
-        yield
-    finally:
-        os.close(fd)
-
-
 def decision_event(fact: Fact, *, ts: str, id_ts: datetime) -> dict[str, Any]:
     """A complete `knowledge_decided` event for one fact (every projection is an upsert)."""
     event: dict[str, Any] = {
         "type": "knowledge_decided",
         "event_id": derived_event_id(
-            id_ts, "knowledge_decided", fact.fact_id, str(fact.revision), fact.decision, fact.proposal_id or ""
+            id_ts,
+            "knowledge_decided",
+            fact.fact_id,
+            str(fact.revision),
+            fact.decision,
+            fact.proposal_id or "",
         ),
         "ts": ts,
         "agent_id": fact.agent_id,
@@ -113,7 +101,9 @@ def decision_event(fact: Fact, *, ts: str, id_ts: datetime) -> dict[str, Any]:
     return {k: v for k, v in event.items() if v is not None}
 
 
-def apply_changes(state: KnowledgeState, decision: Decision, events: list[dict[str, Any]], id_ts: datetime) -> None:
+def apply_changes(
+    state: KnowledgeState, decision: Decision, events: list[dict[str, Any]], id_ts: datetime
+) -> None:
     """Fold a decision into the in-memory state and queue its events."""
     for fact in decision.changes:
         ev = decision_event(fact, ts=fact.updated_at, id_ts=id_ts)
@@ -131,7 +121,7 @@ def append_events(settings: Settings, events: list[dict[str, Any]]) -> tuple[int
         for start in range(0, len(events), APPEND_BATCH):
             batch = log.append_many(events[start : start + APPEND_BATCH])
             if batch.rejected:
-                index, error = batch.rejected[0]
+                _index, error = batch.rejected[0]
                 raise error
             appended += batch.accepted
             duplicates += batch.duplicates
@@ -166,15 +156,16 @@ def run_evolve(
         events: list[dict[str, Any]] = []
         counts: Counter[str] = Counter()
         bar = Progress("evolve", total=len(queue), enabled=progress)
-        facts_by_agent: dict[str, dict[str, Fact]] = {}
+        indexes: dict[str, FactIndex] = {}
         for fact in state.facts.values():
-            facts_by_agent.setdefault(fact.agent_id, {})[fact.fact_id] = fact
+            indexes.setdefault(fact.agent_id, FactIndex()).put(fact)
         for proposal in queue:
-            agent_facts = facts_by_agent.setdefault(proposal.agent_id, {})
-            decision = decide(proposal, agent_facts.values(), settings.evolver, now=now_ts, merger=merger)
+            index = indexes.setdefault(proposal.agent_id, FactIndex())
+            candidates = index.candidates(proposal)
+            decision = decide(proposal, candidates, settings.evolver, now=now_ts, merger=merger)
             apply_changes(state, decision, events, parse_ts(proposal.ts))
             for fact in decision.changes:
-                agent_facts[fact.fact_id] = state.facts[fact.fact_id]
+                index.put(state.facts[fact.fact_id])
             counts[decision.action] += 1
             if include_decisions:
                 info.decisions.append(_summary(decision, proposal))
@@ -193,7 +184,16 @@ def run_evolve(
         info.events_appended, info.duplicates = append_events(settings, events)
         _save_checkpoint(settings, state)
     info.decided = sum(v for k, v in counts.items() if k not in ("promoted", "archived"))
-    for name in ("created", "touched", "merged", "superseded", "corrected", "pending", "promoted", "archived"):
+    for name in (
+        "created",
+        "touched",
+        "merged",
+        "superseded",
+        "corrected",
+        "pending",
+        "promoted",
+        "archived",
+    ):
         setattr(info, name, counts.get(name, 0))
     statuses = Counter(f.status for f in state.facts.values() if agent is None or f.agent_id == agent)
     info.active_facts, info.inactive_facts = statuses.get("active", 0), statuses.get("inactive", 0)

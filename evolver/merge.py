@@ -22,7 +22,9 @@ from typing import Any
 from tiermem.evolver.similarity import content_tokens, text_similarity
 from tiermem.settings import Settings
 
-_NEGATIONS = frozenset({"not", "no", "never", "dont", "doesnt", "isnt", "wont", "cant", "nor", "stop", "stopped"})
+_NEGATIONS = frozenset(
+    {"not", "no", "never", "dont", "doesnt", "isnt", "wont", "cant", "nor", "stop", "stopped"}
+)
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
 _CLAUSE_SPLIT = re.compile(r"(?<=[.;!?])\s+|\n+")
 _CLAUSE_MATCH = 0.55  # two clauses this similar talk about the same thing
@@ -41,8 +43,12 @@ def _negated(text: str) -> bool:
     return bool(words & _NEGATIONS) or "n't" in text.lower()
 
 
-def contradicts(old: str, new: str) -> bool:
-    """Do two texts about the same thing disagree (negation flip or changed number/value)?"""
+def contradicts(old: str, new: str, *, strong_only: bool = False) -> bool:
+    """Do two texts about the same thing disagree (negation flip, changed number, swapped order)?
+
+    `strong_only` leaves out the weakest signal (same frame, different last word:
+    "likes tea" / "likes dogs" may both be true), for facts not known to share a topic.
+    """
     if _negated(old) != _negated(new):
         return True
     old_numbers, new_numbers = set(_NUMBER.findall(old)), set(_NUMBER.findall(new))
@@ -52,10 +58,10 @@ def contradicts(old: str, new: str) -> bool:
     # Shared words in another order usually swap a relation: "tea over coffee" / "coffee over tea".
     if _order_swapped(ot, nt):
         return True
+    if strong_only:
+        return False
     # Same frame, different final value: "prefers tea" / "prefers coffee".
-    if len(ot) >= 2 and len(nt) >= 2 and ot[:-1] == nt[:-1] and ot[-1] != nt[-1]:
-        return True
-    return False
+    return len(ot) >= 2 and len(nt) >= 2 and ot[:-1] == nt[:-1] and ot[-1] != nt[-1]
 
 
 def _order_swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
@@ -65,6 +71,10 @@ def _order_swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     pos_b = {w: b.index(w) for w in shared}
     order = [pos_b[w] for w in shared]
     return any(order[i] > order[j] for i in range(len(order)) for j in range(i + 1, len(order)))
+
+
+def _skeleton(text: str) -> tuple[str, ...]:
+    return tuple(t for t in content_tokens(text) if not t.isdigit())
 
 
 def _clauses(text: str) -> list[str]:
@@ -93,6 +103,8 @@ def merge_offline(old: str, new: str) -> MergeResult:
         best, best_score = -1, 0.0
         for i, nc in enumerate(new_clauses):
             score = text_similarity(oc, nc)
+            if _skeleton(oc) and _skeleton(oc) == _skeleton(nc):
+                score = max(score, 1.0 - 1e-6)  # the same clause with another number: "2 cats" / "3 cats"
             if score > best_score:
                 best, best_score = i, score
         if best >= 0 and best_score >= _CLAUSE_MATCH:
@@ -145,7 +157,7 @@ class ClaudeMerger:
             import anthropic
 
             client = anthropic.Anthropic(api_key=settings.anthropic_api_key, max_retries=3)
-        self.client = client
+        self.client: Any = client
         self.failures = 0
 
     def __call__(self, old: str, new: str) -> MergeResult:

@@ -34,7 +34,9 @@ def _snip(text: str | None, limit: int = SNIPPET) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def list_proposals(settings: Settings, agent: str | None = None, status: str | None = "pending") -> list[dict[str, Any]]:
+def list_proposals(
+    settings: Settings, agent: str | None = None, status: str | None = "pending"
+) -> list[dict[str, Any]]:
     """Rows of the `proposals` view (default: the pending ones), oldest first."""
     con = open_catalog(settings)
     try:
@@ -63,7 +65,7 @@ def source_turns(settings: Settings, event_ids: list[str]) -> list[dict[str, Any
     con = open_catalog(settings)
     try:
         rows = con.execute(
-            "SELECT event_id, ts, agent_id, \"user\", session_id, user_message, agent_response "
+            'SELECT event_id, ts, agent_id, "user", session_id, user_message, agent_response '
             "FROM interactions WHERE event_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY ts, event_id",
             [event_ids],
         ).fetchall()
@@ -103,9 +105,15 @@ def _proposal(state: KnowledgeState, proposal_id: str) -> Proposal:
 
 
 def preview(settings: Settings, state: KnowledgeState, p: Proposal, now: str) -> Decision:
-    facts = [f for f in state.facts.values() if f.agent_id == p.agent_id and f.fact_id != new_fact_id(p.proposal_id)]
+    facts = [
+        f
+        for f in state.facts.values()
+        if f.agent_id == p.agent_id and f.fact_id != new_fact_id(p.proposal_id)
+    ]
     merger, _path = make_merger(settings)
-    return decide(p, facts, settings.evolver, now=now, merger=merger, decided_by="user", require_approval=False)
+    return decide(
+        p, facts, settings.evolver, now=now, merger=merger, decided_by="user", require_approval=False
+    )
 
 
 def show_proposal(settings: Settings, proposal_id: str) -> dict[str, Any]:
@@ -131,7 +139,7 @@ def show_proposal(settings: Settings, proposal_id: str) -> dict[str, Any]:
             entry["current_content"] = fact.previous_content
             entry["diff"] = diff(fact.previous_content, fact.content)
         changes.append(entry)
-    evidence_ids = [e.get("event_id") for e in p.evidence if e.get("event_id")]
+    evidence_ids = [str(e["event_id"]) for e in p.evidence if e.get("event_id")]
     return {
         "proposal": asdict(p),
         "status": _status(state, p.proposal_id),
@@ -158,11 +166,15 @@ def _status(state: KnowledgeState, proposal_id: str) -> str:
 def _placeholder(state: KnowledgeState, p: Proposal) -> Fact:
     fact = state.facts.get(new_fact_id(p.proposal_id))
     if fact is None or fact.status != PENDING:
-        raise ValidationError("proposal_id", f"{p.proposal_id} is not pending (status {_status(state, p.proposal_id)})")
+        raise ValidationError(
+            "proposal_id", f"{p.proposal_id} is not pending (status {_status(state, p.proposal_id)})"
+        )
     return fact
 
 
-def approve(settings: Settings, proposal_id: str, *, by: str = "user", now: datetime | None = None) -> dict[str, Any]:
+def approve(
+    settings: Settings, proposal_id: str, *, by: str = "user", now: datetime | None = None
+) -> dict[str, Any]:
     """Apply a pending proposal as if it had passed the policy, decided by `by`."""
     now_dt = now or utcnow()
     now_ts = format_ts(now_dt)
@@ -201,7 +213,12 @@ def approve(settings: Settings, proposal_id: str, *, by: str = "user", now: date
 
 
 def reject(
-    settings: Settings, proposal_id: str, *, by: str = "user", reason: str | None = None, now: datetime | None = None
+    settings: Settings,
+    proposal_id: str,
+    *,
+    by: str = "user",
+    reason: str | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """Retire a pending proposal; it is kept (inactive) for the audit trail."""
     now_dt = now or utcnow()

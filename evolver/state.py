@@ -119,34 +119,47 @@ class Fact:
 
 
 def fact_from_decision(ev: Mapping[str, Any], previous: Fact | None) -> Fact:
-    created = previous.created_at if previous else ev["ts"]
+    """The fact a decision leaves; fields the event omits keep their previous value.
+
+    The evolver writes complete facts, but other writers (the runtime's
+    `decide_fact`) may send only what changed (status, note).
+    """
+
+    def pick(name: str, default: Any = None) -> Any:
+        value = ev.get(name)
+        if value is not None:
+            return value
+        return getattr(previous, name) if previous is not None else default
+
     return Fact(
         fact_id=ev["fact_id"],
-        agent_id=ev.get("agent_id") or "",
-        content=ev.get("content") or (previous.content if previous else ""),
+        agent_id=ev.get("agent_id") or (previous.agent_id if previous else ""),
+        content=pick("content", ""),
         status=ev.get("status") or ACTIVE,
-        scope=ev.get("scope") or "system",
-        created_at=created,
+        scope=pick("scope", "system"),
+        created_at=previous.created_at if previous else ev["ts"],
         updated_at=ev["ts"],
-        category=ev.get("category"),
-        topic=ev.get("topic"),
-        key=ev.get("key"),
-        participant=ev.get("participant"),
-        project_id=ev.get("project_id"),
-        agent_type=ev.get("agent_type"),
-        source=ev.get("origin") or (previous.source if previous else "compressor"),
+        category=pick("category"),
+        topic=pick("topic"),
+        key=pick("key"),
+        participant=pick("participant"),
+        project_id=pick("project_id"),
+        agent_type=pick("agent_type"),
+        source=ev.get("origin") or (previous.source if previous else ev.get("decided_by") or "compressor"),
         decision=ev.get("decision") or "created",
         decided_by=ev.get("decided_by") or "auto",
         proposal_id=ev.get("proposal_id"),
         previous_content=ev.get("previous_content"),
         similarity=ev.get("similarity"),
         note=ev.get("note"),
-        original=ev.get("original"),
-        importance=int(ev["importance"]) if ev.get("importance") is not None else 5,
-        confidence=float(ev["confidence"]) if ev.get("confidence") is not None else 1.0,
-        revision=int(ev["revision"]) if ev.get("revision") is not None else (previous.revision + 1 if previous else 1),
-        seen_projects=tuple(ev.get("seen_projects") or ()),
-        source_event_ids=tuple(ev.get("source_event_ids") or ()),
+        original=pick("original"),
+        importance=int(pick("importance", 5)),
+        confidence=float(pick("confidence", 1.0)),
+        revision=int(ev["revision"])
+        if ev.get("revision") is not None
+        else (previous.revision + 1 if previous else 1),
+        seen_projects=tuple(ev.get("seen_projects") or (previous.seen_projects if previous else ())),
+        source_event_ids=tuple(ev.get("source_event_ids") or (previous.source_event_ids if previous else ())),
         event_id=ev.get("event_id"),
     )
 
@@ -246,7 +259,9 @@ class KnowledgeState:
         self.erased |= ids
         for pid in [p for p in self.proposals if p in ids]:
             del self.proposals[pid]
-        for fid in [f.fact_id for f in self.facts.values() if f.event_id in ids or ids & set(f.source_event_ids)]:
+        for fid in [
+            f.fact_id for f in self.facts.values() if f.event_id in ids or ids & set(f.source_event_ids)
+        ]:
             del self.facts[fid]
 
     # -------------------------------------------------------------- queries

@@ -57,12 +57,12 @@ def record_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.message is None and args.response is None:
         raw = sys.stdin.buffer.read()
         try:
-            record = orjson.loads(raw)
+            loaded = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise ValidationError("<stdin>", f"not a JSON object: {exc}") from None
-        if not isinstance(record, dict):
+        if not isinstance(loaded, dict):
             raise ValidationError("<stdin>", "expected one JSON object")
-        return record
+        return loaded
     record: dict[str, Any] = {"type": "interaction"}
     for flag, name in FLAG_FIELDS.items():
         value = getattr(args, flag)

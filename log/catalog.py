@@ -66,7 +66,7 @@ def jsonl_reader(files: list[Path], stream: str, *, filename: bool = False) -> s
         f"read_json([{listed}], format = 'newline_delimited', columns = {{{spec}}}, "
         # Every stored line passed validation; the only bad line a reader can meet is
         # a torn tail that a crashed writer left and the next writer will quarantine.
-        "timestampformat = '%Y-%m-%dT%H:%M:%S.%gZ', ignore_errors = true"
+        "timestampformat = '%Y-%m-%dT%H:%M:%S.%gZ', hive_partitioning = false, ignore_errors = true"
         + (", filename = true)" if filename else ")")
     )
 
@@ -92,11 +92,21 @@ def stream_select(log_dir: Path, stream: str) -> str:
     return " UNION ALL BY NAME ".join(parts)
 
 
+# Events listed by an `erasure` are hidden from every view at once, before the next
+# seal turns them into tombstones (DESIGN: after `forget`, no view returns them).
+_NOT_ERASED = (
+    "event_id NOT IN (SELECT unnest(erased_event_ids) FROM erasures_events "
+    "WHERE type = 'erasure' AND erased_event_ids IS NOT NULL)"
+)
+
+
 def create_views(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
-    for stream in STREAMS:
-        con.execute(
-            f"CREATE OR REPLACE TEMP VIEW {stream}_events AS {stream_select(settings.log_dir, stream)}"
-        )
+    ordered = sorted(STREAMS, key=lambda s: s != "erasures")  # the others filter against erasures_events
+    for stream in ordered:
+        select = stream_select(settings.log_dir, stream)
+        if stream != "erasures":
+            select = f"SELECT * FROM ({select}) WHERE {_NOT_ERASED}"
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {stream}_events AS {select}")
     common = " UNION ALL ".join(
         f"SELECT event_id, type, ts, schema_version, agent_id, '{s}' AS stream FROM {s}_events"
         for s in STREAMS

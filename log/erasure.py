@@ -77,7 +77,7 @@ def load_targets(settings: Settings, log: EventLog | None = None) -> ErasureTarg
     targets = ErasureTargets()
     try:
         for _seg, _line, ev in log.read(ERASURE_STREAM):
-            kind, target = ev.get("target_kind"), ev.get("target")
+            kind, target = ev.get("target_kind"), str(ev.get("target"))
             if kind == "agent":
                 targets.agents.add(target)
             elif kind == "user":
@@ -140,7 +140,7 @@ def compute_erased(settings: Settings, targets: ErasureTargets) -> tuple[set[str
     erased: set[str] = set(targets.event_ids)
     derived: list[tuple[str, list[str]]] = []
     for eid, agent, user, participant, participants, sources, is_tomb, _file in rows:
-        event = {"event_id": eid, "agent_id": agent, "user": user, "participant": participant}
+        event: dict[str, Any] = {"event_id": eid, "agent_id": agent, "user": user, "participant": participant}
         if participants:
             event["participants"] = participants
         if is_tomb or targets.matches(event):
@@ -184,8 +184,8 @@ def erased_filter(settings: Settings) -> Callable[[Mapping[str, Any]], bool]:
     def is_erased(event: Mapping[str, Any]) -> bool:
         if event.get(ERASED_MARK) or event.get("event_id") in ids or targets.matches(event):
             return True
-        sources = event.get("source_event_ids")
-        return bool(sources) and any(s in ids for s in sources)
+        sources = event.get("source_event_ids") or []
+        return any(s in ids for s in sources)
 
     return is_erased
 

@@ -96,7 +96,7 @@ def line_event_id(line: bytes) -> str | None:
     """The event id of one stored line; cheap for lines this log wrote (id first)."""
     if line.startswith(_ID_PREFIX):
         end = line.find(b'"', len(_ID_PREFIX))
-        if end > 0:
+        if end > 0 and line[end - 1] != 0x5C:  # not an escaped quote inside the id
             return line[len(_ID_PREFIX) : end].decode()
     try:
         eid = orjson.loads(line).get("event_id")
@@ -151,6 +151,7 @@ class _StreamWriter:
         self.lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         self.fds: dict[str, int] = {}  # partition -> fd of its active segment
         self.active: dict[str, str] = {}  # partition -> active segment stem
+        self.paths: dict[str, tuple[str, str]] = {}  # partition -> (its .jsonl, its .parquet twin)
         # Group commit: callers queue their events; one of them (the leader) writes
         # everything queued with one lock and one fsync while the others wait.
         self.group_cond = threading.Condition()
@@ -165,26 +166,27 @@ class _StreamWriter:
 
     # Called with both locks held.
     def segment_for(self, partition: str) -> tuple[str, int]:
-        part_dir = self.root / partition
         stem = self.active.get(partition)
         if stem is not None:
-            path = part_dir / f"{stem}.jsonl"
+            jsonl, parquet = self.paths[partition]
             # Another process may have rolled the segment over, sealed it, or
             # rewritten it (erasure replaces the file: same name, new inode).
+            # Plain string paths: this runs on every append.
             try:
-                on_disk = path.stat()
+                on_disk = os.stat(jsonl)
             except FileNotFoundError:
                 on_disk = None
             if (
                 on_disk is None
                 or on_disk.st_ino != os.fstat(self.fds[partition]).st_ino
                 or on_disk.st_size >= self.log.settings.segment_max_bytes
-                or (part_dir / f"{stem}.parquet").exists()
+                or os.path.exists(parquet)
             ):
                 self._drop(partition)
                 self.log.forget_segment(f"{self.stream}/{partition}/{stem}")
                 stem = None
         if stem is None:
+            part_dir = self.root / partition
             stem = self._choose_segment(part_dir)
             path = part_dir / f"{stem}.jsonl"
             created = not path.exists()
@@ -194,6 +196,7 @@ class _StreamWriter:
                 _fsync_dir(part_dir)
             self.fds[partition] = fd
             self.active[partition] = stem
+            self.paths[partition] = (str(path), str(part_dir / f"{stem}.parquet"))
         fd = self.fds[partition]
         self.log.repair_tail(self.stream, partition, stem, fd)
         return stem, fd
@@ -207,6 +210,7 @@ class _StreamWriter:
         if fd is not None:
             os.close(fd)
         self.active.pop(partition, None)
+        self.paths.pop(partition, None)
 
     def _choose_segment(self, part_dir: Path) -> str:
         if part_dir.exists():
@@ -295,7 +299,7 @@ class EventLog:
         conn.execute("COMMIT")
         return start + end
 
-    def _reconcile(self, segment: str, path: Path, fd: int) -> None:
+    def _reconcile(self, segment: str, fd: int) -> None:
         """Index lines a crashed writer made durable but never indexed (lock held).
 
         Any process may have appended since we last looked, so the check is by
@@ -311,14 +315,13 @@ class EventLog:
         if done > st.st_size:  # the file was rewritten (erasure): its ids are still indexed
             done = 0
         if st.st_size > done:
-            done = self._index_lines(segment, path, done)
+            done = self._index_lines(segment, self.root / f"{segment}.jsonl", done)
         self._indexed_to[segment] = (st.st_ino, done)
 
     # ----------------------------------------------------------- torn tails
     def repair_tail(self, stream: str, partition: str, stem: str, fd: int) -> None:
         """Quarantine a partial last line left by a crashed writer, then reconcile (lock held)."""
         size = os.fstat(fd).st_size
-        path = self.root / stream / partition / f"{stem}.jsonl"
         segment = f"{stream}/{partition}/{stem}"
         if size and os.pread(fd, 1, size - 1) != b"\n":
             cut = _last_newline_end(fd, size)
@@ -340,7 +343,7 @@ class EventLog:
                 os.fsync(qf.fileno())
             os.ftruncate(fd, cut)
             os.fsync(fd)
-        self._reconcile(segment, path, fd)
+        self._reconcile(segment, fd)
 
     # --------------------------------------------------------------- rejects
     def reject(self, record: Any, error: ValidationError, *, source: str = "append") -> None:

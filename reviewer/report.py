@@ -106,31 +106,40 @@ def snippet(text: str | None) -> str:
     return text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 1] + "…"
 
 
-def cost_usd(settings: Settings, model: str | None, tokens_in: int, tokens_out: int, cache_read: int) -> float | None:
+def cost_usd(
+    settings: Settings, model: str | None, tokens_in: int, tokens_out: int, cache_read: int
+) -> float | None:
     price = settings.prices.get(model or "")
     if price is None:
         return None
-    return round((tokens_in * price.input + tokens_out * price.output + cache_read * price.cache_read) / 1e6, 6)
+    return round(
+        (tokens_in * price.input + tokens_out * price.output + cache_read * price.cache_read) / 1e6, 6
+    )
 
 
 def compute(con: duckdb.DuckDBPyConnection, settings: Settings, day: str, agent: str) -> dict[str, Any]:
     """The report of one day of one agent (call `prepare` first)."""
     where, params = "day = CAST(? AS DATE) AND agent_id = ?", [day, agent]
     n = int(con.execute(f"SELECT count(*) FROM reviewed WHERE {where}", params).fetchone()[0])  # type: ignore[index]
-    cov_sql = ", ".join(f'avg(CASE WHEN {pred} THEN 1.0 ELSE 0.0 END) AS "{name}"' for name, pred in COVERAGE_FIELDS.items())
+    cov_sql = ", ".join(
+        f'avg(CASE WHEN {pred} THEN 1.0 ELSE 0.0 END) AS "{name}"' for name, pred in COVERAGE_FIELDS.items()
+    )
     cov_row = _rows(con, f"SELECT {cov_sql} FROM reviewed WHERE {where}", params)[0]
     coverage = {k: round(float(v or 0.0), 6) for k, v in cov_row.items()}
     set_counts = _rows(
         con,
         "SELECT "
-        + ", ".join(f'sum(CASE WHEN {pred} THEN 1 ELSE 0 END) AS "{name}"' for name, pred in COVERAGE_FIELDS.items())
+        + ", ".join(
+            f'sum(CASE WHEN {pred} THEN 1 ELSE 0 END) AS "{name}"' for name, pred in COVERAGE_FIELDS.items()
+        )
         + f" FROM reviewed WHERE {where}",
         params,
     )[0]
     fully = con.execute(
         f"SELECT count(*) FROM reviewed WHERE {where} AND "
-        + " AND ".join(f"({COVERAGE_FIELDS[f]})" for f in ("model", "usage", "selection_reason", "approval_status"))
-        ,
+        + " AND ".join(
+            f"({COVERAGE_FIELDS[f]})" for f in ("model", "usage", "selection_reason", "approval_status")
+        ),
         params,
     ).fetchone()[0]  # type: ignore[index]
 
@@ -214,7 +223,12 @@ def compute(con: duckdb.DuckDBPyConnection, settings: Settings, day: str, agent:
             for r in rows
         ]
     flagged_ids = sorted({f["event_id"] for rows in flagged.values() for f in rows})
-    event_ids = [r[0] for r in con.execute(f"SELECT event_id FROM reviewed WHERE {where} ORDER BY ts, event_id", params).fetchall()]
+    event_ids = [
+        r[0]
+        for r in con.execute(
+            f"SELECT event_id FROM reviewed WHERE {where} ORDER BY ts, event_id", params
+        ).fetchall()
+    ]
     return {
         "day": day,
         "agent_id": agent,

@@ -50,6 +50,63 @@ def _matches(text_words: set[str], term: str) -> bool:
     return term in text_words
 
 
+K1 = 1.2
+SPEAKER_BOOST = 1.3
+B = 0.75
+AVG_QUOTE_WORDS = 24.0
+AVG_HEAD_WORDS = 30.0
+
+
+def _idf(conn: sqlite3.Connection, agent_id: str, terms: list[str]) -> dict[str, float]:
+    """Inverse document frequency of each term over this agent's archive.
+
+    Per agent, because what is rare in one agent's life is not rare in
+    another's: the name of the person an agent always talks to is in every
+    one of its episodes and should weigh nothing.
+    """
+    total = conn.execute("SELECT count(*) FROM episodes WHERE agent_id = ?", [agent_id]).fetchone()[0] or 1
+    out = {}
+    for t in terms:
+        df = conn.execute(
+            "SELECT count(*) FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
+            "WHERE episodes_fts MATCH ? AND e.agent_id = ?",
+            [_fts([t]), agent_id],
+        ).fetchone()[0]
+        out[t] = math.log(1 + (total - df + 0.5) / (df + 0.5))
+    return out
+
+
+_MONTHS = (
+    "january february march april may june july august september october november december".split()  # noqa: SIM905
+)
+
+
+def _asked_dates(query: str) -> tuple[set[str], set[str]]:
+    """Months and years the query names ("in January 2024", "on 7 July, 2023")."""
+    words = _WORD.findall(query.lower())
+    months = {w for w in words if w in _MONTHS}
+    years = {w for w in words if len(w) == 4 and w.isdigit() and w.startswith(("19", "20"))}
+    return months, years
+
+
+def _names_in(query: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"\b[A-Z][a-z]+", query)}
+
+
+def _bm25(
+    words: list[str], terms: list[str], idf: dict[str, float], avg_len: float = AVG_QUOTE_WORDS
+) -> float:
+    if not words:
+        return 0.0
+    norm = K1 * (1 - B + B * len(words) / avg_len)
+    score = 0.0
+    for t in terms:
+        tf = sum(1 for w in words if (w.startswith(t) if len(t) >= 4 else w == t))
+        if tf:
+            score += idf.get(t, 0.0) * tf * (K1 + 1) / (tf + norm)
+    return score
+
+
 def search_episodes(
     conn: sqlite3.Connection,
     agent_id: str,
@@ -81,21 +138,38 @@ def search_episodes(
         sql = f"SELECT {cols}, 0.0 AS rank FROM episodes e WHERE {where} ORDER BY importance DESC, end_ts DESC LIMIT ?"
         rows = conn.execute(sql, [*params, limit]).fetchall()
 
+    idf = _idf(conn, agent_id, terms)
+    months, years = _asked_dates(query)
+    named = _names_in(query)
     scored: list[tuple[float, dict[str, Any]]] = []
     for row in rows:
         quotes = orjson.loads(row[3] or "[]")
-        text = " ".join([row[1] or "", row[2] or "", *(q.get("text", "") for q in quotes)]).lower()
-        words = set(_WORD.findall(text))
-        covered = [t for t in terms if _matches(words, t)]
-        coverage = len(covered) / len(terms) if terms else 0.0
-        bm25 = -float(row[9] or 0.0)  # FTS5 bm25 is negative: smaller is better
-        score = bm25 * (0.5 + coverage) + 0.05 * int(row[7] or 0)
-
-        def quote_rank(q: dict[str, Any]) -> int:
-            qwords = set(_WORD.findall(str(q.get("text", "")).lower()))
-            return -sum(1 for t in terms if _matches(qwords, t))
-
-        ordered = sorted(quotes, key=quote_rank)  # stable: ties keep spoken order
+        quote_words = [_WORD.findall(str(q.get("text", "")).lower()) for q in quotes]
+        quote_scores = [_bm25(w, terms, idf) for w in quote_words]
+        if named:
+            # Who said it: a question about someone is usually answered by their own words.
+            for i, q in enumerate(quotes):
+                speaker = str(q.get("speaker") or "").lower()
+                if speaker:
+                    quote_scores[i] *= SPEAKER_BOOST if speaker in named else 1.0
+        head_words = _WORD.findall(f"{row[1] or ''} {row[2] or ''}".lower())
+        head = _bm25(head_words, terms, idf, avg_len=AVG_HEAD_WORDS)
+        best = sorted(quote_scores, reverse=True)
+        all_words = set(head_words).union(*map(set, quote_words)) if quote_words else set(head_words)
+        covered = sum(idf.get(t, 0.0) for t in terms if _matches(all_words, t))
+        coverage = covered / (sum(idf.values()) or 1.0)
+        # The best single quote carries the episode (answers live in one turn); a second good quote,
+        # the header's dates and topics, and covering more of the question add to it.
+        score = ((best[0] if best else 0.0) + 0.3 * (best[1] if len(best) > 1 else 0.0) + 0.4 * head) * (
+            0.5 + coverage
+        ) + 0.02 * int(row[7] or 0)
+        if months or years:
+            # The question names a time: memories from then are the ones meant.
+            when = {row[5][:4], row[6][:4]} | {_MONTHS[int(row[5][5:7]) - 1], _MONTHS[int(row[6][5:7]) - 1]}
+            asked = months | years
+            score *= 1.0 + 0.5 * len(asked & when) / len(asked)
+        order = sorted(range(len(quotes)), key=lambda i: (-quote_scores[i], i))
+        ordered = [{**quotes[i], "match": round(quote_scores[i], 3)} for i in order]
         start, end = parse_ts(row[5]), parse_ts(row[6])
         scored.append(
             (
@@ -117,3 +191,9 @@ def search_episodes(
         )
     scored.sort(key=lambda s: (-s[0], s[1]["episode_id"]))
     return [item for _, item in scored[:limit]]
+
+
+def query_matches(query: str, text: str) -> int:
+    """How many of the query's terms `text` contains (the measure quotes are ordered by)."""
+    words = set(_WORD.findall(text.lower()))
+    return sum(1 for t in query_terms(query) if _matches(words, t))

@@ -137,9 +137,8 @@ def build_server(
 
 def open_agent_memory(settings: Settings, agent_id: str, scope: Mapping[str, str]) -> Any:
     """Bring the hot store up to date with the log, then bind the memory to the agent."""
+    from tiermem.runtime.memory import open_memory
     from tiermem.runtime.projector import project
-
-    from tiermem.runtime import open_memory
 
     project(settings)
     return open_memory(settings, agent_id, **scope)

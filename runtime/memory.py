@@ -33,7 +33,16 @@ from tiermem.settings import Settings
 FACT_SCOPES = ("agent", *SCOPES)  # "agent" = private to the writing agent (no scope field)
 
 SessionEndHook = Callable[[Settings, str, str], Any]
-_SESSION_END_HOOKS: list[SessionEndHook] = []
+
+
+def process_session_end_hook(settings: Settings, agent_id: str, session_id: str) -> Any:
+    """Default hook (operations): gap-fill + compress-if-due, via the scheduler if one runs, else inline."""
+    from tiermem.sessions import handle_session_end  # local: keeps batch imports off the turn path
+
+    return handle_session_end(settings, agent_id, session_id)
+
+
+_SESSION_END_HOOKS: list[SessionEndHook] = [process_session_end_hook]
 
 
 def add_session_end_hook(hook: SessionEndHook) -> None:
@@ -272,13 +281,14 @@ class AgentMemory:
             "decided_by": "agent",
             **scope_fields,
         }
-        for name, value in (
+        optional: tuple[tuple[str, Any], ...] = (
             ("topic", topic),
             ("participant", participant),
             ("previous_content", previous_content),
             ("similarity", similarity),
             ("note", note),
-        ):
+        )
+        for name, value in optional:
             if value is not None:
                 decided[name] = value
         self.append([proposal, decided])

@@ -41,9 +41,63 @@ TOPIC_FALLBACK_MIN = 3
 VISIBLE_STATUSES = ("active",)  # inactive/archived/removed/pending/rejected are never returned
 
 _STOPWORDS = frozenset(
-    "a an and are as at be but by did do does for from had has have he her him his how i in is it its me my "
-    "of on or our she so that the their them they this to was we were what when where which who why will "
-    "with you your".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "him",
+        "his",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "our",
+        "she",
+        "so",
+        "that",
+        "the",
+        "their",
+        "them",
+        "they",
+        "this",
+        "to",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+    ]
 )
 
 
@@ -216,7 +270,7 @@ def _search(
                 source=r["source"],
                 updated_at=r["updated_at"],
                 kind=r["kind"],
-                score=round(score, 6),
+                score=score,
             )
         )
     out.sort(key=lambda f: (-f.score, f.fact_id))

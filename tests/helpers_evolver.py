@@ -27,7 +27,8 @@ def proposal(
     ts = fields.pop("ts", None) or at(minute)
     return {
         "type": "knowledge_proposed",
-        "event_id": fields.pop("event_id", None) or new_event_id(datetime.fromisoformat(ts.replace("Z", "+00:00"))),
+        "event_id": fields.pop("event_id", None)
+        or new_event_id(datetime.fromisoformat(ts.replace("Z", "+00:00"))),
         "ts": ts,
         "agent_id": agent,
         "content": content,

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from helpers_log import interaction, write_jsonl
 
 from tiermem.errors import ValidationError
@@ -57,10 +58,8 @@ def test_forgetting_a_user_reaches_every_file_at_the_next_seal(settings: Setting
             }
         )
         # A rejected record of hers, kept in _rejects/.
-        try:
+        with pytest.raises(ValidationError):
             log.append(interaction(5, user="mallory", ts=today, user_message=f"{SECRET} rej", latency_ms=-3))
-        except ValidationError:
-            pass
         cps = Checkpoints(settings)
         pos: dict[str, int] = {}
         for seg, line, _ev in log.read("interactions"):

@@ -19,8 +19,11 @@ from tiermem.settings import resolve_settings
 
 text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=40)
 ident = st.text("abcdefghijklmnopqrstuvwxyz0123456789-_", min_size=1, max_size=12)
+# hypothesis takes naive bounds and attaches the timezone itself.
 stamps = st.datetimes(
-    min_value=datetime(2001, 1, 1), max_value=datetime(2030, 12, 31), timezones=st.just(UTC)
+    min_value=datetime(2001, 1, 1),  # noqa: DTZ001
+    max_value=datetime(2030, 12, 31),  # noqa: DTZ001
+    timezones=st.just(UTC),
 ).map(lambda d: format_ts(d.replace(microsecond=d.microsecond // 1000 * 1000)))
 json_scalar = (
     st.none()

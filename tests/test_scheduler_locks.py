@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -37,7 +38,7 @@ def test_second_scheduler_on_same_root_refuses(tmp_path: Path) -> None:
     data = tmp_path / "data"
     write_config(data, QUIET_SCHEDULE)
     settings = resolve_settings(data_dir=data, env={})
-    first = spawn(tiermem_cmd(data, "schedule"))
+    first = spawn(tiermem_cmd(data, "schedule", "--json"))
     try:
         wait_for(lambda: scheduler_running(settings) or first.poll() is not None, 60, "the first scheduler")
         assert first.poll() is None, first.communicate()
@@ -55,10 +56,19 @@ def test_second_scheduler_on_same_root_refuses(tmp_path: Path) -> None:
         wait_for(lambda: scheduler_running(other_settings) or third.poll() is not None, 60, "the other root")
         assert third.poll() is None
         assert _stop(third)[0] == 0
+        # Wait for the jobs that run at start, so the JSON stream has something to show.
+        wait_for(
+            lambda: len([r for r in read_run_log(settings) if r["status"] != "started"]) >= 3,
+            60,
+            "start jobs",
+        )
     finally:
-        code, _, err = _stop(first)
+        code, out, err = _stop(first)
     assert code == 0, err
     assert "stopped (SIGTERM)" in err
+    records = [orjson.loads(line) for line in out.splitlines()]  # JSON Lines: one run record per line
+    assert {r["job"] for r in records} >= {"threshold_check", "sessions", "project"}
+    assert all(r["status"] in ("ok", "error", "skipped") for r in records)
     assert not scheduler_running(settings)  # the lock goes with the process
 
 
@@ -152,3 +162,34 @@ def test_sigterm_during_a_job_leaves_a_state_the_next_run_completes(tmp_path: Pa
     assert record["status"] == "ok"
     assert record["summary"]["done"] == SLOW_STEPS - done_after_kill
     assert len(list((data / "double").glob("step-*"))) == SLOW_STEPS
+
+
+def test_manual_cli_compress_is_refused_while_the_job_runs(settings: Settings) -> None:
+    with job_lock(settings, "compress", what="scheduled threshold_check"):
+        proc = subprocess.run(
+            tiermem_cmd(settings.data_dir, "compress", "--json"), capture_output=True, text=True, timeout=120
+        )
+    assert proc.returncode == 5
+    assert "already running" in proc.stderr and "scheduled threshold_check" in proc.stderr
+    proc = subprocess.run(
+        tiermem_cmd(settings.data_dir, "compress", "--json"), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_second_signal_exits_without_waiting_for_the_job(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_config(data, QUIET_SCHEDULE + "stop_grace_seconds = 600\n")
+    proc = spawn(double_cmd("slow_compress", data, "schedule"))
+    try:
+        wait_for(lambda: len(list((data / "double").glob("step-*"))) >= 2, 60, "the job to be mid-run")
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # let the first signal be handled before the second (the grace is 600 s)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert "second SIGTERM: exiting now" in err
+    assert len(list((data / "double").glob("step-*"))) < SLOW_STEPS

@@ -114,3 +114,17 @@ def test_stop_waits_for_the_running_job(settings: Settings) -> None:
     assert infos and not infos[0].forced_exit
     assert infos[0].runs.get("threshold_check") == 1
     assert "waiting up to" in out.getvalue()
+
+
+def test_nightly_review_covers_the_days_since_the_last_one(settings: Settings) -> None:
+    from tiermem.ids import utcnow
+    from tiermem.jobs import review_new_days
+
+    yesterday = utcnow().date() - timedelta(days=1)
+    assert review_new_days(settings)["days"] == [yesterday.isoformat()]
+    _ok(settings, "review", datetime.combine(yesterday - timedelta(days=2), datetime.min.time(), UTC))
+    days = review_new_days(settings)["days"]
+    assert days == [(yesterday - timedelta(days=n)).isoformat() for n in (2, 1, 0)]
+    _ok(settings, "review", utcnow() - timedelta(days=30))
+    _ok(settings, "review", utcnow())  # reviewed today already (yesterday is covered)
+    assert review_new_days(settings)["days"] == []

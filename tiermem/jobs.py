@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -72,7 +72,12 @@ JOBS: dict[str, JobSpec] = {
             "apply new log events (episodes, decisions) to the hot store the runtime reads",
         ),
         JobSpec("seal", "tiermem.log.seal:seal", "seal", "seal closed days of the log to Parquet"),
-        JobSpec("review", "tiermem.reviewer.job:run_review", "review", "write the daily quality report"),
+        JobSpec(
+            "review",
+            "tiermem.jobs:review_new_days",
+            "review",
+            "write the quality reports of the days since the last review (yesterday, after a normal night)",
+        ),
     )
 }
 
@@ -365,3 +370,34 @@ def run_job(
     append_run_record(settings, record)
     print(record.line(), file=stream, flush=True)
     return record
+
+
+# ------------------------------------------------------------- job adapters
+
+MAX_REVIEW_CATCH_UP_DAYS = 7
+
+
+def review_new_days(settings: Settings) -> dict[str, Any]:
+    """The nightly review: each closed day since the last successful review (at most a week), else yesterday.
+
+    `run_review` without a day re-reviews the whole history, which grows every
+    night; the scheduler only needs the days no report covers yet.
+    """
+    from tiermem.reviewer.job import run_review
+
+    yesterday = utcnow().date() - timedelta(days=1)
+    last = last_success(settings, "review")
+    first = (
+        yesterday
+        if last is None
+        else max(last.date(), yesterday - timedelta(days=MAX_REVIEW_CATCH_UP_DAYS - 1))
+    )
+    days = [first + timedelta(days=i) for i in range((yesterday - first).days + 1)]
+    out: dict[str, Any] = {"days": [d.isoformat() for d in days], "reports": 0, "interactions": 0, "files": 0}
+    for day in days:
+        info = run_review(settings, day=day.isoformat())
+        out["reports"] += info.reports
+        out["interactions"] += info.interactions
+        out["files"] += len(info.files)
+        out["path"] = info.path
+    return out

@@ -46,6 +46,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+import orjson
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -227,7 +228,9 @@ class Scheduler:
         if record.status == "error":
             self.info.errors += 1
         if self.json_out is not None:
-            emit_json(asdict(record), self.json_out)
+            # One compact object per line (JSON Lines), so a consumer can follow the stream.
+            self.json_out.write(orjson.dumps(asdict(record), default=str).decode() + "\n")
+            self.json_out.flush()
 
     def build(self, plans: list[PlannedJob]) -> BackgroundScheduler:
         grace = self.settings.scheduler.misfire_grace_seconds
@@ -258,7 +261,14 @@ class Scheduler:
 
     def install_signals(self) -> None:
         def on_signal(signum: int, frame: FrameType | None) -> None:
-            self.stop(signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            if self._stop.is_set():
+                # A second signal while waiting for a job: the operator wants out now. Safe, because
+                # every job is checkpointed and idempotent (the next run completes it).
+                self.say(f"second {name}: exiting now without waiting for {self._current or 'the job'}")
+                sys.stderr.flush()
+                os._exit(1)
+            self.stop(name)
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)

@@ -1,0 +1,239 @@
+"""The review job: per day and agent, a report in JSON and Markdown plus a PNG overview.
+
+Layout: `<reports_dir>/review/date=YYYY-MM-DD/<agent>.{json,md,png}`. Reports are
+derived data: re-running overwrites them with the same content (idempotent);
+`forget` calls `scrub_reports` so no report keeps erased interactions.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tiermem.reviewer import report as rep
+from tiermem.reviewer.charts import overview_png
+from tiermem.settings import Settings
+from tiermem.sqlviews import open_catalog
+
+
+@dataclass
+class ReviewInfo:
+    reports: int = 0
+    days: list[str] = field(default_factory=list)
+    agents: list[str] = field(default_factory=list)
+    interactions: int = 0
+    enrichment_coverage: dict[str, float] = field(default_factory=dict)
+    fully_enriched_fraction: float = 0.0
+    tokens: dict[str, int] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    flags: dict[str, int] = field(default_factory=dict)
+    flagged_interactions: int = 0
+    path: str = "offline"  # "claude" when a judged sample was added
+    judged: int = 0
+    files: list[str] = field(default_factory=list)
+    per_report: list[dict[str, Any]] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+def review_dir(settings: Settings) -> Path:
+    return settings.reports_dir / "review"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+
+
+def report_paths(settings: Settings, day: str, agent: str) -> dict[str, Path]:
+    base = review_dir(settings) / f"date={day}" / _safe(agent)
+    return {"json": base.with_suffix(".json"), "md": base.with_suffix(".md"), "png": base.with_suffix(".png")}
+
+
+def render_markdown(r: dict[str, Any]) -> str:
+    cov = r["enrichment_coverage"]
+    lines = [
+        f"# Review: agent `{r['agent_id']}`, {r['day']}",
+        "",
+        f"{r['interactions']} interactions; fully enriched (model, usage, selection_reason, approval_status): "
+        f"**{r['fully_enriched_fraction']:.0%}**.",
+    ]
+    if r["missing_fields"]:
+        lines.append(f"Fields not always set: {', '.join('`' + f + '`' for f in r['missing_fields'])}.")
+    lines += [
+        "",
+        f"![overview]({report_paths_name(r)}.png)",
+        "",
+        "## Enrichment coverage",
+        "",
+        "| field | set | coverage |",
+        "|---|---:|---:|",
+    ]
+    for name, frac in cov.items():
+        mark = "" if frac >= 1.0 else (" ⚠" if frac > 0 else " ✗")
+        lines.append(f"| {name} | {r['enrichment_set_counts'][name]} | {frac:.0%}{mark} |")
+    lines += [
+        "",
+        "## Tokens and estimated cost by model",
+        "",
+        "| model | interactions | input | output | cache read | cost (USD) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for m in r["tokens_by_model"]:
+        cost = "n/a (no price)" if m["cost_usd"] is None else f"{m['cost_usd']:.4f}"
+        lines.append(
+            f"| {m['model']} | {m['interactions']} | {m['input_tokens']} | {m['output_tokens']} | {m['cache_read_tokens']} | {cost} |"
+        )
+    lines.append(f"\nTotal estimated cost: **${r['cost_usd']:.4f}**.")
+    rl = r["response_length"]
+    lines += [
+        "",
+        "## Response length (characters)",
+        "",
+        f"min {rl['min']}, median {rl['p50']}, p90 {rl['p90']}, p99 {rl['p99']}, max {rl['max']}, mean {rl['mean']}.",
+        "",
+        "## Tool use",
+        "",
+        f"{r['tool_use']['interactions_with_tools']} of {r['interactions']} interactions used a tool.",
+    ]
+    for t in r["tool_use"]["by_tool"]:
+        lines.append(f"- `{t['tool']}`: {t['uses']}")
+    lines += ["", "## Approval status", ""]
+    for a in r["approval_status"]:
+        lines.append(f"- {a['approval_status']}: {a['n']}")
+    lines += ["", "## Flagged interactions", ""]
+    for flag, rows in r["flagged"].items():
+        lines.append(f"### {flag.replace('_', ' ')} ({len(rows)})")
+        lines.append("")
+        for row in rows[:50]:
+            lines.append(
+                f"- `{row['event_id']}` {row['ts']} ({row['response_length']} chars): “{row['snippet']}”"
+            )
+        if len(rows) > 50:
+            lines.append(f"- … {len(rows) - 50} more in the JSON report")
+        lines.append("")
+    if r.get("judge"):
+        j = r["judge"]
+        lines += ["## Claude-judged sample", "", f"{j['n']} interactions, mean score {j['mean_score']}.", ""]
+        for item in j["items"]:
+            lines.append(f"- `{item['event_id']}`: {item['score']}/5 — {item['reason']}")
+    return "\n".join(lines) + "\n"
+
+
+def report_paths_name(r: dict[str, Any]) -> str:
+    return _safe(r["agent_id"])
+
+
+def write_report(settings: Settings, r: dict[str, Any]) -> list[Path]:
+    paths = report_paths(settings, r["day"], r["agent_id"])
+    paths["json"].parent.mkdir(parents=True, exist_ok=True)
+    paths["json"].write_bytes(orjson.dumps(r, default=str, option=orjson.OPT_INDENT_2) + b"\n")
+    paths["md"].write_text(render_markdown(r), encoding="utf-8")
+    overview_png(r, paths["png"])
+    return list(paths.values())
+
+
+def run_review(
+    settings: Settings,
+    day: str | None = None,
+    agent: str | None = None,
+    *,
+    judge_client: Any | None = None,
+    judge_sample: int = 5,
+) -> ReviewInfo:
+    """Review every (day, agent) with interactions, or only the given day and/or agent."""
+    started = time.monotonic()
+    info = ReviewInfo()
+    con = open_catalog(settings)
+    reports: list[dict[str, Any]] = []
+    try:
+        rep.prepare(con)
+        for d, a in rep.groups(con, day, agent):
+            r = rep.compute(con, settings, d, a)
+            if judge_client is not None or settings.claude_available:
+                from tiermem.reviewer.claude_judge import judge_sample as run_judge
+
+                r["judge"] = run_judge(settings, con, d, a, judge_sample, client=judge_client)
+                if r["judge"]:
+                    info.path = "claude"
+                    info.judged += r["judge"]["n"]
+            info.files += [str(p) for p in write_report(settings, r)]
+            reports.append(r)
+    finally:
+        con.close()
+    _summarize(info, reports)
+    info.elapsed_s = round(time.monotonic() - started, 3)
+    return info
+
+
+def _summarize(info: ReviewInfo, reports: list[dict[str, Any]]) -> None:
+    info.reports = len(reports)
+    info.days = sorted({r["day"] for r in reports})
+    info.agents = sorted({r["agent_id"] for r in reports})
+    total = sum(r["interactions"] for r in reports)
+    info.interactions = total
+    if total:
+        fields = reports[0]["enrichment_set_counts"].keys()
+        info.enrichment_coverage = {
+            f: round(sum(r["enrichment_set_counts"][f] for r in reports) / total, 6) for f in fields
+        }
+        info.fully_enriched_fraction = round(sum(r["fully_enriched"] for r in reports) / total, 6)
+    info.tokens = {k: sum(r["tokens"][k] for r in reports) for k in ("input", "output", "cache_read")}
+    info.cost_usd = round(sum(r["cost_usd"] for r in reports), 6)
+    info.flags = {f: sum(r["flags"][f] for r in reports) for f in rep.FLAGS}
+    info.flagged_interactions = sum(r["flagged_interactions"] for r in reports)
+    info.per_report = [
+        {
+            "day": r["day"],
+            "agent_id": r["agent_id"],
+            "interactions": r["interactions"],
+            "enrichment_coverage": r["enrichment_coverage"],
+            "flags": r["flags"],
+            "cost_usd": r["cost_usd"],
+        }
+        for r in reports
+    ]
+
+
+def scrub_reports(settings: Settings, erased_ids: set[str], strings: set[str]) -> tuple[int, int]:
+    """Regenerate (or remove) every report that mentions an erased event or a forgotten name.
+
+    Returns (regenerated, removed). Called by `forget` after the erasure is in the log,
+    so the regenerated reports already exclude the erased interactions.
+    """
+    root = review_dir(settings)
+    if not root.exists():
+        return 0, 0
+    needles = [s.encode() for s in (*erased_ids, *strings) if s]
+    stale: set[tuple[str, str, Path]] = set()
+    for path in root.rglob("*"):
+        if path.suffix not in (".json", ".md") or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if any(n in data for n in needles):
+            day = path.parent.name.removeprefix("date=")
+            agent = _agent_of(path)
+            stale.add((day, agent, path.with_suffix("")))
+    regenerated = removed = 0
+    for day, agent, base in sorted(stale):
+        for suffix in (".json", ".md", ".png"):
+            base.with_suffix(suffix).unlink(missing_ok=True)
+        if agent:
+            info = run_review(settings, day=day, agent=agent)
+            if info.reports:
+                regenerated += 1
+                continue
+        removed += 1
+    return regenerated, removed
+
+
+def _agent_of(path: Path) -> str:
+    json_path = path.with_suffix(".json")
+    try:
+        agent: str = orjson.loads(json_path.read_bytes())["agent_id"]
+        return agent
+    except (OSError, ValueError, KeyError):
+        return ""

@@ -1,0 +1,381 @@
+"""Context assembly: the prompt sections in seed 004's order, within budgets.
+
+Order (the system prompt): base context → identity (L0) → scope rules →
+relationship summary for this participant → recent interactions (last 5,
+filtered by memory level) → learned knowledge (top 20, this participant's
+first) → behavioural constraints → response instructions. Then, for the user
+message, the per-turn L1 retrieval for the query inside
+`<memory-context>…</memory-context>` (seed 002), each item with its id.
+
+Budgets (tokens are `count_tokens`: ceil(chars / 4)):
+
+1. Tier budgets: each section keeps its items in priority order while they
+   fit its budget (`settings.runtime.tier_budgets[name]`, or `tier_budgets=`);
+   the first item that does not fit ends the section. An item is never cut.
+2. Overall cap: `budget` if given, else `settings.runtime.total_budget_tokens`.
+   While the total is over the cap, the lowest-value item anywhere is dropped
+   (value = section value x 0.9^rank: older recent turns and the tail of the
+   knowledge list go first, identity and instructions last).
+3. When `budget` is given, the memory-context tier may use whatever part of
+   the budget the other sections leave (at least its own tier budget): a
+   caller that asks "what fits in N tokens for this question" gets the
+   retrieval filling the room, which is what the LoCoMo protocol measures.
+
+Sections with no items are left out. `total_tokens` is the sum of the
+section token counts and never exceeds the cap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tiermem.ids import utcnow
+from tiermem.runtime.episode_search import search_episodes
+from tiermem.runtime.levels import check_level, recent_items
+from tiermem.runtime.memory import AgentMemory
+from tiermem.runtime.scopes import list_facts, search_facts
+from tiermem.runtime.tokens import count_tokens
+
+PROMPT_ORDER = (
+    "base",
+    "identity",
+    "scope_rules",
+    "relationship",
+    "recent",
+    "knowledge",
+    "constraints",
+    "instructions",
+    "memory_context",
+)
+HEADERS = {
+    "base": "",
+    "identity": "## Who you are",
+    "scope_rules": "## Scope",
+    "relationship": "## The person you are talking to",
+    "recent": "## Recent interactions",
+    "knowledge": "## What you have learned",
+    "constraints": "## Constraints",
+    "instructions": "## How to respond",
+    "memory_context": "",
+}
+# How much an item of each section is worth when the overall cap forces drops.
+SECTION_VALUE = {
+    "identity": 100.0,
+    "instructions": 95.0,
+    "base": 90.0,
+    "constraints": 85.0,
+    "memory_context": 80.0,
+    "relationship": 70.0,
+    "scope_rules": 60.0,
+    "recent": 50.0,
+    "knowledge": 40.0,
+}
+RANK_DECAY = 0.9
+NON_KNOWLEDGE_CATEGORIES = ("constraint", "rule")
+
+DEFAULT_CONSTRAINTS = (
+    "Record in memory: user corrections, explicit preferences, stable facts, the tool environment, "
+    "relationships. Do not record task progress, transient state, or data that can be looked up live.",
+    'Write memories as declarative facts ("the user prefers concise replies"), not instructions.',
+    "When someone corrects you, fix or remove the memory that caused the mistake, not only add the new fact.",
+)
+DEFAULT_INSTRUCTIONS = (
+    "When you use something you remember, say so and cite its id in brackets, e.g. [fact:…]. "
+    "If someone refers to an earlier conversation, use recall_memory before answering. "
+    "If asked which memories you used, list their ids."
+)
+
+
+@dataclass
+class ContextItem:
+    item_id: str
+    text: str
+    value: float
+    tokens: int = 0
+
+    def __post_init__(self) -> None:
+        self.tokens = count_tokens(self.text)
+
+
+@dataclass
+class Section:
+    name: str
+    tokens: int
+    text: str
+    item_ids: list[str]
+
+
+@dataclass
+class AssembledContext:
+    agent_id: str
+    level: str
+    user: str | None
+    query: str | None
+    cap: int
+    total_tokens: int
+    sections: list[Section]
+    dropped: list[str] = field(default_factory=list)
+    retrieval_scores: dict[str, float] = field(default_factory=dict)
+    elapsed_ms: float = 0.0
+
+    def section(self, name: str) -> Section | None:
+        return next((s for s in self.sections if s.name == name), None)
+
+    @property
+    def system_prompt(self) -> str:
+        return "\n\n".join(s.text for s in self.sections if s.name != "memory_context")
+
+    def user_message(self, message: str) -> str:
+        """The user's message with the per-turn retrieval injected before it (seed 002)."""
+        mc = self.section("memory_context")
+        return f"{mc.text}\n\n{message}" if mc else message
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "level": self.level,
+            "user": self.user,
+            "query": self.query,
+            "cap": self.cap,
+            "total_tokens": self.total_tokens,
+            "sections": [asdict(s) for s in self.sections],
+            "dropped": self.dropped,
+        }
+
+
+def _items(section: str, entries: list[tuple[str, str]]) -> list[ContextItem]:
+    base = SECTION_VALUE[section]
+    return [ContextItem(i, text, base * RANK_DECAY**rank) for rank, (i, text) in enumerate(entries)]
+
+
+def _render(name: str, items: list[ContextItem]) -> str:
+    if name == "recent":
+        items = list(reversed(items))  # kept newest-first, shown oldest-first
+    body = "\n".join(item.text for item in items)
+    if name == "memory_context":
+        return f"<memory-context>\n{body}\n</memory-context>"
+    header = HEADERS[name]
+    return f"{header}\n{body}" if header else body
+
+
+def _fit(name: str, items: list[ContextItem], budget: int) -> list[ContextItem]:
+    kept: list[ContextItem] = []
+    for item in items:
+        if count_tokens(_render(name, [*kept, item])) > budget:
+            break
+        kept.append(item)
+    return kept
+
+
+def _candidates(
+    memory: AgentMemory, user: str | None, level: str, settings_top: int, recent_n: int
+) -> dict[str, list[ContextItem]]:
+    conn = memory.conn
+    scope = memory.scope
+    out: dict[str, list[ContextItem]] = {}
+
+    base = memory.base_context or (
+        f"You are {memory.agent_id}"
+        + (f", a {memory.agent_type} agent" if memory.agent_type else "")
+        + (f", working on project {memory.project_id}" if memory.project_id else "")
+        + ". You have a persistent memory: what is below is what you remember, and the memory tools "
+        "let you search and update it."
+    )
+    out["base"] = _items("base", [("base", base)])
+
+    identity = memory.identity()
+    out["identity"] = _items("identity", [(f"identity:{memory.agent_id}", identity)] if identity else [])
+
+    rules = [
+        (
+            "scope",
+            f"Memory level: {level}. Scopes you read: "
+            + ", ".join(
+                s
+                for s, ok in (
+                    ("project override", bool(memory.project_id and memory.agent_type)),
+                    (f"project {memory.project_id}", bool(memory.project_id)),
+                    ("your own", True),
+                    (f"agent type {memory.agent_type}", bool(memory.agent_type)),
+                    ("system", True),
+                )
+                if ok
+            )
+            + ". More specific guidance wins.",
+        )
+    ]
+    where, params = scope.visibility_sql("f")
+    overrides = conn.execute(
+        "SELECT f.fact_id, f.content FROM facts f WHERE f.status='active'"
+        f" AND (f.scope='override' OR f.category='rule') AND {where}"
+        " ORDER BY f.scope='override' DESC, f.updated_at DESC LIMIT 20",
+        params,
+    ).fetchall()
+    rules += [(str(r[0]), f"- [{r[0]}] {r[1]}") for r in overrides]
+    out["scope_rules"] = _items("scope_rules", rules)
+
+    rel: list[tuple[str, str]] = []
+    if user:
+        row = conn.execute(
+            "SELECT summary, rapport, trust, last_spoke_ts FROM relationships WHERE agent_id=? AND participant=?",
+            (memory.agent_id, user),
+        ).fetchone()
+        if row is not None:
+            extras = []
+            if row["rapport"] is not None:
+                extras.append(f"rapport {row['rapport']:.1f}")
+            if row["trust"] is not None:
+                extras.append(f"trust {row['trust']:.1f}")
+            if row["last_spoke_ts"]:
+                extras.append(f"last spoke {str(row['last_spoke_ts'])[:10]}")
+            tail = f" ({', '.join(extras)})" if extras else ""
+            rel.append((f"relationship:{memory.agent_id}:{user}", f"{user}: {row['summary']}{tail}"))
+    out["relationship"] = _items("relationship", rel)
+
+    recent = recent_items(conn, memory.agent_id, level, recent_n)
+    out["recent"] = _items("recent", [(it.item_id, it.render()) for it in reversed(recent)])
+
+    facts = list_facts(conn, scope, participant_first=user, limit=settings_top + 20)
+    knowledge = [
+        f for f in facts if f["category"] not in NON_KNOWLEDGE_CATEGORIES and f["scope"] != "override"
+    ][:settings_top]
+    out["knowledge"] = _items(
+        "knowledge",
+        [
+            (
+                str(f["fact_id"]),
+                f"- [{f['fact_id']}] ({f['category'] or 'fact'}) "
+                + (f"{f['key']}: " if f["kind"] == "kv" else "")
+                + str(f["content"]),
+            )
+            for f in knowledge
+        ],
+    )
+    constraints = [
+        (str(f["fact_id"]), f"- [{f['fact_id']}] {f['content']}")
+        for f in facts
+        if f["category"] == "constraint"
+    ]
+    constraints += [(f"constraint:default:{i}", f"- {text}") for i, text in enumerate(DEFAULT_CONSTRAINTS)]
+    out["constraints"] = _items("constraints", constraints)
+    out["instructions"] = _items("instructions", [("instructions", DEFAULT_INSTRUCTIONS)])
+    return out
+
+
+def _retrieve(
+    memory: AgentMemory, query: str, user: str | None, fact_limit: int = 8, episode_limit: int = 5
+) -> tuple[list[ContextItem], dict[str, float]]:
+    facts = search_facts(
+        memory.conn,
+        memory.scope,
+        query,
+        limit=fact_limit,
+        weights=memory.settings.runtime.scope_weights,
+        now=utcnow(),
+    )
+    episodes = search_episodes(memory.conn, memory.agent_id, query, None, episode_limit)
+    scored: list[tuple[float, str, str]] = []
+    for f in facts:
+        scored.append((f.score, f.fact_id, f"[{f.fact_id}] {f.content}"))
+    for e in episodes:
+        quotes = "; ".join(f'"{q.get("text", "")}"' for q in e["key_quotes"][:3] if isinstance(q, dict))
+        when = str(e["start_ts"] or "")[:10]
+        text = f"[{e['episode_id']}] {when} {e['name']}: {e['summary']}" + (
+            f" Quotes: {quotes}" if quotes else ""
+        )
+        scored.append((float(e["score"]), str(e["episode_id"]), text))
+    # Interleave by rank so neither kind crowds the other out of a small budget.
+    fact_part = [s for s in scored if s[1] in {f.fact_id for f in facts}]
+    ep_part = [s for s in scored if s not in fact_part]
+    ordered: list[tuple[float, str, str]] = []
+    for i in range(max(len(fact_part), len(ep_part))):
+        for part in (ep_part, fact_part):
+            if i < len(part):
+                ordered.append(part[i])
+    items = _items("memory_context", [(i, t) for _, i, t in ordered])
+    return items, {i: round(s, 6) for s, i, _ in ordered}
+
+
+def assemble_context(
+    memory: AgentMemory,
+    *,
+    user: str | None = None,
+    level: str | None = None,
+    query: str | None = None,
+    budget: int | None = None,
+    tier_budgets: Mapping[str, int] | None = None,
+    record: bool = False,
+) -> AssembledContext:
+    """Build the prompt sections for one turn (see the module doc for the budget rules).
+
+    `record=True` appends a `retrieval` event for the memory-context items (the
+    turn loop does; inspection commands do not).
+    """
+    started = time.perf_counter()
+    rt = memory.settings.runtime
+    user = user or memory.user
+    level = check_level(level) if level else memory.current_level()
+    tiers = {**rt.tier_budgets, **(tier_budgets or {})}
+    cap = int(budget) if budget is not None else rt.total_budget_tokens
+    candidates = _candidates(memory, user, level, rt.top_knowledge, rt.recent_interactions)
+    kept: dict[str, list[ContextItem]] = {
+        name: _fit(name, items, int(tiers.get(name, cap))) for name, items in candidates.items()
+    }
+    scores: dict[str, float] = {}
+    if query and query.strip():
+        mc_items, scores = _retrieve(memory, query, user)
+        mc_budget = int(tiers.get("memory_context", 600))
+        if budget is not None:
+            used = sum(count_tokens(_render(n, its)) for n, its in kept.items() if its)
+            mc_budget = max(mc_budget, cap - used)
+        kept["memory_context"] = _fit("memory_context", mc_items, mc_budget)
+
+    def total() -> int:
+        return sum(count_tokens(_render(n, its)) for n, its in kept.items() if its)
+
+    dropped: list[str] = []
+    current = total()
+    while current > cap:
+        candidates_left = [(it.value, n, it) for n, its in kept.items() for it in its]
+        if not candidates_left:
+            break
+        _, name, victim = min(candidates_left, key=lambda c: c[0])
+        kept[name].remove(victim)
+        dropped.append(victim.item_id)
+        current = total()
+
+    sections = []
+    for name in PROMPT_ORDER:
+        its = kept.get(name) or []
+        if not its:
+            continue
+        text = _render(name, its)
+        ordered = list(reversed(its)) if name == "recent" else its
+        sections.append(Section(name, count_tokens(text), text, [it.item_id for it in ordered]))
+    ctx = AssembledContext(
+        agent_id=memory.agent_id,
+        level=level,
+        user=user,
+        query=query,
+        cap=cap,
+        total_tokens=sum(s.tokens for s in sections),
+        sections=sections,
+        dropped=dropped,
+        retrieval_scores={i: scores[i] for s in sections if s.name == "memory_context" for i in s.item_ids},
+    )
+    mc = ctx.section("memory_context")
+    if record and mc is not None:
+        memory.record_retrieval(
+            "context",
+            query,
+            mc.item_ids,
+            [ctx.retrieval_scores.get(i, 0.0) for i in mc.item_ids],
+            mc.tokens,
+            reason="per-turn L1 retrieval injected into the user message",
+            participant=user,
+        )
+    ctx.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
+    return ctx

@@ -1,0 +1,471 @@
+"""The memory tools: Anthropic tool-use specs and their Python handlers.
+
+`tool_specs()` and `call_tool(memory, name, args)` are the one implementation
+behind the Claude turn loop and the MCP server (`tiermem mcp`). Arguments
+never include the agent id: the `AgentMemory` is already bound to one agent.
+Bad arguments raise `tiermem.errors.ValidationError` naming the argument.
+
+Every tool that delivers memory appends a `retrieval` event (query, item ids,
+scores, tokens of the result) and so bumps the items' `recall_count`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from tiermem.errors import NotFoundError, ValidationError
+from tiermem.ids import utcnow
+from tiermem.runtime.episode_search import search_episodes
+from tiermem.runtime.memory import FACT_SCOPES, AgentMemory
+from tiermem.runtime.scopes import list_facts, search_facts
+from tiermem.runtime.tokens import count_tokens
+
+try:  # the evolver's lexical similarity (seed 001 §8 thresholds)
+    from tiermem.evolver.similarity import text_similarity
+except ImportError:  # pragma: no cover - fallback while the evolver is absent
+
+    def text_similarity(a: str, b: str) -> float:
+        sa, sb = set(a.lower().split()), set(b.lower().split())
+        return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+
+
+try:
+    from tiermem.evolver.merge import merge_offline as _merge_offline
+
+    def merge_texts(old: str, new: str) -> tuple[str, str | None]:
+        result = _merge_offline(old, new)
+        return result.content, result.note
+
+except ImportError:  # pragma: no cover
+
+    def merge_texts(old: str, new: str) -> tuple[str, str | None]:
+        return (new if old in new else f"{new} (earlier: {old})"), "merged with an older note"
+
+
+NEAR_IDENTICAL = 0.95
+RELATED = 0.80
+RECALL_LIMIT = 3
+
+RECALL_MEMORY_DESCRIPTION = (
+    "Search your own memories of past interactions. Use when someone references a previous "
+    "conversation, when you want to recall specific details about a person, or when something "
+    "reminds you of a past moment."
+)
+
+
+def _spec(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": description,
+        "input_schema": {"type": "object", "properties": props, "required": required},
+    }
+
+
+def _s(description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "string", "description": description, **extra}
+
+
+def tool_specs() -> list[dict[str, Any]]:
+    """The memory tools in Anthropic tool-use format (name, description, input_schema)."""
+    return [
+        _spec(
+            "recall_memory",
+            RECALL_MEMORY_DESCRIPTION,
+            {
+                "query": _s("A name, topic, event, or feeling"),
+                "participant": _s("Filter by person name"),
+            },
+            ["query"],
+        ),
+        _spec(
+            "memory_recall",
+            "Recall anything from your memory when you are not sure where it is: tries an exact "
+            "key-value fact first, then searches what you have learned.",
+            {"query": _s("A fact key or a few words about what you want to remember")},
+            ["query"],
+        ),
+        _spec(
+            "memory_fact_store",
+            "Store a key-value fact (e.g. test_command = pytest -q). The scope decides who shares it: "
+            "agent (only you, default), project, agent_type, override (project + your type), system.",
+            {
+                "key": _s("Short identifier, e.g. deploy_branch"),
+                "value": _s("The value"),
+                "scope": _s("Who shares the fact", enum=list(FACT_SCOPES)),
+            },
+            ["key", "value"],
+        ),
+        _spec(
+            "memory_fact_recall",
+            "Look up a key-value fact by its exact key; the most specific scope wins.",
+            {"key": _s("The fact key")},
+            ["key"],
+        ),
+        _spec("memory_fact_list", "List the key-value facts you can see, in every scope.", {}, []),
+        _spec(
+            "memory_idea_save",
+            "Save an insight or learning as a declarative fact. Near-duplicates of what you already "
+            "know are merged, not repeated; the result says what happened (created/merged/deduplicated).",
+            {"content": _s("The insight, as a declarative statement"), "topic": _s("Optional topic")},
+            ["content"],
+        ),
+        _spec(
+            "memory_idea_recall",
+            "Search the insights and learned facts you can see, optionally within a topic.",
+            {"query": _s("What you are looking for"), "topic": _s("Optional topic pre-filter")},
+            ["query"],
+        ),
+        _spec(
+            "memory_idea_list",
+            "List the insights and learned facts you can see, newest first.",
+            {"topic": _s("Optional topic")},
+            [],
+        ),
+        _spec(
+            "memory_write",
+            "Change your memory directly. L0 is your identity (always in your prompt, at most 1,000 "
+            "characters); L1 is your learned knowledge. add | update | remove; update and remove on "
+            "L1 need target_id (the id shown in brackets).",
+            {
+                "action": _s("What to do", enum=["add", "update", "remove"]),
+                "layer": _s("L0 identity or L1 knowledge", enum=["L0", "L1"]),
+                "content": _s("The new content (for remove on L0: the text to remove)"),
+                "target_id": _s("The fact id to update or remove (L1)"),
+                "tags": {"type": "array", "items": {"type": "string"}, "description": "Optional tags"},
+            },
+            ["action", "layer", "content"],
+        ),
+    ]
+
+
+_SPECS = {spec["name"]: spec for spec in tool_specs()}
+
+
+def _check_args(name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(args, Mapping):
+        raise ValidationError("arguments", f"expected an object, got {type(args).__name__}")
+    schema = _SPECS[name]["input_schema"]
+    props: dict[str, Any] = schema["properties"]
+    unknown = set(args) - set(props)
+    if unknown:
+        raise ValidationError(
+            sorted(unknown)[0], f"unknown argument to {name}; known: {', '.join(props) or 'none'}"
+        )
+    out: dict[str, Any] = {}
+    for key, value in args.items():
+        if value is None:
+            continue
+        spec = props[key]
+        if spec["type"] == "string":
+            if not isinstance(value, str):
+                raise ValidationError(key, f"expected a string, got {type(value).__name__}")
+            if "enum" in spec and value not in spec["enum"]:
+                raise ValidationError(key, f"expected one of {', '.join(spec['enum'])}, got {value!r}")
+        elif spec["type"] == "array" and (
+            not isinstance(value, list) or not all(isinstance(v, str) for v in value)
+        ):
+            raise ValidationError(key, "expected a list of strings")
+        out[key] = value
+    for key in schema["required"]:
+        if key not in out or (isinstance(out[key], str) and not out[key].strip() and key != "content"):
+            raise ValidationError(key, f"missing (required by {name})")
+    return out
+
+
+def _cost(result: Any) -> int:
+    return count_tokens(orjson.dumps(result).decode())
+
+
+# ---------------------------------------------------------------- handlers
+
+
+def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    query, participant = args["query"], args.get("participant")
+    found = search_episodes(memory.conn, memory.agent_id, query, participant, RECALL_LIMIT)
+    memories = []
+    lines = []
+    for ep in found:
+        when = str(ep.get("start_ts") or "")[:10]
+        end = str(ep.get("end_ts") or "")[:10]
+        if end and end != when:
+            when = f"{when} to {end}"
+        quotes = [q.get("text", "") for q in ep.get("key_quotes") or [] if isinstance(q, dict)]
+        memories.append(
+            {
+                "episode_id": ep["episode_id"],
+                "name": ep["name"],
+                "when": when,
+                "start_ts": ep.get("start_ts"),
+                "end_ts": ep.get("end_ts"),
+                "summary": ep["summary"],
+                "key_quotes": quotes,
+                "emotional_context": ep.get("emotional_context"),
+                "participants": ep.get("participants") or [],
+                "importance": ep.get("importance"),
+                "score": ep.get("score"),
+            }
+        )
+        line = f'I remember "{ep["name"]}" ({when}): {ep["summary"]}'
+        if quotes:
+            line += " What was said: " + " / ".join(f'"{q}"' for q in quotes[:3])
+        if ep.get("emotional_context"):
+            line += f" How it felt: {ep['emotional_context']}"
+        lines.append(line)
+    text = "\n".join(lines) if lines else "Nothing comes to mind about that."
+    result = {"memories": memories, "text": text}
+    memory.record_retrieval(
+        "recall_memory",
+        query,
+        [m["episode_id"] for m in memories],
+        [float(m["score"] or 0.0) for m in memories],
+        _cost(result),
+        reason="agent reached for a memory",
+        participant=participant,
+    )
+    return result
+
+
+def _fact_out(row: Any) -> dict[str, Any]:
+    return {
+        "fact_id": row["fact_id"],
+        "key": row["key"],
+        "value": row["content"],
+        "scope": row["scope"],
+        "updated_at": row["updated_at"],
+    }
+
+
+def _search_out(
+    memory: AgentMemory, query: str, topic: str | None, kinds: tuple[str, ...] | None
+) -> list[dict[str, Any]]:
+    found = search_facts(
+        memory.conn,
+        memory.scope,
+        query,
+        topic=topic,
+        limit=5,
+        kinds=kinds,
+        weights=memory.settings.runtime.scope_weights,
+        now=utcnow(),
+    )
+    return [
+        {
+            "fact_id": f.fact_id,
+            "content": f.content,
+            "key": f.key,
+            "topic": f.topic,
+            "scope": f.scope,
+            "category": f.category,
+            "score": f.score,
+        }
+        for f in found
+    ]
+
+
+def _memory_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    query = args["query"]
+    row = memory.get_fact(query.strip())
+    if row is not None:
+        result: dict[str, Any] = {"source": "kv", **_fact_out(row)}
+        memory.record_retrieval(
+            "memory_recall", query, [row["fact_id"]], [1.0], _cost(result), reason="kv exact match"
+        )
+        return result
+    results = _search_out(memory, query, None, None)
+    result = {"source": "search", "results": results}
+    memory.record_retrieval(
+        "memory_recall",
+        query,
+        [r["fact_id"] for r in results],
+        [r["score"] for r in results],
+        _cost(result),
+        reason="no exact key; full-text search",
+    )
+    return result
+
+
+def _fact_store(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    fact_id = memory.store_fact(args["key"].strip(), args["value"], args.get("scope"))
+    return {
+        "stored": True,
+        "fact_id": fact_id,
+        "key": args["key"].strip(),
+        "scope": args.get("scope") or "agent",
+    }
+
+
+def _fact_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    row = memory.get_fact(args["key"].strip())
+    if row is None:
+        return {"found": False, "key": args["key"]}
+    result = {"found": True, **_fact_out(row)}
+    memory.record_retrieval(
+        "memory_fact_recall", args["key"], [row["fact_id"]], [1.0], _cost(result), reason="kv lookup"
+    )
+    return result
+
+
+def _fact_list(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    rows = list_facts(memory.conn, memory.scope, kinds=("kv",), limit=200)
+    result = {"facts": [_fact_out(r) for r in rows]}
+    if rows:
+        memory.record_retrieval(
+            "memory_fact_list", None, [r["fact_id"] for r in rows], None, _cost(result), reason="list"
+        )
+    return result
+
+
+def _idea_save(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    content, topic = args["content"].strip(), args.get("topic")
+    if not content:
+        raise ValidationError("content", "empty")
+    # Candidates: the agent's own knowledge that shares words with the new idea (dedup in the target scope).
+    found = search_facts(memory.conn, memory.scope, content, limit=20, kinds=("knowledge",), now=utcnow())
+    best, best_sim = None, 0.0
+    for f in found:
+        if f.scope != "agent":
+            continue
+        sim = text_similarity(f.content, content)
+        if sim > best_sim:
+            best, best_sim = f, sim
+    if best is not None and best_sim > NEAR_IDENTICAL:
+        memory.add_knowledge(
+            best.content,
+            category=best.category or "insight",
+            topic=best.topic or topic,
+            fact_id=best.fact_id,
+            decision="touched",
+            similarity=best_sim,
+            note="near-identical idea saved again",
+        )
+        return {"action": "deduplicated", "fact_id": best.fact_id, "similarity": best_sim}
+    if best is not None and best_sim >= RELATED:
+        merged, note = merge_texts(best.content, content)
+        memory.add_knowledge(
+            merged,
+            category=best.category or "insight",
+            topic=topic or best.topic,
+            fact_id=best.fact_id,
+            decision="merged",
+            previous_content=best.content,
+            similarity=best_sim,
+            note=note,
+        )
+        return {"action": "merged", "fact_id": best.fact_id, "similarity": best_sim, "content": merged}
+    fact_id = memory.add_knowledge(content, category="insight", topic=topic)
+    return {"action": "created", "fact_id": fact_id, "similarity": round(best_sim, 6)}
+
+
+def _idea_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    results = _search_out(memory, args["query"], args.get("topic"), ("knowledge",))
+    result = {"results": results}
+    memory.record_retrieval(
+        "memory_idea_recall",
+        args["query"],
+        [r["fact_id"] for r in results],
+        [r["score"] for r in results],
+        _cost(result),
+        reason="idea search" + (f" (topic {args['topic']})" if args.get("topic") else ""),
+    )
+    return result
+
+
+def _idea_list(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    rows = list_facts(memory.conn, memory.scope, kinds=("knowledge",), topic=args.get("topic"), limit=100)
+    ideas = [
+        {
+            "fact_id": r["fact_id"],
+            "content": r["content"],
+            "topic": r["topic"],
+            "category": r["category"],
+            "scope": r["scope"],
+        }
+        for r in rows
+    ]
+    result = {"ideas": ideas}
+    if ideas:
+        memory.record_retrieval(
+            "memory_idea_list", None, [i["fact_id"] for i in ideas], None, _cost(result), reason="list"
+        )
+    return result
+
+
+def _memory_write(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    action, layer, content = args["action"], args["layer"], args["content"]
+    tags = args.get("tags")
+    if layer == "L0":
+        current = memory.identity()
+        if action == "add":
+            if not content.strip():
+                raise ValidationError("content", "empty")
+            new = f"{current}\n{content.strip()}" if current else content.strip()
+        elif action == "update":
+            new = content.strip()
+        else:
+            if content.strip():
+                if content.strip() not in current:
+                    raise NotFoundError("that text is not in your identity (L0)")
+                new = current.replace(content.strip(), "").replace("\n\n", "\n").strip()
+            else:
+                new = ""
+        event_id = memory.set_identity(new)
+        return {
+            "action": action,
+            "layer": "L0",
+            "id": f"identity:{memory.agent_id}",
+            "event_id": event_id,
+            "chars": len(new),
+        }
+    # L1 knowledge
+    if action == "add":
+        fact_id = memory.add_knowledge(content, category=(tags[0] if tags else "insight"), tags=tags)
+        return {"action": "add", "layer": "L1", "id": fact_id}
+    target = args.get("target_id")
+    if not target:
+        raise ValidationError("target_id", f"required for {action} on L1")
+    where, params = memory.scope.visibility_sql("f")
+    row = memory.conn.execute(
+        f"SELECT f.* FROM facts f WHERE f.fact_id = ? AND f.status = 'active' AND {where}", (target, *params)
+    ).fetchone()
+    if row is None:
+        raise NotFoundError(f"no active memory {target!r} that you can see")
+    if action == "update":
+        if not content.strip():
+            raise ValidationError("content", "empty")
+        memory.add_knowledge(
+            content,
+            category=row["category"] or "insight",
+            topic=row["topic"],
+            fact_id=target,
+            decision="superseded",
+            previous_content=row["content"],
+            note="updated by the agent",
+            scope=row["scope"] if row["scope"] != "agent" else None,
+        )
+        return {"action": "update", "layer": "L1", "id": target}
+    memory.decide_fact(target, "deactivated", "inactive", note="removed by the agent")
+    return {"action": "remove", "layer": "L1", "id": target}
+
+
+HANDLERS: dict[str, Callable[[AgentMemory, dict[str, Any]], dict[str, Any]]] = {
+    "recall_memory": _recall_memory,
+    "memory_recall": _memory_recall,
+    "memory_fact_store": _fact_store,
+    "memory_fact_recall": _fact_recall,
+    "memory_fact_list": _fact_list,
+    "memory_idea_save": _idea_save,
+    "memory_idea_recall": _idea_recall,
+    "memory_idea_list": _idea_list,
+    "memory_write": _memory_write,
+}
+
+
+def call_tool(memory: AgentMemory, name: str, args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Run one memory tool for the bound agent; ValidationError on bad arguments."""
+    handler = HANDLERS.get(name)
+    if handler is None:
+        raise ValidationError("name", f"unknown tool {name!r}; known: {', '.join(HANDLERS)}")
+    return handler(memory, _check_args(name, args or {}))

@@ -1,0 +1,158 @@
+"""One Claude agent turn with memory: assemble, call, run tools, record.
+
+`run_turn` builds the system prompt from the assembled context (cached with
+`cache_control`, so repeated turns read it from Anthropic's prompt cache),
+injects the per-turn retrieval into the user message, offers the memory
+tools, executes every `tool_use` with `call_tool` until the model ends its
+turn, and then records the turn with the enrichment taken from the responses
+(model, usage including cache-read tokens, tools used, latency): the seed's
+"0% enriched" lesson, wired by construction.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from tiermem.errors import ConfigError, TerminalError, TiermemError, TransientError
+from tiermem.runtime.context import AssembledContext, assemble_context
+from tiermem.runtime.memory import AgentMemory, record_turn
+from tiermem.runtime.tools import call_tool, tool_specs
+
+DEFAULT_MAX_TOKENS = 1024
+MAX_TOOL_ROUNDS = 8
+
+
+@dataclass
+class TurnResult:
+    text: str
+    model: str
+    usage: dict[str, int]
+    tools_used: list[str]
+    latency_ms: float
+    event_id: str
+    stop_reason: str | None
+    context: AssembledContext
+    tool_results: list[dict[str, Any]] = field(default_factory=list)
+    path: str = "claude"
+
+
+def make_client(memory: AgentMemory) -> Any:
+    """An `anthropic.Anthropic` client from settings, or a clear error when no key is set."""
+    if not memory.settings.claude_available:
+        raise ConfigError(
+            "no Anthropic API key: set ANTHROPIC_API_KEY (or anthropic_api_key in tiermem.toml) "
+            "to talk to Claude; every other command works offline"
+        )
+    import anthropic
+
+    return anthropic.Anthropic(api_key=memory.settings.anthropic_api_key)
+
+
+def _create(client: Any, **kwargs: Any) -> Any:
+    import anthropic
+
+    try:
+        return client.messages.create(**kwargs)
+    except (anthropic.APIConnectionError, anthropic.RateLimitError, anthropic.InternalServerError) as exc:
+        raise TransientError(f"Claude request failed, worth retrying: {exc}") from exc
+    except anthropic.APIStatusError as exc:
+        raise TerminalError(f"Claude rejected the request ({exc.status_code}): {exc}") from exc
+
+
+def _block_dict(block: Any) -> dict[str, Any]:
+    if hasattr(block, "model_dump"):
+        data: dict[str, Any] = block.model_dump(exclude_none=True)
+        return {k: v for k, v in data.items() if k in ("type", "text", "id", "name", "input")}
+    return dict(block)
+
+
+def run_turn(
+    memory: AgentMemory,
+    user_message: str,
+    client: Any | None = None,
+    *,
+    model: str | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_tool_rounds: int = MAX_TOOL_ROUNDS,
+    budget: int | None = None,
+    selection_reason: str | None = None,
+) -> TurnResult:
+    """Run one agent turn against Claude with the memory tools, then record it."""
+    client = client or make_client(memory)
+    model = model or memory.settings.anthropic_model
+    started = time.perf_counter()
+    ctx = assemble_context(memory, query=user_message, budget=budget, record=True)
+    system = [{"type": "text", "text": ctx.system_prompt, "cache_control": {"type": "ephemeral"}}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": ctx.user_message(user_message)}]
+    usage = {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0, "tool_calls": 0}
+    tools_used: list[str] = []
+    tool_results: list[dict[str, Any]] = []
+    texts: list[str] = []
+    response: Any = None
+    for _ in range(max_tool_rounds + 1):
+        response = _create(
+            client, model=model, max_tokens=max_tokens, system=system, tools=tool_specs(), messages=messages
+        )
+        u = response.usage
+        usage["input_tokens"] += int(u.input_tokens or 0)
+        usage["output_tokens"] += int(u.output_tokens or 0)
+        usage["cache_read_tokens"] += int(getattr(u, "cache_read_input_tokens", 0) or 0)
+        texts = [b.text for b in response.content if getattr(b, "type", None) == "text"]
+        calls = [b for b in response.content if getattr(b, "type", None) == "tool_use"]
+        if response.stop_reason != "tool_use" or not calls:
+            break
+        messages.append({"role": "assistant", "content": [_block_dict(b) for b in response.content]})
+        results = []
+        for call in calls:
+            usage["tool_calls"] += 1
+            if call.name not in tools_used:
+                tools_used.append(call.name)
+            try:
+                output = call_tool(memory, call.name, dict(call.input or {}))
+                is_error = False
+            except TiermemError as exc:  # the model sees the error and can correct itself
+                output = {"error": str(exc)}
+                is_error = True
+            tool_results.append(
+                {"tool": call.name, "input": call.input, "output": output, "is_error": is_error}
+            )
+            results.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": call.id,
+                    "content": orjson.dumps(output).decode(),
+                    "is_error": is_error,
+                }
+            )
+        messages.append({"role": "user", "content": results})
+    text = "\n".join(texts).strip()
+    latency_ms = round((time.perf_counter() - started) * 1000, 3)
+    used_model = str(getattr(response, "model", None) or model)
+    mc = ctx.section("memory_context")
+    recorded = record_turn(
+        memory,
+        user_message,
+        text,
+        model=used_model,
+        usage=usage,
+        tools_used=tools_used,
+        latency_ms=latency_ms,
+        selection_reason=selection_reason,
+        approval_status="auto_approved",
+        metadata={"memory_items": mc.item_ids if mc else [], "context_tokens": ctx.total_tokens},
+    )
+    return TurnResult(
+        text=text,
+        model=used_model,
+        usage=usage,
+        tools_used=tools_used,
+        latency_ms=latency_ms,
+        event_id=recorded.event_id,
+        stop_reason=getattr(response, "stop_reason", None),
+        context=ctx,
+        tool_results=tool_results,
+    )

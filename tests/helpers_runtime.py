@@ -1,0 +1,44 @@
+"""Helpers for the runtime tests: events and a memory on a fresh data root."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tiermem.log.store import EventLog
+from tiermem.settings import Settings
+
+
+def episode(agent_id: str, name: str, summary: str, **fields: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "type": "episode",
+        "agent_id": agent_id,
+        "name": name,
+        "summary": summary,
+        "start_ts": fields.pop("start_ts", "2026-03-01T10:00:00Z"),
+        "end_ts": fields.pop("end_ts", "2026-03-01T11:00:00Z"),
+        "importance": fields.pop("importance", 7),
+        "source_event_ids": fields.pop("source_event_ids", ["src-" + name.replace(" ", "-")]),
+        "participants": fields.pop("participants", []),
+        "key_quotes": fields.pop("key_quotes", []),
+    }
+    event.update(fields)
+    return event
+
+
+def interaction(
+    agent_id: str, user_message: str, agent_response: str = "ok", **fields: Any
+) -> dict[str, Any]:
+    return {
+        "type": "interaction",
+        "agent_id": agent_id,
+        "user_message": user_message,
+        "agent_response": agent_response,
+        **fields,
+    }
+
+
+def append(settings: Settings, *records: dict[str, Any]) -> list[str]:
+    with EventLog(settings) as log:
+        result = log.append_many(records)
+        assert not result.rejected, result.rejected
+        return [r.event_id for r in result.results]

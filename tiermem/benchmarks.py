@@ -1,0 +1,41 @@
+"""`tiermem bench ...`: benchmark commands that users and CI can run (currently `bench locomo`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tiermem.cli import add_json_flag, command
+from tiermem.output import emit_json
+from tiermem.settings import Settings
+
+LOCOMO_EXAMPLES = """  tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500
+  tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500 --json
+"""
+
+
+def _locomo(args: argparse.Namespace, settings: Settings) -> int:
+    from tiermem.locomo import format_report, run_locomo
+
+    result = run_locomo(args.data, args.budget, limit_conversations=args.conversations)
+    if args.json:
+        emit_json(result)
+    else:
+        print(format_report(result))
+    return 0
+
+
+def register(sub: Any) -> None:
+    bench = sub.add_parser("bench", help="run a benchmark (see subcommands)", description="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCH", required=True)
+    p = command(
+        bench_sub,
+        "locomo",
+        _locomo,
+        "LoCoMo budget protocol: tiermem vs BM25 over dated turns, in a temporary data root",
+        LOCOMO_EXAMPLES,
+    )
+    p.add_argument("--data", required=True, help="path to a LoCoMo JSON file (never copied into the repo)")
+    p.add_argument("--budget", type=int, default=500, help="memory token budget per question (default 500)")
+    p.add_argument("--conversations", type=int, default=None, help="use only the first N conversations")
+    add_json_flag(p)
