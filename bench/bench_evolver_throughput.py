@@ -23,16 +23,70 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tiermem.evolver.job import run_evolve  # noqa: E402
-from tiermem.ids import derived_event_id, format_ts  # noqa: E402
-from tiermem.log.store import EventLog  # noqa: E402
-from tiermem.settings import resolve_settings  # noqa: E402
+from tiermem.evolver.job import run_evolve
+from tiermem.ids import derived_event_id, format_ts
+from tiermem.log.store import EventLog
+from tiermem.settings import resolve_settings
 
-SUBJECTS = [f"{a} {b}" for a in ("green", "red", "old", "new", "small", "large", "quiet", "busy", "north", "south",
-                                  "blue", "wooden", "shared", "remote", "local", "public", "private", "spare")
-            for b in ("garden", "laptop", "project", "office", "bicycle", "kitchen", "server", "notebook", "camera",
-                      "library", "studio", "repository", "phone", "calendar", "printer", "car", "desk", "account")]
-VERBS = ["prefers", "uses", "maintains", "mentioned", "likes", "cleans", "updates", "checks", "shares", "plans"]
+SUBJECTS = [
+    f"{a} {b}"
+    for a in (
+        "green",
+        "red",
+        "old",
+        "new",
+        "small",
+        "large",
+        "quiet",
+        "busy",
+        "north",
+        "south",
+        "blue",
+        "wooden",
+        "shared",
+        "remote",
+        "local",
+        "public",
+        "private",
+        "spare",
+    )
+    for b in (
+        "garden",
+        "laptop",
+        "project",
+        "office",
+        "bicycle",
+        "kitchen",
+        "server",
+        "notebook",
+        "camera",
+        "library",
+        "studio",
+        "repository",
+        "phone",
+        "calendar",
+        "printer",
+        "car",
+        "desk",
+        "account",
+    )
+]
+VERBS = [
+    "prefers",
+    "uses",
+    "maintains",
+    "mentioned",
+    "likes",
+    "cleans",
+    "updates",
+    "checks",
+    "shares",
+    "plans",
+]
+SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po", "da", "fe", "gu", "hi", "jo", "bre"]
+NAMES = [
+    a + b + c for a in SYLLABLES for b in SYLLABLES for c in SYLLABLES
+]  # "kalomi": an identifier, not a number
 WHEN = ["every morning", "on weekends", "twice a week", "after work", "before meetings", "each month"]
 
 
@@ -51,9 +105,11 @@ def make_proposals(n: int, agents: int, seed: int = 7) -> list[dict[str, object]
             content = rng.choice(known) + " " + rng.choice(WHEN)  # one more detail
         elif known and roll < 0.30:
             base = rng.choice(known)
-            content = base.replace(base.split()[2], rng.choice(VERBS), 1)  # another verb: maybe a contradiction
+            content = base.replace(
+                base.split()[2], rng.choice(VERBS), 1
+            )  # another verb: maybe a contradiction
         else:
-            content = f"The user {rng.choice(VERBS)} the {rng.choice(SUBJECTS)} {rng.randrange(1000)}"
+            content = f"The user {rng.choice(VERBS)} the {rng.choice(SUBJECTS)} {rng.choice(NAMES)}"
             known.append(content)
         ts = t0 + timedelta(seconds=i)
         out.append(
@@ -101,7 +157,9 @@ def main() -> None:
                     "load_s": round(load_s, 2),
                     "evolve_s": round(evolve_s, 2),
                     "proposals_per_s": round(args.proposals / evolve_s),
-                    "decisions": {k: getattr(info, k) for k in ("created", "touched", "merged", "superseded", "pending")},
+                    "decisions": {
+                        k: getattr(info, k) for k in ("created", "touched", "merged", "superseded", "pending")
+                    },
                     "events_appended": info.events_appended,
                     "active_facts": info.active_facts,
                     "inactive_facts": info.inactive_facts,

@@ -56,7 +56,9 @@ def one_at_a_time(n: int = 4000) -> None:
                 log.append(record(i))
                 lat.append(time.perf_counter() - t)
             elapsed = time.perf_counter() - start
-    print(f"durable appends, one caller, fsync each: {n / elapsed:,.0f}/s  p50 {pct(lat, 0.5):.3f} ms  p99 {pct(lat, 0.99):.3f} ms  (n={n})")
+    print(
+        f"durable appends, one caller, fsync each: {n / elapsed:,.0f}/s  p50 {pct(lat, 0.5):.3f} ms  p99 {pct(lat, 0.99):.3f} ms  (n={n})"
+    )
 
 
 def group(threads: int = 8, per_thread: int = 3000, batch: int = 1) -> None:
@@ -92,7 +94,11 @@ def group(threads: int = 8, per_thread: int = 3000, batch: int = 1) -> None:
                 th.join()
             elapsed = time.perf_counter() - start
         total = threads * per_thread
-        what = "one record per call (validate included)" if batch == 1 else f"{batch} pre-validated records per call"
+        what = (
+            "one record per call (validate included)"
+            if batch == 1
+            else f"{batch} pre-validated records per call"
+        )
         print(
             f"group commit, {threads} concurrent callers, {what}: {total / elapsed:,.0f} records/s  "
             f"call latency p50 {pct(lat, 0.5):.3f} ms  p99 {pct(lat, 0.99):.3f} ms  (n={total})"

@@ -26,11 +26,15 @@ def main(n: int) -> None:
         src = Path(tmp) / "turns.jsonl"
         t = time.perf_counter()
         samples.write_jsonl(src, samples.generate(days=5, per_day=n // 5, seed=1))
-        print(f"sample: {n:,} turns, {src.stat().st_size / 1e6:.0f} MB, generated in {time.perf_counter() - t:.1f}s")
+        print(
+            f"sample: {n:,} turns, {src.stat().st_size / 1e6:.0f} MB, generated in {time.perf_counter() - t:.1f}s"
+        )
         for policy in ("always", "none"):
             settings = resolve_settings(data_dir=Path(tmp) / policy, env={})
-            info = ingest_file(settings, src, progress=False, fsync=policy)  # type: ignore[arg-type]
-            print(f"ingest fsync={policy}: {info.rate_per_s:,.0f} records/s ({info.accepted:,} in {info.elapsed_s:.2f}s, {info.batches} batches)")
+            info = ingest_file(settings, src, progress=False, fsync=policy)
+            print(
+                f"ingest fsync={policy}: {info.rate_per_s:,.0f} records/s ({info.accepted:,} in {info.elapsed_s:.2f}s, {info.batches} batches)"
+            )
         again = ingest_file(settings, src, progress=False)
         print(f"re-run (all duplicates): {again.rate_per_s:,.0f} records/s ({again.duplicates:,} duplicates)")
 

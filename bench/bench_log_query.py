@@ -84,7 +84,9 @@ def main(per_day: int) -> None:
         q, o, n = timed(data, GROUP_BY)
         print(f"30-day GROUP BY: {q * 1000:.0f} ms median of 5 ({n} groups); catalog open {o * 1000:.0f} ms")
         q, o, n = timed(data, ONE_DAY.format(day=day))
-        print(f"one-day query ({day}): {q * 1000:.0f} ms median of 5 ({n} groups); catalog open {o * 1000:.0f} ms")
+        print(
+            f"one-day query ({day}): {q * 1000:.0f} ms median of 5 ({n} groups); catalog open {o * 1000:.0f} ms"
+        )
 
 
 if __name__ == "__main__":

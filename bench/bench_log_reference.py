@@ -75,10 +75,14 @@ def main() -> None:
         d = Path(tmp)
         runs = [fsync_rate(d / f"f{i}") for i in range(3)]
         rate = statistics.median(r[0] for r in runs)
-        print(f"raw fsync, 400 B append + fsync one at a time: {rate:,.0f}/s "
-              f"(p50 {statistics.median(r[1] for r in runs):.3f} ms, p99 {statistics.median(r[2] for r in runs):.3f} ms; median of 3 x 3000)")
+        print(
+            f"raw fsync, 400 B append + fsync one at a time: {rate:,.0f}/s "
+            f"(p50 {statistics.median(r[1] for r in runs):.3f} ms, p99 {statistics.median(r[2] for r in runs):.3f} ms; median of 3 x 3000)"
+        )
         print(f"batched fsync, 500 x 400 B per fsync: {batched_fsync_rate(d / 'b'):,.0f} records/s")
-        print(f"buffered writes, 400 B records, one fsync at the end: {buffered_rate(d / 'w'):,.0f} records/s")
+        print(
+            f"buffered writes, 400 B records, one fsync at the end: {buffered_rate(d / 'w'):,.0f} records/s"
+        )
         print(f"disk write bandwidth (dd): {dd_bandwidth(d / 'dd')}")
 
 

@@ -47,11 +47,15 @@ def main(n: int) -> None:
         print(f"loaded with ingest --fsync none: {info.rate_per_s:,.0f} records/s")
         src.unlink()
         started = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", SEAL, str(settings.data_dir)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", SEAL, str(settings.data_dir)], capture_output=True, text=True, check=True
+        )
         wall = time.perf_counter() - started
         peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         print(f"seal: {out.stdout.strip()}")
-        print(f"seal of {n:,} interactions: {wall:.2f}s wall (process start included), peak RSS {peak_mb:,.0f} MB")
+        print(
+            f"seal of {n:,} interactions: {wall:.2f}s wall (process start included), peak RSS {peak_mb:,.0f} MB"
+        )
 
 
 if __name__ == "__main__":

@@ -18,11 +18,11 @@ from datetime import timedelta
 
 from tiermem.compressor.dates import anchor_relative_dates, human_date, human_day, human_range
 from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Interaction, Quote
-from tiermem.compressor.text import content_stems, content_words
+from tiermem.compressor.text import content_stems, content_words, wordset
 
-MAX_EPISODE_TURNS = 6
+MAX_EPISODE_TURNS = 8
 MAX_GAP = timedelta(hours=2)
-QUOTE_MIN_IMPORTANCE = 4
+QUOTE_MIN_IMPORTANCE = 3
 
 _NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
 _NUMBER_RE = re.compile(r"\b\d+(?:[.,:]\d+)?\b")
@@ -61,98 +61,20 @@ _EMOTIONS: dict[str, str] = {
     }.items()
     for w in ws.split()
 }
-_SMALL_TALK = frozenset(
-    [
-        "hi",
-        "hey",
-        "hello",
-        "bye",
-        "goodbye",
-        "thanks",
-        "thank",
-        "ok",
-        "okay",
-        "cool",
-        "nice",
-        "yeah",
-        "yes",
-        "yep",
-        "sure",
-        "lol",
-        "haha",
-        "wow",
-        "great",
-        "good",
-        "awesome",
-        "see",
-        "later",
-        "talk",
-        "soon",
-        "take",
-        "care",
-        "night",
-        "morning",
-    ]
+_SMALL_TALK = wordset(
+    "hi hey hello bye goodbye thanks thank ok okay cool nice yeah yes yep sure lol haha wow great good "
+    "awesome see later talk soon take care night morning"
 )
-_COMMON_CAPS = frozenset(
-    [
-        "I",
-        "I'm",
-        "I've",
-        "I'd",
-        "I'll",
-        "Hey",
-        "Hi",
-        "Hello",
-        "Thanks",
-        "Thank",
-        "Wow",
-        "Yeah",
-        "Yes",
-        "No",
-        "Oh",
-        "Ok",
-        "Okay",
-        "So",
-        "Well",
-        "That",
-        "This",
-        "It",
-        "What",
-        "When",
-        "Where",
-        "Why",
-        "How",
-        "Who",
-        "The",
-        "A",
-        "An",
-        "And",
-        "But",
-        "Or",
-        "My",
-        "Your",
-        "We",
-        "You",
-        "He",
-        "She",
-        "They",
-        "Me",
-        "Sounds",
-        "Great",
-        "Good",
-        "Awesome",
-        "Cool",
-        "Nice",
-        "Sure",
-        "Really",
-        "Definitely",
-        "Absolutely",
-        "Congrats",
-        "Congratulations",
-        "Haha",
-        "Lol",
-    ]
+# Words too common in conversation to name what an episode was about.
+_GENERIC = _SMALL_TALK | wordset(
+    "really like just also much lot lots things thing gonna got get getting feel feeling know think "
+    "totally super always last time making taking going sounds sound glad amazing definitely pretty way "
+    "stuff something anything everything new lately recently well even still"
+)
+_COMMON_CAPS = wordset(
+    "I I'm I've I'd I'll Hey Hi Hello Thanks Thank Wow Yeah Yes No Oh Ok Okay So Well That This It "
+    "What When Where Why How Who The A An And But Or My Your We You He She They Me Sounds Great Good "
+    "Awesome Cool Nice Sure Really Definitely Absolutely Congrats Congratulations Haha Lol"
 )
 
 
@@ -253,7 +175,7 @@ class OfflineScorer:
         weights: dict[str, float] = {}
         for it in group:
             for w in content_words(it.text):
-                if w not in _SMALL_TALK and not w.isdigit() and len(w) > 2:
+                if w not in _GENERIC and not w.isdigit() and len(w) > 2:
                     weights[w] = weights.get(w, 0.0) + 1 + scores[it.event_id] / 10
         topics = [w for w, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:4]]
         speakers = list(dict.fromkeys(s for it in group for s, _ in it.lines()))

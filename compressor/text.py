@@ -10,7 +10,13 @@ import re
 
 WORD_RE = re.compile(r"[a-z0-9]+")
 
-STOP_WORDS: frozenset[str] = frozenset(
+
+def wordset(text: str) -> frozenset[str]:
+    """The whitespace-separated words of `text` (for word lists written as one string)."""
+    return frozenset(text.split())
+
+
+STOP_WORDS: frozenset[str] = wordset(
     """
     i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she
     her hers herself it its itself they them their theirs themselves what which who whom this that
@@ -20,7 +26,7 @@ STOP_WORDS: frozenset[str] = frozenset(
     there when where why how all any both each few more most other some such no nor not only own
     same so than too very s t can will just don should now d ll m o re ve y ain aren couldn didn
     doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn
-    """.split()  # noqa: SIM905
+    """
 )
 
 

@@ -31,7 +31,7 @@ from tiermem.evolver.state import ACTIVE, INACTIVE, PENDING, Fact, Proposal, kv_
 from tiermem.settings import EvolverSettings
 
 TOPIC_CONTRADICTION_MIN = 0.5  # below this, a same-topic fact is about something else
-CORRECTION_TARGET_MIN = 0.35  # how close a fact must be to the text a correction names
+CORRECTION_TARGET_MIN = 0.5  # how close a fact must be to the text a correction names
 
 
 @dataclass(frozen=True)

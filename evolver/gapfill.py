@@ -45,7 +45,8 @@ _CORRECTION = re.compile(
 _STATEMENTS: list[tuple[re.Pattern[str], str, str]] = [
     # (pattern on one sentence, template, category); templates get the captured groups.
     (re.compile(r"\bmy name is ([\w' -]{1,40})", re.I), "The user's name is {0}", "user"),
-    (re.compile(r"\bcall me ([\w' -]{1,40})", re.I), "The user wants to be called {0}", "user"),
+    # A name is capitalised: "call me Sam", not "call me tomorrow".
+    (re.compile(r"\b(?i:call me) ([A-Z][\w'-]{1,30})"), "The user wants to be called {0}", "user"),
     (
         re.compile(r"\bmy ([a-z][\w -]{1,30}?) (?:is|are) ([^.;!?]{1,80})", re.I),
         "The user's {0} is {1}",

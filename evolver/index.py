@@ -18,7 +18,9 @@ from collections.abc import Iterable
 from tiermem.evolver.similarity import content_tokens
 from tiermem.evolver.state import ACTIVE, Fact, Proposal
 
-DEFAULT_LIMIT = 40
+DEFAULT_LIMIT = 20
+COMMON_MIN = 64  # below this many facts, every word is worth scanning
+COMMON_FRACTION = 0.1
 
 
 class FactIndex:
@@ -67,12 +69,15 @@ class FactIndex:
         probe = set(content_tokens(p.content))
         if p.corrects:
             probe |= set(content_tokens(p.corrects))
-        for t in probe:
-            posting = self._tokens.get(t)
-            if not posting:
-                continue
-            idf = math.log(1 + n / len(posting))
-            for fid in posting:
+        postings = sorted((len(self._tokens[t]), t) for t in probe if self._tokens.get(t))
+        common = max(COMMON_MIN, int(n * COMMON_FRACTION))
+        for size, t in postings:
+            # Words in a large share of the facts ("user") rank nothing and cost a full scan;
+            # they only count when nothing rarer matched.
+            if size > common and scores:
+                break
+            idf = math.log(1 + n / size)
+            for fid in self._tokens[t]:
                 scores[fid] += idf
         ranked = sorted(scores, key=lambda fid: (-scores[fid], fid))[:limit]
         extra: set[str] = set()

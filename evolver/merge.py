@@ -51,10 +51,17 @@ def contradicts(old: str, new: str, *, strong_only: bool = False) -> bool:
     """
     if _negated(old) != _negated(new):
         return True
-    old_numbers, new_numbers = set(_NUMBER.findall(old)), set(_NUMBER.findall(new))
-    if old_numbers and new_numbers and old_numbers != new_numbers:
-        return True
     ot, nt = content_tokens(old), content_tokens(new)
+    old_numbers, new_numbers = set(_NUMBER.findall(old)), set(_NUMBER.findall(new))
+    # The same statement with another number ("2 cats" / "3 cats"); two different
+    # statements that merely carry numbers (dates, ids) are not a contradiction.
+    if (
+        old_numbers
+        and new_numbers
+        and old_numbers != new_numbers
+        and len(set(_skeleton_tokens(ot)) ^ set(_skeleton_tokens(nt))) <= 1
+    ):
+        return True
     # Shared words in another order usually swap a relation: "tea over coffee" / "coffee over tea".
     if _order_swapped(ot, nt):
         return True
@@ -65,6 +72,9 @@ def contradicts(old: str, new: str, *, strong_only: bool = False) -> bool:
 
 
 def _order_swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    # Only for texts made of (nearly) the same words; paraphrases reorder freely.
+    if len(set(a) ^ set(b)) > 2:
+        return False
     shared = [w for w in dict.fromkeys(a) if w in set(b) and a.count(w) == 1 and b.count(w) == 1]
     if len(shared) < 3:
         return False
@@ -73,8 +83,12 @@ def _order_swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return any(order[i] > order[j] for i in range(len(order)) for j in range(i + 1, len(order)))
 
 
+def _skeleton_tokens(tokens: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(t for t in tokens if not t.isdigit())
+
+
 def _skeleton(text: str) -> tuple[str, ...]:
-    return tuple(t for t in content_tokens(text) if not t.isdigit())
+    return _skeleton_tokens(content_tokens(text))
 
 
 def _clauses(text: str) -> list[str]:

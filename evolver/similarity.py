@@ -27,6 +27,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
@@ -155,19 +156,51 @@ def _trigrams(text: str) -> Counter[str]:
     return Counter(padded[i : i + 3] for i in range(len(padded) - 2))
 
 
+def _overlap(a: Counter[str], b: Counter[str]) -> int:
+    if len(a) > len(b):
+        a, b = b, a
+    return sum(min(v, b[k]) for k, v in a.items() if k in b)
+
+
 def _dice(a: Counter[str], b: Counter[str]) -> float:
-    total = sum(a.values()) + sum(b.values())
-    if total == 0:
-        return 0.0
-    return 2.0 * sum((a & b).values()) / total
+    total = a.total() + b.total()
+    return 2.0 * _overlap(a, b) / total if total else 0.0
 
 
-def _cosine(a: Counter[str], b: Counter[str]) -> float:
-    if not a or not b:
-        return 0.0
-    dot = sum(count * b[word] for word, count in a.items() if word in b)
-    norm = math.sqrt(sum(v * v for v in a.values())) * math.sqrt(sum(v * v for v in b.values()))
-    return dot / norm if norm else 0.0
+@dataclass(frozen=True)
+class _Features:
+    """Everything a comparison needs about one text, computed once per text (cached)."""
+
+    norm: str
+    tokens: tuple[str, ...]
+    token_set: frozenset[str]
+    trigrams: Counter[str]
+    trigram_total: int
+    bigrams: Counter[str]
+    bigram_total: int
+    counts: Counter[str]
+    length: float  # Euclidean norm of the token counts
+    negated: bool
+
+
+@lru_cache(maxsize=65536)
+def _features(text: str) -> _Features:
+    tokens = content_tokens(text)
+    tri = _trigrams(" ".join(tokens))
+    bi = Counter(" ".join(pair) for pair in pairwise(tokens))
+    counts = Counter(tokens)
+    return _Features(
+        norm=normalize(text),
+        tokens=tokens,
+        token_set=frozenset(tokens),
+        trigrams=tri,
+        trigram_total=tri.total(),
+        bigrams=bi,
+        bigram_total=bi.total(),
+        counts=counts,
+        length=math.sqrt(sum(v * v for v in counts.values())),
+        negated=bool(_NEGATIONS & set(tokens)),
+    )
 
 
 def text_similarity(a: str, b: str) -> float:
@@ -176,34 +209,40 @@ def text_similarity(a: str, b: str) -> float:
     Thresholds used by the evolver (DESIGN): > 0.95 the same memory, 0.8–0.95
     a near-duplicate to merge, < 0.8 a different memory.
     """
-    na, nb = normalize(a), normalize(b)
-    if not na or not nb:
-        return 1.0 if na == nb else 0.0
-    if na == nb:
+    fa, fb = _features(a), _features(b)
+    if not fa.norm or not fb.norm:
+        return 1.0 if fa.norm == fb.norm else 0.0
+    if fa.norm == fb.norm:
         return 1.0
-    ta, tb = content_tokens(a), content_tokens(b)
-    sa, sb = set(ta), set(tb)
-    union = sa | sb
-    jaccard = len(sa & sb) / len(union) if union else 0.0
-    if jaccard == 0.0:
+    shared = len(fa.token_set & fb.token_set)
+    tri_total = fa.trigram_total + fb.trigram_total
+    dice = 2.0 * _overlap(fa.trigrams, fb.trigrams) / tri_total if tri_total else 0.0
+    if shared == 0:
         # Shared trigrams alone ("prefers tea" / "prefers sea") are not evidence
         # of the same memory; keep unrelated texts well below every threshold.
-        return round(0.3 * _dice(_trigrams(" ".join(ta)), _trigrams(" ".join(tb))), 6)
-    dice = _dice(_trigrams(" ".join(ta)), _trigrams(" ".join(tb)))
-    cosine = _cosine(Counter(ta), Counter(tb))
+        return round(0.3 * dice, 6)
+    jaccard = shared / (len(fa.token_set) + len(fb.token_set) - shared)
+    cosine = _overlap_dot(fa.counts, fb.counts) / (fa.length * fb.length) if fa.length and fb.length else 0.0
     # Word bigrams make the score order-aware: "tea over coffee" / "coffee over tea" are not duplicates.
-    bigrams = _dice(
-        Counter(" ".join(pair) for pair in pairwise(ta)), Counter(" ".join(pair) for pair in pairwise(tb))
-    )
+    if len(fa.tokens) > 1 and len(fb.tokens) > 1:
+        bi_total = fa.bigram_total + fb.bigram_total
+        order = 2.0 * _overlap(fa.bigrams, fb.bigrams) / bi_total if bi_total else 0.0
+    else:
+        order = jaccard
     # Containment: a memory restated with one more detail is the same memory, not a new one.
-    containment = len(sa & sb) / min(len(sa), len(sb))
-    order = bigrams if len(ta) > 1 and len(tb) > 1 else jaccard
+    containment = shared / min(len(fa.token_set), len(fb.token_set))
     score = 0.20 * jaccard + 0.25 * dice + 0.15 * cosine + 0.15 * order + 0.25 * containment
-    if bool(_NEGATIONS & sa) != bool(_NEGATIONS & sb):
+    if fa.negated != fb.negated:
         # "likes tea" / "does not like tea": the same words, opposite meaning.
         score *= 0.75
     # Normalised texts differ, so never report an exact match.
     return round(min(score, 0.999999), 6)
+
+
+def _overlap_dot(a: Counter[str], b: Counter[str]) -> int:
+    if len(a) > len(b):
+        a, b = b, a
+    return sum(v * b[k] for k, v in a.items() if k in b)
 
 
 def embeddings_available() -> bool:

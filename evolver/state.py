@@ -292,14 +292,18 @@ STATE_STREAMS = ("erasures", "knowledge", "retrievals")
 
 def load_state(settings: Settings, agent_id: str | None = None) -> KnowledgeState:
     """Fold the whole knowledge history from the log (erasures first, so erased ids never enter)."""
+    from tiermem.log.erasure import erased_filter
     from tiermem.log.store import EventLog
 
     state = KnowledgeState()
+    hidden = erased_filter(settings)  # also catches events derived from erased ones after the erasure
     log = EventLog(settings)
     try:
         for stream in STATE_STREAMS:
             for segment, line, ev in log.read(stream):
                 state.positions[segment] = line + 1
+                if ev.get("type") != "erasure" and hidden(ev):
+                    continue
                 if agent_id is not None and ev.get("type") != "erasure" and ev.get("agent_id") != agent_id:
                     continue
                 state.apply(ev)

@@ -19,7 +19,6 @@ and are counted per field.
 
 from __future__ import annotations
 
-import base64
 import gc
 import hashlib
 import os
@@ -111,15 +110,17 @@ def replay_safe_id(record: dict[str, Any], line: bytes, default_ts: str) -> None
     record["event_id"] = line_event_id(stamp, line)
 
 
-_B32 = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # 10 bits -> two digits
+_SHIFTS = tuple(range(120, -1, -10))
 
 
 def line_event_id(stamp: datetime, line: bytes) -> str:
-    """`derived_event_id(stamp, "ingest", line)`, computed with C-speed encoding (bulk hot path)."""
+    """`derived_event_id(stamp, "ingest", line)`, computed faster (the bulk hot path)."""
     digest = hashlib.blake2b(b"ingest\x1f" + line, digest_size=10).digest()
     value = (to_ms(stamp) << 80) | int.from_bytes(digest, "big")
-    # 26 Crockford digits = 130 bits: shift so the 128-bit value sits after two zero bits.
-    return base64.b32encode((value << 6).to_bytes(17, "big"))[:26].translate(_B32).decode()
+    # 26 Crockford digits = 13 pairs of 5-bit digits, most significant first.
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 def parse_line(line: bytes, default_ts: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 import duckdb
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tiermem.errors import LogCorruptionError
@@ -190,8 +191,13 @@ def verify_parquet(path: Path, expected_ids: list[bytes]) -> None:
     got = pq.read_table(path, columns=["event_id"]).column("event_id").combine_chunks()
     if len(got) != len(expected_ids):
         raise LogCorruptionError(f"{path}: {len(got)} rows, JSONL has {len(expected_ids)}")
-    want = pa.array(expected_ids, type=pa.binary()).cast(pa.string())
-    if not got.equals(want):
+    if got.null_count:
+        raise LogCorruptionError(f"{path}: rows without an event_id")
+    # Compare one joined blob per side (C speed) rather than a million Python strings.
+    as_bytes = got.cast(pa.large_binary())
+    one_list = pa.LargeListArray.from_arrays(pa.array([0, len(got)], pa.int64()), as_bytes)
+    joined = pc.binary_join(one_list, pa.scalar(b"\n", pa.large_binary()))
+    if joined[0].as_py() != b"\n".join(expected_ids):
         raise LogCorruptionError(f"{path}: event ids differ from the JSONL")
 
 

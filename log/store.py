@@ -250,6 +250,7 @@ class EventLog:
         self._line_counts: dict[str, tuple[int, int, int]] = {}
         # segment -> (inode, byte offset the id index covers), learnt under the lock.
         self._indexed_to: dict[str, tuple[int, int]] = {}
+        self._reindexed = 0  # how many times lines missing from the index were indexed
 
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -316,6 +317,7 @@ class EventLog:
             done = 0
         if st.st_size > done:
             done = self._index_lines(segment, self.root / f"{segment}.jsonl", done)
+            self._reindexed += 1
         self._indexed_to[segment] = (st.st_ino, done)
 
     # ----------------------------------------------------------- torn tails
@@ -496,19 +498,17 @@ class EventLog:
         by_partition: dict[str, list[int]] = {}
         for i, ev in enumerate(events):
             by_partition.setdefault(partition_of(ev), []).append(i)
-        # Open (and repair + reconcile) every target segment before the duplicate
-        # check, so ids a crashed writer made durable but never indexed count.
-        targets = {partition: w.segment_for(partition) for partition in by_partition}
         conn = self._index()
         ids = [ev["event_id"] for ev in events]
-        seen: set[str] = set()
-        for chunk_start in range(0, len(ids), 500):
-            chunk = ids[chunk_start : chunk_start + 500]
-            marks = ",".join("?" * len(chunk))
-            seen.update(
-                r[0]
-                for r in conn.execute(f"SELECT event_id FROM event_ids WHERE event_id IN ({marks})", chunk)
-            )
+        seen = self._indexed_ids(conn, ids)
+        # Open (repair, reconcile) only the segments that will receive something, so
+        # an all-duplicate replay does not create empty segments in sealed days.
+        fresh = {p: idxs for p, idxs in by_partition.items() if any(ids[i] not in seen for i in idxs)}
+        before = self._reindexed
+        targets = {partition: w.segment_for(partition) for partition in fresh}
+        if self._reindexed != before:
+            # A crashed writer's durable lines were just indexed: they may be ours.
+            seen = self._indexed_ids(conn, ids)
         results: list[AppendResult | None] = [None] * len(events)
         pending: list[tuple[str, str, int, bytes, list[int]]] = []
         for partition, idxs in by_partition.items():
@@ -522,7 +522,7 @@ class EventLog:
                     keep.append(i)
             if not keep:
                 continue
-            stem, fd = targets[partition]
+            stem, fd = targets[partition] if partition in targets else w.segment_for(partition)
             segment = f"{w.stream}/{partition}/{stem}"
             payload = b"".join([orjson.dumps(events[i]) + b"\n" for i in keep])
             pending.append((segment, stem, fd, payload, keep))
@@ -551,6 +551,18 @@ class EventLog:
                     results[i] = AppendResult(ids[i], w.stream, segment, first_line + k)
             conn.execute("COMMIT")
         return [r for r in results if r is not None]
+
+    @staticmethod
+    def _indexed_ids(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
+        seen: set[str] = set()
+        for chunk_start in range(0, len(ids), 500):
+            chunk = ids[chunk_start : chunk_start + 500]
+            marks = ",".join("?" * len(chunk))
+            seen.update(
+                r[0]
+                for r in conn.execute(f"SELECT event_id FROM event_ids WHERE event_id IN ({marks})", chunk)
+            )
+        return seen
 
     def _count_lines(self, segment: str, fd: int, size: int) -> int:
         """Lines in the first `size` bytes of a segment (cached per inode: appends only grow files)."""

@@ -76,8 +76,21 @@ def _idf(conn: sqlite3.Connection, agent_id: str, terms: list[str]) -> dict[str,
     return out
 
 
-_MONTHS = (
-    "january february march april may june july august september october november december".split()  # noqa: SIM905
+_MONTHS = tuple(
+    [
+        "january",
+        "february",
+        "march",
+        "april",
+        "may",
+        "june",
+        "july",
+        "august",
+        "september",
+        "october",
+        "november",
+        "december",
+    ]
 )
 
 

@@ -10,10 +10,19 @@ from tiermem.log.store import EventLog
 
 TOPICS = [
     ("Hi there!", "Hello! Good to see you."),
-    ("I went to the pottery class yesterday and made a bowl for my mom.", "That sounds lovely, how did it turn out?"),
-    ("I love hiking in the Alps, my favorite trail is near Zermatt.", "Zermatt is beautiful. When were you there?"),
+    (
+        "I went to the pottery class yesterday and made a bowl for my mom.",
+        "That sounds lovely, how did it turn out?",
+    ),
+    (
+        "I love hiking in the Alps, my favorite trail is near Zermatt.",
+        "Zermatt is beautiful. When were you there?",
+    ),
     ("Actually, I meant Grindelwald, not Zermatt.", "Thanks for the correction, Grindelwald it is."),
-    ("I'm so excited, I got the job at Acme Robotics!", "Congratulations! That is wonderful news, you worked hard for it."),
+    (
+        "I'm so excited, I got the job at Acme Robotics!",
+        "Congratulations! That is wonderful news, you worked hard for it.",
+    ),
     ("ok thanks", "You're welcome."),
     ("My sister Emma is visiting next week from Sweden.", "How long is Emma staying?"),
     ("I feel sad, my dog Rex passed away last month.", "I'm so sorry about Rex. He was part of your family."),

@@ -45,7 +45,12 @@ def good_input(body: dict[str, Any]) -> dict[str, Any]:
             {"name": "The rest", "summary": "More talk.", "interaction_ids": labels[half:], "importance": 2},
         ],
         "facts": [
-            {"category": "user", "content": "Alice loves hiking.", "evidence_ids": ["t3"], "confidence": "0.9"},
+            {
+                "category": "user",
+                "content": "Alice loves hiking.",
+                "evidence_ids": ["t3"],
+                "confidence": "0.9",
+            },
             {"category": "user", "content": "Made up.", "evidence_ids": ["t42"]},  # no evidence: dropped
         ],
     }
@@ -184,7 +189,9 @@ def test_sanitizer_coerces_and_completes() -> None:
     batch = [Interaction(f"e{i}", "a", ts, "u", "s", "", "global", f"msg {i}", "ok") for i in range(4)]
     raw = {
         "interactions": [{"id": "t1", "importance": "9/10"}, {"id": "2", "importance": -3}, {"id": "zz"}],
-        "episodes": [{"name": "x", "summary": "y", "interaction_ids": ["t1", "t2", "t2"], "importance": "high"}],
+        "episodes": [
+            {"name": "x", "summary": "y", "interaction_ids": ["t1", "t2", "t2"], "importance": "high"}
+        ],
         "facts": [],
     }
     result = sanitize_batch(raw, batch, scorer="claude")

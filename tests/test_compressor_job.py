@@ -60,7 +60,12 @@ def test_second_run_appends_nothing(settings: Settings, event_log: EventLog) -> 
     assert first.episodes > 0 and first.proposals > 0 and first.relationships == 1
     before = log_lines(settings.data_dir)
     second = run_compress(settings)
-    assert (second.episodes, second.proposals, second.relationships, second.interactions_scored) == (0, 0, 0, 0)
+    assert (second.episodes, second.proposals, second.relationships, second.interactions_scored) == (
+        0,
+        0,
+        0,
+        0,
+    )
     assert log_lines(settings.data_dir) == before
 
 
@@ -148,7 +153,10 @@ def test_cli_compress_json(settings: Settings, event_log: EventLog) -> None:
     env.pop("ANTHROPIC_API_KEY", None)
     out = subprocess.run(
         [sys.executable, "-m", "tiermem.cli", "--data-dir", str(settings.data_dir), "compress", "--json"],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     summary = json.loads(out.stdout)
     assert summary["scorer"] == "offline"

@@ -87,3 +87,12 @@ def test_stdin_stream_ingest(settings: Settings, tmp_path: Path) -> None:
     with open(src, "rb") as fh:
         info = ingest_file(settings, fh, progress=False)
     assert info.accepted == 50 and info.source
+
+
+def test_bulk_ids_are_the_documented_derived_ids() -> None:
+    from tiermem.ids import derived_event_id, parse_ts
+    from tiermem.ingest.pipeline import line_event_id
+
+    for ts in ("1970-01-01T00:00:00.000Z", "2026-11-20T10:00:00.123Z", "9999-12-31T23:59:59.999Z"):
+        line = '{"user_message": "héllo \\"x\\""}'.encode()
+        assert line_event_id(parse_ts(ts), line) == derived_event_id(parse_ts(ts), "ingest", line.decode())

@@ -84,7 +84,7 @@ def test_fast_path_and_full_path_agree(record: dict[str, Any]) -> None:
     assert validate(record) == validate_full(record)
 
 
-@hsettings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hsettings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(interactions(), min_size=1, max_size=12, unique_by=lambda r: r["event_id"]))
 def test_round_trip_through_jsonl_and_parquet(records: list[dict[str, Any]]) -> None:
     expected = [validate(r) for r in records]

@@ -159,3 +159,12 @@ def test_seal_cli_json_contract(
     assert {"before", "elapsed_s", "parquet_bytes", "manifest", "segments"} <= set(doc)
     code, out, _ = run_cli(capsys, settings.data_dir, ["seal"])
     assert code == 0 and "sealed 0 segment(s)" in out
+
+
+def test_replaying_sealed_days_creates_no_empty_segments(settings: Settings, tmp_path: Path) -> None:
+    _sample(settings, tmp_path, days=3, per_day=50)
+    seal(settings)
+    info = ingest_file(settings, tmp_path / "s.jsonl", progress=False)
+    assert (info.accepted, info.duplicates) == (0, 150)
+    jsonl = segment_files(settings.data_dir)
+    assert len(jsonl) == 1 and jsonl[0].parent.name.endswith(format_ts(datetime.now(UTC))[:10])

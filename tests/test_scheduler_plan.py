@@ -128,3 +128,20 @@ def test_nightly_review_covers_the_days_since_the_last_one(settings: Settings) -
     _ok(settings, "review", utcnow() - timedelta(days=30))
     _ok(settings, "review", utcnow())  # reviewed today already (yesterday is covered)
     assert review_new_days(settings)["days"] == []
+
+
+def test_a_large_run_log_is_rotated_keeping_what_the_plan_needs(settings: Settings) -> None:
+    from tiermem.jobs import read_run_log, rotate_run_log, run_log_path
+
+    _ok(settings, "seal", NOW - timedelta(days=2))
+    for i in range(300):
+        _ok(settings, "threshold_check", NOW - timedelta(minutes=300 - i))
+    before = plan_jobs(settings, NOW)
+    archived = rotate_run_log(settings, max_bytes=1000)
+    assert archived is not None and archived.exists()
+    kept = read_run_log(settings)
+    assert len(kept) == 2 and run_log_path(settings).stat().st_size < 1000
+    assert [(p.name, p.first_run) for p in plan_jobs(settings, NOW)] == [
+        (p.name, p.first_run) for p in before
+    ]
+    assert rotate_run_log(settings, max_bytes=1000) is None

@@ -281,6 +281,9 @@ class RunRecord:
         return head
 
 
+RUN_RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(RunRecord))
+
+
 def short_summary(summary: Any, limit: int = 200) -> str:
     """The scalar fields of a summary on one line (nested lists/maps are left to the JSON log)."""
     if isinstance(summary, Mapping):
@@ -330,6 +333,31 @@ def last_success(settings: Settings, job: str) -> datetime | None:
 
 def has_run_before(settings: Settings, job: str) -> bool:
     return any(rec.get("job") == job for rec in read_run_log(settings))
+
+
+RUN_LOG_MAX_BYTES = 16 * 1024 * 1024
+
+
+def rotate_run_log(settings: Settings, max_bytes: int = RUN_LOG_MAX_BYTES) -> Path | None:
+    """Move a run log over `max_bytes` aside (`runs-<ts>.jsonl`), carrying each job's latest records.
+
+    The threshold check alone writes ~2,900 lines a day; the scheduler's plan
+    needs only each job's last run and last success, which the fresh file
+    starts with. Called by the scheduler at start (it holds the data root).
+    """
+    path = run_log_path(settings)
+    if not path.exists() or path.stat().st_size <= max_bytes:
+        return None
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for rec in read_run_log(settings):
+        latest[(str(rec.get("job")), "ok" if rec.get("status") == "ok" else "any")] = rec
+    stamp = format_ts(utcnow()).replace(":", "").replace("-", "")
+    archived = path.with_name(f"runs-{stamp}.jsonl")
+    os.replace(path, archived)
+    carried = sorted(latest.values(), key=lambda r: str(r.get("finished_at") or r.get("started_at")))
+    for rec in carried:
+        append_run_record(settings, RunRecord(**{k: v for k, v in rec.items() if k in RUN_RECORD_FIELDS}))
+    return archived
 
 
 def run_job(

@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import math
 import re
-import sqlite3
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -98,10 +97,25 @@ class Conversation:
 
 
 _DATE_RE = re.compile(r"(\d{1,2}):(\d{2})\s*(am|pm)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})", re.I)
-_MONTHS = {m: i + 1 for i, m in enumerate(
-    ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
-     "november", "december"]
-)}
+_MONTHS = {
+    m: i + 1
+    for i, m in enumerate(
+        [
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ]
+    )
+}
 
 
 def parse_session_date(text: str) -> datetime:
@@ -252,8 +266,13 @@ def aggregate(rows: list[tuple[str, dict[str, float], float]]) -> dict[str, dict
         sel = [r for r in rows if cat == "all" or r[0] == cat]
         n = len(sel)
         m: dict[str, float] = {}
-        for key in ("evidence_recall", "evidence_recall_verbatim", "evidence_recall_cited", "answer_recall",
-                    "answer_full"):
+        for key in (
+            "evidence_recall",
+            "evidence_recall_verbatim",
+            "evidence_recall_cited",
+            "answer_recall",
+            "answer_full",
+        ):
             m[key] = round(sum(r[1][key] for r in sel) / n, 4) if n else 0.0
         m["mean_tokens"] = round(sum(r[1]["tokens"] for r in sel) / n, 1) if n else 0.0
         m["n"] = n
@@ -308,7 +327,7 @@ def baseline_items(conv: Conversation, bm25: BM25, question: str) -> list[Item]:
 MATCH_MIN = 1.0  # a quote's BM25 match to the question (episode_search) that puts it up front
 
 
-def render_recall(episodes: list[dict[str, Any]], question: str) -> list[Item]:
+def render_recall(episodes: list[dict[str, Any]], question: str) -> tuple[list[Item], list[Item]]:
     """recall_memory's episodes as delivered lines, for a budget that may cut them.
 
     Each episode is a header (dates, summary, feeling) and its verbatim quotes
@@ -327,7 +346,7 @@ def render_recall(episodes: list[dict[str, Any]], question: str) -> list[Item]:
             text = str(q.get("text", ""))
             line = Item(f'- {q.get("speaker") or ""}: "{text}"', (str(q.get("event_id", "")),))
             (first if float(q.get("match", 0.0)) >= MATCH_MIN else later).append(line)
-    return first + later
+    return first, later
 
 
 # Sections of the assembled prompt that are fixed text, not memory (the protocol does not count them).
@@ -348,10 +367,12 @@ class TiermemContext:
     def close(self) -> None:
         self.memory.close()
 
-    def recall(self, question: str) -> list[Item]:
+    def recall(self, question: str) -> tuple[list[Item], list[Item]]:
         from tiermem.runtime.episode_search import search_episodes
 
-        return render_recall(search_episodes(self.memory.conn, self.conv.agent_id, question, limit=3), question)
+        return render_recall(
+            search_episodes(self.memory.conn, self.conv.agent_id, question, limit=3), question
+        )
 
     def assembled(self, question: str, budget: int) -> list[Item]:
         from tiermem.runtime.context import assemble_context
@@ -373,7 +394,9 @@ class TiermemContext:
         return out
 
     def deliver(self, question: str, budget: int) -> list[Item]:
-        recalled = pack(self.recall(question), budget)
+        """recall_memory's matching lines, then the assembled context in the room left, then the rest."""
+        first, later = self.recall(question)
+        recalled = pack(first, budget)
         seen = {i for item in recalled for i in item.ids}
         used = count_tokens("\n".join(i.text for i in recalled))
         rest = [
@@ -381,7 +404,7 @@ class TiermemContext:
             for item in self.assembled(question, max(0, budget - used))
             if not (len(item.ids) == 1 and item.ids[0] in seen)  # the same episode twice helps nobody
         ]
-        return pack(recalled + rest, budget)
+        return pack(recalled + rest + later, budget)
 
 
 # ------------------------------------------------------------------ the run
@@ -397,8 +420,13 @@ def prepare(settings: Settings, convs: list[Conversation]) -> dict[str, Any]:
         res = log.append_many(e for c in convs for e in interaction_events(c))
         steps["ingested"] = res.accepted
     info = run_compress(settings, progress=False)
-    steps["compress"] = {"scorer": info.scorer, "episodes": info.episodes, "proposals": info.proposals,
-                         "relationships": info.relationships, "interactions_scored": info.interactions_scored}
+    steps["compress"] = {
+        "scorer": info.scorer,
+        "episodes": info.episodes,
+        "proposals": info.proposals,
+        "relationships": info.relationships,
+        "interactions_scored": info.interactions_scored,
+    }
     try:
         from tiermem.evolver.job import run_evolve
     except ImportError:
@@ -427,7 +455,6 @@ def run_locomo(
         # Offline by construction; bulk load that can be replayed needs no fsync per append.
         settings = replace(base, anthropic_api_key=None, fsync="none")
         steps = prepare(settings, convs)
-        from tiermem.runtime.hotstore import connect
 
         ours: list[tuple[str, dict[str, float], float]] = []
         theirs: list[tuple[str, dict[str, float], float]] = []
@@ -439,7 +466,9 @@ def run_locomo(
                 for q in conv.questions:
                     t0 = time.perf_counter()
                     delivered = system.deliver(q.question, budget)
-                    ours.append((q.category, score_question(delivered, q, turns), (time.perf_counter() - t0) * 1e3))
+                    ours.append(
+                        (q.category, score_question(delivered, q, turns), (time.perf_counter() - t0) * 1e3)
+                    )
                     t0 = time.perf_counter()
                     base_items = pack(baseline_items(conv, bm25, q.question), budget)
                     theirs.append(
@@ -464,13 +493,38 @@ def format_report(result: dict[str, Any]) -> str:
     for cat in ("all", *CATEGORIES):
         for system in ("tiermem", "baseline"):
             m = result[system][cat]
-            rows.append([cat, system, m["n"], m["evidence_recall"], m["evidence_recall_verbatim"],
-                         m["evidence_recall_cited"], m["answer_recall"], m["answer_full"], m["mean_tokens"],
-                         m["latency_p50_ms"], m["latency_p99_ms"]])
-    head = f"LoCoMo budget protocol, budget {result['budget']} tokens, {result['conversations']} conversations"
+            rows.append(
+                [
+                    cat,
+                    system,
+                    m["n"],
+                    m["evidence_recall"],
+                    m["evidence_recall_verbatim"],
+                    m["evidence_recall_cited"],
+                    m["answer_recall"],
+                    m["answer_full"],
+                    m["mean_tokens"],
+                    m["latency_p50_ms"],
+                    m["latency_p99_ms"],
+                ]
+            )
+    head = (
+        f"LoCoMo budget protocol, budget {result['budget']} tokens, {result['conversations']} conversations"
+    )
     table = format_table(
-        ["cat", "system", "n", "ev_recall", "ev_verbatim", "ev_cited", "ans_recall", "ans_full", "tokens",
-         "p50_ms", "p99_ms"],
+        [
+            "cat",
+            "system",
+            "n",
+            "ev_recall",
+            "ev_verbatim",
+            "ev_cited",
+            "ans_recall",
+            "ans_full",
+            "tokens",
+            "p50_ms",
+            "p99_ms",
+        ],
         rows,
     )
     return f"{head}\n{table}\ncontext path: {result['context_path']}"

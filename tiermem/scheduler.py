@@ -64,6 +64,7 @@ from tiermem.jobs import (
     lock_is_held,
     read_lock_holder,
     release_flock,
+    rotate_run_log,
     run_job,
     try_flock,
 )
@@ -286,6 +287,9 @@ class Scheduler:
         if self._lock_fd is None:
             self.acquire()
         try:
+            archived = rotate_run_log(self.settings)
+            if archived is not None:
+                self.say(f"run log moved aside to {archived} (each job's latest runs carried over)")
             plans = plan_jobs(self.settings)
             aps = self.build(plans)
             self.say(f"pid {os.getpid()} holds {self.settings.data_dir}; jobs:")

@@ -42,12 +42,16 @@ class ModelPrice:
     cache_read: float = 0.0
 
 
+# USD per million tokens. Check them against the current price list and override
+# per model in TOML ([prices."model-name"]): the reviewer's cost figures use them.
 DEFAULT_PRICES: Mapping[str, ModelPrice] = {
     "claude-opus-4-1": ModelPrice(15.0, 75.0, 1.5),
     "claude-opus-4-5": ModelPrice(5.0, 25.0, 0.5),
     "claude-sonnet-4-5": ModelPrice(3.0, 15.0, 0.3),
     "claude-sonnet-4-6": ModelPrice(3.0, 15.0, 0.3),
     "claude-haiku-4-5": ModelPrice(1.0, 5.0, 0.1),
+    "claude-sonnet-5": ModelPrice(3.0, 15.0, 0.3),
+    "claude-opus-5": ModelPrice(5.0, 25.0, 0.5),
 }
 
 
@@ -120,7 +124,7 @@ class Settings:
     fsync: FsyncPolicy = "always"
     segment_max_bytes: int = 256 * 1024 * 1024
     group_commit_window_ms: float = 1.0
-    anthropic_model: str = "claude-sonnet-4-5"
+    anthropic_model: str = "claude-sonnet-5"  # claude-sonnet-4-5 reaches end-of-life on 2026-11-30
     anthropic_api_key: str | None = field(default=None, repr=False)
     compressor: CompressorSettings = field(default_factory=CompressorSettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
