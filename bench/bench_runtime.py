@@ -11,6 +11,7 @@ logged interactions; recall_memory p99 <= 10 ms with 100k episodes in the store.
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import shutil
 import statistics
@@ -34,13 +35,13 @@ from tiermem.settings import Settings, resolve_settings
 RNG = random.Random(7)
 SYLLABLES = ["ka", "lo", "mi", "ra", "to", "ne", "su", "vi", "da", "pe", "qu", "zo", "bi", "fa", "ge", "hu"]
 VOCAB = sorted({"".join(RNG.choice(SYLLABLES) for _ in range(RNG.randint(2, 4))) for _ in range(8000)})
-ZIPF = [1.0 / (i + 1) ** 0.9 for i in range(len(VOCAB))]
+CUM_ZIPF = list(itertools.accumulate(1.0 / (i + 1) ** 0.9 for i in range(len(VOCAB))))
 PEOPLE = [f"person{i}" for i in range(200)]
 LEVELS = ["global"] * 6 + ["project"] * 3 + ["task"] * 1
 
 
 def words(n: int) -> str:
-    return " ".join(RNG.choices(VOCAB, weights=ZIPF, k=n))
+    return " ".join(RNG.choices(VOCAB, cum_weights=CUM_ZIPF, k=n))
 
 
 def pct(samples: list[float], q: float) -> float:

@@ -40,7 +40,7 @@ from tiermem.log.store import EventLog, write_atomic
 from tiermem.output import Progress
 from tiermem.settings import Settings
 
-GROUP_BATCHES = 20  # batches per commit: one pending write, one append, one checkpoint
+GROUP_BATCHES = 100  # batches per commit: one pending write, one append, one checkpoint
 
 
 @dataclass

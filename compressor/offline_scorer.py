@@ -22,7 +22,7 @@ from tiermem.compressor.text import content_stems, content_words, wordset
 
 MAX_EPISODE_TURNS = 8
 MAX_GAP = timedelta(hours=2)
-QUOTE_MIN_IMPORTANCE = 3
+QUOTE_MIN_IMPORTANCE = 2
 
 _NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
 _NUMBER_RE = re.compile(r"\b\d+(?:[.,:]\d+)?\b")
@@ -170,7 +170,7 @@ class OfflineScorer:
             Quote(text=text, event_id=it.event_id, speaker=speaker)
             for it in group
             if it.event_id in keep
-            for speaker, text in it.lines()
+            for speaker, text in it.spoken
         ]
         weights: dict[str, float] = {}
         for it in group:
@@ -178,7 +178,7 @@ class OfflineScorer:
                 if w not in _GENERIC and not w.isdigit() and len(w) > 2:
                     weights[w] = weights.get(w, 0.0) + 1 + scores[it.event_id] / 10
         topics = [w for w, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:4]]
-        speakers = list(dict.fromkeys(s for it in group for s, _ in it.lines()))
+        speakers = list(dict.fromkeys(s for it in group for s, _ in it.spoken))
         who = " and ".join(speakers) if speakers else "someone"
         anchors: list[str] = []
         for it in group:
@@ -206,7 +206,7 @@ class OfflineScorer:
     # ------------------------------------------------------------ facts
     def facts(self, it: Interaction, importance: int) -> list[FactDraft]:
         out: list[FactDraft] = []
-        for speaker, text in it.lines():
+        for speaker, text in it.spoken:
             for sentence in re.split(r"(?<=[.!?])\s+", text):
                 pref = _PREFERENCE_RE.search(sentence)
                 corr = _CORRECTION_RE.search(sentence)
@@ -228,4 +228,11 @@ class OfflineScorer:
                         evidence=[Quote(text=sentence.strip(), event_id=it.event_id, speaker=speaker)],
                     )
                 )
-        return out[:3]
+        # One fact per speaker and turn: the strongest signal (correction > preference > disclosure).
+        best: dict[str, FactDraft] = {}
+        for f in out:
+            speaker = f.evidence[0].speaker
+            rank = (f.is_correction, f.confidence)
+            if speaker not in best or rank > (best[speaker].is_correction, best[speaker].confidence):
+                best[speaker] = f
+        return list(best.values())

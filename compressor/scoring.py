@@ -11,6 +11,7 @@ against the batch before anything is written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -39,6 +40,10 @@ class Interaction:
         # Display name of the agent for quotes; callers may set metadata.agent_name.
         return str(self.metadata.get("agent_name") or self.agent_id)
 
+    @cached_property
+    def spoken(self) -> tuple[tuple[str, str], ...]:
+        return tuple(self.lines())
+
     def lines(self) -> list[tuple[str, str]]:
         """(speaker, text) of the non-empty sides of the turn, in spoken order."""
         out = []
@@ -48,7 +53,7 @@ class Interaction:
             out.append((self.agent_name, self.agent_response))
         return out
 
-    @property
+    @cached_property
     def text(self) -> str:
         return "\n".join(t for _, t in self.lines())
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from tiermem.evolver.decide import Decision, decide
 from tiermem.evolver.index import FactIndex
-from tiermem.evolver.lifecycle import archivals, promotions
+from tiermem.evolver.lifecycle import archivals, kv_supersessions, promotions
 from tiermem.evolver.merge import Merger, make_merger
 from tiermem.evolver.state import Fact, KnowledgeState, Proposal, load_state
 from tiermem.ids import derived_event_id, format_ts, parse_ts, utcnow
@@ -44,6 +44,7 @@ class EvolveInfo:
     touched: int = 0
     merged: int = 0
     superseded: int = 0
+    superseded_by_writes: int = 0  # learned facts overtaken by an explicit KV write with the same key
     corrected: int = 0
     pending: int = 0
     promoted: int = 0
@@ -171,6 +172,12 @@ def run_evolve(
                 info.decisions.append(_summary(decision, proposal))
             bar.update()
         bar.close()
+        for fact in kv_supersessions(
+            [f for f in state.facts.values() if agent is None or f.agent_id == agent], now_ts
+        ):
+            events.append(decision_event(fact, ts=now_ts, id_ts=parse_ts(fact.created_at)))
+            state.facts[fact.fact_id] = fact
+            counts["superseded_by_writes"] += 1
         for fact in promotions(state.active_facts(agent), settings.evolver, now_ts):
             events.append(decision_event(fact, ts=now_ts, id_ts=parse_ts(fact.created_at)))
             state.facts[fact.fact_id] = fact
@@ -183,7 +190,9 @@ def run_evolve(
             counts["archived"] += 1
         info.events_appended, info.duplicates = append_events(settings, events)
         _save_checkpoint(settings, state)
-    info.decided = sum(v for k, v in counts.items() if k not in ("promoted", "archived"))
+    info.decided = sum(
+        v for k, v in counts.items() if k not in ("promoted", "archived", "superseded_by_writes")
+    )
     for name in (
         "created",
         "touched",
@@ -193,6 +202,7 @@ def run_evolve(
         "pending",
         "promoted",
         "archived",
+        "superseded_by_writes",
     ):
         setattr(info, name, counts.get(name, 0))
     statuses = Counter(f.status for f in state.facts.values() if agent is None or f.agent_id == agent)

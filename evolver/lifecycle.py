@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
-from tiermem.evolver.state import ACTIVE, ARCHIVED, Fact
+from tiermem.evolver.state import ACTIVE, ARCHIVED, INACTIVE, Fact
 from tiermem.ids import parse_ts
 from tiermem.settings import EvolverSettings
 
@@ -72,6 +72,44 @@ def archivals(
                 similarity=None,
                 updated_at=now,
                 revision=f.revision + 1,
+            )
+        )
+    return out
+
+
+def kv_supersessions(facts: Iterable[Fact], now: str) -> list[Fact]:
+    """Learned facts that an explicit KV write (`fact_set`) with the same key has overtaken.
+
+    An explicit write is the most direct statement there is (seed 002: user
+    correction > agent > system), so an older learned fact with the same key and
+    scope owner becomes inactive, with a note naming the write.
+    """
+    facts = list(facts)
+    latest_kv: dict[tuple[str, str, str | None, str | None, str], Fact] = {}
+    for f in facts:
+        if f.is_kv and f.status == ACTIVE and f.key:
+            latest_kv[(f.agent_id, f.scope, f.project_id, f.agent_type, f.key)] = f
+    out = []
+    for f in facts:
+        if f.is_kv or f.status != ACTIVE or not f.key:
+            continue
+        kv = latest_kv.get((f.agent_id, f.scope, f.project_id, f.agent_type, f.key))
+        if kv is None or kv.updated_at <= f.updated_at:
+            continue
+        value = kv.content.split(": ", 1)[-1]
+        if value.strip().lower() in f.content.lower():
+            continue  # the learned fact already says what the write says
+        out.append(
+            f.with_changes(
+                status=INACTIVE,
+                decision="superseded",
+                decided_by="auto",
+                note=f"superseded by the explicit write {kv.fact_id} = '{value}'",
+                previous_content=None,
+                similarity=None,
+                updated_at=now,
+                revision=f.revision + 1,
+                source_event_ids=tuple(dict.fromkeys([*f.source_event_ids, *kv.source_event_ids])),
             )
         )
     return out

@@ -201,6 +201,41 @@ def verify_parquet(path: Path, expected_ids: list[bytes]) -> None:
         raise LogCorruptionError(f"{path}: event ids differ from the JSONL")
 
 
+def count_lines(path: Path, size: int) -> int:
+    count = 0
+    with open(path, "rb") as fh:
+        remaining = size
+        while remaining > 0 and (chunk := fh.read(min(32 << 20, remaining))):
+            remaining -= len(chunk)
+            count += chunk.count(b"\n")
+    return count
+
+
+def verify_against_jsonl(con: duckdb.DuckDBPyConnection, parquet: Path, jsonl: Path, size: int) -> int:
+    """Check a converted segment: as many rows as the JSONL has lines, the same ids in the same order.
+
+    The ids are read back from both files (DuckDB for the JSONL, Arrow for the
+    Parquet) and the row count against a plain newline count, so a dropped or
+    reordered line fails the seal. Returns the row count.
+    """
+    lines = count_lines(jsonl, size)
+    want = (
+        con.sql(
+            f"SELECT event_id FROM read_json({_q(str(jsonl))}, format = 'newline_delimited', "
+            "columns = {'event_id': 'VARCHAR'}, hive_partitioning = false)"
+        )
+        .to_arrow_table()
+        .column(0)
+        .combine_chunks()
+    )
+    got = pq.read_table(parquet, columns=["event_id"]).column("event_id").combine_chunks()
+    if len(want) != lines or len(got) != lines:
+        raise LogCorruptionError(f"{parquet}: {len(got)} rows, {jsonl} has {lines} lines ({len(want)} read)")
+    if want.null_count or not got.equals(want):
+        raise LogCorruptionError(f"{parquet}: event ids differ from {jsonl}")
+    return lines
+
+
 def _fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -257,7 +292,7 @@ def seal_segment(
             os.close(fd)
     if final.exists():
         # A previous seal crashed between rename and unlink: check, then finish it.
-        verify_parquet(final, jsonl_ids(jsonl, st.st_size))
+        verify_against_jsonl(con, final, jsonl, st.st_size)
         with StreamLock(settings, stream):
             jsonl.unlink(missing_ok=True)
             _fsync_path(part)
@@ -269,10 +304,13 @@ def seal_segment(
         return None
     for _attempt in range(3):
         t0 = time.perf_counter()
-        write_parquet_from_jsonl(con, stream, jsonl, tmp)
-        t1 = time.perf_counter()
-        ids = jsonl_ids(jsonl, st.st_size)
-        verify_parquet(tmp, ids)
+        try:
+            write_parquet_from_jsonl(con, stream, jsonl, tmp)
+            t1 = time.perf_counter()
+            rows = verify_against_jsonl(con, tmp, jsonl, st.st_size)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # never leave a half-checked file behind
+            raise
         t2 = time.perf_counter()
         _fsync_path(tmp)
         with StreamLock(settings, stream):
@@ -287,7 +325,7 @@ def seal_segment(
         log.forget_segment(segment)
         return SegmentSeal(
             segment,
-            len(ids),
+            rows,
             st.st_size,
             final.stat().st_size,
             round(time.perf_counter() - started, 3),

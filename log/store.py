@@ -190,10 +190,13 @@ class _StreamWriter:
             stem = self._choose_segment(part_dir)
             path = part_dir / f"{stem}.jsonl"
             created = not path.exists()
+            new_partition = not part_dir.exists()
             part_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-            if created:
+            if created:  # the new names must survive a crash too, not only the bytes
                 _fsync_dir(part_dir)
+            if new_partition:
+                _fsync_dir(self.root)
             self.fds[partition] = fd
             self.active[partition] = stem
             self.paths[partition] = (str(path), str(part_dir / f"{stem}.parquet"))

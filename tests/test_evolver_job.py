@@ -304,3 +304,30 @@ def test_agent_filter_only_decides_that_agent(settings: Settings, event_log: Eve
     info = run_evolve(settings, agent=agent)
     assert info.decided == 1
     assert [r["agent_id"] for r in knowledge(settings)] == [agent]
+
+
+def test_explicit_kv_write_overtakes_a_learned_fact_with_the_same_key(
+    settings: Settings, event_log: EventLog
+) -> None:
+    append_all(event_log, [proposal("Deploy branch is main", key="deploy_branch", scope="system")])
+    run_evolve(settings, now=T0 + timedelta(minutes=1))
+    append_all(
+        event_log,
+        [
+            {
+                "type": "fact_set",
+                "ts": at(5),
+                "agent_id": "agent-1",
+                "key": "deploy_branch",
+                "value": "release",
+                "scope": "system",
+                "source": "user",
+            }
+        ],
+    )
+    info = run_evolve(settings, now=T0 + timedelta(minutes=10))
+    assert info.superseded_by_writes == 1 and info.decided == 0
+    rows = {r["content"]: (r["status"], r["note"]) for r in knowledge(settings)}
+    assert rows["Deploy branch is main"][0] == "inactive" and "release" in rows["Deploy branch is main"][1]
+    assert rows["deploy_branch: release"][0] == "active"
+    assert run_evolve(settings).events_appended == 0

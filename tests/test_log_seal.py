@@ -168,3 +168,25 @@ def test_replaying_sealed_days_creates_no_empty_segments(settings: Settings, tmp
     assert (info.accepted, info.duplicates) == (0, 150)
     jsonl = segment_files(settings.data_dir)
     assert len(jsonl) == 1 and jsonl[0].parent.name.endswith(format_ts(datetime.now(UTC))[:10])
+
+
+def test_a_parquet_file_that_does_not_match_the_jsonl_is_never_renamed(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiermem.errors import LogCorruptionError
+    from tiermem.log import seal as seal_module
+
+    _sample(settings, tmp_path, days=2, per_day=30)
+    real = seal_module.write_parquet_from_jsonl
+
+    def lossy(con: object, stream: str, src: Path, dst: Path) -> None:
+        real(con, stream, src, dst)  # type: ignore[arg-type]
+        table = pq.read_table(dst)
+        pq.write_table(table.slice(1), dst)  # one row lost on the way
+
+    monkeypatch.setattr(seal_module, "write_parquet_from_jsonl", lossy)
+    with pytest.raises(LogCorruptionError):
+        seal(settings)
+    assert segment_files(settings.data_dir, suffix=".parquet") == []
+    assert list(settings.log_dir.rglob("*.tmp")) == []
+    assert len(segment_files(settings.data_dir)) == 2

@@ -10,7 +10,6 @@ import orjson
 import pytest
 from helpers_log import interaction, run_cli, write_jsonl
 
-from tiermem.demo import run_demo
 from tiermem.errors import ReadOnlyQueryError
 from tiermem.ingest.pipeline import ingest_file
 from tiermem.log.sql import run_query
@@ -77,14 +76,3 @@ def test_writes_are_refused_with_one_clear_line(
 def test_bad_sql_is_a_one_line_error(loaded: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     code, _out, err = run_cli(capsys, loaded.data_dir, ["sql", "SELECT nope FROM interactions"])
     assert code == 2 and len(err.strip().splitlines()) == 1 and "nope" in err
-
-
-def test_demo_ingests_seals_and_queries(settings: Settings) -> None:
-    said: list[str] = []
-    info = run_demo(settings, days=3, per_day=60, say=said.append)
-    assert info.ingest["accepted"] == 180 and info.seal["sealed_segments"] == 2
-    assert len(info.queries) == 2 and all(rows for rows in info.queries.values())
-    assert any("(not enriched)" in str(r) for r in next(iter(info.queries.values())))
-    again = run_demo(settings, days=3, per_day=60, say=said.append)
-    assert again.ingest["accepted"] == 0 and again.ingest["duplicates"] == 180
-    assert str(settings.log_dir) in "\n".join(said)

@@ -178,3 +178,21 @@ def test_four_processes_appending_at_once_give_exactly_all_whole_lines(
         mine = [x for x in ids if x.startswith(f"p{i}-")]
         assert mine == [f"p{i}-{k}" for k in range(n)]
     assert sys.platform.startswith("linux") or True
+
+
+def test_segments_roll_over_at_the_size_limit_and_read_in_order(settings: Settings) -> None:
+    small = replace(settings, segment_max_bytes=2_000)
+    with EventLog(small) as log:
+        results = [log.append(interaction(0, event_id=f"r{i:03d}")) for i in range(40)]
+        events = [ev["event_id"] for _s, _l, ev in log.read("interactions")]
+    segments = segment_files(settings.data_dir)
+    assert len(segments) > 3
+    assert all(p.stat().st_size < 2_000 + 1_000 for p in segments)
+    assert events == [f"r{i:03d}" for i in range(40)]  # segment names sort in time order
+    assert {r.segment for r in results} == {f"interactions/{p.parent.name}/{p.stem}" for p in segments}
+    assert all(r.line == 0 for r in results if r.event_id == "r000")
+    from tiermem.log.seal import seal
+
+    seal(small, before="2030-01-01")
+    with EventLog(small) as log:
+        assert [ev["event_id"] for _s, _l, ev in log.read("interactions")] == events

@@ -324,7 +324,7 @@ def baseline_items(conv: Conversation, bm25: BM25, question: str) -> list[Item]:
 # ------------------------------------------------------------------ tiermem side
 
 
-MATCH_MIN = 1.0  # a quote's BM25 match to the question (episode_search) that puts it up front
+MATCH_MIN = 2.0  # a quote's BM25 match to the question (episode_search) that puts it up front
 
 
 def render_recall(episodes: list[dict[str, Any]], question: str) -> tuple[list[Item], list[Item]]:
