@@ -188,6 +188,9 @@ class Scheduler:
         self._stop = threading.Event()
         self._idle = threading.Event()
         self._idle.set()
+        # Held while a job passes from "may start" to "running", so that a stop never
+        # misses a job that checked the stop flag just before it was set.
+        self._gate = threading.Lock()
         self._current: str | None = None
         self._lock_fd: int | None = None
         self.info = SchedulerInfo(str(settings.data_dir), os.getpid(), format_ts(utcnow()))
@@ -210,10 +213,11 @@ class Scheduler:
 
     # ----------------------------------------------------------------- jobs
     def _run(self, name: str) -> None:
-        if self._stop.is_set():
-            return  # queued behind a job that was running when the stop came
-        self._idle.clear()
-        self._current = name
+        with self._gate:
+            if self._stop.is_set():
+                return  # queued behind a job that was running when the stop came
+            self._idle.clear()
+            self._current = name
         try:
             record = run_job(
                 self.settings, name, trigger="scheduled", func=self.job_funcs.get(name), echo=self.echo
@@ -303,6 +307,8 @@ class Scheduler:
             while not self._stop.wait(0.5):
                 pass
             aps.shutdown(wait=False)
+            with self._gate:
+                pass  # from here on, no job can start: the running one (if any) is the last
             grace = self.settings.scheduler.stop_grace_seconds
             running = self._current
             if running is not None:
