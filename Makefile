@@ -29,4 +29,4 @@ bench: $(STAMP)
 	@echo "each benchmark has its own one-line command: see bench/README.md"
 
 clean-data:
-	rm -rf data/log data/hot data/reports data/checkpoints data/demo
+	rm -rf data/log data/hot data/reports data/checkpoints data/demo data/locks data/scheduler

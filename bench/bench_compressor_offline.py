@@ -93,7 +93,9 @@ def main() -> None:
             f"compressed {info.interactions_scored:,} interactions of {info.agents} agents in {wall:.2f}s "
             f"-> {info.interactions_scored / wall:,.0f} interactions/s (scorer {info.scorer}, fsync {settings.fsync})"
         )
-        print(f"process CPU time {cpu:.2f}s -> {info.interactions_scored / cpu:,.0f} interactions per CPU-second")
+        print(
+            f"process CPU time {cpu:.2f}s -> {info.interactions_scored / cpu:,.0f} interactions per CPU-second"
+        )
         print(
             f"episodes {info.episodes:,}, important {info.important:,}, proposals {info.proposals:,}, "
             f"relationships {info.relationships:,}"

@@ -11,8 +11,8 @@ against the batch before anything is written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Protocol
 
 from tiermem.settings import Settings

@@ -149,18 +149,18 @@ def test_request_uses_tool_choice_and_prompt_caching(settings: Settings, event_l
 def test_transient_error_then_success_completes_the_batch(
     settings: Settings, event_log: EventLog, failure: str
 ) -> None:
-    script, info = _run(settings, event_log, [failure, "ok"])
+    _script, info = _run(settings, event_log, [failure, "ok"])
     assert info.requests == 2 and info.retries == 1
     assert len(_episode_rows(settings)) == 2
 
 
 def test_malformed_answer_is_retried_then_complete(settings: Settings, event_log: EventLog) -> None:
-    script, info = _run(settings, event_log, ["garbage", "ok"])
+    _script, info = _run(settings, event_log, ["garbage", "ok"])
     assert info.requests == 2 and len(_episode_rows(settings)) == 2
 
 
 def test_truncated_json_is_repaired_without_a_retry(settings: Settings, event_log: EventLog) -> None:
-    script, info = _run(settings, event_log, ["truncated"])
+    _script, info = _run(settings, event_log, ["truncated"])
     assert info.requests == 1 and len(_episode_rows(settings)) == 2
 
 
