@@ -204,3 +204,51 @@ def test_repair_json_closes_what_is_open() -> None:
     assert repair_json('{"a": [1, 2, {"b": "tex') == {"a": [1, 2, {"b": "tex"}]}
     assert repair_json('Sure! ```json\n{"a": 1, "b": ') == {"a": 1}
     assert repair_json("no json here") is None
+
+
+def test_message_batches_api_path(settings: Settings, event_log: EventLog) -> None:
+    from dataclasses import replace
+
+    seed_interactions(event_log, "agent-a", 40)  # 30 to compress: two batches in one Batches API job
+    calls: list[str] = []
+    created: list[dict[str, Any]] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        path = request.url.path
+        calls.append(f"{request.method} {path}")
+        batch = {
+            "id": "msgbatch_1",
+            "type": "message_batch",
+            "processing_status": "ended",
+            "request_counts": {"processing": 0, "succeeded": 2, "errored": 0, "canceled": 0, "expired": 0},
+            "created_at": "2025-01-01T00:00:00Z",
+            "ended_at": "2025-01-01T00:01:00Z",
+            "expires_at": "2025-01-02T00:00:00Z",
+            "cancel_initiated_at": None,
+            "archived_at": None,
+            "results_url": "https://api.anthropic.com/v1/messages/batches/msgbatch_1/results",
+        }
+        if request.method == "POST" and path.endswith("/messages/batches"):
+            created.extend(orjson.loads(request.content)["requests"])
+            return httpx2.Response(200, json=batch)
+        if path.endswith("/results"):
+            lines = []
+            for req in created:
+                msg = message(tool_use(good_input(req["params"]))).json()
+                lines.append(
+                    orjson.dumps(
+                        {"custom_id": req["custom_id"], "result": {"type": "succeeded", "message": msg}}
+                    )
+                )
+            return httpx2.Response(
+                200, content=b"\n".join(lines), headers={"content-type": "application/x-jsonl"}
+            )
+        if path.endswith("/msgbatch_1"):
+            return httpx2.Response(200, json=batch)
+        return error(404, "not_found_error")
+
+    bulk = replace(settings, compressor=replace(settings.compressor, use_batches_api=True))
+    info = run_compress(bulk, scorer=scorer(bulk, handler))
+    assert info.interactions_scored == 30 and info.episodes == 4
+    assert calls[0] == "POST /v1/messages/batches" and len(created) == 2
+    assert not any(c == "POST /v1/messages" for c in calls)  # nothing went through the per-request path
