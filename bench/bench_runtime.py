@@ -34,7 +34,8 @@ from tiermem.settings import Settings, resolve_settings
 
 RNG = random.Random(7)
 SYLLABLES = ["ka", "lo", "mi", "ra", "to", "ne", "su", "vi", "da", "pe", "qu", "zo", "bi", "fa", "ge", "hu"]
-VOCAB = sorted({"".join(RNG.choice(SYLLABLES) for _ in range(RNG.randint(2, 4))) for _ in range(8000)})
+# Three-syllable words: none is a prefix of another (prefix matching stays realistic).
+VOCAB = sorted({"".join(RNG.choice(SYLLABLES) for _ in range(3)) for _ in range(6000)})
 CUM_ZIPF = list(itertools.accumulate(1.0 / (i + 1) ** 0.9 for i in range(len(VOCAB))))
 PEOPLE = [f"person{i}" for i in range(200)]
 LEVELS = ["global"] * 6 + ["project"] * 3 + ["task"] * 1
@@ -109,7 +110,14 @@ def add_agent_memory(settings: Settings, agent: str) -> None:
             m.add_knowledge(words(12), category="user", participant=PEOPLE[i % 5])
     with EventLog(settings) as log:
         log.append_many(
-            [{"type": "relationship_updated", "agent_id": agent, "participant": PEOPLE[0], "summary": words(20)}]
+            [
+                {
+                    "type": "relationship_updated",
+                    "agent_id": agent,
+                    "participant": PEOPLE[0],
+                    "summary": words(20),
+                }
+            ]
             + [episode_event(agent, i) for i in range(500)]
         )
     project(settings)
@@ -145,7 +153,9 @@ def bench_context(root: Path, big: int, n: int) -> dict[str, Any]:
             qi = iter(range(10**9))
             out[label] = {
                 "no_query": timed(lambda m=m: assemble_context(m, level="project"), n),
-                "with_query": timed(lambda m=m: assemble_context(m, query=queries[next(qi) % 64]), n),
+                "with_query": timed(
+                    lambda m=m, qs=queries, qi=qi: assemble_context(m, query=qs[next(qi) % 64]), n
+                ),
                 "tokens": assemble_context(m, query=queries[0]).total_tokens,
             }
         print(f"  {label}: {out[label]}", flush=True)
@@ -157,8 +167,59 @@ def bench_context(root: Path, big: int, n: int) -> dict[str, Any]:
     return out
 
 
-def bench_recall(root: Path, episodes: int, n: int) -> dict[str, Any]:
-    print(f"recall_memory with {episodes:,} episodes", flush=True)
+def simple_search(
+    conn: Any, agent_id: str, query: str, participant: str | None = None, limit: int = 3
+) -> list[Any]:
+    """Reference: plain FTS5 OR-query ranked by BM25 (the runtime's first version of episode search)."""
+    terms = list(dict.fromkeys(w for w in query.lower().split() if w.isalnum()))
+    return _bm25_rows(conn, agent_id, terms, participant, limit)
+
+
+def pruned_search(
+    conn: Any, agent_id: str, query: str, participant: str | None = None, limit: int = 3
+) -> list[Any]:
+    """Reference: drop terms found in more than 2% of documents (fts5vocab) before BM25."""
+    conn.execute(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.ep_vocab USING fts5vocab(main, episodes_fts, 'row')"
+    )
+    total = conn.execute("SELECT count(*) FROM episodes").fetchone()[0] or 1
+    terms = list(dict.fromkeys(w for w in query.lower().split() if w.isalnum()))
+    df = {}
+    for t in terms:
+        row = conn.execute("SELECT doc FROM temp.ep_vocab WHERE term = ?", (t,)).fetchone()
+        df[t] = row[0] if row else 0
+    keep = [t for t in terms if 0 < df[t] <= 0.02 * total] or sorted((t for t in terms if df[t]), key=df.get)[
+        :1
+    ]
+    return _bm25_rows(conn, agent_id, keep, participant, limit)
+
+
+def _bm25_rows(conn: Any, agent_id: str, terms: list[str], participant: str | None, limit: int) -> list[Any]:
+    if not terms:
+        return []
+    part = ""
+    params: list[Any] = [" OR ".join(f'"{t}"' for t in terms), agent_id]
+    if participant:
+        part = " AND EXISTS (SELECT 1 FROM json_each(e.participants) WHERE lower(value) = lower(?))"
+        params.append(participant)
+    return conn.execute(
+        "SELECT e.episode_id, e.name, e.summary, e.key_quotes, bm25(episodes_fts) AS bm FROM episodes_fts"
+        f" JOIN episodes e ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ? AND e.agent_id = ?{part}"
+        " ORDER BY bm LIMIT ?",
+        (*params, limit),
+    ).fetchall()
+
+
+SEARCH_IMPLS: dict[str, Callable[..., Any]] = {
+    "current": search_episodes,
+    "simple": simple_search,
+    "pruned": pruned_search,
+}
+
+
+def bench_recall(root: Path, episodes: int, n: int, impl: str = "current") -> dict[str, Any]:
+    print(f"recall_memory with {episodes:,} episodes, search implementation {impl!r}", flush=True)
+    search = SEARCH_IMPLS[impl]
     settings = fresh(root, "recall")
     started = time.perf_counter()
     with EventLog(settings) as log:
@@ -169,21 +230,20 @@ def bench_recall(root: Path, episodes: int, n: int) -> dict[str, Any]:
     queries = [words(3) for _ in range(256)]
     qi = iter(range(10**9))
     with open_memory(settings, "npc") as m:
-        search_only = timed(lambda: search_episodes(m.conn, "npc", queries[next(qi) % 256]), n)
+        search_only = timed(lambda: search(m.conn, "npc", queries[next(qi) % 256]), n, warmup=5)
         with_participant = timed(
-            lambda: search_episodes(m.conn, "npc", queries[next(qi) % 256], PEOPLE[next(qi) % 200]), n
+            lambda: search(m.conn, "npc", queries[next(qi) % 256], PEOPLE[next(qi) % 200]), n, warmup=5
         )
-        tool = timed(lambda: call_tool(m, "recall_memory", {"query": queries[next(qi) % 256]}), n)
-    durable = resolve_settings(data_dir=settings.data_dir, env={}, fsync="always")
-    with open_memory(durable, "npc") as m:
-        tool_durable = timed(lambda: call_tool(m, "recall_memory", {"query": queries[next(qi) % 256]}), n // 2)
-    out = {
-        "episodes": episodes,
-        "search_episodes": search_only,
-        "search_with_participant": with_participant,
-        "recall_memory_tool_fsync_none": tool,
-        "recall_memory_tool_fsync_always": tool_durable,
-    }
+        out: dict[str, Any] = {
+            "episodes": episodes,
+            "impl": impl,
+            "search_episodes": search_only,
+            "search_with_participant": with_participant,
+        }
+        if impl == "current":  # the whole tool: search + retrieval event (fsync none)
+            out["recall_memory_tool"] = timed(
+                lambda: call_tool(m, "recall_memory", {"query": queries[next(qi) % 256]}), n, warmup=5
+            )
     print(f"  {out}", flush=True)
     shutil.rmtree(settings.data_dir, ignore_errors=True)
     return out
@@ -198,7 +258,11 @@ def bench_record(root: Path, n: int) -> dict[str, Any]:
             i = iter(range(10**9))
             out[f"fsync_{fsync}"] = timed(
                 lambda m=m, i=i: record_turn(
-                    m, f"message {next(i)}", "reply", model="m", usage={"input_tokens": 10, "output_tokens": 5}
+                    m,
+                    f"message {next(i)}",
+                    "reply",
+                    model="m",
+                    usage={"input_tokens": 10, "output_tokens": 5},
                 ),
                 n,
             )
@@ -220,7 +284,11 @@ def bench_levels(root: Path) -> dict[str, Any]:
             record_turn(m, f"create task {task}", f"task {task} created and assigned to drone {task}")
             m.level = "task"
             for action in range(20):
-                record_turn(m, f"move shape {action}", f"moved shape {action} to x={action * 7} y={task * 40}: {words(10)}")
+                record_turn(
+                    m,
+                    f"move shape {action}",
+                    f"moved shape {action} to x={action * 7} y={task * 40}: {words(10)}",
+                )
             m.finish_task(f"I finished task {task}: part {task} of the chart is drawn.")
         for i in range(3):
             record_turn(m, f"review {i}", f"reviewed part {i}: {words(8)}")
@@ -248,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--big", type=int, default=1_000_000, help="interactions in the big log (default 1M)")
     p.add_argument("--episodes", type=int, default=100_000)
     p.add_argument("--n", type=int, default=2000, help="timed calls per measurement")
+    p.add_argument(
+        "--recall-impl",
+        choices=sorted(SEARCH_IMPLS),
+        default="current",
+        help="episode search to time: current (tiermem.runtime.episode_search) or a reference",
+    )
     p.add_argument("--root", help="scratch directory (default: a temp dir, removed after)")
     args = p.parse_args(argv)
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="bench_runtime_"))
@@ -258,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "record"):
             results["record_turn"] = bench_record(root, args.n)
         if args.only in (None, "recall"):
-            results["recall"] = bench_recall(root, args.episodes, args.n)
+            results["recall"] = bench_recall(root, args.episodes, args.n, args.recall_impl)
         if args.only in (None, "context"):
             results["context"] = bench_context(root, args.big, args.n)
     finally:

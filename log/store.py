@@ -23,7 +23,7 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -497,12 +497,60 @@ class EventLog:
             pos += len(req.events)
             req.done = True
 
+    def append_encoded(
+        self, stream: str, ids: list[str], partitions: list[str], lines: list[bytes]
+    ) -> tuple[int, int]:
+        """Append events already validated and serialised, for bulk loaders; returns (accepted, duplicates).
+
+        `lines[i]` must be `orjson.dumps(validate(record)) + b"\\n"` for an event of
+        `stream` whose id is `ids[i]` and partition `partitions[i]` ("date=YYYY-MM-DD"):
+        the bulk ingest prepares them in worker processes, so this process only
+        checks the id index and writes. Same locking, fsync and duplicate rules
+        as `append_validated`; no per-event result objects.
+        """
+        w = self._writer(stream)
+        with w.thread_lock:
+            fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
+            try:
+                written, duplicates = self._append_lines_locked(
+                    w,
+                    ids,
+                    partitions,
+                    # `keep` is ascending, so keeping all of them means the list as is.
+                    lambda keep: lines if len(keep) == len(lines) else [lines[i] for i in keep],
+                )
+            finally:
+                fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
+        return sum(len(keep) for _segment, _first, keep in written), len(duplicates)
+
     def _append_locked(self, w: _StreamWriter, events: list[dict[str, Any]]) -> list[AppendResult]:
-        by_partition: dict[str, list[int]] = {}
-        for i, ev in enumerate(events):
-            by_partition.setdefault(partition_of(ev), []).append(i)
-        conn = self._index()
         ids = [ev["event_id"] for ev in events]
+        written, duplicates = self._append_lines_locked(
+            w,
+            ids,
+            [partition_of(ev) for ev in events],
+            lambda keep: [orjson.dumps(events[i]) + b"\n" for i in keep],
+        )
+        results: list[AppendResult | None] = [None] * len(events)
+        for i in duplicates:
+            results[i] = AppendResult(ids[i], w.stream, "", -1, duplicate=True)
+        for segment, first_line, keep in written:
+            for k, i in enumerate(keep):
+                results[i] = AppendResult(ids[i], w.stream, segment, first_line + k)
+        return [r for r in results if r is not None]
+
+    def _append_lines_locked(
+        self,
+        w: _StreamWriter,
+        ids: list[str],
+        partitions: list[str],
+        lines_of: Callable[[list[int]], list[bytes]],
+    ) -> tuple[list[tuple[str, int, list[int]]], list[int]]:
+        """Write the non-duplicate events (stream lock held): ([(segment, first line, indexes)], duplicates)."""
+        by_partition: dict[str, list[int]] = {}
+        for i, partition in enumerate(partitions):
+            by_partition.setdefault(partition, []).append(i)
+        conn = self._index()
         seen = self._indexed_ids(conn, ids)
         # Open (repair, reconcile) only the segments that will receive something, so
         # an all-duplicate replay does not create empty segments in sealed days.
@@ -512,22 +560,25 @@ class EventLog:
         if self._reindexed != before:
             # A crashed writer's durable lines were just indexed: they may be ours.
             seen = self._indexed_ids(conn, ids)
-        results: list[AppendResult | None] = [None] * len(events)
+        duplicates: list[int] = []
         pending: list[tuple[str, str, int, bytes, list[int]]] = []
+        # The bulk case (nothing seen before, no repeats in the batch) needs no per-id loop.
+        all_new = not seen and len(set(ids)) == len(ids)
         for partition, idxs in by_partition.items():
-            keep: list[int] = []
-            for i in idxs:
-                eid = ids[i]
-                if eid in seen:
-                    results[i] = AppendResult(eid, w.stream, "", -1, duplicate=True)
-                else:
-                    seen.add(eid)  # a repeat inside the same batch is a duplicate too
-                    keep.append(i)
+            keep: list[int] = idxs if all_new else []
+            if not all_new:
+                for i in idxs:
+                    eid = ids[i]
+                    if eid in seen:
+                        duplicates.append(i)
+                    else:
+                        seen.add(eid)  # a repeat inside the same batch is a duplicate too
+                        keep.append(i)
             if not keep:
                 continue
             stem, fd = targets[partition] if partition in targets else w.segment_for(partition)
             segment = f"{w.stream}/{partition}/{stem}"
-            payload = b"".join([orjson.dumps(events[i]) + b"\n" for i in keep])
+            payload = b"".join(lines_of(keep))
             pending.append((segment, stem, fd, payload, keep))
         # Write every partition, then one fsync each: a batch spanning days costs
         # one fsync per day touched, not per record.
@@ -550,10 +601,8 @@ class EventLog:
                 ino = os.fstat(fd).st_ino
                 self._indexed_to[segment] = (ino, end)
                 self._line_counts[segment] = (ino, end, first_line + len(keep))
-                for k, i in enumerate(keep):
-                    results[i] = AppendResult(ids[i], w.stream, segment, first_line + k)
             conn.execute("COMMIT")
-        return [r for r in results if r is not None]
+        return [(segment, first_line, keep) for segment, _fd, _end, first_line, keep in written], duplicates
 
     @staticmethod
     def _indexed_ids(conn: sqlite3.Connection, ids: list[str]) -> set[str]:

@@ -59,20 +59,11 @@ def _context(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _recall(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.runtime.episode_search import search_episodes
+    import orjson
 
-    with _memory(args, settings) as memory:
-        found = search_episodes(memory.conn, memory.agent_id, args.query, args.participant, args.limit)
-        if found:
-            memory.record_retrieval(
-                "cli_recall",
-                args.query,
-                [e["episode_id"] for e in found],
-                [float(e["score"]) for e in found],
-                0,
-                reason="tiermem recall",
-                participant=args.participant,
-            )
+    from tiermem.runtime.episode_search import search_episodes
+    from tiermem.runtime.tokens import count_tokens
+
     keys = (
         "episode_id",
         "name",
@@ -84,9 +75,21 @@ def _recall(args: argparse.Namespace, settings: Settings) -> int:
         "importance",
         "score",
     )
-    results = [
-        {**{k: e.get(k) for k in keys}, "emotional_context": e.get("emotional_context")} for e in found
-    ]
+    with _memory(args, settings) as memory:
+        found = search_episodes(memory.conn, memory.agent_id, args.query, args.participant, args.limit)
+        results = [
+            {**{k: e.get(k) for k in keys}, "emotional_context": e.get("emotional_context")} for e in found
+        ]
+        if found:
+            memory.record_retrieval(
+                "cli_recall",
+                args.query,
+                [e["episode_id"] for e in found],
+                [float(e["score"]) for e in found],
+                count_tokens(orjson.dumps(results).decode()),
+                reason="tiermem recall",
+                participant=args.participant,
+            )
     if args.json:
         emit_json({"results": results})
         return 0

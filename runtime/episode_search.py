@@ -57,6 +57,9 @@ AVG_QUOTE_WORDS = 24.0
 AVG_HEAD_WORDS = 30.0
 
 
+_IDF_CACHE: dict[tuple[str, str, int, str], float] = {}
+
+
 def _idf(conn: sqlite3.Connection, agent_id: str, terms: list[str]) -> dict[str, float]:
     """Inverse document frequency of each term over this agent's archive.
 
@@ -65,14 +68,23 @@ def _idf(conn: sqlite3.Connection, agent_id: str, terms: list[str]) -> dict[str,
     one of its episodes and should weigh nothing.
     """
     total = conn.execute("SELECT count(*) FROM episodes WHERE agent_id = ?", [agent_id]).fetchone()[0] or 1
+    db = str(conn.execute("PRAGMA database_list").fetchone()[2])
     out = {}
     for t in terms:
+        # Cached per database file, agent and archive size: a new episode changes the key.
+        key = (db, agent_id, total, t)
+        cached = _IDF_CACHE.get(key)
+        if cached is not None:
+            out[t] = cached
+            continue
+        if len(_IDF_CACHE) > 50_000:
+            _IDF_CACHE.clear()
         df = conn.execute(
             "SELECT count(*) FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
             "WHERE episodes_fts MATCH ? AND e.agent_id = ?",
             [_fts([t]), agent_id],
         ).fetchone()[0]
-        out[t] = math.log(1 + (total - df + 0.5) / (df + 0.5))
+        out[t] = _IDF_CACHE[key] = math.log(1 + (total - df + 0.5) / (df + 0.5))
     return out
 
 
@@ -106,18 +118,25 @@ def _names_in(query: str) -> set[str]:
     return {w.lower() for w in re.findall(r"\b[A-Z][a-z]+", query)}
 
 
-def _bm25(
-    words: list[str], terms: list[str], idf: dict[str, float], avg_len: float = AVG_QUOTE_WORDS
-) -> float:
-    if not words:
+def _term_regex(terms: list[str]) -> re.Pattern[str]:
+    """One pattern finding every term (stems as prefixes, short words whole); group k = term k."""
+    parts = [f"({re.escape(t)})" + (r"[a-z0-9]*" if len(t) >= 4 else r"\b") for t in terms]
+    return re.compile(r"\b(?:" + "|".join(parts) + ")")
+
+
+def _term_counts(text: str, rx: re.Pattern[str] | None, n_terms: int) -> list[int]:
+    counts = [0] * n_terms
+    if rx is not None:
+        for m in rx.finditer(text):
+            counts[(m.lastindex or 1) - 1] += 1
+    return counts
+
+
+def _bm25(counts: list[int], length: int, weights: list[float], avg_len: float = AVG_QUOTE_WORDS) -> float:
+    if not length:
         return 0.0
-    norm = K1 * (1 - B + B * len(words) / avg_len)
-    score = 0.0
-    for t in terms:
-        tf = sum(1 for w in words if (w.startswith(t) if len(t) >= 4 else w == t))
-        if tf:
-            score += idf.get(t, 0.0) * tf * (K1 + 1) / (tf + norm)
-    return score
+    norm = K1 * (1 - B + B * length / avg_len)
+    return sum(w * tf * (K1 + 1) / (tf + norm) for tf, w in zip(counts, weights, strict=True) if tf)
 
 
 def search_episodes(
@@ -152,25 +171,31 @@ def search_episodes(
         rows = conn.execute(sql, [*params, limit]).fetchall()
 
     idf = _idf(conn, agent_id, terms)
+    term_weights = [idf.get(t, 0.0) for t in terms]
+    rx = _term_regex(terms) if terms else None
     months, years = _asked_dates(query)
     named = _names_in(query)
     scored: list[tuple[float, dict[str, Any]]] = []
     for row in rows:
         quotes = orjson.loads(row[3] or "[]")
-        quote_words = [_WORD.findall(str(q.get("text", "")).lower()) for q in quotes]
-        quote_scores = [_bm25(w, terms, idf) for w in quote_words]
+        texts = [str(q.get("text", "")).lower() for q in quotes]
+        quote_counts = [_term_counts(t, rx, len(terms)) for t in texts]
+        quote_scores = [
+            _bm25(c, t.count(" ") + 1, term_weights) for c, t in zip(quote_counts, texts, strict=True)
+        ]
         if named:
             # Who said it: a question about someone is usually answered by their own words.
             for i, q in enumerate(quotes):
                 speaker = str(q.get("speaker") or "").lower()
                 if speaker:
                     quote_scores[i] *= SPEAKER_BOOST if speaker in named else 1.0
-        head_words = _WORD.findall(f"{row[1] or ''} {row[2] or ''}".lower())
-        head = _bm25(head_words, terms, idf, avg_len=AVG_HEAD_WORDS)
+        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
+        head_counts = _term_counts(head_text, rx, len(terms))
+        head = _bm25(head_counts, head_text.count(" ") + 1, term_weights, avg_len=AVG_HEAD_WORDS)
         best = sorted(quote_scores, reverse=True)
-        all_words = set(head_words).union(*map(set, quote_words)) if quote_words else set(head_words)
-        covered = sum(idf.get(t, 0.0) for t in terms if _matches(all_words, t))
-        coverage = covered / (sum(idf.values()) or 1.0)
+        seen = [any(c[k] for c in [head_counts, *quote_counts]) for k in range(len(terms))]
+        covered = sum(w for w, hit in zip(term_weights, seen, strict=True) if hit)
+        coverage = covered / (sum(term_weights) or 1.0)
         # The best single quote carries the episode (answers live in one turn); a second good quote,
         # the header's dates and topics, and covering more of the question add to it.
         score = ((best[0] if best else 0.0) + 0.3 * (best[1] if len(best) > 1 else 0.0) + 0.4 * head) * (

@@ -163,3 +163,25 @@ def test_cli_compress_json(settings: Settings, event_log: EventLog) -> None:
     assert summary["interactions_scored"] == 30 and summary["episodes"] > 0
     for key in ("agents", "important", "proposals", "relationships", "elapsed_s"):
         assert key in summary
+
+
+def test_episodes_reach_recall_through_the_projector(settings: Settings, event_log: EventLog) -> None:
+    from tiermem.runtime.episode_search import search_episodes
+    from tiermem.runtime.hotstore import connect
+    from tiermem.runtime.projector import project
+
+    seed_interactions(event_log, "agent-a", 40, user="alice")
+    run_compress(settings)
+    project(settings)
+    conn = connect(settings.hot_db)
+    try:
+        found = search_episodes(conn, "agent-a", "the correction about Grindelwald", participant="alice")
+        assert found and len(found) <= 3
+        top = found[0]
+        assert any("Grindelwald" in q["text"] for q in top["key_quotes"])
+        assert "Grindelwald" in top["key_quotes"][0]["text"]  # best-matching quote first
+        assert top["when"] == "1 March 2025" and top["start_ts"].startswith("2025-03-01")
+        assert search_episodes(conn, "agent-a", "Grindelwald", participant="bob") == []
+        assert search_episodes(conn, "agent-b", "Grindelwald") == []
+    finally:
+        conn.close()

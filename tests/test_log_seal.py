@@ -190,3 +190,36 @@ def test_a_parquet_file_that_does_not_match_the_jsonl_is_never_renamed(
     assert segment_files(settings.data_dir, suffix=".parquet") == []
     assert list(settings.log_dir.rglob("*.tmp")) == []
     assert len(segment_files(settings.data_dir)) == 2
+
+
+def test_fast_id_verification_accepts_the_real_file_and_refuses_any_change(
+    settings: Settings, tmp_path: Path
+) -> None:
+    from tiermem.errors import LogCorruptionError
+    from tiermem.log.seal import duck, verify_against_jsonl, verify_ids_by_bytes, write_parquet_from_jsonl
+
+    _sample(settings, tmp_path, days=1, per_day=300)
+    (jsonl,) = segment_files(settings.data_dir)
+    parquet = tmp_path / "seg.parquet"
+    con = duck()
+    write_parquet_from_jsonl(con, "interactions", jsonl, parquet)
+    data = jsonl.read_bytes()
+    assert verify_ids_by_bytes(parquet, jsonl, len(data)) == 300
+    lines = data.splitlines(keepends=True)
+    swapped = lines[:]
+    swapped[10], swapped[11] = swapped[11], swapped[10]
+    one_id_byte = bytearray(data)
+    one_id_byte[len(lines[0]) + 20] ^= 1  # inside the second line's id
+    changes = {
+        "swapped": b"".join(swapped),
+        "id byte": bytes(one_id_byte),
+        "line lost": b"".join(lines[:-1]),
+        "line doubled": b"".join([*lines, lines[-1]]),
+    }
+    for kind, content in changes.items():
+        bad = tmp_path / f"{kind}.jsonl"
+        bad.write_bytes(content)
+        assert verify_ids_by_bytes(parquet, bad, len(content)) is None, kind
+        with pytest.raises(LogCorruptionError):
+            verify_against_jsonl(con, parquet, bad, len(content))
+    con.close()

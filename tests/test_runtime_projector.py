@@ -225,3 +225,23 @@ def test_many_processes_read_and_write_at_once(settings: Settings, tmp_path: Pat
     assert rows == {f"agent{i}": 40 for i in range(4)}
     digest = content_digest(settings)
     assert rebuild(settings).digest == digest
+
+
+def test_projection_survives_sealing_and_rebuilds_from_parquet(settings: Settings) -> None:
+    from tiermem.log.seal import seal
+
+    old = [
+        interaction("bot", f"old turn {i}", ts=f"2026-01-0{1 + i % 3}T10:00:0{i}Z", user="zoe")
+        for i in range(6)
+    ]
+    append(settings, *old, episode("bot", "Old times", "zoe and I met", participants=["zoe"]))
+    project(settings)
+    before = content_digest(settings)
+    seal(settings)
+    assert list(settings.log_dir.glob("interactions/date=2026-01-01/*.parquet"))
+    info = project(settings)
+    assert info.by_type == {}  # nothing new: sealed segments keep their positions
+    assert content_digest(settings) == before
+    assert rebuild(settings).digest == before  # rebuilt from Parquet
+    append(settings, interaction("bot", "a new turn", user="zoe"))
+    assert project(settings).by_type == {"interaction": 1}
