@@ -11,9 +11,11 @@ are not ingested (the baseline does not see them either).
 Pipeline, exactly as a user runs it, offline, in a temporary data root:
 `EventLog.append_many` (the public write path) -> `run_compress` ->
 `run_evolve` (when the evolver is installed) -> projector. Then, per question
-of categories 1-4, the delivered memory is what `recall_memory` returns for
-the question followed by the runtime's assembled memory context (with the
-question as the user message), packed line by line in that order until the
+of categories 1-4, the delivered memory is what `recall_memory`'s episode
+search returns for the question (top 3: each header with the quotes that
+match the question), then the runtime's `assemble_context` (the question as
+query; the fixed prompt sections excluded) in the room left, then the other
+quotes of the recalled episodes, packed line by line (never cut) until the
 budget (tokens = ceil(len(text)/4) over the whole delivered text).
 
 Scores (micro-averaged, overall and per category):
@@ -331,9 +333,10 @@ def render_recall(episodes: list[dict[str, Any]], question: str) -> tuple[list[I
     """recall_memory's episodes as delivered lines, for a budget that may cut them.
 
     Each episode is a header (dates, summary, feeling) and its verbatim quotes
-    (already ordered best match first by episode search). Quotes that share a
-    word with the question come first, episode by episode; the others follow,
-    so a tight budget cuts the least relevant lines, never a line in half.
+    (already ordered best match first by episode search). Quotes whose match
+    score reaches MATCH_MIN come first, episode by episode; the others are
+    returned separately and delivered last, so a tight budget cuts the least
+    relevant lines, never a line in half.
     """
     first: list[Item] = []
     later: list[Item] = []
