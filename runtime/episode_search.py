@@ -235,3 +235,128 @@ def query_matches(query: str, text: str) -> int:
     """How many of the query's terms `text` contains (the measure quotes are ordered by)."""
     words = set(_WORD.findall(text.lower()))
     return sum(1 for t in query_terms(query) if _matches(words, t))
+
+
+# ------------------------------------------------------------------ quote-level search
+
+QUOTE_CANDIDATES = 200  # episodes whose quotes are scored one by one
+NEIGHBOUR_WEIGHT = 0.35  # a quote answering (or asked by) a matching turn shares some of its match
+HEAD_WEIGHT = 0.3  # the episode's name and summary (topics, anchored dates) as context for each quote
+DUPLICATE_JACCARD = 0.9
+
+
+def _dedup_key(text: str) -> frozenset[str]:
+    return frozenset(_WORD.findall(text.lower()))
+
+
+def search_quotes(
+    conn: sqlite3.Connection,
+    agent_id: str,
+    query: str,
+    participant: str | None = None,
+    limit: int = 40,
+) -> list[dict[str, Any]]:
+    """The agent's remembered turns best matching `query`, across episodes, best first.
+
+    Episodes are only the unit of retrieval from FTS; the answer to a question
+    usually sits in one turn, so every quote of the candidate episodes is
+    scored on its own (BM25 with the agent's IDF, stems matched as prefixes),
+    plus part of its neighbours' match (a question and its answer are
+    adjacent turns) and of its episode's name/summary, and a boost when the
+    question names its speaker or its month/year. Near-identical quotes are
+    kept once. Each result carries its date and the relative dates it
+    contains resolved against that date, so `render_quote_line` can state
+    when it was said compactly.
+    """
+    from tiermem.compressor.dates import anchor_relative_dates, human_date
+
+    terms = query_terms(query)
+    params: list[Any] = [agent_id]
+    where = "e.agent_id = ?"
+    if participant:
+        where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
+        params.append(participant)
+    cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
+    rows: list[Any] = []
+    if terms:
+        sql = (
+            f"SELECT {cols} FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
+            f"WHERE episodes_fts MATCH ? AND {where} ORDER BY bm25(episodes_fts) LIMIT {QUOTE_CANDIDATES}"
+        )
+        rows = conn.execute(sql, [_fts(terms), *params]).fetchall()
+    if not rows:
+        sql = f"SELECT {cols} FROM episodes e WHERE {where} ORDER BY importance DESC, end_ts DESC LIMIT 3"
+        rows = conn.execute(sql, params).fetchall()
+
+    idf = _idf(conn, agent_id, terms)
+    weights = [idf.get(t, 0.0) for t in terms]
+    total_weight = sum(weights) or 1.0
+    rx = _term_regex(terms) if terms else None
+    months, years = _asked_dates(query)
+    named = _names_in(query)
+    scored: list[tuple[float, dict[str, Any]]] = []
+    for row in rows:
+        quotes = [q for q in orjson.loads(row[3] or "[]") if isinstance(q, dict) and q.get("text")]
+        if not quotes:
+            continue
+        texts = [str(q["text"]).lower() for q in quotes]
+        counts = [_term_counts(t, rx, len(terms)) for t in texts]
+        own = [_bm25(c, t.count(" ") + 1, weights) for c, t in zip(counts, texts, strict=True)]
+        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
+        head_counts = _term_counts(head_text, rx, len(terms))
+        head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=AVG_HEAD_WORDS)
+        start = parse_ts(row[4])
+        boost = 1.0
+        if months or years:
+            when = {row[4][:4], row[5][:4], _MONTHS[int(row[4][5:7]) - 1], _MONTHS[int(row[5][5:7]) - 1]}
+            asked = months | years
+            boost += 0.5 * len(asked & when) / len(asked)
+        for i, q in enumerate(quotes):
+            near = max(own[i - 1] if i > 0 else 0.0, own[i + 1] if i + 1 < len(quotes) else 0.0)
+            seen = [
+                bool(counts[i][k] or head_counts[k] or (i > 0 and counts[i - 1][k]))
+                or bool(i + 1 < len(quotes) and counts[i + 1][k])
+                for k in range(len(terms))
+            ]
+            coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / total_weight
+            score = (own[i] + NEIGHBOUR_WEIGHT * near + HEAD_WEIGHT * head) * (0.5 + coverage) * boost
+            speaker = str(q.get("speaker") or "")
+            if named and speaker.lower() in named:
+                score *= SPEAKER_BOOST
+            score += 0.01 * int(row[6] or 0)
+            text = str(q["text"])
+            scored.append(
+                (
+                    score,
+                    {
+                        "text": text,
+                        "speaker": speaker,
+                        "event_id": str(q.get("event_id") or ""),
+                        "episode_id": row[0],
+                        "ts": row[4],
+                        "date": human_date(start),
+                        "anchors": anchor_relative_dates(text, start),
+                        "score": round(score, 4),
+                    },
+                )
+            )
+    scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"]))
+    out: list[dict[str, Any]] = []
+    keys: list[frozenset[str]] = []
+    for _, item in scored:
+        key = _dedup_key(item["text"])
+        if any(len(key & k) >= DUPLICATE_JACCARD * len(key | k) for k in keys):
+            continue
+        keys.append(key)
+        out.append(item)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def render_quote_line(quote: dict[str, Any]) -> str:
+    """One remembered turn as one compact line: `[8 May 2023] Caroline: text (yesterday = 7 May 2023)`."""
+    anchors = "; ".join(f"{phrase} = {when}" for phrase, when in quote.get("anchors") or [])
+    tail = f" ({anchors})" if anchors else ""
+    speaker = f"{quote['speaker']}: " if quote.get("speaker") else ""
+    return f"[{quote['date']}] {speaker}{quote['text']}{tail}"

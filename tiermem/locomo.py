@@ -326,6 +326,7 @@ def baseline_items(conv: Conversation, bm25: BM25, question: str) -> list[Item]:
 # ------------------------------------------------------------------ tiermem side
 
 
+QUOTE_LIMIT = 60
 MATCH_MIN = 2.0  # a quote's BM25 match to the question (episode_search) that puts it up front
 
 
@@ -396,18 +397,24 @@ class TiermemContext:
                 out.append(Item(line, own))
         return out
 
+    def quotes(self, question: str) -> list[Item]:
+        """recall_memory's remembered turns for the question, one compact dated line each, best first."""
+        from tiermem.runtime.episode_search import render_quote_line, search_quotes
+
+        found = search_quotes(self.memory.conn, self.conv.agent_id, question, limit=QUOTE_LIMIT)
+        return [Item(render_quote_line(q), (q["event_id"],)) for q in found]
+
     def deliver(self, question: str, budget: int) -> list[Item]:
-        """recall_memory's matching lines, then the assembled context in the room left, then the rest."""
-        first, later = self.recall(question)
-        recalled = pack(first, budget)
+        """recall_memory's matching turns first, then the assembled context in the room left."""
+        recalled = pack(self.quotes(question), budget)
         seen = {i for item in recalled for i in item.ids}
         used = count_tokens("\n".join(i.text for i in recalled))
         rest = [
             item
             for item in self.assembled(question, max(0, budget - used))
-            if not (len(item.ids) == 1 and item.ids[0] in seen)  # the same episode twice helps nobody
+            if not (len(item.ids) == 1 and item.ids[0] in seen)
         ]
-        return pack(recalled + rest + later, budget)
+        return pack(recalled + rest, budget)
 
 
 # ------------------------------------------------------------------ the run
