@@ -1,58 +1,66 @@
-"""Which interactions to compress, chosen in DuckDB from the job's checkpoint.
+"""Which interactions to compress: a log-position checkpoint plus a per-agent pending set.
 
-The checkpoint holds, per agent, a watermark: the (ts, event_id) of the last
-interaction already compressed. Everything after it is *pending*. An agent is
-due when it has more than `min_unprocessed` pending interactions (seed: "more
-than 15 accumulated"); the newest `keep_recent` of them stay verbatim in
-working memory and are not touched; the rest is compressed oldest first. The
-query filters on the watermark before anything else, so already-compressed
-history is never read back (DuckDB pushes the filter into the Parquet scan).
+The compressor's state lives in `<data>/checkpoints/compressor.sqlite`:
+
+* `position`: per segment ("<stream>/<partition>/<stem>") the number of lines
+  already taken in (the log's checkpoint form; it survives sealing because
+  Parquet keeps line order, and erasure keeps lines as tombstones);
+* `pending`: every interaction taken in but not yet compressed, by reference
+  (event id, agent, ts, segment, line), never its content;
+* `relationships_due`: agents whose relationships must be recomputed.
+
+Each run first *takes in* the lines appended since the position, in any
+segment of any day: an interaction appended late with an old timestamp
+(backfill, a bulk import of yesterday's turns, clock skew between workers)
+lands in an old partition and is still picked up, because the position is
+over lines, not over time. Lines before the position are never read again,
+so already compressed history is never read back. Taking in is one SQLite
+transaction (new pending rows + the new position): killed anywhere, it is
+either done or not.
+
+Per agent, the pending interactions are ordered by (ts, event_id). An agent is
+due when it has more than `min_unprocessed` (seed: "more than 15
+accumulated"); the newest `keep_recent` stay verbatim in working memory and
+pending; the rest is compressed, oldest first. Pending rows are deleted in the
+same transaction that records a committed group (see `job`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-import duckdb
 import orjson
 
 from tiermem.compressor.scoring import Interaction
-from tiermem.ids import format_ts, parse_ts
-from tiermem.log.store import Checkpoints
+from tiermem.ids import parse_ts
+from tiermem.log.store import ERASED_MARK, Checkpoints, EventLog
 from tiermem.settings import Settings
-from tiermem.sqlviews import open_catalog
 
-CHECKPOINT = "compressor"
+STREAM = "interactions"
+STATE_NAME = "compressor.sqlite"
+LEGACY_CHECKPOINT = "compressor"  # the (ts, event_id) watermarks of the first version
+CACHE_LIMIT = 500_000  # interactions kept parsed between taking in and scoring
 
 
 @dataclass(frozen=True)
-class Watermark:
-    ts: datetime
+class PendingRef:
     event_id: str
+    agent_id: str
+    ts: str  # stored form, fixed width: sorts as time
+    segment: str
+    line: int
 
 
 @dataclass
 class AgentSelection:
     agent_id: str
-    pending: int  # interactions after the watermark
-    to_compress: list[Interaction]  # pending minus the newest keep_recent, oldest first
-
-
-def load_watermarks(settings: Settings) -> dict[str, Watermark]:
-    raw = Checkpoints(settings).load(CHECKPOINT).get("agents", {})
-    return {a: Watermark(parse_ts(w["ts"]), w["event_id"]) for a, w in raw.items()}
-
-
-def save_watermark(settings: Settings, agent_id: str, mark: Watermark) -> None:
-    cps = Checkpoints(settings)
-    state = cps.load(CHECKPOINT)
-    agents = dict(state.get("agents", {}))
-    agents[agent_id] = {"ts": format_ts(mark.ts), "event_id": mark.event_id}
-    state["agents"] = agents
-    cps.save(CHECKPOINT, state)
+    pending: int  # interactions taken in and not yet compressed
+    to_compress: list[Interaction] = field(default_factory=list)  # minus the newest keep_recent
 
 
 def _as_utc(value: Any) -> datetime:
@@ -61,44 +69,7 @@ def _as_utc(value: Any) -> datetime:
     return parse_ts(str(value))
 
 
-def _load_marks(con: duckdb.DuckDBPyConnection, marks: dict[str, Watermark]) -> None:
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE compressor_marks (agent_id VARCHAR, wts TIMESTAMPTZ, weid VARCHAR)"
-    )
-    if marks:
-        con.executemany(
-            "INSERT INTO compressor_marks VALUES (?, ?, ?)",
-            [(a, m.ts, m.event_id) for a, m in marks.items()],
-        )
-
-
-_PENDING_SQL = """
-    SELECT i.*,
-           row_number() OVER (PARTITION BY i.agent_id ORDER BY i.ts DESC, i.event_id DESC) AS newest_rank,
-           count(*) OVER (PARTITION BY i.agent_id) AS pending
-    FROM interactions i
-    LEFT JOIN compressor_marks m ON m.agent_id = i.agent_id
-    WHERE (m.wts IS NULL OR i.ts > m.wts OR (i.ts = m.wts AND i.event_id > m.weid))
-      {agent_filter}
-"""
-
-
-def pending_counts(settings: Settings, agent: str | None = None) -> dict[str, int]:
-    """Pending (not yet compressed) interactions per agent: what the scheduler checks."""
-    con = open_catalog(settings)
-    try:
-        _load_marks(con, load_watermarks(settings))
-        sql = _PENDING_SQL.format(agent_filter="AND i.agent_id = ?" if agent else "")
-        rows = con.execute(
-            f"SELECT agent_id, max(pending) FROM ({sql}) GROUP BY agent_id ORDER BY agent_id",
-            [agent] if agent else [],
-        ).fetchall()
-        return {str(a): int(n) for a, n in rows}
-    finally:
-        con.close()
-
-
-def _interaction(row: dict[str, Any]) -> Interaction:
+def interaction_of(row: dict[str, Any]) -> Interaction:
     meta = row.get("metadata")
     if isinstance(meta, str):
         meta = orjson.loads(meta)
@@ -116,38 +87,215 @@ def _interaction(row: dict[str, Any]) -> Interaction:
     )
 
 
+class CompressorState:
+    """The compressor's checkpoint (see the module docstring). One per run; not thread-shared."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        settings.checkpoints_dir.mkdir(parents=True, exist_ok=True)
+        path = settings.checkpoints_dir / STATE_NAME
+        self.conn = sqlite3.connect(path, timeout=60, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        # The state is the only record of what is pending: it must be durable
+        # unless the operator chose fsync = none for the whole data root.
+        self.conn.execute(f"PRAGMA synchronous={'OFF' if settings.fsync == 'none' else 'FULL'}")
+        self.conn.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS position (segment TEXT PRIMARY KEY, lines INTEGER NOT NULL);
+            CREATE TABLE IF NOT EXISTS pending (
+                event_id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, ts TEXT NOT NULL,
+                segment TEXT NOT NULL, line INTEGER NOT NULL);
+            CREATE INDEX IF NOT EXISTS pending_agent ON pending (agent_id, ts, event_id);
+            CREATE TABLE IF NOT EXISTS relationships_due (agent_id TEXT PRIMARY KEY);
+            CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            """
+        )
+        # Interactions read while taking in, kept parsed so scoring need not read them again.
+        self.cache: dict[str, Interaction] = {}
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> CompressorState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ reading
+    def position(self) -> dict[str, int]:
+        return {str(s): int(n) for s, n in self.conn.execute("SELECT segment, lines FROM position")}
+
+    def pending_refs(self, agent: str | None = None) -> dict[str, list[PendingRef]]:
+        """Pending references per agent, oldest first."""
+        sql = "SELECT event_id, agent_id, ts, segment, line FROM pending"
+        params: list[Any] = []
+        if agent is not None:
+            sql += " WHERE agent_id = ?"
+            params.append(agent)
+        out: dict[str, list[PendingRef]] = {}
+        for row in self.conn.execute(sql + " ORDER BY agent_id, ts, event_id", params):
+            ref = PendingRef(*row)
+            out.setdefault(ref.agent_id, []).append(ref)
+        return out
+
+    def relationships_due(self) -> list[str]:
+        return [str(r[0]) for r in self.conn.execute("SELECT agent_id FROM relationships_due ORDER BY 1")]
+
+    # ------------------------------------------------------------ taking in
+    def _legacy_marks(self) -> dict[str, tuple[str, str]]:
+        """Watermarks of the first version, honoured once when this state is new."""
+        if self.conn.execute("SELECT 1 FROM meta WHERE key = 'legacy_done'").fetchone():
+            return {}
+        raw = Checkpoints(self.settings).load(LEGACY_CHECKPOINT).get("agents", {})
+        return {a: (str(w["ts"]), str(w["event_id"])) for a, w in raw.items()}
+
+    def new_interactions(self, log: EventLog) -> Iterator[tuple[str, int, dict[str, Any]]]:
+        """(segment, line, event) of every interaction appended since the position."""
+        for segment, line, event in log.read(STREAM, self.position()):
+            if event.get("type") == "interaction":
+                yield segment, line, event
+
+    def take_in(self, log: EventLog) -> int:
+        """Add every interaction appended since the position to `pending` (one transaction)."""
+        legacy = self._legacy_marks()
+        moved: dict[str, int] = {}
+        rows: list[tuple[str, str, str, str, int]] = []
+        for segment, line, event in self.new_interactions(log):
+            moved[segment] = line + 1
+            agent, ts, eid = str(event["agent_id"]), str(event["ts"]), str(event["event_id"])
+            mark = legacy.get(agent)
+            if mark is not None and (ts, eid) <= mark:
+                continue  # compressed by the first version (watermark checkpoint)
+            rows.append((eid, agent, ts, segment, line))
+            if len(self.cache) < CACHE_LIMIT:
+                self.cache[eid] = interaction_of(event)
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.executemany("INSERT OR IGNORE INTO pending VALUES (?, ?, ?, ?, ?)", rows)
+            self.conn.executemany(
+                "INSERT INTO position VALUES (?, ?) ON CONFLICT (segment) DO UPDATE "
+                "SET lines = max(lines, excluded.lines)",
+                list(moved.items()),
+            )
+            self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('legacy_done', '1')")
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        return len(rows)
+
+    # ------------------------------------------------------------ committing
+    def mark_compressed(self, done: dict[str, list[str]]) -> None:
+        """Drop compressed interactions from `pending`; their agents' relationships are due."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.executemany(
+                "DELETE FROM pending WHERE event_id = ?", [(e,) for ids in done.values() for e in ids]
+            )
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO relationships_due VALUES (?)", [(a,) for a in done]
+            )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+
+    def relationships_done(self, agents: Iterable[str]) -> None:
+        self.conn.executemany("DELETE FROM relationships_due WHERE agent_id = ?", [(a,) for a in agents])
+
+    # ------------------------------------------------------------ contents
+    def load(self, log: EventLog, refs: list[PendingRef]) -> dict[str, Interaction]:
+        """The interactions behind `refs`: from the cache, else read by (segment, line).
+
+        Only the pending lines are parsed. A line erased since it was taken in
+        (a tombstone) is dropped from `pending`: erased data is never compressed.
+        """
+        out: dict[str, Interaction] = {}
+        wanted: dict[str, dict[int, str]] = {}
+        for ref in refs:
+            hit = self.cache.get(ref.event_id)
+            if hit is not None:
+                out[ref.event_id] = hit
+            else:
+                wanted.setdefault(ref.segment, {})[ref.line] = ref.event_id
+        gone: list[str] = []
+        for segment, lines in wanted.items():
+            found = _read_lines(log.root / segment, set(lines))
+            for line, eid in lines.items():
+                event = found.get(line)
+                if event is None or event.get(ERASED_MARK) or event.get("event_id") != eid:
+                    gone.append(eid)
+                else:
+                    out[eid] = interaction_of(event)
+        if gone:
+            self.conn.executemany("DELETE FROM pending WHERE event_id = ?", [(e,) for e in gone])
+        return out
+
+
+def _read_lines(base: Path, lines: set[int]) -> dict[int, dict[str, Any]]:
+    """Parse only the given lines of a segment (Parquet form preferred, as the log reads)."""
+    parquet = base.with_name(base.name + ".parquet")
+    jsonl = base.with_name(base.name + ".jsonl")
+    out: dict[int, dict[str, Any]] = {}
+    if not parquet.exists():
+        try:
+            data = jsonl.read_bytes()
+        except FileNotFoundError:  # sealed since we looked
+            data = None
+        if data is not None:
+            for n, raw in enumerate(data.split(b"\n")):
+                if n in lines and raw:
+                    out[n] = orjson.loads(raw)
+            return out
+    if parquet.exists():
+        from tiermem.log.seal import parquet_events  # local: pyarrow only for sealed data
+
+        last = max(lines)
+        for n, event in enumerate(parquet_events(parquet, keep_erased=True)):
+            if n in lines:
+                out[n] = event
+            if n >= last:
+                break
+    return out
+
+
+def _due(refs: list[PendingRef], settings: Settings, force: bool) -> bool:
+    cfg = settings.compressor
+    return len(refs) > (cfg.keep_recent if force else max(cfg.min_unprocessed, cfg.keep_recent))
+
+
+def pending_counts(settings: Settings, agent: str | None = None) -> dict[str, int]:
+    """Pending (not yet compressed) interactions per agent: what the scheduler checks.
+
+    Read-only: counts what is pending plus what was appended since the position.
+    """
+    with CompressorState(settings) as state, EventLog(settings) as log:
+        counts = {a: len(r) for a, r in state.pending_refs(agent).items()}
+        legacy = state._legacy_marks()
+        for _segment, _line, event in state.new_interactions(log):
+            a = str(event["agent_id"])
+            if agent is not None and a != agent:
+                continue
+            mark = legacy.get(a)
+            if mark is not None and (str(event["ts"]), str(event["event_id"])) <= mark:
+                continue
+            counts[a] = counts.get(a, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def select_due(
-    settings: Settings, agent: str | None = None, *, force: bool = False
+    state: CompressorState, log: EventLog, agent: str | None = None, *, force: bool = False
 ) -> Iterator[AgentSelection]:
     """Yield each due agent's interactions to compress (one agent at a time, oldest first).
 
-    `force` compresses an agent's pending history even when it is not yet due
-    (the newest `keep_recent` are still left alone).
+    Call `state.take_in(log)` first. `force` compresses an agent's pending
+    history even when it is not yet due (the newest `keep_recent` stay).
     """
-    cfg = settings.compressor
-    con = open_catalog(settings)
-    try:
-        _load_marks(con, load_watermarks(settings))
-        sql = _PENDING_SQL.format(agent_filter="AND i.agent_id = ?" if agent else "")
-        threshold = 0 if force else cfg.min_unprocessed
-        cur = con.execute(
-            f"SELECT * FROM ({sql}) WHERE pending > ? AND newest_rank > ? ORDER BY agent_id, ts, event_id",
-            [*([agent] if agent else []), threshold, cfg.keep_recent],
-        )
-        names = [d[0] for d in cur.description]
-        current: AgentSelection | None = None
-        while True:
-            chunk = cur.fetchmany(4096)
-            if not chunk:
-                break
-            for values in chunk:
-                row = dict(zip(names, values, strict=True))
-                if current is None or current.agent_id != row["agent_id"]:
-                    if current is not None:
-                        yield current
-                    current = AgentSelection(str(row["agent_id"]), int(row["pending"]), [])
-                current.to_compress.append(_interaction(row))
-        if current is not None:
-            yield current
-    finally:
-        con.close()
+    keep = state.settings.compressor.keep_recent
+    for agent_id, refs in state.pending_refs(agent).items():
+        if not _due(refs, state.settings, force):
+            continue
+        todo = refs[: len(refs) - keep]
+        loaded = state.load(log, todo)
+        yield AgentSelection(agent_id, len(refs), [loaded[r.event_id] for r in todo if r.event_id in loaded])

@@ -18,7 +18,13 @@ from tiermem.settings import FSYNC_POLICIES, Settings
 def _ingest(args: argparse.Namespace, settings: Settings) -> int:
     from tiermem.ingest.pipeline import ingest_file
 
-    info = ingest_file(settings, args.file, progress=None if not args.json else False, fsync=args.fsync)
+    info = ingest_file(
+        settings,
+        args.file,
+        progress=None if not args.json else False,
+        fsync=args.fsync,
+        workers=args.workers,
+    )
     if args.json:
         emit_json(dataclasses.asdict(info))
     else:
@@ -108,6 +114,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("file", help="JSONL file, or '-' for stdin")
     p.add_argument("--fsync", choices=FSYNC_POLICIES, help="durability for this load (default: settings)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="encoding processes (default: one per core, up to 4; 0: all in one process)",
+    )
     add_json_flag(p)
     p = command(
         sub,
