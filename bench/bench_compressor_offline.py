@@ -4,8 +4,9 @@
 
 Seeds a temporary data root with realistic turns (names, dates, preferences,
 emotion, small talk) through EventLog.append_many, then times `run_compress`
-exactly as `tiermem compress` runs it (default durable fsync policy, DuckDB
-selection, scoring, grouping, appends, checkpoints, relationships).
+exactly as `tiermem compress` runs it (default durable fsync policy, taking
+in the log since the checkpoint, scoring, grouping, appends, checkpoints,
+relationships). Prints wall-clock and this process's CPU seconds.
 """
 
 from __future__ import annotations

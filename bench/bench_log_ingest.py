@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tiermem import samples
 from tiermem.ingest.pipeline import IngestInfo, ingest_file, ingest_workers
-from tiermem.settings import resolve_settings
+from tiermem.settings import FsyncPolicy, resolve_settings
 
 ROOT = Path(__file__).resolve().parent.parent / "data"
 
@@ -52,7 +52,8 @@ def main(n: int) -> None:
             f"sample: {n:,} turns, {src.stat().st_size / 1e6:.0f} MB, generated in {time.perf_counter() - t:.1f}s"
         )
         settings = resolve_settings(data_dir=Path(tmp) / "x", env={})
-        for policy, workers in (("always", None), ("none", None), ("always", 0)):
+        runs: tuple[tuple[FsyncPolicy, int | None], ...] = (("always", None), ("none", None), ("always", 0))
+        for policy, workers in runs:
             settings = resolve_settings(data_dir=Path(tmp) / f"{policy}-{workers}", env={})
             cpu = _cpu_s()
             info = ingest_file(settings, src, progress=False, fsync=policy, workers=workers)

@@ -175,7 +175,12 @@ def anchor_relative_dates(text: str, at: datetime, limit: int = 3) -> list[tuple
     if not _CHEAP_CHECK.search(text):
         return found  # most turns mention no time at all: one scan instead of eleven
     taken: list[tuple[int, int]] = []
+    # "ago" has no letter with a non-ASCII case partner, so this test is exact;
+    # its pattern is the slowest of all (a count may start anywhere).
+    has_ago = "ago" in text.lower()
     for kind, rx in _PATTERNS:
+        if kind == "ago" and not has_ago:
+            continue
         for m in rx.finditer(text):
             if any(s < m.end() and m.start() < e for s, e in taken):
                 continue

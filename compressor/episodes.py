@@ -14,6 +14,7 @@ from typing import Any
 from tiermem.compressor.dates import human_date, human_range
 from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Interaction
 from tiermem.ids import derived_event_id, format_ts
+from tiermem.log.events import SCHEMA_VERSION
 
 
 def episode_event(
@@ -34,8 +35,9 @@ def episode_event(
     if human_date(start) not in summary:
         summary = f"{summary} ({human_range(start, end)})"
     event: dict[str, Any] = {
-        "type": "episode",
         "event_id": derived_event_id(end, "episode", agent_id, *draft.member_ids),
+        "type": "episode",
+        "schema_version": SCHEMA_VERSION,
         "ts": format_ts(end),
         "agent_id": agent_id,
         "name": draft.name,
@@ -64,10 +66,11 @@ def fact_event(agent_id: str, fact: FactDraft, batch: dict[str, Interaction]) ->
     last = batch[sources[-1]]
     project = next((batch[s].project_id for s in sources if batch[s].project_id), "")
     event: dict[str, Any] = {
-        "type": "knowledge_proposed",
         "event_id": derived_event_id(
             last.ts, "knowledge_proposed", agent_id, fact.category, fact.content, *sources
         ),
+        "type": "knowledge_proposed",
+        "schema_version": SCHEMA_VERSION,
         "ts": format_ts(last.ts),
         "agent_id": agent_id,
         "category": fact.category,

@@ -1,20 +1,24 @@
 """The compress job: checkpointed, killable, exactly-once.
 
-For each due agent (see `selection`), the interactions to compress are cut
-into batches of `batch_size` starting at the watermark, so the cut is the same
-on every run. Batches are scored, sanitised and turned into events; a group of
-batches is then committed in three steps:
+Each run first takes in what was appended to the log since the job's
+checkpoint (see `selection`: a position over log lines plus a per-agent set
+of pending interactions, so late arrivals with old timestamps are picked up
+and compressed history is never read back). For each due agent the
+interactions to compress are cut into batches of `batch_size` from its oldest
+pending one, so the cut is the same on every run. Batches are scored,
+sanitised and turned into events; a group of `GROUP_BATCHES` batches (across
+agents: many small agents share one commit) is committed in three steps:
 
-1. the group's events are written to a *pending* file (atomic rename), so a
-   model's answer, once received, is never asked for again;
+1. the group's events and the ids they cover go to a *pending* file (atomic
+   rename), so a model's answer, once received, is never asked for again;
 2. the events are appended (deterministic ids: a repeat is dropped by the log);
-3. the agent's watermark moves past the group and the pending file goes.
+3. the covered interactions leave `pending` (one SQLite transaction, which
+   also marks their agents' relationships due) and the pending file goes.
 
-Killed anywhere, the next run first replays a pending file, then continues
-from the watermark: same events, no duplicate, no gap. Relationships are
-recomputed at the end from all episodes and facts; unchanged ones have
-unchanged ids and are not appended again. One compress runs at a time per
-data root (a lock file).
+Killed anywhere, the next run first replays a pending file, then continues:
+same events, no duplicate, no gap. Relationships are recomputed at the end for
+the agents marked due; unchanged ones have unchanged ids and are not appended
+again. One compress runs at a time per data root (a lock file).
 """
 
 from __future__ import annotations
@@ -30,11 +34,10 @@ from typing import Any
 
 import orjson
 
-from tiermem.compressor.episodes import batch_events
 from tiermem.compressor.relationships import relationship_events
-from tiermem.compressor.sanitize import check_complete
 from tiermem.compressor.scoring import Scorer, make_scorer
 from tiermem.compressor.selection import CompressorState, pending_counts, select_due
+from tiermem.compressor.work import Chunk, scored_batches
 from tiermem.errors import AlreadyRunningError, TiermemError, ValidationError
 from tiermem.log.events import MAX_TEXT, validate
 from tiermem.log.store import EventLog, write_atomic
@@ -42,6 +45,9 @@ from tiermem.output import Progress
 from tiermem.settings import Settings
 
 GROUP_BATCHES = 100  # batches per commit: one pending write, one append, one checkpoint
+# A deterministic scorer's answer costs nothing to recompute, so its groups are
+# larger (fewer fsyncs per interaction) and skip the pending file.
+DETERMINISTIC_GROUP_FACTOR = 10
 
 
 @dataclass
@@ -98,25 +104,27 @@ _NUL = b"\\u0000"
 
 
 class _Prepared:
-    """Derived events checked once against the schema, then appended as already validated."""
+    """Derived events checked once per type against the schema, then appended as already validated."""
 
     def __init__(self) -> None:
-        self.checked: set[str] = set()
+        self.trusted: set[str] = set()  # types whose construction matched their stored form
 
     def check(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
         for ev in events:
             etype = ev["type"]
-            line = orjson.dumps(ev)
-            if etype not in self.checked or _NUL in line or len(line) > MAX_TEXT:
-                try:
-                    stored = validate(ev)
-                except ValidationError as exc:
-                    raise TiermemError(f"compressor produced an invalid event ({etype}): {exc}") from exc
-                if stored != ev or next(iter(stored)) != "event_id":
-                    raise TiermemError(f"compressor built a {etype} event that differs from its stored form")
-                self.checked.add(etype)
-            out.append(ev)
+            if etype in self.trusted and None not in ev.values():
+                line = orjson.dumps(ev)
+                if _NUL not in line and len(line) <= MAX_TEXT:
+                    out.append(ev)
+                    continue
+            try:
+                stored = validate(ev)
+            except ValidationError as exc:
+                raise TiermemError(f"compressor produced an invalid event ({etype}): {exc}") from exc
+            if stored == ev and next(iter(stored)) == "event_id":
+                self.trusted.add(etype)
+            out.append(stored)  # whatever was built, what is appended is the validated form
         return out
 
 
@@ -128,13 +136,22 @@ def _commit(
     done: dict[str, list[str]],
     info: CompressInfo,
     prepared: _Prepared,
+    *,
+    keep_answers: bool,
 ) -> None:
-    """Pending file (atomic) -> append -> drop the compressed ids from pending -> remove the file."""
+    """Pending file (atomic) -> append -> drop the compressed ids from pending -> remove the file.
+
+    Without `keep_answers` (a deterministic scorer) there is no pending file: a
+    group killed before its ids left `pending` is recomputed to the same events,
+    and the log drops the ones already appended.
+    """
     path = _pending_path(settings)
-    write_atomic(path, orjson.dumps({"events": events, "done": done}), durable=settings.fsync != "none")
+    if keep_answers:
+        write_atomic(path, orjson.dumps({"events": events, "done": done}), durable=settings.fsync != "none")
     _append(log, prepared.check(events), info)
     state.mark_compressed(done)
-    path.unlink(missing_ok=True)
+    if keep_answers:
+        path.unlink(missing_ok=True)
 
 
 def _append(log: EventLog, events: list[dict[str, Any]], info: CompressInfo) -> None:
@@ -205,44 +222,40 @@ def run_compress(
         events: list[dict[str, Any]] = []
         done: dict[str, list[str]] = {}
         in_group = 0
-        bulk = getattr(scorer, "score_many", None)
+        deterministic = bool(getattr(scorer, "deterministic", False))
+        group_size = GROUP_BATCHES * (DETERMINISTIC_GROUP_FACTOR if deterministic else 1)
+        keep = not deterministic
+        chunks = []
+        for sel in selections:
+            threshold = cfg.threshold_for(sel.agent_id)
+            todo = sel.to_compress
+            batches = [todo[i : i + cfg.batch_size] for i in range(0, len(todo), cfg.batch_size)]
+            for g in range(0, len(batches), GROUP_BATCHES):
+                chunks.append(Chunk(sel.agent_id, threshold, batches[g : g + GROUP_BATCHES]))
+        info.agents = len({c.agent_id for c in chunks})
         with Progress("compress", total=sum(len(s.to_compress) for s in selections), enabled=progress) as bar:
-            for sel in selections:
-                info.agents += 1
-                threshold = cfg.threshold_for(sel.agent_id)
-                todo = sel.to_compress
-                batches = [todo[i : i + cfg.batch_size] for i in range(0, len(todo), cfg.batch_size)]
-                for g in range(0, len(batches), GROUP_BATCHES):
-                    chunk = batches[g : g + GROUP_BATCHES]
-                    if cfg.use_batches_api and bulk is not None:
-                        # Message Batches API: the chunk goes out as one job (cheaper, not faster).
-                        results = bulk(sel.agent_id, chunk)
-                    else:
-                        results = [None] * len(chunk)
-                    for batch, ready in zip(chunk, results, strict=True):
-                        result = ready or scorer.score_batch(sel.agent_id, batch)
-                        check_complete(result, batch)
-                        episodes, facts = batch_events(sel.agent_id, batch, result, threshold=threshold)
-                        events.extend(episodes)
-                        events.extend(facts)
-                        done.setdefault(sel.agent_id, []).extend(it.event_id for it in batch)
-                        info.batches += 1
-                        info.interactions_scored += len(batch)
-                        info.requests += result.requests
-                        info.retries += result.retries
-                        info.input_tokens += result.input_tokens
-                        info.output_tokens += result.output_tokens
-                        info.cache_read_tokens += result.cache_read_tokens
-                        bar.update(len(batch))
-                        in_group += 1
-                        last = batch[-1]
-                        info.watermarks[sel.agent_id] = {"ts": last.ts.isoformat(), "event_id": last.event_id}
-                        # Groups span agents: many small agents share one pending write and one append.
-                        if in_group >= GROUP_BATCHES:
-                            _commit(settings, log, state, events, done, info, prepared)
-                            events, done, in_group = [], {}, 0
+            for scored in scored_batches(scorer, chunks, use_bulk=cfg.use_batches_api):
+                batch = scored.batch
+                events.extend(scored.episodes)
+                events.extend(scored.facts)
+                done.setdefault(scored.agent_id, []).extend(it.event_id for it in batch)
+                info.batches += 1
+                info.interactions_scored += len(batch)
+                info.requests += scored.requests
+                info.retries += scored.retries
+                info.input_tokens += scored.input_tokens
+                info.output_tokens += scored.output_tokens
+                info.cache_read_tokens += scored.cache_read_tokens
+                bar.update(len(batch))
+                in_group += 1
+                last = batch[-1]
+                info.watermarks[scored.agent_id] = {"ts": last.ts.isoformat(), "event_id": last.event_id}
+                # Groups span agents: many small agents share one pending write and one append.
+                if in_group >= group_size:
+                    _commit(settings, log, state, events, done, info, prepared, keep_answers=keep)
+                    events, done, in_group = [], {}, 0
             if done:
-                _commit(settings, log, state, events, done, info, prepared)
+                _commit(settings, log, state, events, done, info, prepared, keep_answers=keep)
         due_rel = state.relationships_due()
         if due_rel:
             _append(log, prepared.check(relationship_events(settings, due_rel)), info)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from datetime import timedelta
 
 from tiermem.compressor.dates import anchor_relative_dates, human_date, human_day, human_range
 from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Interaction, Quote
-from tiermem.compressor.text import content_stems, content_words, wordset
+from tiermem.compressor.text import content_stems, content_words, stem, wordset
 
 MAX_EPISODE_TURNS = 8
 MAX_GAP = timedelta(hours=2)
@@ -86,56 +87,103 @@ def _emotions(text: str) -> list[str]:
     return [_EMOTIONS[w] for w in content_words(text) if w in _EMOTIONS]
 
 
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass(frozen=True)
+class _Features:
+    """What the scorer reads from one interaction, computed once (scoring, grouping,
+    episodes and facts all need the same words, names, dates and emotions)."""
+
+    cwords: list[str]
+    informative: int
+    names: list[str]
+    anchors: list[tuple[str, str]]
+    emotions: list[str]
+    stems: frozenset[str]
+    dated: bool
+    preference: bool
+    disclosure: bool
+    correction: bool
+
+    @classmethod
+    def of(cls, it: Interaction) -> _Features:
+        text = it.text
+        cwords = content_words(text)
+        anchors = anchor_relative_dates(text, it.ts)
+        return cls(
+            cwords=cwords,
+            informative=sum(1 for w in cwords if w not in _SMALL_TALK),
+            names=_names(text),
+            anchors=anchors,
+            emotions=[_EMOTIONS[w] for w in cwords if w in _EMOTIONS],
+            stems=frozenset(stem(w) for w in cwords),
+            dated=bool(anchors or _NUMBER_RE.search(text) or _MONTH_RE.search(text)),
+            preference=_PREFERENCE_RE.search(text) is not None,
+            disclosure=_DISCLOSURE_RE.search(text) is not None,
+            correction=_CORRECTION_RE.search(text) is not None,
+        )
+
+
 class OfflineScorer:
     """Deterministic importance, grouping and fact extraction; see the module docstring."""
 
     name = "offline"
+    deterministic = True  # same input, same output: the job need not keep its answers
 
-    def score_interaction(self, it: Interaction, prev: Interaction | None, seen: set[str]) -> int:
-        text = it.text
-        cwords = content_words(text)
-        informative = [w for w in cwords if w not in _SMALL_TALK]
+    def score_interaction(
+        self, it: Interaction, prev: Interaction | None, seen: set[str], feats: _Features | None = None
+    ) -> int:
+        f = feats or _Features.of(it)
+        informative = f.informative
         score = 1.0
-        score += min(len(informative) / 6.0, 2.0)  # substance
-        names = _names(text)
-        score += min(len(names) * 0.5, 1.0)
-        new_names = [n for n in names if n.lower() not in seen]
+        score += min(informative / 6.0, 2.0)  # substance
+        score += min(len(f.names) * 0.5, 1.0)
+        new_names = [n for n in f.names if n.lower() not in seen]
         score += 1.0 if new_names else 0.0  # a first mention is worth remembering
-        if _NUMBER_RE.search(text) or _MONTH_RE.search(text) or anchor_relative_dates(text, it.ts, 1):
+        if f.dated:
             score += 1.5
-        if _PREFERENCE_RE.search(text):
+        if f.preference:
             score += 1.5
-        if _DISCLOSURE_RE.search(text):
+        if f.disclosure:
             score += 0.5
-        if _CORRECTION_RE.search(text):
+        if f.correction:
             score += 1.5
-        emotions = _emotions(text)
-        score += min(len(emotions) * 0.5, 1.5)
-        if prev is not None and prev.text.rstrip().endswith("?") and len(informative) >= 4:
+        score += min(len(f.emotions) * 0.5, 1.5)
+        if prev is not None and prev.text.rstrip().endswith("?") and informative >= 4:
             score += 0.5  # a question that got a real answer
-        if len(informative) <= 2:
+        if informative <= 2:
             score -= 1.5  # greeting, thanks, filler
         return max(1, min(10, round(score)))
 
     def score_batch(self, agent_id: str, batch: list[Interaction]) -> BatchResult:
+        feats = {it.event_id: _Features.of(it) for it in batch}
         scores: dict[str, int] = {}
         seen: set[str] = set()
         prev: Interaction | None = None
         for it in batch:
-            scores[it.event_id] = self.score_interaction(it, prev, seen)
-            seen.update(n.lower() for n in _names(it.text))
+            f = feats[it.event_id]
+            scores[it.event_id] = self.score_interaction(it, prev, seen, f)
+            seen.update(n.lower() for n in f.names)
             prev = it
-        groups = self.group(batch)
-        episodes = [self.episode(g, scores) for g in groups]
-        facts = [f for it in batch for f in self.facts(it, scores[it.event_id])]
+        groups = self.group(batch, feats)
+        episodes = [self.episode(g, scores, feats) for g in groups]
+        facts = [
+            f
+            for it in batch
+            if feats[it.event_id].preference or feats[it.event_id].correction or feats[it.event_id].disclosure
+            for f in self.facts(it, scores[it.event_id])
+        ]
         return BatchResult(scores=scores, episodes=episodes, facts=facts, scorer=self.name)
 
     # ------------------------------------------------------------ grouping
-    def group(self, batch: list[Interaction]) -> list[list[Interaction]]:
+    def group(
+        self, batch: list[Interaction], feats: dict[str, _Features] | None = None
+    ) -> list[list[Interaction]]:
         groups: list[list[Interaction]] = []
         vocab: Counter[str] = Counter()
         for it in batch:
-            stems = set(content_stems(it.text))
+            stems = feats[it.event_id].stems if feats else frozenset(content_stems(it.text))
             current = groups[-1] if groups else None
             new = current is None
             if current is not None:
@@ -159,7 +207,10 @@ class OfflineScorer:
         return groups
 
     # ------------------------------------------------------------ episodes
-    def episode(self, group: list[Interaction], scores: dict[str, int]) -> EpisodeDraft:
+    def episode(
+        self, group: list[Interaction], scores: dict[str, int], feats: dict[str, _Features] | None = None
+    ) -> EpisodeDraft:
+        feats = feats or {it.event_id: _Features.of(it) for it in group}
         start, end = group[0].ts, group[-1].ts
         participants = sorted({it.user for it in group if it.user})
         ranked = sorted(group, key=lambda it: (-scores[it.event_id], it.ts, it.event_id))
@@ -174,7 +225,7 @@ class OfflineScorer:
         ]
         weights: dict[str, float] = {}
         for it in group:
-            for w in content_words(it.text):
+            for w in feats[it.event_id].cwords:
                 if w not in _GENERIC and not w.isdigit() and len(w) > 2:
                     weights[w] = weights.get(w, 0.0) + 1 + scores[it.event_id] / 10
         topics = [w for w, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:4]]
@@ -182,12 +233,12 @@ class OfflineScorer:
         who = " and ".join(speakers) if speakers else "someone"
         anchors: list[str] = []
         for it in group:
-            for phrase, resolved in anchor_relative_dates(it.text, it.ts):
+            for phrase, resolved in feats[it.event_id].anchors:
                 anchors.append(f'"{phrase}" = {resolved}')
         summary = f"{who}, {human_day(start)}: {', '.join(topics) or 'small talk'}."
         if anchors:
             summary += " " + "; ".join(dict.fromkeys(anchors)) + "."
-        emotions = Counter(e for it in group for e in _emotions(it.text))
+        emotions = Counter(e for it in group for e in feats[it.event_id].emotions)
         emotional = ", ".join(e for e, _ in emotions.most_common(3))
         top = max(scores[it.event_id] for it in group)
         strong = sum(1 for it in group if scores[it.event_id] >= 7)
@@ -207,15 +258,23 @@ class OfflineScorer:
     def facts(self, it: Interaction, importance: int) -> list[FactDraft]:
         out: list[FactDraft] = []
         for speaker, text in it.spoken:
-            for sentence in re.split(r"(?<=[.!?])\s+", text):
+            # A sentence can only match where its whole side does (same characters, same boundaries).
+            if not (
+                _DISCLOSURE_RE.search(text) or _PREFERENCE_RE.search(text) or _CORRECTION_RE.search(text)
+            ):
+                continue
+            for sentence in _SENTENCE_SPLIT.split(text):
                 pref = _PREFERENCE_RE.search(sentence)
                 corr = _CORRECTION_RE.search(sentence)
                 disc = _DISCLOSURE_RE.search(sentence)
-                if not (pref or corr or disc) or len(content_words(sentence)) < 3:
+                if not (pref or corr or disc):
+                    continue
+                sentence_words = content_words(sentence)
+                if len(sentence_words) < 3:
                     continue
                 is_user = speaker == it.user
                 category = "user" if is_user else "personal"
-                topic_words = [w for w in content_words(sentence) if w not in _SMALL_TALK][:3]
+                topic_words = [w for w in sentence_words if w not in _SMALL_TALK][:3]
                 out.append(
                     FactDraft(
                         category=category,

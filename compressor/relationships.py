@@ -20,6 +20,7 @@ import orjson
 from tiermem.compressor.dates import human_date
 from tiermem.compressor.selection import _as_utc
 from tiermem.ids import content_hash, derived_event_id, format_ts
+from tiermem.log.events import SCHEMA_VERSION
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 
@@ -116,8 +117,9 @@ def _event(agent_id: str, participant: str, acc: _Acc) -> dict[str, Any]:
         parts.append("Memorable: " + "; ".join(e[1] for e in top_eps))
     inputs = [e[0] for e in acc.episodes] + [f[0] for f in acc.facts] + [format_ts(last)]
     return {
-        "type": "relationship_updated",
         "event_id": derived_event_id(last, "relationship", agent_id, participant, content_hash(*inputs)),
+        "type": "relationship_updated",
+        "schema_version": SCHEMA_VERSION,
         "ts": format_ts(last),
         "agent_id": agent_id,
         "participant": participant,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cached_property
 from typing import Any, Protocol
 
 from tiermem.settings import Settings
@@ -35,14 +34,20 @@ class Interaction:
     agent_response: str
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    # Derived once at construction: every scorer reads them several times per
+    # turn (functools.cached_property takes a lock on each first access).
+    spoken: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
+    text: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        spoken = tuple(self.lines())
+        object.__setattr__(self, "spoken", spoken)
+        object.__setattr__(self, "text", "\n".join(t for _, t in spoken))
+
     @property
     def agent_name(self) -> str:
         # Display name of the agent for quotes; callers may set metadata.agent_name.
         return str(self.metadata.get("agent_name") or self.agent_id)
-
-    @cached_property
-    def spoken(self) -> tuple[tuple[str, str], ...]:
-        return tuple(self.lines())
 
     def lines(self) -> list[tuple[str, str]]:
         """(speaker, text) of the non-empty sides of the turn, in spoken order."""
@@ -52,10 +57,6 @@ class Interaction:
         if self.agent_response.strip():
             out.append((self.agent_name, self.agent_response))
         return out
-
-    @cached_property
-    def text(self) -> str:
-        return "\n".join(t for _, t in self.lines())
 
 
 @dataclass

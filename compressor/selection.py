@@ -64,6 +64,8 @@ class AgentSelection:
 
 
 def _as_utc(value: Any) -> datetime:
+    if type(value) is str and len(value) == 24 and value[-1] == "Z":
+        return datetime.fromisoformat(value)  # the log's own format (UTC, ms): the common case
     if isinstance(value, datetime):
         return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
     return parse_ts(str(value))
@@ -193,9 +195,7 @@ class CompressorState:
             self.conn.executemany(
                 "DELETE FROM pending WHERE event_id = ?", [(e,) for ids in done.values() for e in ids]
             )
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO relationships_due VALUES (?)", [(a,) for a in done]
-            )
+            self.conn.executemany("INSERT OR IGNORE INTO relationships_due VALUES (?)", [(a,) for a in done])
             self.conn.execute("COMMIT")
         except BaseException:
             self.conn.execute("ROLLBACK")

@@ -7,6 +7,7 @@ function words (the NLTK English list, inlined so nothing is downloaded).
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 WORD_RE = re.compile(r"[a-z0-9]+")
 
@@ -38,6 +39,7 @@ def content_words(text: str) -> list[str]:
     return [w for w in WORD_RE.findall(text.lower()) if w not in STOP_WORDS]
 
 
+@lru_cache(maxsize=1 << 16)  # pure, and conversation reuses a small vocabulary
 def stem(word: str) -> str:
     """A light suffix stripper so 'paintings' meets 'painting' and 'painted' meets 'paint'."""
     for suffix in ("ings", "ing", "edly", "ed", "es", "s"):

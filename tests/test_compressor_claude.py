@@ -15,7 +15,7 @@ from helpers_compressor import log_lines, seed_interactions
 from tiermem.compressor.claude_scorer import ClaudeScorer
 from tiermem.compressor.job import run_compress
 from tiermem.compressor.sanitize import repair_json, sanitize_batch
-from tiermem.compressor.selection import load_watermarks
+from tiermem.compressor.selection import pending_counts
 from tiermem.errors import TransientError
 from tiermem.log.store import EventLog
 from tiermem.settings import Settings
@@ -174,7 +174,7 @@ def test_persistent_failure_writes_nothing_and_keeps_the_checkpoint(
         run_compress(settings, scorer=scorer(settings, script, max_attempts=3))
     assert len(script.bodies) == 3
     assert log_lines(settings.data_dir) == before
-    assert load_watermarks(settings) == {}
+    assert pending_counts(settings) == {"agent-a": 25}
     # A clean retry later completes the batch.
     info = run_compress(settings, scorer=scorer(settings, Script(["ok"])))
     assert info.interactions_scored == 15 and info.episodes == 2

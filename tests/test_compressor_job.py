@@ -7,13 +7,19 @@ import os
 import signal
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from helpers_compressor import log_lines, seed_interactions
 
 from tiermem.compressor.job import compress_due, run_compress
-from tiermem.compressor.selection import load_watermarks, pending_counts
+from tiermem.compressor.offline_scorer import OfflineScorer
+from tiermem.compressor.scoring import BatchResult, Interaction
+from tiermem.compressor.selection import CompressorState, pending_counts
+from tiermem.log.events import validate
 from tiermem.log.store import EventLog
 from tiermem.settings import Settings, resolve_settings
 from tiermem.sqlviews import open_catalog
@@ -40,8 +46,7 @@ def test_selection_leaves_the_newest_ten_per_agent_alone(settings: Settings, eve
     covered = {i for _, ids, _ in _episodes(settings) for i in ids}
     assert covered == {r["event_id"] for r in a[:30]} | {r["event_id"] for r in b[:13]}
     assert not covered & {r["event_id"] for r in a[30:] + b[13:]}  # working memory stays verbatim
-    marks = load_watermarks(settings)
-    assert marks["agent-a"].event_id == a[29]["event_id"]
+    assert info.watermarks["agent-a"]["event_id"] == a[29]["event_id"]
     assert pending_counts(settings) == {"agent-a": 10, "agent-b": 10}
 
 
@@ -185,3 +190,116 @@ def test_episodes_reach_recall_through_the_projector(settings: Settings, event_l
         assert search_episodes(conn, "agent-b", "Grindelwald") == []
     finally:
         conn.close()
+
+
+def test_late_arrivals_with_older_timestamps_are_compressed_exactly_once(
+    settings: Settings, event_log: EventLog
+) -> None:
+    recent = seed_interactions(event_log, "agent-a", 40)  # 1 March 2025
+    assert run_compress(settings).interactions_scored == 30
+    # A backfill of February's turns arrives after March was compressed.
+    late = seed_interactions(event_log, "agent-a", 20, start=datetime(2025, 2, 1, 9, 0, tzinfo=UTC))
+    with CompressorState(settings) as state:
+        # Taking in reads only what was appended since the checkpoint, never compressed history.
+        assert {e["event_id"] for _s, _l, e in state.new_interactions(event_log)} == {
+            r["event_id"] for r in late
+        }
+    assert pending_counts(settings) == {"agent-a": 30}
+    second = run_compress(settings)
+    assert second.interactions_scored == 20 and second.episodes > 0
+    uses = Counter(i for _, ids, _ in _episodes(settings) for i in ids)
+    assert set(uses.values()) == {1}  # nothing compressed twice
+    assert set(uses) == {r["event_id"] for r in recent[:30] + late}
+    assert not set(uses) & {r["event_id"] for r in recent[30:]}  # the newest 10 stay verbatim
+    before = log_lines(settings.data_dir)
+    assert run_compress(settings).interactions_scored == 0
+    assert log_lines(settings.data_dir) == before
+
+
+def test_late_arrivals_into_a_sealed_day_are_picked_up(settings: Settings, event_log: EventLog) -> None:
+    from tiermem.log.seal import seal
+
+    seed_interactions(event_log, "agent-a", 40)
+    run_compress(settings)
+    event_log.close()
+    seal(settings)
+    assert list(settings.log_dir.rglob("*.parquet"))  # the March day is sealed
+    with EventLog(settings) as log:
+        late = seed_interactions(log, "agent-a", 12, start=datetime(2025, 3, 1, 8, 0, tzinfo=UTC))
+    info = run_compress(settings)
+    assert info.interactions_scored == 12  # 10 kept + 12 late: the 12 oldest are the late ones
+    uses = Counter(i for _, ids, _ in _episodes(settings) for i in ids)
+    assert set(uses.values()) == {1} and {r["event_id"] for r in late} <= set(uses)
+
+
+def test_derived_events_are_stored_exactly_as_validation_would_store_them(
+    settings: Settings, event_log: EventLog
+) -> None:
+    seed_interactions(event_log, "agent-a", 70)
+    run_compress(settings)
+    seen = Counter()
+    for stream in ("episodes", "knowledge", "relationships"):
+        for _segment, _line, event in event_log.read(stream):
+            assert validate(event) == event
+            assert next(iter(event)) == "event_id"
+            seen[event["type"]] += 1
+    assert seen["episode"] and seen["knowledge_proposed"] and seen["relationship_updated"]
+
+
+class _CountingModel(OfflineScorer):
+    """Stands in for a model: not deterministic, so the job must keep its answers."""
+
+    deterministic = False
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def score_batch(self, agent_id: str, batch: list[Interaction]) -> BatchResult:
+        self.calls += 1
+        return super().score_batch(agent_id, batch)
+
+
+def test_a_model_answer_is_never_asked_twice_after_a_crash_before_the_checkpoint(
+    settings: Settings, event_log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed_interactions(event_log, "agent-a", 40)
+    real = CompressorState.mark_compressed
+
+    def crash(self: CompressorState, done: dict[str, list[str]]) -> None:
+        raise KeyboardInterrupt("killed between the append and the checkpoint")
+
+    monkeypatch.setattr(CompressorState, "mark_compressed", crash)
+    first = _CountingModel()
+    with pytest.raises(KeyboardInterrupt):
+        run_compress(settings, scorer=first)
+    assert first.calls == 2 and list((settings.checkpoints_dir / "compressor-pending").glob("*.json"))
+    monkeypatch.setattr(CompressorState, "mark_compressed", real)
+    again = _CountingModel()
+    info = run_compress(settings, scorer=again)
+    assert again.calls == 0 and info.replayed_pending == 1 and info.interactions_scored == 0
+    assert pending_counts(settings) == {"agent-a": 10}
+    uses = Counter(i for _, ids, _ in _episodes(settings) for i in ids)
+    assert len(uses) == 30 and set(uses.values()) == {1}
+
+
+def test_events_built_off_schema_are_appended_in_their_validated_form() -> None:
+    from tiermem.compressor.job import _Prepared
+    from tiermem.errors import TiermemError
+
+    good = validate(
+        {
+            "type": "relationship_updated",
+            "event_id": "r1",
+            "ts": "2025-03-01T09:00:00.000Z",
+            "agent_id": "a",
+            "participant": "alice",
+            "summary": "s",
+        }
+    )
+    prepared = _Prepared()
+    assert prepared.check([good]) == [good] and "relationship_updated" in prepared.trusted
+    # A None (dropped by validation) or a NUL (rejected) is caught even once the type is trusted.
+    with_none = {**good, "event_id": "r2", "trust": None}
+    assert prepared.check([with_none]) == [{**good, "event_id": "r2"}]
+    with pytest.raises(TiermemError):
+        prepared.check([{**good, "event_id": "r3", "summary": "bad\x00"}])

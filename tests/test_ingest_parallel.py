@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 import pytest
-from helpers_log import PYTHON, REPO, interaction, write_jsonl
+from helpers_log import PYTHON, REPO, interaction, run_cli, write_jsonl
 from test_ingest_bad_records import BAD
 
 from tiermem.ingest import pipeline
@@ -138,3 +138,9 @@ def test_workers_die_with_a_sigkilled_ingest(settings: Settings, tmp_path: Path)
     # And the killed load re-runs to the complete content.
     info = ingest_file(settings, src, progress=False)
     assert info.accepted + info.duplicates == 60_000
+
+
+def test_cli_workers_flag(settings: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = write_jsonl(tmp_path / "few.jsonl", (interaction(i) for i in range(20)))
+    code, out, _err = run_cli(capsys, settings.data_dir, ["ingest", str(src), "--workers", "0", "--json"])
+    assert code == 0 and orjson.loads(out)["accepted"] == 20

@@ -1,0 +1,75 @@
+"""Scoring the batches of a run, in order: each chunk (one agent, up to
+`GROUP_BATCHES` batches) is scored, checked complete and turned into events.
+
+A chunk may go through the Message Batches API as one job. Worker processes
+were tried for the offline scorer and dropped: on 2 shared cores the pickling
+and start-up cost more than they saved, and `forkserver`/`spawn` workers
+re-import the caller's main module (a library user's script without a
+`__main__` guard would break), while `fork` workers would inherit the job's
+lock file descriptor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tiermem.compressor.episodes import batch_events
+from tiermem.compressor.sanitize import check_complete
+from tiermem.compressor.scoring import Interaction, Scorer
+
+
+@dataclass
+class ScoredBatch:
+    agent_id: str
+    batch: list[Interaction]
+    episodes: list[dict[str, Any]]
+    facts: list[dict[str, Any]]
+    requests: int = 0
+    retries: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Chunk:
+    agent_id: str
+    threshold: int
+    batches: list[list[Interaction]]
+
+
+def score_chunk(scorer: Scorer, chunk: Chunk, use_bulk: bool) -> list[ScoredBatch]:
+    """Score, sanitise-check and turn into events every batch of one agent's chunk."""
+    bulk = getattr(scorer, "score_many", None)
+    if use_bulk and bulk is not None:
+        # Message Batches API: the chunk goes out as one job (cheaper, not faster).
+        ready = bulk(chunk.agent_id, chunk.batches)
+    else:
+        ready = [None] * len(chunk.batches)
+    out = []
+    for batch, pre in zip(chunk.batches, ready, strict=True):
+        result = pre or scorer.score_batch(chunk.agent_id, batch)
+        check_complete(result, batch)
+        episodes, facts = batch_events(chunk.agent_id, batch, result, threshold=chunk.threshold)
+        out.append(
+            ScoredBatch(
+                chunk.agent_id,
+                batch,
+                episodes,
+                facts,
+                result.requests,
+                result.retries,
+                result.input_tokens,
+                result.output_tokens,
+                result.cache_read_tokens,
+            )
+        )
+    return out
+
+
+def scored_batches(scorer: Scorer, chunks: list[Chunk], *, use_bulk: bool) -> Iterator[ScoredBatch]:
+    """Every batch of `chunks`, scored, in order."""
+    for chunk in chunks:
+        yield from score_chunk(scorer, chunk, use_bulk)
