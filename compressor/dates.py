@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
+from tiermem.compressor.text import fold
+
 MONTHS = (
     "January",
     "February",
@@ -169,18 +171,46 @@ _CHEAP_CHECK = re.compile(
 )
 
 
-def anchor_relative_dates(text: str, at: datetime, limit: int = 3) -> list[tuple[str, str]]:
-    """[(phrase as written, what it points to)] for relative time phrases in `text` said at `at`."""
+# Each pattern's words it cannot match without (every group needs one of its
+# words), tested on `fold(text)` (see tiermem.compressor.text): a skipped scan
+# could not have matched, so the result never changes.
+_LAST, _NEXT = ("last", "past"), ("next", "coming")
+_NEEDS_WORDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "ago": (("ago",),),
+    "last_weekday": (_LAST, ("day",)),
+    "next_weekday": (_NEXT, ("day",)),
+    "this_weekday": (("this", "on"), ("day",)),
+    "last_unit": (_LAST,),
+    "next_unit": (_NEXT,),
+    "this_unit": (("this",),),
+    "yesterday": (("yesterday",),),
+    "tomorrow": (("tomorrow",),),
+    "today": (("today", "tonight", "this"),),
+    "recently": (("the other day",),),
+}
+_NEEDS = {kind: tuple(frozenset(g) for g in groups) for kind, groups in _NEEDS_WORDS.items()}
+_NEEDED_WORDS = frozenset(w for groups in _NEEDS_WORDS.values() for g in groups for w in g)
+
+
+def anchor_relative_dates(
+    text: str, at: datetime, limit: int = 3, *, folded: str | None = None
+) -> list[tuple[str, str]]:
+    """[(phrase as written, what it points to)] for relative time phrases in `text` said at `at`.
+
+    `folded` is `fold(text)` when the caller already has it.
+    """
     found: list[tuple[str, str]] = []
-    if not _CHEAP_CHECK.search(text):
-        return found  # most turns mention no time at all: one scan instead of eleven
+    low = fold(text) if folded is None else folded
+    present = {word for word in _NEEDED_WORDS if word in low}
+    if not present:
+        return found
+    kinds = [
+        (kind, rx) for kind, rx in _PATTERNS if all(not group.isdisjoint(present) for group in _NEEDS[kind])
+    ]
+    if not kinds or not _CHEAP_CHECK.search(text):
+        return found  # most turns mention no time at all
     taken: list[tuple[int, int]] = []
-    # "ago" has no letter with a non-ASCII case partner, so this test is exact;
-    # its pattern is the slowest of all (a count may start anywhere).
-    has_ago = "ago" in text.lower()
-    for kind, rx in _PATTERNS:
-        if kind == "ago" and not has_ago:
-            continue
+    for kind, rx in kinds:
         for m in rx.finditer(text):
             if any(s < m.end() and m.start() < e for s, e in taken):
                 continue

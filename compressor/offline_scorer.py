@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from tiermem.compressor.dates import anchor_relative_dates, human_date, human_day, human_range
 from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Interaction, Quote
-from tiermem.compressor.text import content_stems, content_words, stem, wordset
+from tiermem.compressor.text import any_word_pattern, content_stems, content_words, fold, stem, wordset
 
 MAX_EPISODE_TURNS = 8
 MAX_GAP = timedelta(hours=2)
@@ -90,6 +90,29 @@ def _emotions(text: str) -> list[str]:
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
 
 
+# Words each pattern cannot match without (see text.fold): skip the scan when absent.
+_PREFERENCE_WORDS = any_word_pattern(
+    ("love", "like", "enjoy", "prefer", "adore", "hate", "stand", "fav", "fan of", "into", "passionate", "rather")
+)  # fmt: skip
+_CORRECTION_WORDS = any_word_pattern(
+    ("actually", "correction", "meant", "clear", "quite", "wrong", "right", "no,", "scratch", "misspoke", "changed")
+)  # fmt: skip
+_MONTH_WORDS = any_word_pattern(
+    ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+    "november", "december", "day", "weekend", "anniversary")
+)  # fmt: skip
+
+
+def _signals(text: str) -> tuple[bool, bool, bool]:
+    """(states a preference, makes a correction, discloses something) anywhere in `text`."""
+    low = fold(text)
+    return (
+        _PREFERENCE_WORDS.search(low) is not None and _PREFERENCE_RE.search(text) is not None,
+        _CORRECTION_WORDS.search(low) is not None and _CORRECTION_RE.search(text) is not None,
+        _DISCLOSURE_RE.search(text) is not None,
+    )
+
+
 @dataclass(frozen=True)
 class _Features:
     """What the scorer reads from one interaction, computed once (scoring, grouping,
@@ -102,15 +125,28 @@ class _Features:
     emotions: list[str]
     stems: frozenset[str]
     dated: bool
-    preference: bool
-    disclosure: bool
-    correction: bool
+    # (preference, correction, disclosure) per side of it.spoken. No pattern can
+    # span the newline joining the sides, so the turn matches iff a side does.
+    sides: tuple[tuple[bool, bool, bool], ...]
+
+    @property
+    def preference(self) -> bool:
+        return any(p for p, _c, _d in self.sides)
+
+    @property
+    def correction(self) -> bool:
+        return any(c for _p, c, _d in self.sides)
+
+    @property
+    def disclosure(self) -> bool:
+        return any(d for _p, _c, d in self.sides)
 
     @classmethod
     def of(cls, it: Interaction) -> _Features:
         text = it.text
+        low = fold(text)
         cwords = content_words(text)
-        anchors = anchor_relative_dates(text, it.ts)
+        anchors = anchor_relative_dates(text, it.ts, folded=low)
         return cls(
             cwords=cwords,
             informative=sum(1 for w in cwords if w not in _SMALL_TALK),
@@ -118,10 +154,10 @@ class _Features:
             anchors=anchors,
             emotions=[_EMOTIONS[w] for w in cwords if w in _EMOTIONS],
             stems=frozenset(stem(w) for w in cwords),
-            dated=bool(anchors or _NUMBER_RE.search(text) or _MONTH_RE.search(text)),
-            preference=_PREFERENCE_RE.search(text) is not None,
-            disclosure=_DISCLOSURE_RE.search(text) is not None,
-            correction=_CORRECTION_RE.search(text) is not None,
+            dated=bool(
+                anchors or _NUMBER_RE.search(text) or (_MONTH_WORDS.search(low) and _MONTH_RE.search(text))
+            ),
+            sides=tuple(_signals(side) for _speaker, side in it.spoken),
         )
 
 
@@ -168,12 +204,7 @@ class OfflineScorer:
             prev = it
         groups = self.group(batch, feats)
         episodes = [self.episode(g, scores, feats) for g in groups]
-        facts = [
-            f
-            for it in batch
-            if feats[it.event_id].preference or feats[it.event_id].correction or feats[it.event_id].disclosure
-            for f in self.facts(it, scores[it.event_id])
-        ]
+        facts = [f for it in batch for f in self.facts(it, scores[it.event_id], feats[it.event_id].sides)]
         return BatchResult(scores=scores, episodes=episodes, facts=facts, scorer=self.name)
 
     # ------------------------------------------------------------ grouping
@@ -255,18 +286,18 @@ class OfflineScorer:
         )
 
     # ------------------------------------------------------------ facts
-    def facts(self, it: Interaction, importance: int) -> list[FactDraft]:
+    def facts(
+        self, it: Interaction, importance: int, sides: tuple[tuple[bool, bool, bool], ...] | None = None
+    ) -> list[FactDraft]:
         out: list[FactDraft] = []
-        for speaker, text in it.spoken:
+        sides = sides or tuple(_signals(side) for _speaker, side in it.spoken)
+        for (speaker, text), side in zip(it.spoken, sides, strict=True):
             # A sentence can only match where its whole side does (same characters, same boundaries).
-            if not (
-                _DISCLOSURE_RE.search(text) or _PREFERENCE_RE.search(text) or _CORRECTION_RE.search(text)
-            ):
+            if not any(side):
                 continue
-            for sentence in _SENTENCE_SPLIT.split(text):
-                pref = _PREFERENCE_RE.search(sentence)
-                corr = _CORRECTION_RE.search(sentence)
-                disc = _DISCLOSURE_RE.search(sentence)
+            sentences = _SENTENCE_SPLIT.split(text)
+            for sentence in sentences:
+                pref, corr, disc = side if len(sentences) == 1 else _signals(sentence)
                 if not (pref or corr or disc):
                     continue
                 sentence_words = content_words(sentence)

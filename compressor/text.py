@@ -31,6 +31,22 @@ STOP_WORDS: frozenset[str] = wordset(
 )
 
 
+# Under re.IGNORECASE an ASCII letter matches only itself, its capital and these
+# four characters (checked over all of Unicode). So when a word is absent from
+# `fold(text)`, no IGNORECASE pattern that needs that word can match `text`:
+# a substring test that safely skips a slower regex scan.
+_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+
+
+def fold(text: str) -> str:
+    return text.translate(_FOLD).lower()
+
+
+def any_word_pattern(needed: tuple[str, ...]) -> re.Pattern[str]:
+    """A case-sensitive literal alternation, to test `fold(text)` for any of `needed` in one scan."""
+    return re.compile("|".join(re.escape(w) for w in needed))
+
+
 def words(text: str) -> list[str]:
     return WORD_RE.findall(text.lower())
 

@@ -241,17 +241,57 @@ def query_matches(query: str, text: str) -> int:
 
 # Words of how a question is asked rather than what it is about ("What kind of...", "Would X likely...").
 # Measured on LoCoMo dev: dropping them lowered recall (their IDF is already low), so only these few.
-QUESTION_FILLER = frozenset("likely probably".split())
+QUESTION_FILLER = frozenset(["likely", "probably"])
 # Irregular forms, so "What did she make?" meets "I made..." (both directions via the groups below).
 _IRREGULAR = [
-    "make made making", "go went gone going goes", "buy bought", "see saw seen", "take took taken",
-    "give gave given", "meet met", "find found", "run ran", "win won", "teach taught", "bring brought",
-    "feel felt", "leave left", "lose lost", "write wrote written", "begin began begun", "tell told",
-    "say said", "sing sang sung", "swim swam", "drive drove driven", "ride rode", "eat ate eaten",
-    "fly flew flown", "grow grew grown", "draw drew drawn", "know knew known", "break broke broken",
-    "choose chose chosen", "catch caught", "fall fell fallen", "hear heard", "hold held", "keep kept",
-    "sell sold", "send sent", "spend spent", "build built", "pay paid", "wear wore worn", "do did",
-    "have had has", "think thought", "child children", "person people", "man men", "woman women",
+    "make made making",
+    "go went gone going goes",
+    "buy bought",
+    "see saw seen",
+    "take took taken",
+    "give gave given",
+    "meet met",
+    "find found",
+    "run ran",
+    "win won",
+    "teach taught",
+    "bring brought",
+    "feel felt",
+    "leave left",
+    "lose lost",
+    "write wrote written",
+    "begin began begun",
+    "tell told",
+    "say said",
+    "sing sang sung",
+    "swim swam",
+    "drive drove driven",
+    "ride rode",
+    "eat ate eaten",
+    "fly flew flown",
+    "grow grew grown",
+    "draw drew drawn",
+    "know knew known",
+    "break broke broken",
+    "choose chose chosen",
+    "catch caught",
+    "fall fell fallen",
+    "hear heard",
+    "hold held",
+    "keep kept",
+    "sell sold",
+    "send sent",
+    "spend spent",
+    "build built",
+    "pay paid",
+    "wear wore worn",
+    "do did",
+    "have had has",
+    "think thought",
+    "child children",
+    "person people",
+    "man men",
+    "woman women",
 ]
 _FORMS = {w: tuple(line.split()) for line in _IRREGULAR for w in line.split()}
 
@@ -291,7 +331,8 @@ def query_term_groups(query: str) -> list[tuple[str, ...]]:
 
 def _group_regex(groups: list[tuple[str, ...]]) -> re.Pattern[str]:
     parts = [
-        "(" + "|".join(re.escape(f) + (r"[a-z0-9]*" if len(f) >= 4 else r"\b") for f in g) + ")" for g in groups
+        "(" + "|".join(re.escape(f) + (r"[a-z0-9]*" if len(f) >= 4 else r"\b") for f in g) + ")"
+        for g in groups
     ]
     return re.compile(r"\b(?:" + "|".join(parts) + ")")
 
@@ -321,6 +362,13 @@ NEIGHBOUR_WEIGHT = 0.6  # a quote answering (or asked by) a matching turn shares
 QUOTE_SPEAKER_BOOST = 2.5  # stronger than for whole episodes: a quote has exactly one speaker
 HEAD_WEIGHT = 0.3  # the episode's name and summary (topics, anchored dates) as context for each quote
 DUPLICATE_JACCARD = 0.9
+WHEN_BOOST = 1.0  # "When did...": a quote that says when (a date or a relative time) is the likelier answer
+_SAYS_WHEN = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|weekend|week|month|year|since|(?:19|20)\d\d|"
+    + "|".join(_MONTHS)
+    + r")\b"
+)
+_ASKS_WHEN = re.compile(r"^\s*(?:when|how long|what (?:year|month|date|day|time))\b", re.I)
 COVERAGE_FLOOR = 0.5  # score x (floor + share of the question's weight the quote and its context cover)
 
 
@@ -374,6 +422,7 @@ def search_quotes(
     n_groups = len(groups)
     months, years = _asked_dates(query)
     named = _names_in(query)
+    asks_when = bool(_ASKS_WHEN.search(query))
     scored: list[tuple[float, dict[str, Any]]] = []
     for row in rows:
         quotes = [q for q in orjson.loads(row[3] or "[]") if isinstance(q, dict) and q.get("text")]
@@ -399,10 +448,14 @@ def search_quotes(
                 for k in range(n_groups)
             ]
             coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / total_weight
-            score = (own[i] + NEIGHBOUR_WEIGHT * near + HEAD_WEIGHT * head) * (COVERAGE_FLOOR + coverage) * boost
+            score = (
+                (own[i] + NEIGHBOUR_WEIGHT * near + HEAD_WEIGHT * head) * (COVERAGE_FLOOR + coverage) * boost
+            )
             speaker = str(q.get("speaker") or "")
             if named and speaker.lower() in named:
                 score *= QUOTE_SPEAKER_BOOST
+            if asks_when and _SAYS_WHEN.search(texts[i]):
+                score *= WHEN_BOOST
             score += 0.01 * int(row[6] or 0)
             text = str(q["text"])
             scored.append(
@@ -443,7 +496,9 @@ def render_quote_line(quote: dict[str, Any]) -> str:
     return f"[{quote['date']}] {speaker}{quote['text']}{tail}"
 
 
-def render_quote_block(quotes: list[dict[str, Any]], budget: int | None = None) -> list[tuple[str, tuple[str, ...]]]:
+def render_quote_block(
+    quotes: list[dict[str, Any]], budget: int | None = None
+) -> list[tuple[str, tuple[str, ...]]]:
     """Quotes as compact lines under one date header per day, for a token budget.
 
     Quotes are taken best first while they fit (tokens = ceil(chars / 4), one
@@ -468,7 +523,9 @@ def render_quote_block(quotes: list[dict[str, Any]], budget: int | None = None) 
     out: list[tuple[str, tuple[str, ...]]] = []
     for date, qs in sorted(days.items(), key=lambda kv: min(q["ts"] for q in kv[1])):
         out.append((f"{date}:", ()))
-        out.extend((_quote_body(q), (q["event_id"],)) for q in sorted(qs, key=lambda q: (q["ts"], q["event_id"])))
+        out.extend(
+            (_quote_body(q), (q["event_id"],)) for q in sorted(qs, key=lambda q: (q["ts"], q["event_id"]))
+        )
     return out
 
 
@@ -477,3 +534,22 @@ def _quote_body(quote: dict[str, Any]) -> str:
     tail = f" ({anchors})" if anchors else ""
     speaker = f"{quote['speaker']}: " if quote.get("speaker") else ""
     return f"{speaker}{quote['text']}{tail}"
+
+
+RECALL_QUOTES = 60
+
+
+def recall_lines(
+    conn: sqlite3.Connection,
+    agent_id: str,
+    query: str,
+    participant: str | None = None,
+    budget: int | None = None,
+) -> list[tuple[str, tuple[str, ...]]]:
+    """What `recall_memory` should show for `query`: the best remembered turns as a dated block.
+
+    One call for both the recall tool and the context harness, so what is
+    measured is what the agent reads. Lines are (text, cited event ids).
+    """
+    found = search_quotes(conn, agent_id, query, participant, limit=RECALL_QUOTES)
+    return render_quote_block(found, budget)

@@ -11,12 +11,14 @@ are not ingested (the baseline does not see them either).
 Pipeline, exactly as a user runs it, offline, in a temporary data root:
 `EventLog.append_many` (the public write path) -> `run_compress` ->
 `run_evolve` (when the evolver is installed) -> projector. Then, per question
-of categories 1-4, the delivered memory is what `recall_memory`'s episode
-search returns for the question (top 3: each header with the quotes that
-match the question), then the runtime's `assemble_context` (the question as
-query; the fixed prompt sections excluded) in the room left, then the other
-quotes of the recalled episodes, packed line by line (never cut) until the
-budget (tokens = ceil(len(text)/4) over the whole delivered text).
+of categories 1-4, the delivered memory is what `recall_memory` shows for
+the question (`runtime.episode_search.recall_lines`: the agent's remembered
+turns ranked one by one across episodes, taken best first while they fit the
+budget, shown under one date header per day with relative dates resolved,
+e.g. `8 May 2023:` / `Caroline: I went ... yesterday (yesterday = 7 May 2023)`),
+then the runtime's `assemble_context` (the question as query; the fixed
+prompt sections excluded) in the room left, packed line by line (never cut)
+until the budget (tokens = ceil(len(text)/4) over the whole delivered text).
 
 Scores (micro-averaged, overall and per category):
 - evidence_recall_verbatim: a gold evidence turn's text appears whole;
@@ -326,33 +328,6 @@ def baseline_items(conv: Conversation, bm25: BM25, question: str) -> list[Item]:
 # ------------------------------------------------------------------ tiermem side
 
 
-QUOTE_LIMIT = 60
-MATCH_MIN = 2.0  # a quote's BM25 match to the question (episode_search) that puts it up front
-
-
-def render_recall(episodes: list[dict[str, Any]], question: str) -> tuple[list[Item], list[Item]]:
-    """recall_memory's episodes as delivered lines, for a budget that may cut them.
-
-    Each episode is a header (dates, summary, feeling) and its verbatim quotes
-    (already ordered best match first by episode search). Quotes whose match
-    score reaches MATCH_MIN come first, episode by episode; the others are
-    returned separately and delivered last, so a tight budget cuts the least
-    relevant lines, never a line in half.
-    """
-    first: list[Item] = []
-    later: list[Item] = []
-    for ep in episodes:
-        summary = str(ep.get("summary", ""))
-        when = str(ep.get("when") or "")
-        head = summary if when and when.split(" to ")[0] in summary else f"({when}) {summary}"
-        first.append(Item(head, (str(ep.get("episode_id", "")),)))
-        for q in ep.get("key_quotes") or []:
-            text = str(q.get("text", ""))
-            line = Item(f'- {q.get("speaker") or ""}: "{text}"', (str(q.get("event_id", "")),))
-            (first if float(q.get("match", 0.0)) >= MATCH_MIN else later).append(line)
-    return first, later
-
-
 # Sections of the assembled prompt that are fixed text, not memory (the protocol does not count them).
 FIXED_SECTIONS = {"base": 0, "scope_rules": 0, "constraints": 0, "instructions": 0}
 _ID_PREFIX = re.compile(r"^\s*-?\s*\[([^\]]+)\]")
@@ -370,13 +345,6 @@ class TiermemContext:
 
     def close(self) -> None:
         self.memory.close()
-
-    def recall(self, question: str) -> tuple[list[Item], list[Item]]:
-        from tiermem.runtime.episode_search import search_episodes
-
-        return render_recall(
-            search_episodes(self.memory.conn, self.conv.agent_id, question, limit=3), question
-        )
 
     def assembled(self, question: str, budget: int) -> list[Item]:
         from tiermem.runtime.context import assemble_context
@@ -397,16 +365,16 @@ class TiermemContext:
                 out.append(Item(line, own))
         return out
 
-    def quotes(self, question: str) -> list[Item]:
-        """recall_memory's remembered turns for the question, one compact dated line each, best first."""
-        from tiermem.runtime.episode_search import render_quote_line, search_quotes
+    def recall_block(self, question: str, budget: int) -> list[Item]:
+        """recall_memory's remembered turns for the question: dated block, best turns that fit the budget."""
+        from tiermem.runtime.episode_search import recall_lines
 
-        found = search_quotes(self.memory.conn, self.conv.agent_id, question, limit=QUOTE_LIMIT)
-        return [Item(render_quote_line(q), (q["event_id"],)) for q in found]
+        lines = recall_lines(self.memory.conn, self.conv.agent_id, question, budget=budget)
+        return [Item(text, ids) for text, ids in lines]
 
     def deliver(self, question: str, budget: int) -> list[Item]:
         """recall_memory's matching turns first, then the assembled context in the room left."""
-        recalled = pack(self.quotes(question), budget)
+        recalled = pack(self.recall_block(question, budget), budget)
         seen = {i for item in recalled for i in item.ids}
         used = count_tokens("\n".join(i.text for i in recalled))
         rest = [
@@ -491,7 +459,7 @@ def run_locomo(
         "baseline": aggregate(theirs),
         "budget": budget,
         "conversations": len(convs),
-        "context_path": "recall_memory (search_episodes, top 3) + runtime.context.assemble_context",
+        "context_path": "recall_memory (episode_search.recall_lines, dated turn block) + runtime.context.assemble_context",
         "pipeline": steps,
     }
 

@@ -1,0 +1,55 @@
+"""Date anchoring: the word pre-checks that skip pattern scans never change a result."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiermem.compressor import dates
+
+AT = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)  # a Monday
+
+WORDS = [
+    "last", "LAST", "laſt", "paſt", "past", "this", "THIS", "next", "coming", "on", "the", "other", "day",
+    "Monday", "friday", "SATURDAY", "ſunday", "week", "weekend", "month", "year", "summer", "ago", "AGO",
+    "3", "two", "a", "few", "couple", "of", "days", "weeks", "yesterday", "Yeſterday", "tomorrow", "today",
+    "tonight", "morning", "İ", "ı", "K", "went", "to", "Paris", ",", ".", "!",
+]  # fmt: skip
+
+
+def _reference(text: str, at: datetime, limit: int = 3) -> list[tuple[str, str]]:
+    """The scan without any pre-check: every pattern over the whole text."""
+    found: list[tuple[str, str]] = []
+    taken: list[tuple[int, int]] = []
+    for kind, rx in dates._PATTERNS:
+        for m in rx.finditer(text):
+            if any(s < m.end() and m.start() < e for s, e in taken):
+                continue
+            resolved = dates._resolve(kind, m, at)
+            if resolved:
+                taken.append((m.start(), m.end()))
+                found.append((m.group(0), resolved))
+            if len(found) >= limit:
+                return found
+    return found
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), max_size=12))
+def test_pre_checks_match_the_full_scan(words: list[str]) -> None:
+    text = " ".join(words)
+    assert dates.anchor_relative_dates(text, AT) == _reference(text, AT)
+
+
+def test_case_partners_and_examples() -> None:
+    for text in (
+        "I went there laſt Saturday",
+        "two weeks AGO",
+        "Yeſterday was fun",
+        "the other day",
+        "this past month",
+    ):
+        assert dates.anchor_relative_dates(text, AT) == _reference(text, AT) != []
+    assert dates.anchor_relative_dates("yesterday", AT) == [("yesterday", "7 May 2023")]
