@@ -39,6 +39,7 @@ from tiermem.compressor.scoring import Scorer, make_scorer
 from tiermem.compressor.selection import CompressorState, pending_counts, select_due
 from tiermem.compressor.work import Chunk, scored_batches
 from tiermem.errors import AlreadyRunningError, TiermemError, ValidationError
+from tiermem.ids import format_ts, parse_ts
 from tiermem.log.events import MAX_TEXT, validate
 from tiermem.log.store import EventLog, write_atomic
 from tiermem.output import Progress
@@ -181,11 +182,14 @@ def _replay_pending(
         except orjson.JSONDecodeError:
             path.unlink()  # a torn pending file was never committed: the group is simply redone
             continue
-        if "done" not in saved:  # left by the first version (one agent, a watermark): redo the group
-            path.unlink()
-            continue
+        done = saved.get("done")
+        if done is None:  # left by the first version: one agent, everything up to a watermark
+            agent, mark = saved["agent_id"], saved["mark"]
+            upto = (format_ts(parse_ts(mark["ts"])), mark["event_id"])
+            refs = state.pending_refs(agent).get(agent, [])
+            done = {agent: [r.event_id for r in refs if (r.ts, r.event_id) <= upto]}
         _append(log, prepared.check(saved["events"]), info)
-        state.mark_compressed(saved["done"])
+        state.mark_compressed(done)
         path.unlink(missing_ok=True)
         info.replayed_pending += 1
 
@@ -215,8 +219,11 @@ def run_compress(
     cfg = settings.compressor
     prepared = _Prepared()
     with _exclusive(settings), EventLog(settings) as log, CompressorState(settings) as state:
-        _replay_pending(settings, log, state, info, prepared)
+        # Taking in first: a pending file's interactions were taken in before it was
+        # written, so the order does not matter for it, and a first-version file
+        # needs the pending set to know what its watermark covers.
         state.take_in(log)
+        _replay_pending(settings, log, state, info, prepared)
         selections = list(select_due(state, log, agent))
         info.agents_due = len(selections)
         events: list[dict[str, Any]] = []
@@ -266,7 +273,16 @@ def run_compress(
 
 
 def compress_due(settings: Settings, *, progress: bool | None = False) -> CompressInfo:
-    """The scheduler's threshold check: compress only when some agent is due (cheap otherwise)."""
+    """The scheduler's threshold check: compress only when some agent is due (cheap otherwise).
+
+    When nothing is due, what was appended is still taken in (if no compress is
+    running), so the next check reads only newer lines, not a growing backlog.
+    """
     if not due_agents(settings):
+        try:
+            with _exclusive(settings), EventLog(settings) as log, CompressorState(settings) as state:
+                state.take_in(log, keep_parsed=False)
+        except AlreadyRunningError:
+            pass  # the running compress takes it in
         return CompressInfo(scorer="claude" if settings.claude_available else "offline")
     return run_compress(settings, progress=progress)

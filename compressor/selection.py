@@ -158,19 +158,21 @@ class CompressorState:
             if event.get("type") == "interaction":
                 yield segment, line, event
 
-    def take_in(self, log: EventLog) -> int:
+    def take_in(self, log: EventLog, *, keep_parsed: bool = True) -> int:
         """Add every interaction appended since the position to `pending` (one transaction)."""
         legacy = self._legacy_marks()
         moved: dict[str, int] = {}
         rows: list[tuple[str, str, str, str, int]] = []
-        for segment, line, event in self.new_interactions(log):
+        for segment, line, event in log.read(STREAM, self.position()):
             moved[segment] = line + 1
+            if event.get("type") != "interaction":
+                continue
             agent, ts, eid = str(event["agent_id"]), str(event["ts"]), str(event["event_id"])
             mark = legacy.get(agent)
             if mark is not None and (ts, eid) <= mark:
                 continue  # compressed by the first version (watermark checkpoint)
             rows.append((eid, agent, ts, segment, line))
-            if len(self.cache) < CACHE_LIMIT:
+            if keep_parsed and len(self.cache) < CACHE_LIMIT:
                 self.cache[eid] = interaction_of(event)
         self.conn.execute("BEGIN IMMEDIATE")
         try:

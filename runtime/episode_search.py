@@ -337,23 +337,42 @@ def _group_regex(groups: list[tuple[str, ...]]) -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(parts) + ")")
 
 
+_QUOTE_WORDS: dict[tuple[str, str], tuple[int, list[frozenset[str]]]] = {}
+_GROUP_DF: dict[tuple[str, str, int, str], float] = {}
+
+
 def _group_idf(conn: sqlite3.Connection, agent_id: str, groups: list[tuple[str, ...]]) -> list[float]:
-    total = conn.execute("SELECT count(*) FROM episodes WHERE agent_id = ?", [agent_id]).fetchone()[0] or 1
+    """IDF of each term group over the agent's remembered turns (quotes), not its episodes.
+
+    Quotes are what is ranked, and an episode-level count makes every word of
+    a long episode look as common as its commonest. The quotes' word sets are
+    loaded once per archive version (the episode count is the version: a
+    compression run adds episodes) and only the newest version per agent is kept.
+    """
     db = str(conn.execute("PRAGMA database_list").fetchone()[2])
+    total = conn.execute("SELECT count(*) FROM episodes WHERE agent_id = ?", [agent_id]).fetchone()[0]
+    cached = _QUOTE_WORDS.get((db, agent_id))
+    if cached is None or cached[0] != total:
+        words: list[frozenset[str]] = []
+        for (raw,) in conn.execute("SELECT key_quotes FROM episodes WHERE agent_id = ?", [agent_id]):
+            for q in orjson.loads(raw or "[]"):
+                if isinstance(q, dict) and q.get("text"):
+                    words.append(frozenset(_WORD.findall(str(q["text"]).lower())))
+        cached = _QUOTE_WORDS[(db, agent_id)] = (total, words)
+    quote_words = cached[1]
+    n = len(quote_words) or 1
     out = []
     for g in groups:
         key = (db, agent_id, total, "|".join(g))
-        cached = _IDF_CACHE.get(key)
-        if cached is None:
-            if len(_IDF_CACHE) > 50_000:
-                _IDF_CACHE.clear()
-            df = conn.execute(
-                "SELECT count(*) FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
-                "WHERE episodes_fts MATCH ? AND e.agent_id = ?",
-                [_fts(list(g)), agent_id],
-            ).fetchone()[0]
-            cached = _IDF_CACHE[key] = math.log(1 + (total - df + 0.5) / (df + 0.5))
-        out.append(cached)
+        idf = _GROUP_DF.get(key)
+        if idf is None:
+            if len(_GROUP_DF) > 50_000:
+                _GROUP_DF.clear()
+            exact = {f for f in g if len(f) < 4}
+            prefixes = tuple(f for f in g if len(f) >= 4)
+            df = sum(1 for ws in quote_words if (ws & exact) or any(w.startswith(prefixes) for w in ws))
+            idf = _GROUP_DF[key] = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        out.append(idf)
     return out
 
 
@@ -362,7 +381,7 @@ NEIGHBOUR_WEIGHT = 0.6  # a quote answering (or asked by) a matching turn shares
 QUOTE_SPEAKER_BOOST = 2.5  # stronger than for whole episodes: a quote has exactly one speaker
 HEAD_WEIGHT = 0.3  # the episode's name and summary (topics, anchored dates) as context for each quote
 DUPLICATE_JACCARD = 0.9
-WHEN_BOOST = 1.0  # "When did...": a quote that says when (a date or a relative time) is the likelier answer
+WHEN_BOOST = 1.2  # "When did...": a quote that says when (a date or a relative time) is the likelier answer
 _SAYS_WHEN = re.compile(
     r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|weekend|week|month|year|since|(?:19|20)\d\d|"
     + "|".join(_MONTHS)

@@ -1,4 +1,4 @@
-"""Date anchoring: the word pre-checks that skip pattern scans never change a result."""
+"""The word pre-checks that skip regex scans (dates, offline signals) never change a result."""
 
 from __future__ import annotations
 
@@ -53,3 +53,26 @@ def test_case_partners_and_examples() -> None:
     ):
         assert dates.anchor_relative_dates(text, AT) == _reference(text, AT) != []
     assert dates.anchor_relative_dates("yesterday", AT) == [("yesterday", "7 May 2023")]
+
+
+SIGNAL_WORDS = [
+    "I", "i", "İ", "ı", "love", "LIKE", "lıke", "prefer", "my", "favorite", "fav", "I'm", "fan", "of", "into",
+    "can't", "ſtand", "rather", "I'd", "actually", "ACTUALLY", "meant", "no,", "not", "quite", "that's", "wrong",
+    "changed", "mind", "scratch", "that", "May", "MAY", "ſunday", "weekend", "birthday", "dog", "Paris", ".",
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(SIGNAL_WORDS), max_size=10))
+def test_signal_pre_checks_match_the_regexes(words: list[str]) -> None:
+    from tiermem.compressor import offline_scorer as o
+
+    text = " ".join(words)
+    expected = (
+        o._PREFERENCE_RE.search(text) is not None,
+        o._CORRECTION_RE.search(text) is not None,
+        o._DISCLOSURE_RE.search(text) is not None,
+    )
+    assert o._signals(text) == expected
+    low = o.fold(text)
+    assert bool(o._MONTH_WORDS.search(low) and o._MONTH_RE.search(text)) == bool(o._MONTH_RE.search(text))

@@ -303,3 +303,42 @@ def test_events_built_off_schema_are_appended_in_their_validated_form() -> None:
     assert prepared.check([with_none]) == [{**good, "event_id": "r2"}]
     with pytest.raises(TiermemError):
         prepared.check([{**good, "event_id": "r3", "summary": "bad\x00"}])
+
+
+def test_a_threshold_check_with_nothing_due_takes_in_what_was_appended(
+    settings: Settings, event_log: EventLog
+) -> None:
+    records = seed_interactions(event_log, "quiet", 12)
+    assert compress_due(settings).agents == 0
+    with CompressorState(settings) as state:
+        assert list(state.new_interactions(event_log)) == []  # taken in: the next check reads nothing old
+        assert len(state.pending_refs()["quiet"]) == 12
+    event_log.append_many(
+        [{**records[0], "event_id": f"more-{i}", "ts": f"2025-03-02T10:0{i}:00.000Z"} for i in range(5)]
+    )
+    info = compress_due(settings)
+    assert info.agents == 1 and info.interactions_scored == 7
+
+
+def test_a_data_root_of_the_first_version_is_migrated(settings: Settings, event_log: EventLog) -> None:
+    from tiermem.log.store import Checkpoints
+
+    a = seed_interactions(event_log, "agent-a", 40)
+    b = seed_interactions(event_log, "agent-b", 40, user="bob")
+    # First version: agent-a compressed up to turn 19 (watermark); agent-b's group up to turn 29
+    # was appended but its watermark never moved (a pending file was left).
+    Checkpoints(settings).save(
+        "compressor", {"agents": {"agent-a": {"ts": a[19]["ts"], "event_id": a[19]["event_id"]}}}
+    )
+    legacy = settings.checkpoints_dir / "compressor-pending" / "agent-b.json"
+    legacy.parent.mkdir(parents=True, exist_ok=True)
+    legacy.write_bytes(
+        json.dumps(
+            {"agent_id": "agent-b", "mark": {"ts": b[29]["ts"], "event_id": b[29]["event_id"]}, "events": []}
+        ).encode()
+    )
+    info = run_compress(settings)
+    assert info.replayed_pending == 1 and not legacy.exists()
+    covered = {i for _, ids, _ in _episodes(settings) for i in ids}
+    assert covered == {r["event_id"] for r in a[20:30]}  # only what the first version had not done
+    assert pending_counts(settings) == {"agent-a": 10, "agent-b": 10}
