@@ -8,6 +8,16 @@ asked-for thing beats one that repeats a single word), with a small boost for
 important episodes. Each result's quotes are ordered best match first, so a
 caller that must cut to a budget cuts the least relevant quote. Dates are
 returned both as timestamps and human-readable.
+
+`search_quotes` / `recall_lines` rank the remembered turns themselves across
+all candidate episodes (the answer to a question usually sits in one turn):
+BM25 per quote with IDF over the agent's quotes, morphological term groups
+("activities" ~ "activity", "make" ~ "made"), part of the neighbouring turns'
+and the episode header's match, boosts for the named speaker, a named
+month/year and, for "when" questions, turns that say when. `recall_lines`
+renders the best that fit a budget as one date header per day and one
+`Speaker: text (yesterday = 7 May 2023)` line per turn — the compact form
+`recall_memory` should show (measured on LoCoMo in bench/results/compressor.md).
 """
 
 from __future__ import annotations
@@ -411,7 +421,7 @@ def search_quotes(
     adjacent turns) and of its episode's name/summary, and a boost when the
     question names its speaker or its month/year. Near-identical quotes are
     kept once. Each result carries its date and the relative dates it
-    contains resolved against that date, so `render_quote_line` can state
+    contains resolved against that date, so `render_quote_block` can state
     when it was said compactly.
     """
     from tiermem.compressor.dates import anchor_relative_dates, human_date
@@ -505,14 +515,6 @@ def search_quotes(
         if len(out) >= limit:
             break
     return out
-
-
-def render_quote_line(quote: dict[str, Any]) -> str:
-    """One remembered turn as one compact line: `[8 May 2023] Caroline: text (yesterday = 7 May 2023)`."""
-    anchors = "; ".join(f"{phrase} = {when}" for phrase, when in quote.get("anchors") or [])
-    tail = f" ({anchors})" if anchors else ""
-    speaker = f"{quote['speaker']}: " if quote.get("speaker") else ""
-    return f"[{quote['date']}] {speaker}{quote['text']}{tail}"
 
 
 def render_quote_block(

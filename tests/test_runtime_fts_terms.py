@@ -1,0 +1,53 @@
+"""Document frequencies from fts5vocab and the bounded candidate query of episode search."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from tiermem.runtime.fts_terms import candidate_matches, candidate_terms, document_frequencies
+
+
+def _index(docs: list[str]) -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE docs_fts USING fts5(body)")
+    conn.executemany("INSERT INTO docs_fts(rowid, body) VALUES (?, ?)", list(enumerate(docs, 1)))
+    return conn
+
+
+def test_frequencies_count_documents_and_prefixes() -> None:
+    conn = _index(["painting a lake", "painted the lake twice lake", "a walk", "paint shop"])
+    df = document_frequencies(conn, "docs_fts", ["lake", "paint", "walk", "zebra", "a"])
+    # "lake" twice in one document still counts that document once.
+    assert df == {"lake": 2, "paint": 3, "walk": 1, "zebra": 0, "a": 2}
+
+
+def test_candidates_keep_the_rarest_terms_under_the_cap() -> None:
+    df = {"common": 900, "rare": 3, "mid": 60, "absent": 0}
+    assert candidate_terms(df, cap=100) == ["rare", "mid"]
+    assert candidate_terms(df, cap=10_000) == ["rare", "mid", "common"]
+    assert candidate_terms({"absent": 0}) == []
+
+
+def test_matches_fall_back_to_and_when_every_term_is_common() -> None:
+    def q(t: str) -> str:
+        return f'"{t}"'
+
+    df = {"alpha": 5000, "beta": 4000, "delta": 7000, "gamma": 0}
+    assert candidate_matches(df, q, cap=100) == [
+        '"beta" AND "alpha" AND "delta"',
+        '"beta" AND "alpha"',
+        '"beta"',
+    ]
+    assert candidate_matches({"alpha": 5000}, q, cap=100) == ['"alpha"']
+    assert candidate_matches({"rare": 5, "alpha": 5000}, q, cap=100) == ['"rare"']
+    assert candidate_matches({"gamma": 0}, q) == []
+
+
+def test_bounded_candidates_keep_the_document_that_matches_the_rare_word() -> None:
+    docs = [f"the usual weather report number {i}" for i in range(500)] + ["the weather when the kite broke"]
+    conn = _index(docs)
+    terms = ["weather", "kite"]
+    (match,) = candidate_matches(document_frequencies(conn, "docs_fts", terms), lambda t: f'"{t}"*', cap=100)
+    assert match == '"kite"*'
+    rows = conn.execute("SELECT rowid FROM docs_fts WHERE docs_fts MATCH ? ORDER BY rank", (match,)).fetchall()
+    assert rows == [(501,)]
