@@ -162,10 +162,12 @@ def _render(name: str, items: list[ContextItem]) -> str:
 
 
 def _fit(name: str, items: list[ContextItem], budget: int) -> list[ContextItem]:
+    """Items in value order while the section fits; one that does not fit is skipped whole,
+    so a long item cannot starve the shorter, lower-value ones after it."""
     kept: list[ContextItem] = []
     for item in items:
         if count_tokens(_render(name, [*kept, item])) > budget:
-            break
+            continue
         kept.append(item)
     return kept
 

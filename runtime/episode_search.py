@@ -32,6 +32,7 @@ import orjson
 from tiermem.compressor.dates import human_range
 from tiermem.compressor.text import STOP_WORDS, stem
 from tiermem.ids import parse_ts
+from tiermem.runtime.fts_terms import candidate_matches, document_frequencies
 
 CANDIDATES = 60
 # bm25() weights per column of episodes_fts: name, summary, quotes, participants.
@@ -54,6 +55,12 @@ def _fts(terms: list[str]) -> str:
     return " OR ".join(f'"{t}"*' if len(t) >= 4 else f'"{t}"' for t in terms)
 
 
+def _participant_match(participant: str) -> str | None:
+    """An FTS5 phrase on the participants column (exactness is checked on the row itself)."""
+    words = _WORD.findall(participant.lower())
+    return f'participants : "{" ".join(words)}"' if words else None
+
+
 def _matches(text_words: set[str], term: str) -> bool:
     if len(term) >= 4:
         return any(w.startswith(term) for w in text_words)
@@ -68,17 +75,42 @@ AVG_HEAD_WORDS = 30.0
 
 
 _IDF_CACHE: dict[tuple[str, str, int, str], float] = {}
+_SIZE_CACHE: dict[tuple[str, str], tuple[int, int, int]] = {}
+# Terms in at most this many episodes overall are counted exactly per agent (well under a ms).
+EXACT_DF_LIMIT = 300
 
 
-def _idf(conn: sqlite3.Connection, agent_id: str, terms: list[str]) -> dict[str, float]:
+def _archive_sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:
+    """(database file, the agent's episode count, all episodes), cached per archive version.
+
+    Counting an agent's episodes walks its index range (milliseconds at 100k);
+    the newest rowid says cheaply whether the archive grew since the counts
+    were taken (an erasure may leave them briefly high: they only weigh terms).
+    """
+    db = str(conn.execute("PRAGMA database_list").fetchone()[2])
+    newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0] or 0
+    sizes = _SIZE_CACHE.get((db, agent_id))
+    if sizes is None or sizes[0] != newest:
+        total = (
+            conn.execute("SELECT count(*) FROM episodes WHERE agent_id = ?", [agent_id]).fetchone()[0] or 1
+        )
+        all_docs = conn.execute("SELECT count(*) FROM episodes").fetchone()[0] or 1
+        sizes = _SIZE_CACHE[(db, agent_id)] = (newest, total, all_docs)
+    return db, sizes[1], sizes[2]
+
+
+def _idf(
+    conn: sqlite3.Connection, agent_id: str, terms: list[str], overall: dict[str, int]
+) -> dict[str, float]:
     """Inverse document frequency of each term over this agent's archive.
 
     Per agent, because what is rare in one agent's life is not rare in
     another's: the name of the person an agent always talks to is in every
-    one of its episodes and should weigh nothing.
+    one of its episodes and should weigh nothing. The index's own counts
+    (fts5vocab) say which terms are rare overall; only those are counted per
+    agent, so a query made of common words never walks tens of thousands of rows.
     """
-    total = conn.execute("SELECT count(*) FROM episodes WHERE agent_id = ?", [agent_id]).fetchone()[0] or 1
-    db = str(conn.execute("PRAGMA database_list").fetchone()[2])
+    db, total, all_docs = _archive_sizes(conn, agent_id)
     out = {}
     for t in terms:
         # Cached per database file, agent and archive size: a new episode changes the key.
@@ -89,11 +121,16 @@ def _idf(conn: sqlite3.Connection, agent_id: str, terms: list[str]) -> dict[str,
             continue
         if len(_IDF_CACHE) > 50_000:
             _IDF_CACHE.clear()
-        df = conn.execute(
-            "SELECT count(*) FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
-            "WHERE episodes_fts MATCH ? AND e.agent_id = ?",
-            [_fts([t]), agent_id],
-        ).fetchone()[0]
+        if overall[t] > EXACT_DF_LIMIT or total == all_docs:
+            # Common overall (or one agent holds the whole archive): the overall count, scaled to
+            # this agent's share, instead of walking thousands of rows for a word that weighs little.
+            df = overall[t] * total / all_docs
+        else:
+            df = conn.execute(
+                "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid IN "
+                "(SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH ?)",
+                [agent_id, _fts([t])],
+            ).fetchone()[0]
         out[t] = _IDF_CACHE[key] = math.log(1 + (total - df + 0.5) / (df + 0.5))
     return out
 
@@ -158,6 +195,7 @@ def search_episodes(
 ) -> list[dict[str, Any]]:
     """The best `limit` episodes of `agent_id` for `query` (optionally only those with `participant`)."""
     terms = query_terms(query)
+    overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
     params: list[Any] = []
     where = "e.agent_id = ?"
     params.append(agent_id)
@@ -172,15 +210,31 @@ def search_episodes(
             "JOIN episodes e ON e.rowid = episodes_fts.rowid "
             f"WHERE episodes_fts MATCH ? AND {where} ORDER BY rank LIMIT {CANDIDATES}"
         )
-        rows = conn.execute(sql, [_fts(terms), *params]).fetchall()
+        # A bounded candidate set: the rarest terms (or the AND of the two rarest) pick candidates;
+        # every term still scores them below.
+        rows = []
+        for match in candidate_matches(overall, lambda t: _fts([t])):
+            if participant and (phrase := _participant_match(participant)):
+                # The participants column is indexed too: the filter narrows candidates inside the index.
+                match = f"({match}) AND {phrase}"
+            rows = conn.execute(sql, [match, *params]).fetchall()
+            if rows:
+                break
     else:
         rows = []
     if not rows:
         # Nothing matched (or no usable words): the most important recent memories instead.
-        sql = f"SELECT {cols}, 0.0 AS rank FROM episodes e WHERE {where} ORDER BY importance DESC, end_ts DESC LIMIT ?"
-        rows = conn.execute(sql, [*params, limit]).fetchall()
+        if participant and (phrase := _participant_match(participant)):
+            sql = (
+                f"SELECT {cols}, 0.0 AS rank FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
+                f"WHERE episodes_fts MATCH ? AND {where} ORDER BY importance DESC, end_ts DESC LIMIT ?"
+            )
+            rows = conn.execute(sql, [phrase, *params, limit]).fetchall()
+        else:
+            sql = f"SELECT {cols}, 0.0 AS rank FROM episodes e WHERE {where} ORDER BY importance DESC, end_ts DESC LIMIT ?"
+            rows = conn.execute(sql, [*params, limit]).fetchall()
 
-    idf = _idf(conn, agent_id, terms)
+    idf = _idf(conn, agent_id, terms, overall)
     term_weights = [idf.get(t, 0.0) for t in terms]
     rx = _term_regex(terms) if terms else None
     months, years = _asked_dates(query)
@@ -358,9 +412,20 @@ def _group_idf(conn: sqlite3.Connection, agent_id: str, groups: list[tuple[str, 
     a long episode look as common as its commonest. The quotes' word sets are
     loaded once per archive version (the episode count is the version: a
     compression run adds episodes) and only the newest version per agent is kept.
+    Above QUOTE_IDF_MAX_EPISODES the index's episode-level counts are used
+    instead (measured on LoCoMo: 0.807 evidence recall instead of 0.811).
     """
-    db = str(conn.execute("PRAGMA database_list").fetchone()[2])
-    total = conn.execute("SELECT count(*) FROM episodes WHERE agent_id = ?", [agent_id]).fetchone()[0]
+    db, total, all_docs = _archive_sizes(conn, agent_id)
+    if total > QUOTE_IDF_MAX_EPISODES:
+        # A large archive: counting over every remembered turn would take longer than the search,
+        # so the search index's episode counts stand in (scaled to this agent's share).
+        forms = [f for g in groups for f in g]
+        overall = document_frequencies(conn, "episodes_fts", forms)
+        out_index = []
+        for g in groups:
+            df = min(total, max((overall[f] for f in g), default=0) * total / all_docs)
+            out_index.append(math.log(1 + (total - df + 0.5) / (df + 0.5)))
+        return out_index
     cached = _QUOTE_WORDS.get((db, agent_id))
     if cached is None or cached[0] != total:
         words: list[frozenset[str]] = []
@@ -387,6 +452,7 @@ def _group_idf(conn: sqlite3.Connection, agent_id: str, groups: list[tuple[str, 
 
 
 QUOTE_CANDIDATES = 200  # episodes whose quotes are scored one by one
+QUOTE_IDF_MAX_EPISODES = 5000  # above this, term weights come from the search index, not every quote
 NEIGHBOUR_WEIGHT = 0.6  # a quote answering (or asked by) a matching turn shares some of its match
 QUOTE_SPEAKER_BOOST = 2.5  # stronger than for whole episodes: a quote has exactly one speaker
 HEAD_WEIGHT = 0.3  # the episode's name and summary (topics, anchored dates) as context for each quote
@@ -435,15 +501,29 @@ def search_quotes(
         params.append(participant)
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
     rows: list[Any] = []
+    phrase = _participant_match(participant) if participant else None
     if terms:
         sql = (
             f"SELECT {cols} FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
             f"WHERE episodes_fts MATCH ? AND {where} ORDER BY bm25(episodes_fts) LIMIT {QUOTE_CANDIDATES}"
         )
-        rows = conn.execute(sql, [_fts(terms), *params]).fetchall()
+        # Bounded candidates (see fts_terms): on a small archive this is the OR of every form.
+        for match in candidate_matches(
+            document_frequencies(conn, "episodes_fts", terms), lambda t: _fts([t])
+        ):
+            rows = conn.execute(sql, [f"({match}) AND {phrase}" if phrase else match, *params]).fetchall()
+            if rows:
+                break
     if not rows:
-        sql = f"SELECT {cols} FROM episodes e WHERE {where} ORDER BY importance DESC, end_ts DESC LIMIT 3"
-        rows = conn.execute(sql, params).fetchall()
+        if phrase:
+            sql = (
+                f"SELECT {cols} FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
+                f"WHERE episodes_fts MATCH ? AND {where} ORDER BY importance DESC, end_ts DESC LIMIT 3"
+            )
+            rows = conn.execute(sql, [phrase, *params]).fetchall()
+        else:
+            sql = f"SELECT {cols} FROM episodes e WHERE {where} ORDER BY importance DESC, end_ts DESC LIMIT 3"
+            rows = conn.execute(sql, params).fetchall()
 
     weights = _group_idf(conn, agent_id, groups)
     total_weight = sum(weights) or 1.0

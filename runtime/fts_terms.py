@@ -50,7 +50,9 @@ def document_frequencies(
                 (term, term + "\U0010ffff"),
             ).fetchone()
         else:
-            row = conn.execute(f"SELECT coalesce(sum(doc), 0) FROM temp.{vocab} WHERE term = ?", (term,)).fetchone()
+            row = conn.execute(
+                f"SELECT coalesce(sum(doc), 0) FROM temp.{vocab} WHERE term = ?", (term,)
+            ).fetchone()
         out[term] = int(row[0] or 0)
     return out
 

@@ -18,7 +18,7 @@ import orjson
 
 from tiermem.errors import NotFoundError, ValidationError
 from tiermem.ids import utcnow
-from tiermem.runtime.episode_search import search_episodes
+from tiermem.runtime.episode_search import recall_lines, search_episodes
 from tiermem.runtime.memory import FACT_SCOPES, AgentMemory
 from tiermem.runtime.scopes import list_facts, search_facts
 from tiermem.runtime.tokens import count_tokens
@@ -48,6 +48,8 @@ except ImportError:  # pragma: no cover
 NEAR_IDENTICAL = 0.95
 RELATED = 0.80
 RECALL_LIMIT = 3
+# Tokens of dated remembered turns that recall_memory adds after its episodes (the seed: 300-500 in all).
+RECALL_TURNS_BUDGET = 300
 
 RECALL_MEMORY_DESCRIPTION = (
     "Search your own memories of past interactions. Use when someone references a previous "
@@ -214,8 +216,19 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
         if ep.get("emotional_context"):
             line += f" How it felt: {ep['emotional_context']}"
         lines.append(line)
-    text = "\n".join(lines) if lines else "Nothing comes to mind about that."
-    result = {"memories": memories, "text": text}
+    # The turns themselves, best match first, one dated line each with the ids they come from:
+    # the exact words often answer what a summary cannot ("when", "how much", "what did she say").
+    turns = [
+        {"line": line, "event_ids": list(ids)}
+        for line, ids in recall_lines(
+            memory.conn, memory.agent_id, query, participant, budget=RECALL_TURNS_BUDGET
+        )
+    ]
+    if turns:
+        lines.append("What was said, as I remember it:")
+        lines.extend(t["line"] for t in turns)
+    text = "\n".join(lines) if memories else "Nothing comes to mind about that."
+    result = {"memories": memories, "turns": turns, "text": text}
     memory.record_retrieval(
         "recall_memory",
         query,

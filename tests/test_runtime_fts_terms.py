@@ -49,5 +49,7 @@ def test_bounded_candidates_keep_the_document_that_matches_the_rare_word() -> No
     terms = ["weather", "kite"]
     (match,) = candidate_matches(document_frequencies(conn, "docs_fts", terms), lambda t: f'"{t}"*', cap=100)
     assert match == '"kite"*'
-    rows = conn.execute("SELECT rowid FROM docs_fts WHERE docs_fts MATCH ? ORDER BY rank", (match,)).fetchall()
+    rows = conn.execute(
+        "SELECT rowid FROM docs_fts WHERE docs_fts MATCH ? ORDER BY rank", (match,)
+    ).fetchall()
     assert rows == [(501,)]

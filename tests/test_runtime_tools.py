@@ -154,3 +154,30 @@ def test_memory_write_layers(settings: Settings) -> None:
         assert call_tool(m, "memory_idea_recall", {"query": "green tea"})["results"] == []
         with pytest.raises(NotFoundError):
             call_tool(m, "memory_write", {"action": "remove", "layer": "L1", "content": "", "target_id": fid})
+
+
+def test_recall_memory_also_returns_the_dated_turns_with_their_ids(settings: Settings) -> None:
+    append(
+        settings,
+        episode(
+            "npc",
+            "The kite",
+            "Mira and the keeper flew a kite on the hill",
+            participants=["mira"],
+            start_ts="2023-05-08T13:56:00Z",
+            end_ts="2023-05-08T14:30:00Z",
+            key_quotes=[
+                {"text": "Yesterday the red kite broke on the hill.", "event_id": "turn-1", "speaker": "Mira"},
+                {"text": "We can mend it together.", "event_id": "turn-2", "speaker": "npc"},
+            ],
+        ),
+    )
+    project(settings)
+    with open_memory(settings, "npc") as m:
+        out = call_tool(m, "recall_memory", {"query": "when did the kite break?"})
+        cited = {i for t in out["turns"] for i in t["event_ids"]}
+        assert "turn-1" in cited
+        kite = next(t["line"] for t in out["turns"] if "turn-1" in t["event_ids"])
+        assert "red kite broke" in kite
+        # The relative date is resolved against the day it was said, and the text shows it.
+        assert "7 May 2023" in out["text"] and "red kite broke" in out["text"]
