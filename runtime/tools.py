@@ -218,15 +218,11 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
         lines.append(line)
     # The turns themselves, best match first, one dated line each with the ids they come from:
     # the exact words often answer what a summary cannot ("when", "how much", "what did she say").
-    turns = [
-        {"line": line, "event_ids": list(ids)}
-        for line, ids in recall_lines(
-            memory.conn, memory.agent_id, query, participant, budget=RECALL_TURNS_BUDGET
-        )
-    ]
-    if turns:
+    recalled = recall_lines(memory.conn, memory.agent_id, query, participant, budget=RECALL_TURNS_BUDGET)
+    turns = [{"line": line, "event_ids": list(ids)} for line, ids in recalled]
+    if recalled:
         lines.append("What was said, as I remember it:")
-        lines.extend(t["line"] for t in turns)
+        lines.extend(line for line, _ in recalled)
     text = "\n".join(lines) if memories else "Nothing comes to mind about that."
     result = {"memories": memories, "turns": turns, "text": text}
     memory.record_retrieval(

@@ -167,7 +167,11 @@ def test_recall_memory_also_returns_the_dated_turns_with_their_ids(settings: Set
             start_ts="2023-05-08T13:56:00Z",
             end_ts="2023-05-08T14:30:00Z",
             key_quotes=[
-                {"text": "Yesterday the red kite broke on the hill.", "event_id": "turn-1", "speaker": "Mira"},
+                {
+                    "text": "Yesterday the red kite broke on the hill.",
+                    "event_id": "turn-1",
+                    "speaker": "Mira",
+                },
                 {"text": "We can mend it together.", "event_id": "turn-2", "speaker": "npc"},
             ],
         ),
