@@ -21,7 +21,8 @@ either done or not.
 Per agent, the pending interactions are ordered by (ts, event_id). An agent is
 due when it has more than `min_unprocessed` (seed: "more than 15
 accumulated"); the newest `keep_recent` stay verbatim in working memory and
-pending; the rest is compressed, oldest first. Pending rows are deleted in the
+pending; the rest is compressed, oldest first. That rule is one DuckDB query
+(`SELECTION_SQL`, window functions over the pending set). Pending rows are deleted in the
 same transaction that records a committed group (see `job`).
 """
 
@@ -34,7 +35,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import orjson
+import pyarrow as pa
 
 from tiermem.compressor.scoring import Interaction
 from tiermem.ids import parse_ts
@@ -262,11 +265,6 @@ def _read_lines(base: Path, lines: set[int]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _due(refs: list[PendingRef], settings: Settings, force: bool) -> bool:
-    cfg = settings.compressor
-    return len(refs) > (cfg.keep_recent if force else max(cfg.min_unprocessed, cfg.keep_recent))
-
-
 def pending_counts(settings: Settings, agent: str | None = None) -> dict[str, int]:
     """Pending (not yet compressed) interactions per agent: what the scheduler checks.
 
@@ -286,6 +284,52 @@ def pending_counts(settings: Settings, agent: str | None = None) -> dict[str, in
     return dict(sorted(counts.items()))
 
 
+# The selection rule, in one place and in SQL: per agent, the pending interactions beyond the
+# newest `keep` (they stay verbatim in working memory), for agents with more than `due_over`.
+SELECTION_SQL = """
+SELECT event_id, agent_id, ts, segment, line, pending
+FROM (
+    SELECT *,
+           count(*) OVER (PARTITION BY agent_id) AS pending,
+           row_number() OVER (PARTITION BY agent_id ORDER BY ts DESC, event_id DESC) AS newest_rank
+    FROM pending_refs
+)
+WHERE pending > $due_over AND newest_rank > $keep
+ORDER BY agent_id, ts, event_id
+"""
+
+
+def select_due_refs(
+    refs: dict[str, list[PendingRef]], settings: Settings, *, force: bool = False
+) -> dict[str, tuple[int, list[PendingRef]]]:
+    """Run the selection rule in DuckDB over the pending references: agent -> (pending, to compress)."""
+    cfg = settings.compressor
+    rows = [r for agent_refs in refs.values() for r in agent_refs]
+    if not rows:
+        return {}
+    table = pa.table(
+        {
+            "event_id": [r.event_id for r in rows],
+            "agent_id": [r.agent_id for r in rows],
+            "ts": [r.ts for r in rows],
+            "segment": [r.segment for r in rows],
+            "line": pa.array([r.line for r in rows], pa.int64()),
+        }
+    )
+    due_over = cfg.keep_recent if force else max(cfg.min_unprocessed, cfg.keep_recent)
+    con = duckdb.connect(":memory:")
+    try:
+        con.register("pending_refs", table)
+        result = con.execute(SELECTION_SQL, {"due_over": due_over, "keep": cfg.keep_recent}).fetchall()
+    finally:
+        con.close()
+    out: dict[str, tuple[int, list[PendingRef]]] = {}
+    for event_id, agent_id, ts, segment, line, pending in result:
+        entry = out.setdefault(agent_id, (int(pending), []))
+        entry[1].append(PendingRef(event_id, agent_id, ts, segment, int(line)))
+    return out
+
+
 def select_due(
     state: CompressorState, log: EventLog, agent: str | None = None, *, force: bool = False
 ) -> Iterator[AgentSelection]:
@@ -293,11 +337,10 @@ def select_due(
 
     Call `state.take_in(log)` first. `force` compresses an agent's pending
     history even when it is not yet due (the newest `keep_recent` stay).
+    The rule itself runs in DuckDB (`SELECTION_SQL`) over the pending set.
     """
-    keep = state.settings.compressor.keep_recent
-    for agent_id, refs in state.pending_refs(agent).items():
-        if not _due(refs, state.settings, force):
-            continue
-        todo = refs[: len(refs) - keep]
+    for agent_id, (pending, todo) in select_due_refs(
+        state.pending_refs(agent), state.settings, force=force
+    ).items():
         loaded = state.load(log, todo)
-        yield AgentSelection(agent_id, len(refs), [loaded[r.event_id] for r in todo if r.event_id in loaded])
+        yield AgentSelection(agent_id, pending, [loaded[r.event_id] for r in todo if r.event_id in loaded])
