@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from tiermem.compressor.dates import human_range
+from tiermem.compressor.dates import MONTHS, human_range
 from tiermem.compressor.text import STOP_WORDS, stem
 from tiermem.ids import parse_ts
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies
@@ -135,22 +135,7 @@ def _idf(
     return out
 
 
-_MONTHS = tuple(
-    [
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-    ]
-)
+_MONTHS = tuple(m.lower() for m in MONTHS)
 
 
 def _asked_dates(query: str) -> tuple[set[str], set[str]]:

@@ -46,6 +46,7 @@ from typing import Any
 
 import orjson
 
+from tiermem.compressor.dates import MONTHS
 from tiermem.compressor.text import STOP_WORDS, WORD_RE
 from tiermem.errors import ConfigError
 from tiermem.ids import derived_event_id, format_ts
@@ -101,25 +102,7 @@ class Conversation:
 
 
 _DATE_RE = re.compile(r"(\d{1,2}):(\d{2})\s*(am|pm)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})", re.I)
-_MONTHS = {
-    m: i + 1
-    for i, m in enumerate(
-        [
-            "january",
-            "february",
-            "march",
-            "april",
-            "may",
-            "june",
-            "july",
-            "august",
-            "september",
-            "october",
-            "november",
-            "december",
-        ]
-    )
-}
+_MONTHS = {m.lower(): i + 1 for i, m in enumerate(MONTHS)}
 
 
 def parse_session_date(text: str) -> datetime:
