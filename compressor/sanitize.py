@@ -76,22 +76,8 @@ def _text(value: Any, limit: int = 2000) -> str:
     return value.replace("\x00", "").strip()[:limit]
 
 
-def repair_json(text: str) -> Any:
-    """Parse JSON that may be wrapped in prose or code fences, or cut off; None if hopeless."""
-    text = text.strip()
-    fence = re.search(r"```(?:json)?\s*(.*?)(?:```|$)", text, re.DOTALL)
-    if fence:
-        text = fence.group(1).strip()
-    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
-    if start < 0:
-        return None
-    text = text[start:]
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        pass
-    # Walk the text tracking open strings/brackets, then close what is open. A
-    # trailing fragment that cannot stand (a dangling key, a comma) is cut back.
+def _open_brackets(text: str) -> tuple[list[str], bool]:
+    """The closers still owed at the end of `text`, innermost last, and whether a string is open."""
     stack: list[str] = []
     in_string = escape = False
     for ch in text:
@@ -108,6 +94,26 @@ def repair_json(text: str) -> Any:
             stack.append("}" if ch == "{" else "]")
         elif ch in "}]" and stack:
             stack.pop()
+    return stack, in_string
+
+
+def repair_json(text: str) -> Any:
+    """Parse JSON that may be wrapped in prose or code fences, or cut off; None if hopeless."""
+    text = text.strip()
+    fence = re.search(r"```(?:json)?\s*(.*?)(?:```|$)", text, re.DOTALL)
+    if fence:
+        text = fence.group(1).strip()
+    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
+    if start < 0:
+        return None
+    text = text[start:]
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    # Walk the text tracking open strings/brackets, then close what is open. A
+    # trailing fragment that cannot stand (a dangling key, a comma) is cut back.
+    stack, in_string = _open_brackets(text)
     candidate = text + ('"' if in_string else "")
     for _ in range(200):
         try:
@@ -118,22 +124,7 @@ def repair_json(text: str) -> Any:
                 trimmed = candidate[:-1]
             candidate = trimmed
             # Recount the brackets still open in what is left.
-            stack = []
-            in_string = escape = False
-            for ch in candidate:
-                if in_string:
-                    if escape:
-                        escape = False
-                    elif ch == "\\":
-                        escape = True
-                    elif ch == '"':
-                        in_string = False
-                elif ch == '"':
-                    in_string = True
-                elif ch in "{[":
-                    stack.append("}" if ch == "{" else "]")
-                elif ch in "}]" and stack:
-                    stack.pop()
+            stack, in_string = _open_brackets(candidate)
             if in_string:
                 candidate += '"'
             if not candidate:
