@@ -16,6 +16,20 @@ from tiermem.ids import parse_ts
 from tiermem.settings import EvolverSettings
 
 
+def _auto_revision(f: Fact, now: str, decision: str, note: str, **changes: object) -> Fact:
+    """The next revision of `f`, decided by the evolver itself (no proposal, nothing merged in)."""
+    return f.with_changes(
+        decision=decision,
+        decided_by="auto",
+        note=note,
+        previous_content=None,
+        similarity=None,
+        updated_at=now,
+        revision=f.revision + 1,
+        **changes,
+    )
+
+
 def promotions(facts: Iterable[Fact], settings: EvolverSettings, now: str) -> list[Fact]:
     """Project-scoped facts seen in at least `promote_min_projects` projects → agent-type scope."""
     out = []
@@ -24,19 +38,8 @@ def promotions(facts: Iterable[Fact], settings: EvolverSettings, now: str) -> li
             continue
         if len(f.seen_projects) < settings.promote_min_projects:
             continue
-        out.append(
-            f.with_changes(
-                scope="agent_type",
-                project_id=None,
-                decision="promoted",
-                decided_by="auto",
-                note=f"seen in {len(f.seen_projects)} projects: {', '.join(f.seen_projects)}",
-                previous_content=None,
-                similarity=None,
-                updated_at=now,
-                revision=f.revision + 1,
-            )
-        )
+        note = f"seen in {len(f.seen_projects)} projects: {', '.join(f.seen_projects)}"
+        out.append(_auto_revision(f, now, "promoted", note, scope="agent_type", project_id=None))
     return out
 
 
@@ -59,21 +62,11 @@ def archivals(
         last_touch = max(parse_ts(f.updated_at), parse_ts(last_recalled.get(f.fact_id, f.updated_at)))
         if last_touch > cutoff:
             continue
-        out.append(
-            f.with_changes(
-                status=ARCHIVED,
-                decision="archived",
-                decided_by="auto",
-                note=(
-                    f"stale since {f.updated_at[:10]}, never recalled, importance {f.importance} "
-                    f"<= {settings.archive_max_importance}"
-                ),
-                previous_content=None,
-                similarity=None,
-                updated_at=now,
-                revision=f.revision + 1,
-            )
+        note = (
+            f"stale since {f.updated_at[:10]}, never recalled, importance {f.importance} "
+            f"<= {settings.archive_max_importance}"
         )
+        out.append(_auto_revision(f, now, "archived", note, status=ARCHIVED))
     return out
 
 
@@ -100,15 +93,12 @@ def kv_supersessions(facts: Iterable[Fact], now: str) -> list[Fact]:
         if value.strip().lower() in f.content.lower():
             continue  # the learned fact already says what the write says
         out.append(
-            f.with_changes(
+            _auto_revision(
+                f,
+                now,
+                "superseded",
+                f"superseded by the explicit write {kv.fact_id} = '{value}'",
                 status=INACTIVE,
-                decision="superseded",
-                decided_by="auto",
-                note=f"superseded by the explicit write {kv.fact_id} = '{value}'",
-                previous_content=None,
-                similarity=None,
-                updated_at=now,
-                revision=f.revision + 1,
                 source_event_ids=tuple(dict.fromkeys([*f.source_event_ids, *kv.source_event_ids])),
             )
         )
