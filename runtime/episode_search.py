@@ -171,6 +171,47 @@ def _bm25(counts: list[int], length: int, weights: list[float], avg_len: float =
     return sum(w * tf * (K1 + 1) / (tf + norm) for tf, w in zip(counts, weights, strict=True) if tf)
 
 
+def _candidate_rows(
+    conn: sqlite3.Connection,
+    agent_id: str,
+    cols: str,
+    rank: str,
+    terms: list[str],
+    frequencies: dict[str, int],
+    participant: str | None,
+    candidates: int,
+    fallback: int,
+) -> list[Any]:
+    """Candidate episodes for a query: `cols` plus a `rank` column, best BM25 first.
+
+    The candidate set is bounded (see fts_terms: the rarest terms, or ANDs of
+    them, pick candidates; every term still scores them afterwards). The
+    participant filter is exact on the row and, since the participants column
+    is indexed, also narrows candidates inside the index. When nothing matches
+    (or the query has no usable words): the `fallback` most important recent
+    episodes instead.
+    """
+    params: list[Any] = [agent_id]
+    where = "e.agent_id = ?"
+    if participant:
+        where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
+        params.append(participant)
+    phrase = _participant_match(participant) if participant else None
+    from_fts = "FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid"
+    if terms:
+        sql = f"SELECT {cols}, {rank} AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} ORDER BY rank LIMIT {candidates}"
+        for match in candidate_matches(frequencies, lambda t: _fts([t])):
+            rows = conn.execute(sql, [f"({match}) AND {phrase}" if phrase else match, *params]).fetchall()
+            if rows:
+                return rows
+    latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
+    if phrase:
+        sql = f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} {latest}"
+        return conn.execute(sql, [phrase, *params, fallback]).fetchall()
+    sql = f"SELECT {cols}, 0.0 AS rank FROM episodes e WHERE {where} {latest}"
+    return conn.execute(sql, [*params, fallback]).fetchall()
+
+
 def search_episodes(
     conn: sqlite3.Connection,
     agent_id: str,
@@ -181,43 +222,11 @@ def search_episodes(
     """The best `limit` episodes of `agent_id` for `query` (optionally only those with `participant`)."""
     terms = query_terms(query)
     overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
-    params: list[Any] = []
-    where = "e.agent_id = ?"
-    params.append(agent_id)
-    if participant:
-        where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
-        params.append(participant)
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context"
-    if terms:
-        weights = ", ".join(str(w) for w in COLUMN_WEIGHTS)
-        sql = (
-            f"SELECT {cols}, bm25(episodes_fts, {weights}) AS rank FROM episodes_fts "
-            "JOIN episodes e ON e.rowid = episodes_fts.rowid "
-            f"WHERE episodes_fts MATCH ? AND {where} ORDER BY rank LIMIT {CANDIDATES}"
-        )
-        # A bounded candidate set: the rarest terms (or the AND of the two rarest) pick candidates;
-        # every term still scores them below.
-        rows = []
-        for match in candidate_matches(overall, lambda t: _fts([t])):
-            if participant and (phrase := _participant_match(participant)):
-                # The participants column is indexed too: the filter narrows candidates inside the index.
-                match = f"({match}) AND {phrase}"
-            rows = conn.execute(sql, [match, *params]).fetchall()
-            if rows:
-                break
-    else:
-        rows = []
-    if not rows:
-        # Nothing matched (or no usable words): the most important recent memories instead.
-        if participant and (phrase := _participant_match(participant)):
-            sql = (
-                f"SELECT {cols}, 0.0 AS rank FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
-                f"WHERE episodes_fts MATCH ? AND {where} ORDER BY importance DESC, end_ts DESC LIMIT ?"
-            )
-            rows = conn.execute(sql, [phrase, *params, limit]).fetchall()
-        else:
-            sql = f"SELECT {cols}, 0.0 AS rank FROM episodes e WHERE {where} ORDER BY importance DESC, end_ts DESC LIMIT ?"
-            rows = conn.execute(sql, [*params, limit]).fetchall()
+    weights = ", ".join(str(w) for w in COLUMN_WEIGHTS)
+    rows = _candidate_rows(
+        conn, agent_id, cols, f"bm25(episodes_fts, {weights})", terms, overall, participant, CANDIDATES, limit
+    )
 
     idf = _idf(conn, agent_id, terms, overall)
     term_weights = [idf.get(t, 0.0) for t in terms]
@@ -390,7 +399,9 @@ _QUOTE_WORDS: dict[tuple[str, str], tuple[int, list[frozenset[str]]]] = {}
 _GROUP_DF: dict[tuple[str, str, int, str], float] = {}
 
 
-def _group_idf(conn: sqlite3.Connection, agent_id: str, groups: list[tuple[str, ...]]) -> list[float]:
+def _group_idf(
+    conn: sqlite3.Connection, agent_id: str, groups: list[tuple[str, ...]], overall: dict[str, int]
+) -> list[float]:
     """IDF of each term group over the agent's remembered turns (quotes), not its episodes.
 
     Quotes are what is ranked, and an episode-level count makes every word of
@@ -404,8 +415,6 @@ def _group_idf(conn: sqlite3.Connection, agent_id: str, groups: list[tuple[str, 
     if total > QUOTE_IDF_MAX_EPISODES:
         # A large archive: counting over every remembered turn would take longer than the search,
         # so the search index's episode counts stand in (scaled to this agent's share).
-        forms = [f for g in groups for f in g]
-        overall = document_frequencies(conn, "episodes_fts", forms)
         out_index = []
         for g in groups:
             df = min(total, max((overall[f] for f in g), default=0) * total / all_docs)
@@ -479,38 +488,13 @@ def search_quotes(
 
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]
-    params: list[Any] = [agent_id]
-    where = "e.agent_id = ?"
-    if participant:
-        where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
-        params.append(participant)
+    overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
-    rows: list[Any] = []
-    phrase = _participant_match(participant) if participant else None
-    if terms:
-        sql = (
-            f"SELECT {cols} FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
-            f"WHERE episodes_fts MATCH ? AND {where} ORDER BY bm25(episodes_fts) LIMIT {QUOTE_CANDIDATES}"
-        )
-        # Bounded candidates (see fts_terms): on a small archive this is the OR of every form.
-        for match in candidate_matches(
-            document_frequencies(conn, "episodes_fts", terms), lambda t: _fts([t])
-        ):
-            rows = conn.execute(sql, [f"({match}) AND {phrase}" if phrase else match, *params]).fetchall()
-            if rows:
-                break
-    if not rows:
-        if phrase:
-            sql = (
-                f"SELECT {cols} FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid "
-                f"WHERE episodes_fts MATCH ? AND {where} ORDER BY importance DESC, end_ts DESC LIMIT 3"
-            )
-            rows = conn.execute(sql, [phrase, *params]).fetchall()
-        else:
-            sql = f"SELECT {cols} FROM episodes e WHERE {where} ORDER BY importance DESC, end_ts DESC LIMIT 3"
-            rows = conn.execute(sql, params).fetchall()
+    rows = _candidate_rows(
+        conn, agent_id, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3
+    )
 
-    weights = _group_idf(conn, agent_id, groups)
+    weights = _group_idf(conn, agent_id, groups, overall)
     total_weight = sum(weights) or 1.0
     rx = _group_regex(groups) if groups else None
     n_groups = len(groups)
