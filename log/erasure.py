@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from tiermem.log.catalog import _q, jsonl_reader, stream_files
 from tiermem.log.events import STREAMS, stream_fields, upcast
-from tiermem.log.store import ERASED_MARK, EventLog, line_event_id
+from tiermem.log.store import ERASED_MARK, EventLog, fsync_path, line_event_id, write_atomic
 from tiermem.settings import Settings
 
 ERASURE_STREAM = "erasures"
@@ -199,20 +199,6 @@ def tombstone(event: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _replace_file(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.erase.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def rewrite_jsonl(settings: Settings, log: EventLog, path: Path, ids: set[str]) -> int:
     """Tombstone these events in a JSONL segment, under the stream lock; return how many."""
     from tiermem.log.seal import StreamLock  # local: seal imports this module
@@ -236,7 +222,7 @@ def rewrite_jsonl(settings: Settings, log: EventLog, path: Path, ids: set[str]) 
                     count += 1
         if count:
             data = b"\n".join(lines)
-            _replace_file(path, data)
+            write_atomic(path, data)
             segment = f"{stream}/{partition}/{stem}"
             # Every line of the new file is already indexed: say so, in its own byte offsets.
             conn = log._index()
@@ -272,11 +258,7 @@ def rewrite_parquet(settings: Settings, path: Path, ids: set[str]) -> int:
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(path.parent)
     return int(count)
 
 
@@ -318,7 +300,7 @@ def scrub_side_files(settings: Settings, targets: ErasureTargets, ids: set[str])
             kept = [ln for ln in lines if not (ln and _side_record_matches(ln, targets, ids))]
             if len(kept) != len(lines):
                 removed += len(lines) - len(kept)
-                _replace_file(path, b"\n".join(kept))
+                write_atomic(path, b"\n".join(kept))
     return removed
 
 

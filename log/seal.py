@@ -47,7 +47,7 @@ from tiermem.log.events import (
     USAGE_FIELDS,
     stream_fields,
 )
-from tiermem.log.store import ERASED_MARK, EventLog, line_event_id
+from tiermem.log.store import ERASED_MARK, EventLog, fsync_path, line_event_id
 from tiermem.settings import Settings
 
 ARROW_TYPES: dict[str, pa.DataType] = {
@@ -313,14 +313,6 @@ def verify_against_jsonl(con: duckdb.DuckDBPyConnection, parquet: Path, jsonl: P
     return lines
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class StreamLock:
     """The same exclusive flock every writer of the stream takes."""
 
@@ -372,7 +364,7 @@ def seal_segment(
         verify_against_jsonl(con, final, jsonl, st.st_size)
         with StreamLock(settings, stream):
             jsonl.unlink(missing_ok=True)
-            _fsync_path(part)
+            fsync_path(part)
         return None
     if st.st_size == 0:
         with StreamLock(settings, stream):
@@ -389,16 +381,16 @@ def seal_segment(
             tmp.unlink(missing_ok=True)  # never leave a half-checked file behind
             raise
         t2 = time.perf_counter()
-        _fsync_path(tmp)
+        fsync_path(tmp)
         with StreamLock(settings, stream):
             now = jsonl.stat()
             if (now.st_ino, now.st_size) != (st.st_ino, st.st_size):
                 st = now  # a late event (or an erasure rewrite) arrived meanwhile: convert again
                 continue
             os.replace(tmp, final)
-            _fsync_path(part)
+            fsync_path(part)
             jsonl.unlink()
-            _fsync_path(part)
+            fsync_path(part)
         log.forget_segment(segment)
         return SegmentSeal(
             segment,

@@ -68,7 +68,8 @@ def partition_of(event: Mapping[str, Any]) -> str:
     return "date=" + str(event["ts"])[:10]
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory by path (a directory: so a create or rename in it is durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -136,7 +137,7 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
             os.fsync(fh.fileno())
     os.replace(tmp, path)
     if durable:
-        _fsync_dir(path.parent)
+        fsync_path(path.parent)
 
 
 class _StreamWriter:
@@ -194,9 +195,9 @@ class _StreamWriter:
             part_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             if created:  # the new names must survive a crash too, not only the bytes
-                _fsync_dir(part_dir)
+                fsync_path(part_dir)
             if new_partition:
-                _fsync_dir(self.root)
+                fsync_path(self.root)
             self.fds[partition] = fd
             self.active[partition] = stem
             self.paths[partition] = (str(path), str(part_dir / f"{stem}.parquet"))
