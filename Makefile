@@ -18,7 +18,8 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(BIN)/python tools/staged.py mypy
+	$(BIN)/python tools/staged.py imports
 
 unit: $(STAMP)
 	$(BIN)/pytest

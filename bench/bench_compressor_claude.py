@@ -24,9 +24,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_compressor_offline import seed
-
 from tiermem.compressor.claude_scorer import ClaudeScorer
 from tiermem.compressor.job import run_compress
+
 from tiermem.settings import resolve_settings
 
 

@@ -19,8 +19,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from tiermem.compressor.job import run_compress
+
+from tiermem.eventlog import EventLog
 from tiermem.ids import derived_event_id, format_ts
-from tiermem.log.store import EventLog
 from tiermem.settings import resolve_settings
 
 NAMES = ["Ava", "Ben", "Chloe", "Dev", "Emma", "Finn", "Grace", "Hugo"]

@@ -4,7 +4,7 @@
 
 Two sources of proposals, each in a fresh data root, offline (no API key):
 
-- "compressor": the conversations ingested turn by turn (tiermem.locomo's
+- "compressor": the conversations ingested turn by turn (tiermem.app.locomo's
   mapping), then `tiermem.compressor.job.run_compress` (its offline scorer)
   emits the knowledge proposals;
 - "observations": LoCoMo's own per-session observations (human-written facts
@@ -33,9 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tiermem.evolver.job import run_evolve
 from tiermem.evolver.state import load_state
+
+from tiermem.app.locomo import interaction_events, load_locomo, parse_session_date
+from tiermem.eventlog import EventLog
 from tiermem.ids import derived_event_id, format_ts
-from tiermem.locomo import interaction_events, load_locomo, parse_session_date
-from tiermem.log.store import EventLog
 from tiermem.settings import Settings, resolve_settings
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "bench" / "locomo_dev.json"

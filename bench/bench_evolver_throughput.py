@@ -24,8 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tiermem.evolver.job import run_evolve
+
+from tiermem.eventlog import EventLog
 from tiermem.ids import derived_event_id, format_ts
-from tiermem.log.store import EventLog
 from tiermem.settings import resolve_settings
 
 SUBJECTS = [

@@ -16,8 +16,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tiermem.log.events import validate
-from tiermem.log.store import EventLog
+from tiermem.eventlog import EventLog
+from tiermem.events import validate
 from tiermem.settings import resolve_settings
 
 ROOT = Path(__file__).resolve().parent.parent / "data"

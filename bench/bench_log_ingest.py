@@ -1,4 +1,4 @@
-"""Bulk ingest rate of a JSONL file of realistic turns (tiermem.samples).
+"""Bulk ingest rate of a JSONL file of realistic turns (tiermem.app.samples).
 
     .venv/bin/python bench/bench_log_ingest.py [RECORDS]
 
@@ -20,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tiermem import samples
 from tiermem.ingest.pipeline import IngestInfo, ingest_file, ingest_workers
+
+from tiermem.app import samples
 from tiermem.settings import FsyncPolicy, resolve_settings
 
 ROOT = Path(__file__).resolve().parent.parent / "data"

@@ -19,11 +19,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import duckdb
-
-from tiermem import samples
-from tiermem.ids import utcnow
 from tiermem.ingest.pipeline import ingest_file
 from tiermem.log.seal import seal
+
+from tiermem.app import samples
+from tiermem.ids import utcnow
 from tiermem.settings import resolve_settings
 from tiermem.sqlviews import open_catalog
 

@@ -17,9 +17,10 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from tiermem import samples
-from tiermem.ids import utcnow
 from tiermem.ingest.pipeline import ingest_file
+
+from tiermem.app import samples
+from tiermem.ids import utcnow
 from tiermem.settings import resolve_settings
 
 ROOT = Path(__file__).resolve().parent.parent / "data"

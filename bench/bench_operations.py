@@ -25,12 +25,13 @@ from pathlib import Path
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
-
 from tiermem.compressor.job import compress_due
-from tiermem.ids import derived_event_id, format_ts
-from tiermem.jobs import run_job
-from tiermem.log.store import EventLog
 from tiermem.runtime.memory import end_session, open_memory, record_turn
+
+from tiermem.app.jobs import run_job
+from tiermem.app.sessions import handle_session_end
+from tiermem.eventlog import EventLog
+from tiermem.ids import derived_event_id, format_ts
 from tiermem.settings import resolve_settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,7 +85,9 @@ def main() -> None:
 
     ends = []
     for n in range(10):
-        with open_memory(settings, f"agent-{n:03d}", user="u", session_id=f"bench-{n}") as memory:
+        with open_memory(
+            settings, f"agent-{n:03d}", user="u", session_id=f"bench-{n}", on_session_end=handle_session_end
+        ) as memory:
             for i in range(8):
                 record_turn(memory, f"I prefer email, not phone (#{i})", "Noted.")
             t = time.perf_counter()
@@ -94,7 +97,7 @@ def main() -> None:
 
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "tiermem.cli", "--data-dir", str(settings.data_dir), "mcp", "--agent", "agent-000"],
+        args=["-m", "tiermem.app.cli", "--data-dir", str(settings.data_dir), "mcp", "--agent", "agent-000"],
         cwd=str(REPO),
     )
 

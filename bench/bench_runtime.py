@@ -22,15 +22,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tiermem.log.store import EventLog
 from tiermem.runtime.context import assemble_context
 from tiermem.runtime.episode_search import search_episodes
 from tiermem.runtime.levels import recent_items
 from tiermem.runtime.memory import open_memory, record_turn
 from tiermem.runtime.projector import project
-from tiermem.runtime.tokens import count_tokens
 from tiermem.runtime.tools import call_tool
+
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings, resolve_settings
+from tiermem.tokens import count_tokens
 
 RNG = random.Random(7)
 SYLLABLES = ["ka", "lo", "mi", "ra", "to", "ne", "su", "vi", "da", "pe", "qu", "zo", "bi", "fa", "ge", "hu"]

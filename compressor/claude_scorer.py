@@ -20,10 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 import anthropic
-
-from tiermem.compressor.dates import human_day
 from tiermem.compressor.sanitize import MalformedOutput, labels_for, sanitize_batch
 from tiermem.compressor.scoring import BatchResult, Interaction
+
+from tiermem.dates import human_day
 from tiermem.errors import TerminalError, TransientError
 from tiermem.settings import Settings
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tiermem.compressor.dates import human_date, human_range
 from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Interaction
+
+from tiermem.dates import human_date, human_range
+from tiermem.events import SCHEMA_VERSION
 from tiermem.ids import derived_event_id, format_ts
-from tiermem.log.events import SCHEMA_VERSION
 
 
 def episode_event(

@@ -33,15 +33,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
 from tiermem.compressor.relationships import relationship_events
 from tiermem.compressor.scoring import Scorer, make_scorer
 from tiermem.compressor.selection import CompressorState, pending_counts, select_due
 from tiermem.compressor.work import Chunk, scored_batches
+
 from tiermem.errors import AlreadyRunningError, TiermemError, ValidationError
+from tiermem.eventlog import EventLog, write_atomic
+from tiermem.events import MAX_TEXT, validate
 from tiermem.ids import format_ts, parse_ts
-from tiermem.log.events import MAX_TEXT, validate
-from tiermem.log.store import EventLog, write_atomic
 from tiermem.output import Progress
 from tiermem.settings import Settings
 

@@ -17,9 +17,10 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 
-from tiermem.compressor.dates import anchor_relative_dates, human_date, human_day, human_range
 from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Interaction, Quote
-from tiermem.compressor.text import any_word_pattern, content_stems, content_words, fold, stem, wordset
+
+from tiermem.dates import anchor_relative_dates, human_date, human_day, human_range
+from tiermem.text import any_word_pattern, content_stems, content_words, fold, stem, wordset
 
 MAX_EPISODE_TURNS = 8
 MAX_GAP = timedelta(hours=2)

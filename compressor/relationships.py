@@ -16,11 +16,11 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-
-from tiermem.compressor.dates import human_date
 from tiermem.compressor.selection import _as_utc
+
+from tiermem.dates import human_date
+from tiermem.events import SCHEMA_VERSION
 from tiermem.ids import content_hash, derived_event_id, format_ts
-from tiermem.log.events import SCHEMA_VERSION
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 

@@ -24,7 +24,6 @@ import re
 from typing import Any
 
 import orjson
-
 from tiermem.compressor.scoring import (
     FACT_CATEGORIES,
     BatchResult,

@@ -38,10 +38,10 @@ from typing import Any
 import duckdb
 import orjson
 import pyarrow as pa
-
 from tiermem.compressor.scoring import Interaction
+
+from tiermem.eventlog import ERASED_MARK, Checkpoints, EventLog
 from tiermem.ids import parse_ts
-from tiermem.log.store import ERASED_MARK, Checkpoints, EventLog
 from tiermem.settings import Settings
 
 STREAM = "interactions"
@@ -254,7 +254,7 @@ def _read_lines(base: Path, lines: set[int]) -> dict[int, dict[str, Any]]:
                     out[n] = orjson.loads(raw)
             return out
     if parquet.exists():
-        from tiermem.log.seal import parquet_events  # local: pyarrow only for sealed data
+        from tiermem.sealed import parquet_events  # local: pyarrow only for sealed data
 
         last = max(lines)
         for n, event in enumerate(parquet_events(parquet, keep_erased=True)):

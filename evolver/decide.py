@@ -25,10 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tiermem.evolver.merge import Merger, contradicts, estimate_tokens, merge_offline, summarize_offline
-from tiermem.evolver.similarity import normalize, text_similarity
 from tiermem.evolver.state import ACTIVE, INACTIVE, PENDING, Fact, Proposal, kv_owner
+
+from tiermem.merging import Merger, contradicts, estimate_tokens, merge_offline, summarize_offline
 from tiermem.settings import EvolverSettings
+from tiermem.similarity import normalize, text_similarity
 
 TOPIC_CONTRADICTION_MIN = 0.5  # below this, a same-topic fact is about something else
 CORRECTION_TARGET_MIN = 0.5  # how close a fact must be to the text a correction names

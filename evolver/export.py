@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
-from tiermem.errors import ValidationError
 from tiermem.evolver.state import load_state
+
+from tiermem.erased import ErasureTargets, compute_erased, erased_filter
+from tiermem.errors import ValidationError
+from tiermem.eventlog import EventLog
+from tiermem.events import STREAMS
 from tiermem.ids import format_ts, utcnow
-from tiermem.log.erasure import ErasureTargets, compute_erased, erased_filter
-from tiermem.log.events import STREAMS
-from tiermem.log.store import EventLog
 from tiermem.settings import Settings
 
 SECTIONS = {

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from tiermem.evolver.similarity import text_similarity
+from tiermem.erased import erased_filter
+from tiermem.eventlog import EventLog
 from tiermem.ids import derived_event_id, format_ts, parse_ts
-from tiermem.log.erasure import erased_filter
-from tiermem.log.store import EventLog
 from tiermem.settings import Settings
+from tiermem.similarity import text_similarity
 
 MEMORY_WRITE_TOOLS = frozenset(
     {"memory_write", "memory_fact_store", "memory_idea_save", "memory_save", "memory_store"}

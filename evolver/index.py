@@ -15,8 +15,9 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
-from tiermem.evolver.similarity import content_tokens
 from tiermem.evolver.state import ACTIVE, Fact, Proposal
+
+from tiermem.similarity import content_tokens
 
 DEFAULT_LIMIT = 20
 COMMON_MIN = 64  # below this many facts, every word is worth scanning

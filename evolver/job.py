@@ -24,11 +24,12 @@ from typing import Any
 from tiermem.evolver.decide import Decision, decide
 from tiermem.evolver.index import FactIndex
 from tiermem.evolver.lifecycle import archivals, kv_supersessions, promotions
-from tiermem.evolver.merge import Merger, make_merger
 from tiermem.evolver.state import Fact, KnowledgeState, Proposal, load_state
+
+from tiermem.eventlog import Checkpoints, EventLog
 from tiermem.ids import derived_event_id, format_ts, parse_ts, utcnow
-from tiermem.jobs import job_lock
-from tiermem.log.store import Checkpoints, EventLog
+from tiermem.locks import job_lock
+from tiermem.merging import Merger, make_merger
 from tiermem.output import Progress
 from tiermem.settings import Settings
 

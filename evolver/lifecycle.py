@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from tiermem.evolver.state import ACTIVE, ARCHIVED, INACTIVE, Fact
+
 from tiermem.ids import parse_ts
 from tiermem.settings import EvolverSettings
 

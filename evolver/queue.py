@@ -17,12 +17,13 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from tiermem.errors import NotFoundError, ValidationError
 from tiermem.evolver.decide import Decision, decide, new_fact_id
 from tiermem.evolver.job import append_events, decision_event, job_lock
-from tiermem.evolver.merge import make_merger
 from tiermem.evolver.state import INACTIVE, PENDING, Fact, KnowledgeState, Proposal, load_state
+
+from tiermem.errors import NotFoundError, ValidationError
 from tiermem.ids import format_ts, utcnow
+from tiermem.merging import make_merger
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 

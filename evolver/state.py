@@ -292,8 +292,8 @@ STATE_STREAMS = ("erasures", "knowledge", "retrievals")
 
 def load_state(settings: Settings, agent_id: str | None = None) -> KnowledgeState:
     """Fold the whole knowledge history from the log (erasures first, so erased ids never enter)."""
-    from tiermem.log.erasure import erased_filter
-    from tiermem.log.store import EventLog
+    from tiermem.erased import erased_filter
+    from tiermem.eventlog import EventLog
 
     state = KnowledgeState()
     hidden = erased_filter(settings)  # also catches events derived from erased ones after the erasure

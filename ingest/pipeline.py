@@ -44,9 +44,9 @@ from typing import IO, Any
 import orjson
 
 from tiermem.errors import ValidationError
+from tiermem.eventlog import AppendResult, EventLog
+from tiermem.events import stream_of, validate
 from tiermem.ids import format_ts, to_ms, utcnow
-from tiermem.log.events import stream_of, validate
-from tiermem.log.store import AppendResult, EventLog
 from tiermem.output import Progress
 from tiermem.settings import FsyncPolicy, Settings
 

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 import pyarrow.parquet as pq
 
+from tiermem.eventlog import write_atomic
+from tiermem.events import SCHEMA_VERSION, STREAMS
 from tiermem.ids import format_ts, utcnow
-from tiermem.log.events import SCHEMA_VERSION, STREAMS
-from tiermem.log.store import write_atomic
 from tiermem.settings import Settings
 
 MANIFEST_NAME = "_manifest.json"

@@ -22,19 +22,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tiermem.catalog import DUCK_TYPES, _q, jsonl_reader
 from tiermem.errors import LogCorruptionError
-from tiermem.ids import format_ts, utcnow
-from tiermem.log.catalog import DUCK_TYPES, _q, jsonl_reader
-from tiermem.log.events import (
+from tiermem.eventlog import ERASED_MARK, EventLog, fsync_path, line_event_id
+from tiermem.events import (
     BOOL,
     FLOAT,
     INT,
@@ -47,7 +45,7 @@ from tiermem.log.events import (
     USAGE_FIELDS,
     stream_fields,
 )
-from tiermem.log.store import ERASED_MARK, EventLog, fsync_path, line_event_id
+from tiermem.ids import format_ts, utcnow
 from tiermem.settings import Settings
 
 ARROW_TYPES: dict[str, pa.DataType] = {
@@ -97,37 +95,6 @@ class SealInfo:
     rows_per_s: float = 0.0
     manifest: str = ""
     segments: list[SegmentSeal] = field(default_factory=list)
-
-
-# ------------------------------------------------------------------ reading
-
-
-def _decode(kind: str, value: Any) -> Any:
-    if kind == TS:
-        return format_ts(value)
-    if kind == JSON:
-        return orjson.loads(value)
-    if kind == USAGE:
-        return {k: v for k, v in value.items() if v is not None}
-    return value
-
-
-def parquet_events(path: Path, *, keep_erased: bool = False) -> Iterator[dict[str, Any]]:
-    """Rows of a sealed segment back as event dicts, identical to what the JSONL line gave."""
-    table = pq.read_table(path)
-    stream = path.parent.parent.name
-    kinds = {**stream_fields(stream), ERASED_MARK: BOOL} if stream in STREAMS else {}
-    names = table.column_names
-    for batch in table.to_batches(max_chunksize=8192):
-        columns = [(n, kinds.get(n, STR), batch.column(n).to_pylist()) for n in names]
-        for i in range(batch.num_rows):
-            event: dict[str, Any] = {}
-            for name, kind, values in columns:
-                value = values[i]
-                if value is not None:
-                    event[name] = value if kind in (STR, INT, FLOAT, BOOL, STRLIST) else _decode(kind, value)
-            if keep_erased or not event.get(ERASED_MARK):
-                yield event
 
 
 # ------------------------------------------------------------------ writing

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
 from tiermem.reviewer import report as rep
 from tiermem.reviewer.charts import overview_png
+
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 

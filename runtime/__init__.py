@@ -13,7 +13,6 @@ _EXPORTS = {
     "open_memory": "tiermem.runtime.memory",
     "record_turn": "tiermem.runtime.memory",
     "end_session": "tiermem.runtime.memory",
-    "add_session_end_hook": "tiermem.runtime.memory",
     "assemble_context": "tiermem.runtime.context",
     "project": "tiermem.runtime.projector",
     "rebuild": "tiermem.runtime.projector",
@@ -21,7 +20,7 @@ _EXPORTS = {
     "tool_specs": "tiermem.runtime.tools",
     "call_tool": "tiermem.runtime.tools",
     "run_turn": "tiermem.runtime.turnloop",
-    "count_tokens": "tiermem.runtime.tokens",
+    "count_tokens": "tiermem.tokens",
 }
 
 __all__ = sorted(_EXPORTS)

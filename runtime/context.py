@@ -32,12 +32,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tiermem.ids import utcnow
 from tiermem.runtime.episode_search import search_episodes
 from tiermem.runtime.levels import check_level, recent_items
 from tiermem.runtime.memory import AgentMemory
 from tiermem.runtime.scopes import list_facts, search_facts
-from tiermem.runtime.tokens import count_tokens
+
+from tiermem.ids import utcnow
+from tiermem.tokens import count_tokens
 
 PROMPT_ORDER = (
     "base",

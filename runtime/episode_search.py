@@ -28,11 +28,11 @@ import sqlite3
 from typing import Any
 
 import orjson
-
-from tiermem.compressor.dates import MONTHS, human_range
-from tiermem.compressor.text import STOP_WORDS, stem
-from tiermem.ids import parse_ts
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies
+
+from tiermem.dates import MONTHS, human_range
+from tiermem.ids import parse_ts
+from tiermem.text import STOP_WORDS, stem
 
 CANDIDATES = 60
 # bm25() weights per column of episodes_fts: name, summary, quotes, participants.
@@ -484,7 +484,7 @@ def search_quotes(
     contains resolved against that date, so `render_quote_block` can state
     when it was said compactly.
     """
-    from tiermem.compressor.dates import anchor_relative_dates, human_date
+    from tiermem.dates import anchor_relative_dates, human_date
 
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tiermem.errors import ValidationError
-from tiermem.log.events import MEMORY_LEVELS
+from tiermem.events import MEMORY_LEVELS
 
 T = TypeVar("T")
 

@@ -7,9 +7,10 @@ applying the same events again later changes nothing.
 
 `record_turn` is the hot path after every turn: exactly one durable append
 of the enriched `interaction` plus its working-memory row, nothing else.
-`end_session` appends `session_ended` and then calls the session-end hooks
-(the operations engineer wires gap-fill and compression there with
-`add_session_end_hook`), so the turn path never waits for batch work.
+`end_session` appends `session_ended` and then calls the memory's
+`on_session_end` hook, which the application layer supplies (gap-fill and
+compression, inline or left to a running scheduler); the runtime itself never
+imports batch work, so the turn path never waits for it.
 """
 
 from __future__ import annotations
@@ -19,41 +20,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiermem.errors import LimitExceededError, NotFoundError, ValidationError
-from tiermem.ids import new_event_id
-from tiermem.log.events import SCOPES, validate
-from tiermem.log.store import EventLog
 from tiermem.runtime import hotstore
 from tiermem.runtime.levels import check_level, current_level, transition_event
 from tiermem.runtime.projector import apply_now, kv_fact_id
 from tiermem.runtime.scopes import KV_ORDER, ScopeContext, kv_lookup
-from tiermem.runtime.tokens import count_tokens
+
+from tiermem.errors import LimitExceededError, NotFoundError, ValidationError
+from tiermem.eventlog import EventLog
+from tiermem.events import SCOPES, validate
+from tiermem.ids import new_event_id
 from tiermem.settings import Settings
+from tiermem.tokens import count_tokens
 
 FACT_SCOPES = ("agent", *SCOPES)  # "agent" = private to the writing agent (no scope field)
 
 SessionEndHook = Callable[[Settings, str, str], Any]
-
-
-def process_session_end_hook(settings: Settings, agent_id: str, session_id: str) -> Any:
-    """Default hook (operations): gap-fill + compress-if-due, via the scheduler if one runs, else inline."""
-    from tiermem.sessions import handle_session_end  # local: keeps batch imports off the turn path
-
-    return handle_session_end(settings, agent_id, session_id)
-
-
-_SESSION_END_HOOKS: list[SessionEndHook] = [process_session_end_hook]
-
-
-def add_session_end_hook(hook: SessionEndHook) -> None:
-    """Run `hook(settings, agent_id, session_id)` after every `end_session` (e.g. gap-fill)."""
-    if hook not in _SESSION_END_HOOKS:
-        _SESSION_END_HOOKS.append(hook)
-
-
-def remove_session_end_hook(hook: SessionEndHook) -> None:
-    if hook in _SESSION_END_HOOKS:
-        _SESSION_END_HOOKS.remove(hook)
 
 
 @dataclass
@@ -69,6 +50,7 @@ class AgentMemory:
     user: str | None = None
     level: str | None = None  # None: the level of the agent's newest item
     base_context: str | None = None
+    on_session_end: SessionEndHook | None = field(default=None, repr=False)
     conn: sqlite3.Connection = field(init=False, repr=False)
     _log: EventLog | None = field(default=None, init=False, repr=False)
 
@@ -348,6 +330,7 @@ def open_memory(
     user: str | None = None,
     level: str | None = None,
     base_context: str | None = None,
+    on_session_end: SessionEndHook | None = None,
 ) -> AgentMemory:
     """Bind a memory to one agent and its scopes (call `project(settings)` first to catch up)."""
     return AgentMemory(
@@ -360,6 +343,7 @@ def open_memory(
         user=user,
         level=level,
         base_context=base_context,
+        on_session_end=on_session_end,
     )
 
 
@@ -428,7 +412,7 @@ def end_session(
     reason: str | None = None,
     on_session_end: SessionEndHook | None = None,
 ) -> str:
-    """Append `session_ended`, then run the session-end hooks (gap-fill, compression triggers)."""
+    """Append `session_ended`, then run the session-end hook (`on_session_end`, else the memory's)."""
     sid = session_id or memory.session_id
     if not sid:
         raise ValidationError("session_id", "missing: give one or open the memory with a session_id")
@@ -438,7 +422,8 @@ def end_session(
     if reason:
         record["reason"] = reason
     event = memory.append([record])[0]
-    for hook in [*_SESSION_END_HOOKS, *([on_session_end] if on_session_end else [])]:
+    hook = on_session_end or memory.on_session_end
+    if hook is not None:
         hook(memory.settings, memory.agent_id, sid)
     return str(event["event_id"])
 

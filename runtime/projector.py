@@ -15,7 +15,7 @@ items they name to exist).
 Position: the authoritative position (lines and bytes read per segment) lives
 in the hot store's `meta` table and commits together with the rows, so a crash
 can never leave the two out of step; it is mirrored to the `projector`
-checkpoint (`tiermem.log.store.Checkpoints`) for operators. Open JSONL segments
+checkpoint (`tiermem.eventlog.Checkpoints`) for operators. Open JSONL segments
 are read from the byte offset where the last pass stopped, so catching up
 costs what is new, not the size of the log.
 """
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
-from tiermem.log.events import upcast
-from tiermem.log.store import ERASED_MARK, Checkpoints, EventLog
 from tiermem.runtime import hotstore
+
+from tiermem.eventlog import ERASED_MARK, Checkpoints, EventLog
+from tiermem.events import upcast
 from tiermem.settings import Settings
 
 CONSUMER = "projector"
@@ -543,7 +543,7 @@ def _segment_events(
         if path.suffix == ".parquet":
             if nbytes == -1 and stamp == st.st_mtime_ns:
                 continue
-            from tiermem.log.seal import parquet_events  # pyarrow only for sealed data
+            from tiermem.sealed import parquet_events  # pyarrow only for sealed data
 
             n = -1
             for n, event in enumerate(parquet_events(path, keep_erased=True)):

@@ -15,34 +15,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-
-from tiermem.errors import NotFoundError, ValidationError
-from tiermem.ids import utcnow
 from tiermem.runtime.episode_search import recall_lines, search_episodes
 from tiermem.runtime.memory import FACT_SCOPES, AgentMemory
 from tiermem.runtime.scopes import list_facts, search_facts
-from tiermem.runtime.tokens import count_tokens
 
-try:  # the evolver's lexical similarity (seed 001 §8 thresholds)
-    from tiermem.evolver.similarity import text_similarity
-except ImportError:  # pragma: no cover - fallback while the evolver is absent
-
-    def text_similarity(a: str, b: str) -> float:
-        sa, sb = set(a.lower().split()), set(b.lower().split())
-        return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+from tiermem.errors import NotFoundError, ValidationError
+from tiermem.ids import utcnow
+from tiermem.merging import merge_offline
+from tiermem.similarity import text_similarity
+from tiermem.tokens import count_tokens
 
 
-try:
-    from tiermem.evolver.merge import merge_offline as _merge_offline
-
-    def merge_texts(old: str, new: str) -> tuple[str, str | None]:
-        result = _merge_offline(old, new)
-        return result.content, result.note
-
-except ImportError:  # pragma: no cover
-
-    def merge_texts(old: str, new: str) -> tuple[str, str | None]:
-        return (new if old in new else f"{new} (earlier: {old})"), "merged with an older note"
+def merge_texts(old: str, new: str) -> tuple[str, str | None]:
+    result = merge_offline(old, new)
+    return result.content, result.note
 
 
 NEAR_IDENTICAL = 0.95

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-
-from tiermem.errors import ConfigError, TerminalError, TiermemError, TransientError
 from tiermem.runtime.context import AssembledContext, assemble_context
 from tiermem.runtime.memory import AgentMemory, record_turn
 from tiermem.runtime.tools import call_tool, tool_specs
+
+from tiermem.errors import ConfigError, TerminalError, TiermemError, TransientError
 
 DEFAULT_MAX_TOKENS = 1024
 MAX_TOOL_ROUNDS = 8

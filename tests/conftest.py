@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tiermem.log.store import EventLog
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings, resolve_settings
 
 

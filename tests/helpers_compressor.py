@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tiermem.eventlog import EventLog
 from tiermem.ids import derived_event_id, format_ts
-from tiermem.log.store import EventLog
 
 TOPICS = [
     ("Hi there!", "Hello! Good to see you."),

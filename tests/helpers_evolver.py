@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tiermem.eventlog import EventLog
 from tiermem.ids import format_ts, new_event_id
-from tiermem.log.store import EventLog
 
 T0 = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
 

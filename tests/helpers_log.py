@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tiermem.cli import main
+from tiermem.app.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = REPO / ".venv" / "bin" / "python"

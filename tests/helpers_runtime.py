@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tiermem.log.store import EventLog
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings
 
 

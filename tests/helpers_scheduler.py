@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve()
 
 
 def tiermem_cmd(data_dir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "tiermem.cli", "--data-dir", str(data_dir), *args]
+    return [sys.executable, "-m", "tiermem.app.cli", "--data-dir", str(data_dir), *args]
 
 
 def double_cmd(double: str, data_dir: Path, *args: str) -> list[str]:
@@ -112,8 +112,8 @@ def _main() -> int:
     double, sep, *rest = sys.argv[1:]
     assert sep == "--", "usage: helpers_scheduler.py DOUBLE -- <tiermem args>"
     sys.path.insert(0, str(REPO))
-    from tiermem import jobs
-    from tiermem.cli import main
+    from tiermem.app import jobs
+    from tiermem.app.cli import main
 
     if double == "slow_compress":
         # The threshold check runs at scheduler start, so a test can catch it mid-run.

@@ -11,13 +11,13 @@ import httpx2
 import orjson
 import pytest
 from helpers_compressor import log_lines, seed_interactions
-
 from tiermem.compressor.claude_scorer import ClaudeScorer
 from tiermem.compressor.job import run_compress
 from tiermem.compressor.sanitize import repair_json, sanitize_batch
 from tiermem.compressor.selection import pending_counts
+
 from tiermem.errors import TransientError
-from tiermem.log.store import EventLog
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 

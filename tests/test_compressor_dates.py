@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiermem.compressor import dates
+from tiermem import dates
 
 AT = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)  # a Monday
 

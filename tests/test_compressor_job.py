@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 from helpers_compressor import log_lines, seed_interactions
-
 from tiermem.compressor.job import compress_due, run_compress
 from tiermem.compressor.offline_scorer import OfflineScorer
 from tiermem.compressor.scoring import BatchResult, Interaction
 from tiermem.compressor.selection import CompressorState, pending_counts
-from tiermem.log.events import validate
-from tiermem.log.store import EventLog
+
+from tiermem.eventlog import EventLog
+from tiermem.events import validate
 from tiermem.settings import Settings, resolve_settings
 from tiermem.sqlviews import open_catalog
 
@@ -157,7 +157,7 @@ def test_cli_compress_json(settings: Settings, event_log: EventLog) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("ANTHROPIC_API_KEY", None)
     out = subprocess.run(
-        [sys.executable, "-m", "tiermem.cli", "--data-dir", str(settings.data_dir), "compress", "--json"],
+        [sys.executable, "-m", "tiermem.app.cli", "--data-dir", str(settings.data_dir), "compress", "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -284,6 +284,7 @@ def test_a_model_answer_is_never_asked_twice_after_a_crash_before_the_checkpoint
 
 def test_events_built_off_schema_are_appended_in_their_validated_form() -> None:
     from tiermem.compressor.job import _Prepared
+
     from tiermem.errors import TiermemError
 
     good = validate(
@@ -321,7 +322,7 @@ def test_a_threshold_check_with_nothing_due_takes_in_what_was_appended(
 
 
 def test_a_data_root_of_the_first_version_is_migrated(settings: Settings, event_log: EventLog) -> None:
-    from tiermem.log.store import Checkpoints
+    from tiermem.eventlog import Checkpoints
 
     a = seed_interactions(event_log, "agent-a", 40)
     b = seed_interactions(event_log, "agent-b", 40, user="bob")

@@ -8,9 +8,9 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers_scheduler import clean_env, tiermem_cmd
-
-from tiermem.demo_story import STORY
 from tiermem.runtime.context import PROMPT_ORDER
+
+from tiermem.app.demo_story import STORY
 
 
 def _demo(data: Path) -> dict:

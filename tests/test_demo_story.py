@@ -13,10 +13,10 @@ from typing import Any
 
 import anthropic
 import httpx2
-
-from tiermem.demo_story import STORY, StoryInfo, new_turn, play_sessions
-from tiermem.log.store import EventLog
 from tiermem.runtime.projector import project
+
+from tiermem.app.demo_story import STORY, StoryInfo, new_turn, play_sessions
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from tiermem.evolver.decide import decide, new_fact_id
-from tiermem.evolver.merge import contradicts, merge_offline
 from tiermem.evolver.state import Fact, Proposal
+
+from tiermem.merging import contradicts, merge_offline
 from tiermem.settings import EvolverSettings
 
 NOW = "2026-11-21T10:00:00.000Z"

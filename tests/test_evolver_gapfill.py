@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from helpers_evolver import append_all, at, interaction, proposal
-
 from tiermem.evolver.gapfill import extract_statements, is_correction, process_session_end
-from tiermem.log.store import EventLog
+
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings
 
 

@@ -13,12 +13,12 @@ import anthropic
 import httpx2
 import pytest
 from helpers_evolver import T0, append_all, at, interaction, proposal
-
-from tiermem.cli import main
 from tiermem.evolver.gapfill import process_session_end
 from tiermem.evolver.job import run_evolve
+
+from tiermem.app.cli import main
+from tiermem.eventlog import EventLog
 from tiermem.ids import new_event_id
-from tiermem.log.store import EventLog
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 

@@ -8,12 +8,12 @@ from contextlib import redirect_stdout
 
 import pytest
 from helpers_evolver import append_all, interaction, proposal
-
-from tiermem.cli import main
-from tiermem.errors import NotFoundError, ValidationError
 from tiermem.evolver import queue
 from tiermem.evolver.job import run_evolve
-from tiermem.log.store import EventLog
+
+from tiermem.app.cli import main
+from tiermem.errors import NotFoundError, ValidationError
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 

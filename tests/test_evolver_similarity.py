@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiermem.evolver.similarity import embeddings_available, similarity, text_similarity
+from tiermem.similarity import embeddings_available, similarity, text_similarity
 
 
 def test_identical_after_normalisation_is_one() -> None:

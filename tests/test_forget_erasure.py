@@ -12,16 +12,16 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 from helpers_evolver import append_all, interaction, proposal
-
-from tiermem.cli import main
-from tiermem.errors import NotFoundError, ValidationError
 from tiermem.evolver.export import export
-from tiermem.evolver.forget import forget
 from tiermem.evolver.gapfill import process_session_end
 from tiermem.evolver.job import run_evolve
 from tiermem.log.seal import seal
-from tiermem.log.store import EventLog
 from tiermem.reviewer.job import report_paths, run_review
+
+from tiermem.app.cli import main
+from tiermem.app.forget import forget
+from tiermem.errors import NotFoundError, ValidationError
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 

@@ -8,10 +8,10 @@ from typing import Any
 import orjson
 import pytest
 from helpers_log import all_lines, interaction, run_cli, write_jsonl
+from tiermem.ingest.pipeline import ingest_file
 
 from tiermem.errors import ValidationError
-from tiermem.ingest.pipeline import ingest_file
-from tiermem.log.events import validate
+from tiermem.events import validate
 from tiermem.settings import Settings
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers_log import PYTHON, REPO, all_lines, write_jsonl
-
-from tiermem import samples
 from tiermem.ingest.pipeline import ingest_file
+
+from tiermem.app import samples
 from tiermem.settings import Settings
 
 INGEST = """
@@ -93,8 +93,9 @@ def test_stdin_stream_ingest(settings: Settings, tmp_path: Path) -> None:
 
 
 def test_bulk_ids_are_the_documented_derived_ids() -> None:
-    from tiermem.ids import derived_event_id, parse_ts
     from tiermem.ingest.pipeline import line_event_id
+
+    from tiermem.ids import derived_event_id, parse_ts
 
     for ts in ("1970-01-01T00:00:00.000Z", "2026-11-20T10:00:00.123Z", "9999-12-31T23:59:59.999Z"):
         line = '{"user_message": "héllo \\"x\\""}'.encode()

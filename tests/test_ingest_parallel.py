@@ -14,9 +14,9 @@ import orjson
 import pytest
 from helpers_log import PYTHON, REPO, interaction, run_cli, write_jsonl
 from test_ingest_bad_records import BAD
-
 from tiermem.ingest import pipeline
 from tiermem.ingest.pipeline import ingest_file
+
 from tiermem.settings import Settings, resolve_settings
 
 

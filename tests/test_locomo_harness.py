@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from tiermem.locomo import (
+from tiermem.app.locomo import (
     BM25,
     Item,
     Question,

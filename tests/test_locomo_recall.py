@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
-from tiermem.locomo import TiermemContext, load_locomo, prepare
 from tiermem.runtime.episode_search import (
     query_term_groups,
     recall_lines,
     render_quote_block,
     search_quotes,
 )
+
+from tiermem.app.locomo import TiermemContext, load_locomo, prepare
 from tiermem.settings import Settings, resolve_settings
 
 FILLER = ["Nice weather today, the sky is clear.", "Yes, quite sunny and warm outside."]

@@ -8,14 +8,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from helpers_log import interaction, write_jsonl
-
-from tiermem.errors import ValidationError
-from tiermem.ids import format_ts
 from tiermem.ingest.pipeline import ingest_file
-from tiermem.log import catalog
-from tiermem.log.erasure import erased_filter
 from tiermem.log.seal import seal
-from tiermem.log.store import Checkpoints, EventLog
+
+from tiermem import catalog
+from tiermem.erased import erased_filter
+from tiermem.errors import ValidationError
+from tiermem.eventlog import Checkpoints, EventLog
+from tiermem.ids import format_ts
 from tiermem.settings import Settings
 
 SECRET = "my-bank-pin-is-4417"

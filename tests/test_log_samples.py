@@ -6,9 +6,9 @@ from datetime import date
 from pathlib import Path
 
 import orjson
-
-from tiermem import samples
 from tiermem.ingest.pipeline import ingest_file
+
+from tiermem.app import samples
 from tiermem.settings import Settings
 
 

@@ -10,11 +10,11 @@ from typing import Any
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-
-from tiermem.ids import format_ts
-from tiermem.log.events import validate, validate_full
 from tiermem.log.seal import seal
-from tiermem.log.store import EventLog
+
+from tiermem.eventlog import EventLog
+from tiermem.events import validate, validate_full
+from tiermem.ids import format_ts
 from tiermem.settings import resolve_settings
 
 text = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=40)

@@ -10,13 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers_log import interaction, run_cli, segment_files
-
-from tiermem import samples
-from tiermem.ids import format_ts
 from tiermem.ingest.pipeline import ingest_file
-from tiermem.log import catalog, manifest
+from tiermem.log import manifest
 from tiermem.log.seal import arrow_schema, seal
-from tiermem.log.store import Checkpoints, EventLog
+
+from tiermem import catalog
+from tiermem.app import samples
+from tiermem.eventlog import Checkpoints, EventLog
+from tiermem.ids import format_ts
 from tiermem.settings import Settings
 
 QUERIES = [
@@ -173,8 +174,9 @@ def test_replaying_sealed_days_creates_no_empty_segments(settings: Settings, tmp
 def test_a_parquet_file_that_does_not_match_the_jsonl_is_never_renamed(
     settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tiermem.errors import LogCorruptionError
     from tiermem.log import seal as seal_module
+
+    from tiermem.errors import LogCorruptionError
 
     _sample(settings, tmp_path, days=2, per_day=30)
     real = seal_module.write_parquet_from_jsonl
@@ -195,8 +197,9 @@ def test_a_parquet_file_that_does_not_match_the_jsonl_is_never_renamed(
 def test_fast_id_verification_accepts_the_real_file_and_refuses_any_change(
     settings: Settings, tmp_path: Path
 ) -> None:
-    from tiermem.errors import LogCorruptionError
     from tiermem.log.seal import duck, verify_against_jsonl, verify_ids_by_bytes, write_parquet_from_jsonl
+
+    from tiermem.errors import LogCorruptionError
 
     _sample(settings, tmp_path, days=1, per_day=300)
     (jsonl,) = segment_files(settings.data_dir)

@@ -9,10 +9,10 @@ from pathlib import Path
 import orjson
 import pytest
 from helpers_log import interaction, run_cli, write_jsonl
-
-from tiermem.errors import ReadOnlyQueryError
 from tiermem.ingest.pipeline import ingest_file
 from tiermem.log.sql import run_query
+
+from tiermem.errors import ReadOnlyQueryError
 from tiermem.settings import Settings
 
 

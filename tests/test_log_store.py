@@ -14,7 +14,7 @@ import pytest
 from helpers_log import PYTHON, REPO, all_lines, interaction, segment_files
 
 from tiermem.errors import ValidationError
-from tiermem.log.store import Checkpoints, EventLog
+from tiermem.eventlog import Checkpoints, EventLog
 from tiermem.settings import Settings
 
 
@@ -75,7 +75,7 @@ def test_lines_written_but_never_indexed_still_count_as_duplicates(settings: Set
     with EventLog(settings) as log:
         log.append(interaction(1, event_id="a"))
     (seg,) = segment_files(settings.data_dir)
-    from tiermem.log.events import validate
+    from tiermem.events import validate
 
     with open(seg, "ab") as fh:  # durable, not indexed
         fh.write(orjson.dumps(validate(interaction(1, event_id="crashed"))) + b"\n")
@@ -139,7 +139,7 @@ def test_group_commit_from_many_threads_gives_whole_lines_and_unique_positions(s
 
 WRITER = """
 import sys
-from tiermem.log.store import EventLog
+from tiermem.eventlog import EventLog
 from tiermem.settings import resolve_settings
 settings = resolve_settings(data_dir=sys.argv[1], env={{}}, fsync=sys.argv[3])
 who = sys.argv[2]

@@ -13,8 +13,8 @@ import pytest
 from helpers_scheduler import REPO
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from tiermem.app.mcp_server import call_as_mcp, mcp_tools
 from tiermem.errors import ValidationError
-from tiermem.runtime.mcp_server import call_as_mcp, mcp_tools
 
 REQUIRED_TOOLS = {
     "recall_memory",
@@ -30,7 +30,7 @@ REQUIRED_TOOLS = {
 def _session(data: Path, agent: str, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "tiermem.cli", "--data-dir", str(data), "mcp", "--agent", agent],
+        args=["-m", "tiermem.app.cli", "--data-dir", str(data), "mcp", "--agent", agent],
         cwd=str(REPO),
     )
 

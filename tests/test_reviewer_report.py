@@ -12,11 +12,11 @@ import anthropic
 import httpx2
 import orjson
 from helpers_evolver import T0, append_all, interaction
-
-from tiermem.cli import main
-from tiermem.ids import format_ts
-from tiermem.log.store import EventLog
 from tiermem.reviewer.job import report_paths, run_review
+
+from tiermem.app.cli import main
+from tiermem.eventlog import EventLog
+from tiermem.ids import format_ts
 from tiermem.settings import Settings
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from helpers_runtime import append, episode, interaction
 
-from tiermem.cli import main
+from tiermem.app.cli import main
 from tiermem.settings import Settings
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 from helpers_runtime import append, episode
-
-from tiermem.errors import LimitExceededError
 from tiermem.runtime.context import PROMPT_ORDER, assemble_context
 from tiermem.runtime.memory import AgentMemory, open_memory, record_turn
 from tiermem.runtime.projector import project
-from tiermem.runtime.tokens import count_tokens
 from tiermem.runtime.tools import call_tool
+
+from tiermem.errors import LimitExceededError
 from tiermem.settings import Settings
+from tiermem.tokens import count_tokens
 
 
 def _memory(settings: Settings) -> AgentMemory:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-
 from tiermem.runtime.levels import filter_by_level, recent_items
 from tiermem.runtime.memory import AgentMemory, open_memory, record_turn
-from tiermem.runtime.tokens import count_tokens
+
 from tiermem.settings import Settings
+from tiermem.tokens import count_tokens
 
 
 def _items(levels: str) -> list[dict[str, str]]:

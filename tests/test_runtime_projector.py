@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 from helpers_runtime import append, episode, interaction
-
 from tiermem.runtime import hotstore
 from tiermem.runtime.context import assemble_context
 from tiermem.runtime.episode_search import search_episodes
 from tiermem.runtime.memory import open_memory, record_turn
 from tiermem.runtime.projector import content_digest, project, rebuild
 from tiermem.runtime.tools import call_tool
+
 from tiermem.settings import Settings
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from helpers_runtime import append
-
 from tiermem.runtime.context import assemble_context
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.projector import project
 from tiermem.runtime.scopes import ScopeContext, search_facts, source_trust, time_decay
 from tiermem.runtime.tools import call_tool
+
 from tiermem.settings import Settings
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

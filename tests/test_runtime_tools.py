@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 from helpers_runtime import append, episode
-
-from tiermem.errors import NotFoundError, ValidationError
-from tiermem.log.store import EventLog
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.projector import project
 from tiermem.runtime.tools import RECALL_MEMORY_DESCRIPTION, call_tool, tool_specs
+
+from tiermem.errors import NotFoundError, ValidationError
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings
 
 NAMES = {

@@ -9,12 +9,12 @@ import anthropic
 import httpx2
 import pytest
 from helpers_runtime import append, episode
-
-from tiermem.errors import ConfigError
-from tiermem.log.store import EventLog
 from tiermem.runtime.memory import end_session, open_memory
 from tiermem.runtime.projector import project
 from tiermem.runtime.turnloop import run_turn
+
+from tiermem.errors import ConfigError
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings
 
 

@@ -15,9 +15,9 @@ import orjson
 import pytest
 from helpers_scheduler import QUIET_SCHEDULE, spawn, tiermem_cmd, wait_for, write_config
 
+from tiermem.app.jobs import read_run_log
+from tiermem.eventlog import EventLog
 from tiermem.ids import derived_event_id, format_ts
-from tiermem.jobs import read_run_log
-from tiermem.log.store import EventLog
 from tiermem.settings import Settings, resolve_settings
 
 START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

@@ -21,9 +21,10 @@ from helpers_scheduler import (
     write_config,
 )
 
+from tiermem.app.jobs import read_run_log, run_job
+from tiermem.app.scheduler import scheduler_running
 from tiermem.errors import AlreadyRunningError
-from tiermem.jobs import job_lock, read_run_log, run_job
-from tiermem.scheduler import scheduler_running
+from tiermem.locks import job_lock
 from tiermem.settings import Settings, resolve_settings
 
 
@@ -79,7 +80,7 @@ def test_manual_job_refused_while_scheduled_run_holds_its_lock(settings: Setting
             [
                 sys.executable,
                 "-c",
-                "import sys; from tiermem.jobs import job_lock; from tiermem.settings import resolve_settings;"
+                "import sys; from tiermem.locks import job_lock; from tiermem.settings import resolve_settings;"
                 f"s = resolve_settings(data_dir={str(settings.data_dir)!r}, env={{}});"
                 "\ntry:\n with job_lock(s, 'compress'): sys.exit(0)\n"
                 "except Exception as e:\n print(e); sys.exit(5)",

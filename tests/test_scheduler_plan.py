@@ -11,9 +11,9 @@ from pathlib import Path
 from apscheduler.triggers.interval import IntervalTrigger
 from helpers_scheduler import wait_for
 
+from tiermem.app.jobs import RunRecord, append_run_record
+from tiermem.app.scheduler import PlannedJob, Scheduler, plan_jobs
 from tiermem.ids import format_ts
-from tiermem.jobs import RunRecord, append_run_record
-from tiermem.scheduler import PlannedJob, Scheduler, plan_jobs
 from tiermem.settings import Settings, resolve_settings
 
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
@@ -117,8 +117,8 @@ def test_stop_waits_for_the_running_job(settings: Settings) -> None:
 
 
 def test_nightly_review_covers_the_days_since_the_last_one(settings: Settings) -> None:
+    from tiermem.app.jobs import review_new_days
     from tiermem.ids import utcnow
-    from tiermem.jobs import review_new_days
 
     yesterday = utcnow().date() - timedelta(days=1)
     assert review_new_days(settings)["days"] == [yesterday.isoformat()]
@@ -131,7 +131,7 @@ def test_nightly_review_covers_the_days_since_the_last_one(settings: Settings) -
 
 
 def test_a_large_run_log_is_rotated_keeping_what_the_plan_needs(settings: Settings) -> None:
-    from tiermem.jobs import read_run_log, rotate_run_log, run_log_path
+    from tiermem.app.jobs import read_run_log, rotate_run_log, run_log_path
 
     _ok(settings, "seal", NOW - timedelta(days=2))
     for i in range(300):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tiermem.app.scheduler import scheduler_lock_path
+from tiermem.app.sessions import SESSIONS_CONSUMER, handle_session_end, process_pending_sessions
 from tiermem.errors import TransientError
-from tiermem.jobs import job_lock, release_flock, try_flock
-from tiermem.log.store import Checkpoints, EventLog
-from tiermem.scheduler import scheduler_lock_path
-from tiermem.sessions import SESSIONS_CONSUMER, handle_session_end, process_pending_sessions
+from tiermem.eventlog import Checkpoints, EventLog
+from tiermem.locks import job_lock, release_flock, try_flock
 from tiermem.settings import Settings
 
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 from helpers_scheduler import QUIET_SCHEDULE, spawn, tiermem_cmd, wait_for, write_config
-
-from tiermem.ids import format_ts
-from tiermem.jobs import read_run_log
-from tiermem.log.store import Checkpoints, EventLog
 from tiermem.runtime.memory import end_session, open_memory, record_turn
-from tiermem.scheduler import scheduler_running
-from tiermem.sessions import SESSIONS_CONSUMER
+
+from tiermem.app.jobs import read_run_log
+from tiermem.app.scheduler import scheduler_running
+from tiermem.app.sessions import SESSIONS_CONSUMER, handle_session_end
+from tiermem.eventlog import Checkpoints, EventLog
+from tiermem.ids import format_ts
 from tiermem.settings import Settings, resolve_settings
 
 START = datetime(2026, 2, 2, 10, 0, tzinfo=UTC)
@@ -32,7 +32,14 @@ TURNS = (
 
 
 def _session(settings: Settings, session: str, n: int) -> None:
-    with open_memory(settings, "support-bot", project_id="acme", user="alice", session_id=session) as memory:
+    with open_memory(
+        settings,
+        "support-bot",
+        project_id="acme",
+        user="alice",
+        session_id=session,
+        on_session_end=handle_session_end,
+    ) as memory:
         for i in range(n):
             msg, resp = TURNS[i % len(TURNS)]
             record_turn(memory, msg, resp, ts=format_ts(START + timedelta(minutes=i)), channel="web-chat")

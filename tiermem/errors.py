@@ -1,7 +1,7 @@
 """Exception classes shared by every part.
 
 The library raises these; the CLI turns them into one-line messages and exit
-codes at the edge (tiermem.cli), so library callers get structured errors.
+codes at the edge (tiermem.app.cli), so library callers get structured errors.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ Design decisions:
   AlreadyRunningError (exit 5). The kernel drops the lock when the process
   dies, so a crashed scheduler never leaves a stale lock behind.
 - One worker thread: the scheduler's own jobs never overlap each other; the
-  per-job flocks (tiermem.jobs) keep them from overlapping manual runs.
+  per-job flocks (tiermem.app.jobs) keep them from overlapping manual runs.
 - coalesce=True, max_instances=1, misfire_grace_time: after a sleep, a job
   that missed several firings runs once. Downtime is read from the run log:
   a daily job whose last firing passed while no scheduler ran runs once at
@@ -54,20 +54,17 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
-from tiermem.errors import AlreadyRunningError
-from tiermem.ids import format_ts, utcnow
-from tiermem.jobs import (
+from tiermem.app.jobs import (
     JOBS,
     RunRecord,
     has_run_before,
     last_success,
-    lock_is_held,
-    read_lock_holder,
-    release_flock,
     rotate_run_log,
     run_job,
-    try_flock,
 )
+from tiermem.errors import AlreadyRunningError
+from tiermem.ids import format_ts, utcnow
+from tiermem.locks import lock_is_held, read_lock_holder, release_flock, try_flock
 from tiermem.output import emit_json, format_table
 from tiermem.settings import Settings
 
@@ -393,7 +390,7 @@ jobs: """ + ", ".join(JOBS)
 
 
 def register(sub: Any) -> None:
-    from tiermem.cli import add_json_flag, command
+    from tiermem.app.cli import add_json_flag, command
 
     p = command(
         sub,

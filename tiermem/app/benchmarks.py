@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tiermem.cli import add_json_flag, command
+from tiermem.app.cli import add_json_flag, command
 from tiermem.output import emit_json
 from tiermem.settings import Settings
 
@@ -15,7 +15,7 @@ LOCOMO_EXAMPLES = """  tiermem bench locomo --data ../shared/bench/locomo_dev.js
 
 
 def _locomo(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.locomo import format_report, run_locomo
+    from tiermem.app.locomo import format_report, run_locomo
 
     result = run_locomo(args.data, args.budget, limit_conversations=args.conversations)
     if args.json:

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from tiermem.cli import add_json_flag, command
+from tiermem.app.cli import add_json_flag, command
 from tiermem.output import emit_json
 from tiermem.settings import Settings
 

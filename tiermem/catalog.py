@@ -14,8 +14,8 @@ from pathlib import Path
 
 import duckdb
 
-from tiermem.log.events import BOOL, FLOAT, INT, JSON, STR, STREAMS, STRLIST, TS, USAGE, stream_fields
-from tiermem.log.store import ERASED_MARK
+from tiermem.eventlog import ERASED_MARK
+from tiermem.events import BOOL, FLOAT, INT, JSON, STR, STREAMS, STRLIST, TS, USAGE, stream_fields
 from tiermem.settings import Settings
 
 DUCK_TYPES = {

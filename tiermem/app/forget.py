@@ -18,14 +18,13 @@ Effects, in order:
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from tiermem.erased import ErasureTargets, compute_erased, load_targets
 from tiermem.errors import NotFoundError, ValidationError
+from tiermem.eventlog import EventLog
 from tiermem.ids import new_event_id
-from tiermem.log.erasure import ErasureTargets, compute_erased, load_targets
-from tiermem.log.store import EventLog
 from tiermem.settings import Settings
 
 
@@ -103,11 +102,9 @@ def forget(
 
 def _project(settings: Settings) -> tuple[bool, dict[str, Any] | None]:
     """Bring the hot store up to date so the erasure reaches it now (if the runtime is installed)."""
-    try:
-        projector = importlib.import_module("tiermem.runtime.projector")
-    except ModuleNotFoundError:
-        return False, None
-    result = projector.project(settings)
+    from tiermem.runtime.projector import project
+
+    result = project(settings)
     try:
         from dataclasses import asdict
 

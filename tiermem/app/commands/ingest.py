@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from tiermem.cli import add_json_flag, command
+from tiermem.app.cli import add_json_flag, command
 from tiermem.errors import ValidationError
 from tiermem.output import emit_json
 from tiermem.settings import FSYNC_POLICIES, Settings

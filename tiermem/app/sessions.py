@@ -4,7 +4,7 @@ Seed 004 asks for "a post-session hook". `tiermem.runtime.end_session` appends
 a `session_ended` event (stream `sessions`) and calls `handle_session_end`,
 which takes one of two paths:
 
-- "scheduler": a scheduler holds this data root (tiermem.scheduler), so the
+- "scheduler": a scheduler holds this data root (tiermem.app.scheduler), so the
   event is left to its `sessions` job, which picks up every `session_ended`
   event since its checkpoint within `sessions_check_seconds`. The caller
   returns at once.
@@ -24,15 +24,15 @@ checkpoint moved — changes nothing the second time.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tiermem.app.jobs import summarize
 from tiermem.errors import AlreadyRunningError, TransientError
-from tiermem.jobs import job_lock, summarize
-from tiermem.log.store import Checkpoints, EventLog
+from tiermem.eventlog import Checkpoints, EventLog
+from tiermem.locks import job_lock
 from tiermem.settings import Settings
 
 SESSIONS_CONSUMER = "sessions"
@@ -44,15 +44,17 @@ CompressAgent = Callable[[Settings, str], Any]
 
 
 def _default_gap_fill(settings: Settings, agent_id: str, session_id: str) -> Any:
-    gapfill = importlib.import_module("tiermem.evolver.gapfill")
-    return gapfill.process_session_end(settings, agent_id, session_id)
+    from tiermem.evolver.gapfill import process_session_end  # local: batch code off the turn path
+
+    return process_session_end(settings, agent_id, session_id)
 
 
 def _default_compress_agent(settings: Settings, agent_id: str) -> Any:
     # run_compress selects only agents over their limit (seed 004: "more than 15"),
     # so calling it for one agent is the threshold check for that agent.
-    job = importlib.import_module("tiermem.compressor.job")
-    return job.run_compress(settings, agent=agent_id)
+    from tiermem.compressor.job import run_compress  # local: batch code off the turn path
+
+    return run_compress(settings, agent=agent_id)
 
 
 @dataclass
@@ -178,7 +180,7 @@ def handle_session_end(
 
     Call after the `session_ended` event is in the log (`end_session` does both).
     """
-    from tiermem.scheduler import scheduler_running  # local: the scheduler imports APScheduler
+    from tiermem.app.scheduler import scheduler_running  # local: the scheduler imports APScheduler
 
     start = time.monotonic()
     if scheduler_running(settings):

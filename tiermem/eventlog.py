@@ -31,8 +31,8 @@ from typing import Any
 import orjson
 
 from tiermem.errors import ValidationError
+from tiermem.events import STREAMS, stream_of, upcast, validate
 from tiermem.ids import format_ts, new_event_id, utcnow
-from tiermem.log.events import STREAMS, stream_of, upcast, validate
 from tiermem.settings import Settings
 
 INDEX_NAME = "_index.sqlite"
@@ -698,7 +698,7 @@ class EventLog:
 
     @staticmethod
     def _read_parquet(segment: str, path: Path, skip: int) -> Iterator[tuple[str, int, dict[str, Any]]]:
-        from tiermem.log.seal import parquet_events  # local: pyarrow is only needed for sealed data
+        from tiermem.sealed import parquet_events  # local: pyarrow is only needed for sealed data
 
         for n, event in enumerate(parquet_events(path, keep_erased=True)):
             if n >= skip and not event.get(ERASED_MARK):

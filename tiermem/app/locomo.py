@@ -46,11 +46,11 @@ from typing import Any
 
 import orjson
 
-from tiermem.compressor.dates import MONTHS
-from tiermem.compressor.text import STOP_WORDS, WORD_RE
+from tiermem.dates import MONTHS
 from tiermem.errors import ConfigError
 from tiermem.ids import derived_event_id, format_ts
 from tiermem.settings import Settings, resolve_settings
+from tiermem.text import STOP_WORDS, WORD_RE
 
 CATEGORIES = ("1", "2", "3", "4")
 METRICS = (
@@ -374,7 +374,7 @@ class TiermemContext:
 def prepare(settings: Settings, convs: list[Conversation]) -> dict[str, Any]:
     """Ingest, compress, evolve and project, as a user would; returns what each step did."""
     from tiermem.compressor.job import run_compress
-    from tiermem.log.store import EventLog
+    from tiermem.eventlog import EventLog
 
     steps: dict[str, Any] = {}
     with EventLog(settings) as log:

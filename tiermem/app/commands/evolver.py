@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tiermem.cli import add_json_flag, command
+from tiermem.app.cli import add_json_flag, command
 from tiermem.output import emit_json, format_table
 from tiermem.settings import Settings
 
@@ -135,7 +135,7 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _forget(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.evolver.forget import forget
+    from tiermem.app.forget import forget
 
     info = forget(settings, agent=args.agent, user=args.user, event=args.event, reason=args.reason)
     if args.json:

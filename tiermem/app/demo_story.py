@@ -5,7 +5,7 @@ generated background history that ends four days ago. This module then plays
 a scripted story on the three days after it, through the runtime exactly as a
 live agent would: for every turn the context is assembled (so the logged
 usage is the real prompt size), the reply is recorded with `record_turn`, and
-every session ends with `end_session`, whose hook (tiermem.sessions) gap-fills
+every session ends with `end_session`, whose hook (tiermem.app.sessions) gap-fills
 the session and compresses the agent when it went over its limit — inline,
 because no scheduler runs during the demo. Then the batch jobs a scheduler
 would run (compress, evolve, review, project), and finally a new turn today:
@@ -302,17 +302,10 @@ def _path(info: dict[str, Any]) -> str:
 
 def play_sessions(settings: Settings, info: StoryInfo, say: Say) -> None:
     """Record every scripted turn through the runtime and end each session (which runs its hook)."""
+    from tiermem.app.sessions import handle_session_end
     from tiermem.runtime.context import assemble_context
-    from tiermem.runtime.memory import (
-        add_session_end_hook,
-        end_session,
-        open_memory,
-        process_session_end_hook,
-        record_turn,
-        remove_session_end_hook,
-    )
-    from tiermem.runtime.tokens import count_tokens
-    from tiermem.sessions import handle_session_end
+    from tiermem.runtime.memory import end_session, open_memory, record_turn
+    from tiermem.tokens import count_tokens
 
     first = story_start()
     info.first_day = first.isoformat()
@@ -321,83 +314,73 @@ def play_sessions(settings: Settings, info: StoryInfo, say: Say) -> None:
     def capture(s: Settings, agent_id: str, session_id: str) -> None:
         outcomes.append(handle_session_end(s, agent_id, session_id))
 
-    # The demo wants each session-end result to narrate it: it runs the same hook itself.
-    remove_session_end_hook(process_session_end_hook)
-    try:
-        current_day = 0
-        for sess in STORY:
-            if sess.day != current_day:
-                current_day = sess.day
-                day = first + timedelta(days=sess.day - 1)
-                say(f"\n  Day {sess.day} — {day:%A %d %B %Y}")
-            session_id = f"story-{first:%m%d}-d{sess.day}-{sess.agent_id}-{sess.user}"
-            with open_memory(
-                settings,
-                sess.agent_id,
-                agent_type=sess.agent_type,
-                project_id=sess.project_id,
-                user=sess.user,
-                session_id=session_id,
-            ) as memory:
-                prompt_tokens: list[int] = []
-                for i, turn in enumerate(sess.turns):
-                    ts = _ts(first, sess.day, sess.hour, 2 * i)
-                    ctx = assemble_context(memory, user=sess.user, query=turn.user_message)
-                    prompt = ctx.total_tokens + count_tokens(turn.user_message)
-                    prompt_tokens.append(prompt)
-                    record_turn(
-                        memory,
-                        turn.user_message,
-                        turn.agent_response,
-                        event_id=derived_event_id(ts, "demo-story", session_id, str(i)),
-                        ts=format_ts(ts),
-                        channel=sess.channel,
-                        model="claude-sonnet-4-5",
-                        usage={
-                            "input_tokens": prompt,
-                            "output_tokens": count_tokens(turn.agent_response),
-                            "cache_read_tokens": 0,
-                            "tool_calls": len(turn.tools_used),
-                        },
-                        tools_used=list(turn.tools_used),
-                        selection_reason="direct_mention",
-                        approval_status="auto_approved",
-                        latency_ms=float(900 + 40 * len(turn.agent_response) // 10),
-                        response_length=len(turn.agent_response),
-                        metadata={"demo": "scripted reply"},
-                    )
-                    info.turns_recorded += 1
-                end_session(memory, reason="conversation over", on_session_end=capture)
-            end = outcomes[-1]
-            outcome = end.outcome
-            gap = _asdict(outcome.gap_fill) if outcome is not None and outcome.gap_fill is not None else {}
-            comp = (
-                _asdict(outcome.compression)
-                if outcome is not None and outcome.compression is not None
-                else {}
-            )
-            record = {
-                "day": sess.day,
-                "agent_id": sess.agent_id,
-                "user": sess.user,
-                "session_id": session_id,
-                "turns": len(sess.turns),
-                "prompt_tokens_avg": round(sum(prompt_tokens) / len(prompt_tokens)),
-                "session_end_path": end.path,
-                "gap_fill": gap,
-                "compression": comp,
-                "error": outcome.error if outcome is not None else end.note,
-            }
-            info.sessions.append(record)
-            say(
-                f"    {sess.agent_id} × {sess.user} ({sess.channel}, {len(sess.turns)} turns): {sess.headline}"
-            )
-            say(
-                f"      prompts assembled per turn: ~{record['prompt_tokens_avg']} tokens;"
-                f" session end ({end.path}): " + _session_end_line(gap, comp, record["error"])
-            )
-    finally:
-        add_session_end_hook(process_session_end_hook)
+    # The demo wants each session-end result to narrate it: its hook records the outcome.
+    current_day = 0
+    for sess in STORY:
+        if sess.day != current_day:
+            current_day = sess.day
+            day = first + timedelta(days=sess.day - 1)
+            say(f"\n  Day {sess.day} — {day:%A %d %B %Y}")
+        session_id = f"story-{first:%m%d}-d{sess.day}-{sess.agent_id}-{sess.user}"
+        with open_memory(
+            settings,
+            sess.agent_id,
+            agent_type=sess.agent_type,
+            project_id=sess.project_id,
+            user=sess.user,
+            session_id=session_id,
+        ) as memory:
+            prompt_tokens: list[int] = []
+            for i, turn in enumerate(sess.turns):
+                ts = _ts(first, sess.day, sess.hour, 2 * i)
+                ctx = assemble_context(memory, user=sess.user, query=turn.user_message)
+                prompt = ctx.total_tokens + count_tokens(turn.user_message)
+                prompt_tokens.append(prompt)
+                record_turn(
+                    memory,
+                    turn.user_message,
+                    turn.agent_response,
+                    event_id=derived_event_id(ts, "demo-story", session_id, str(i)),
+                    ts=format_ts(ts),
+                    channel=sess.channel,
+                    model="claude-sonnet-4-5",
+                    usage={
+                        "input_tokens": prompt,
+                        "output_tokens": count_tokens(turn.agent_response),
+                        "cache_read_tokens": 0,
+                        "tool_calls": len(turn.tools_used),
+                    },
+                    tools_used=list(turn.tools_used),
+                    selection_reason="direct_mention",
+                    approval_status="auto_approved",
+                    latency_ms=float(900 + 40 * len(turn.agent_response) // 10),
+                    response_length=len(turn.agent_response),
+                    metadata={"demo": "scripted reply"},
+                )
+                info.turns_recorded += 1
+            end_session(memory, reason="conversation over", on_session_end=capture)
+        end = outcomes[-1]
+        outcome = end.outcome
+        gap = _asdict(outcome.gap_fill) if outcome is not None and outcome.gap_fill is not None else {}
+        comp = _asdict(outcome.compression) if outcome is not None and outcome.compression is not None else {}
+        record = {
+            "day": sess.day,
+            "agent_id": sess.agent_id,
+            "user": sess.user,
+            "session_id": session_id,
+            "turns": len(sess.turns),
+            "prompt_tokens_avg": round(sum(prompt_tokens) / len(prompt_tokens)),
+            "session_end_path": end.path,
+            "gap_fill": gap,
+            "compression": comp,
+            "error": outcome.error if outcome is not None else end.note,
+        }
+        info.sessions.append(record)
+        say(f"    {sess.agent_id} × {sess.user} ({sess.channel}, {len(sess.turns)} turns): {sess.headline}")
+        say(
+            f"      prompts assembled per turn: ~{record['prompt_tokens_avg']} tokens;"
+            f" session end ({end.path}): " + _session_end_line(gap, comp, record["error"])
+        )
 
 
 def _session_end_line(gap: dict[str, Any], comp: dict[str, Any], error: str | None) -> str:
@@ -465,7 +448,7 @@ def run_batch_jobs(settings: Settings, info: StoryInfo, say: Say) -> None:
     """What a scheduler runs: compress, evolve, review, project (each under its job lock)."""
     from tiermem.compressor.job import run_compress
     from tiermem.evolver.job import run_evolve
-    from tiermem.jobs import job_lock
+    from tiermem.locks import job_lock
     from tiermem.reviewer.job import run_review
     from tiermem.runtime.projector import project
 

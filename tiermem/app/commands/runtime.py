@@ -11,13 +11,14 @@ import dataclasses
 import sys
 from typing import Any
 
-from tiermem.cli import add_json_flag, command
+from tiermem.app.cli import add_json_flag, command
 from tiermem.errors import NotFoundError
 from tiermem.output import emit_json, format_table
 from tiermem.settings import Settings
 
 
 def _memory(args: argparse.Namespace, settings: Settings, **extra: Any) -> Any:
+    from tiermem.app.sessions import handle_session_end
     from tiermem.runtime.memory import open_memory
     from tiermem.runtime.projector import project
 
@@ -27,6 +28,7 @@ def _memory(args: argparse.Namespace, settings: Settings, **extra: Any) -> Any:
         args.agent,
         agent_type=getattr(args, "agent_type", None),
         project_id=getattr(args, "project", None),
+        on_session_end=handle_session_end,
         **extra,
     )
 
@@ -62,7 +64,7 @@ def _recall(args: argparse.Namespace, settings: Settings) -> int:
     import orjson
 
     from tiermem.runtime.episode_search import search_episodes
-    from tiermem.runtime.tokens import count_tokens
+    from tiermem.tokens import count_tokens
 
     keys = (
         "episode_id",

@@ -1,9 +1,9 @@
 """`tiermem demo`: the whole system on a multi-day, multi-agent story, told by the system itself.
 
 1. The permanent log (stage 1): a generated background history of several
-   agents and users (`tiermem.samples`, ending four days ago) is ingested,
+   agents and users (`tiermem.app.samples`, ending four days ago) is ingested,
    its closed days sealed to Parquet, and queried with SQL.
-2. The story (`tiermem.demo_story`): three days of scripted conversations
+2. The story (`tiermem.app.demo_story`): three days of scripted conversations
    recorded through the runtime (`record_turn`, `end_session` and its
    session-end hook), the log queried again, the batch jobs a scheduler runs
    (compress, evolve, review, project), and today's turns: the assembled
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from tiermem.cli import add_json_flag, command
+from tiermem.app.cli import add_json_flag, command
 from tiermem.ids import utcnow
 from tiermem.output import emit_json, format_table
 from tiermem.settings import Settings
@@ -89,7 +89,7 @@ def run_demo(
     `tiermem demo` ends the history `HISTORY_ENDS_DAYS_AGO` days ago and plays
     the story on the days after it.
     """
-    from tiermem import samples
+    from tiermem.app import samples
     from tiermem.ingest.pipeline import ingest_file
     from tiermem.log.seal import seal
     from tiermem.log.sql import run_query
@@ -143,7 +143,7 @@ def run_demo(
         say(format_table(result.columns, [list(r.values()) for r in result.records()]))
 
     if story:
-        from tiermem.demo_story import run_story
+        from tiermem.app.demo_story import run_story
 
         told = run_story(settings, say)
         info.story = dataclasses.asdict(told)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-from tiermem.compressor.text import fold
+from tiermem.text import fold
 
 MONTHS = (
     "January",
@@ -172,7 +172,7 @@ _CHEAP_CHECK = re.compile(
 
 
 # Each pattern's words it cannot match without (every group needs one of its
-# words), tested on `fold(text)` (see tiermem.compressor.text): a skipped scan
+# words), tested on `fold(text)` (see tiermem.text): a skipped scan
 # could not have matched, so the result never changes.
 _LAST, _NEXT = ("last", "past"), ("next", "coming")
 _NEEDS_WORDS: dict[str, tuple[tuple[str, ...], ...]] = {

@@ -15,22 +15,22 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tiermem import __version__
+from tiermem.app.jobs import command_lock
 from tiermem.errors import TiermemError
-from tiermem.jobs import command_lock
 from tiermem.settings import Settings, resolve_settings
 
 # Modules whose `register(subparsers)` adds commands, in --help order.
 COMMAND_MODULES = (
-    "tiermem.ingest.commands",
-    "tiermem.log.commands",
-    "tiermem.compressor.commands",
-    "tiermem.reviewer.commands",
-    "tiermem.evolver.commands",
-    "tiermem.runtime.commands",
-    "tiermem.runtime.mcp_server",
-    "tiermem.scheduler",
-    "tiermem.demo",
-    "tiermem.benchmarks",
+    "tiermem.app.commands.ingest",
+    "tiermem.app.commands.log",
+    "tiermem.app.commands.compressor",
+    "tiermem.app.commands.reviewer",
+    "tiermem.app.commands.evolver",
+    "tiermem.app.commands.runtime",
+    "tiermem.app.mcp_server",
+    "tiermem.app.scheduler",
+    "tiermem.app.demo",
+    "tiermem.app.benchmarks",
 )
 
 Handler = Callable[[argparse.Namespace, Settings], int]
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         settings = resolve_settings(data_dir=args.data_dir, config_file=args.config)
-        # Manual runs of a batch job take the same lock as the scheduler's run (tiermem.jobs).
+        # Manual runs of a batch job take the same lock as the scheduler's run (tiermem.app.jobs).
         with command_lock(args.command, settings):
             code: int = args.handler(args, settings)
         return code

@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from tiermem.cli import add_json_flag, command
+from tiermem.app.cli import add_json_flag, command
 from tiermem.output import emit_json, format_table
 from tiermem.settings import Settings
 

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tiermem.evolver.similarity import content_tokens, text_similarity
 from tiermem.settings import Settings
+from tiermem.similarity import content_tokens, text_similarity
 
 _NEGATIONS = frozenset(
     {"not", "no", "never", "dont", "doesnt", "isnt", "wont", "cant", "nor", "stop", "stopped"}

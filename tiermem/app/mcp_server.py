@@ -141,7 +141,9 @@ def open_agent_memory(settings: Settings, agent_id: str, scope: Mapping[str, str
     from tiermem.runtime.projector import project
 
     project(settings)
-    return open_memory(settings, agent_id, **scope)
+    from tiermem.app.sessions import handle_session_end
+
+    return open_memory(settings, agent_id, on_session_end=handle_session_end, **scope)
 
 
 def serve_stdio(settings: Settings, agent_id: str, scope: Mapping[str, str] | None = None) -> None:
@@ -189,7 +191,7 @@ tools: recall_memory, memory_recall, memory_fact_store/recall/list, memory_idea_
 
 
 def register(sub: Any) -> None:
-    from tiermem.cli import command
+    from tiermem.app.cli import command
 
     p = command(sub, "mcp", _cmd_mcp, "serve an agent's memory tools over MCP (stdio)", EXAMPLES)
     p.add_argument("--agent", required=True, help="the agent whose memory this server exposes")

@@ -1,0 +1,35 @@
+"""Build layout: each top-level component folder is the `tiermem.<part>` package.
+
+The folders `ingest/`, `log/`, `compressor/`, `reviewer/`, `evolver/` and
+`runtime/` are the homes of their code; this maps them (and every sub-package
+found in them) into the `tiermem` namespace, so a new module or sub-package is
+picked up with no edit here. Editable installs (`pip install -e .`) resolve the
+same names through setuptools' import finder. The rest of the metadata lives
+in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).resolve().parent
+COMPONENTS = ("ingest", "log", "compressor", "reviewer", "evolver", "runtime")
+
+
+def package_layout(root: Path = ROOT) -> dict[str, str]:
+    """{package name: folder relative to the repository} for every package of the distribution."""
+    layout = {"tiermem": "tiermem"}
+    for sub in find_packages(str(root / "tiermem")):
+        layout[f"tiermem.{sub}"] = "tiermem/" + sub.replace(".", "/")
+    for part in COMPONENTS:
+        layout[f"tiermem.{part}"] = part
+        for sub in find_packages(str(root / part)):
+            layout[f"tiermem.{part}.{sub}"] = f"{part}/" + sub.replace(".", "/")
+    return layout
+
+
+if __name__ == "__main__":
+    LAYOUT = package_layout()
+    setup(packages=sorted(LAYOUT), package_dir=LAYOUT)
