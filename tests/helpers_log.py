@@ -52,6 +52,20 @@ def all_lines(data_dir: Path, stream: str = "interactions") -> list[bytes]:
     return out
 
 
+def complete_lines(data_dir: Path, stream: str = "interactions") -> list[bytes]:
+    """The newline-terminated lines of a stream's open segments.
+
+    A writer killed mid-write can leave a partial last line: that record was never
+    acknowledged, the next open moves it to quarantine, and a re-run stores it again
+    as new. Counting it as stored would expect one duplicate too many.
+    """
+    out: list[bytes] = []
+    for path in segment_files(data_dir, stream):
+        data = path.read_bytes()
+        out.extend(data[: data.rfind(b"\n") + 1].splitlines())
+    return out
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], data_dir: Path, args: Sequence[str]) -> tuple[int, str, str]:
     """Run `tiermem --data-dir DATA ARGS...` in this process; (exit code, stdout, stderr)."""
     capsys.readouterr()

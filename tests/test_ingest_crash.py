@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers_log import PYTHON, REPO, all_lines, write_jsonl
+from helpers_log import PYTHON, REPO, all_lines, complete_lines, segment_files, write_jsonl
 from tiermem.ingest.pipeline import ingest_file
 
 from tiermem.app import samples
@@ -57,7 +57,9 @@ def test_sigkilled_bulk_ingest_rerun_loses_nothing_and_doubles_nothing(
             time.sleep(0.005)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        killed_at.append(len(all_lines(settings.data_dir)))
+        # Only whole lines were stored: a kill between two writes of a batch leaves a
+        # partial last line, which the re-run quarantines and stores again as new.
+        killed_at.append(len(complete_lines(settings.data_dir)))
     assert 0 < killed_at[0] < 59_000, killed_at  # the kill really interrupted the load
     info = ingest_file(settings, src, progress=False)
     # Two byte-identical lines without id are one event (same derived id): count distinct lines.
@@ -74,6 +76,27 @@ def test_sigkilled_bulk_ingest_rerun_loses_nothing_and_doubles_nothing(
     assert want == got
     again = ingest_file(settings, src, progress=False)
     assert (again.accepted, again.duplicates) == (0, len(source))
+
+
+def test_partial_last_line_left_by_a_kill_is_stored_again_not_counted_duplicate(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The mechanism behind a kill that lands between two writes of one batch, made deterministic."""
+    src = _source(tmp_path, 1, 40)
+    source = src.read_bytes().splitlines()
+    head = write_jsonl(tmp_path / "head.jsonl", source[:25])
+    assert ingest_file(settings, head, progress=False).accepted == 25
+    (segment,) = segment_files(settings.data_dir)
+    with open(segment, "ab") as fh:
+        fh.write(source[25][: len(source[25]) // 2])  # the writer died mid-line
+    assert len(all_lines(settings.data_dir)) == 26  # a naive count takes the fragment for a line
+    assert len(complete_lines(settings.data_dir)) == 25
+    info = ingest_file(settings, src, progress=False)
+    assert (info.accepted, info.duplicates, info.rejected) == (15, 25, 0)
+    lines = complete_lines(settings.data_dir)
+    assert len(lines) == len(all_lines(settings.data_dir)) == 40
+    assert len({orjson.loads(x)["event_id"] for x in lines}) == 40
+    assert (settings.quarantine_dir / "torn.jsonl").exists()
 
 
 def test_rerun_of_a_file_without_ids_is_idempotent(settings: Settings, tmp_path: Path) -> None:
