@@ -95,10 +95,8 @@ def test_record_turn_then_context_matches_the_cli_json_byte_for_byte(
     expected = io.StringIO()
     emit_json(assemble_context(agent.runtime, user="alice", query="luggage").to_json(), expected)
     assert orjson.dumps(ctx.to_json()) == orjson.dumps(json.loads(expected.getvalue()))
-    code = main(
-        ["--data-dir", str(mem.data_dir), "context", "bot", "--project", "web", "--user", "alice"]
-        + ["--query", "luggage", "--json"]
-    )
+    argv = ["context", "bot", "--project", "web", "--user", "alice", "--query", "luggage", "--json"]
+    code = main(["--data-dir", str(mem.data_dir), *argv])
     assert code == 0
     assert capsys.readouterr().out == expected.getvalue()
 
