@@ -43,7 +43,7 @@ from tiermem.app.results import (
     Transition,
 )
 from tiermem.errors import ConfigError
-from tiermem.settings import Settings, resolve_settings
+from tiermem.settings import FsyncPolicy, Settings, resolve_settings
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -202,7 +202,7 @@ class Memory:
         self,
         source: str | Path | IO[bytes],
         *,
-        fsync: str | None = None,
+        fsync: FsyncPolicy | None = None,
         workers: int | None = None,
         progress: bool | None = False,
     ) -> IngestInfo:
@@ -213,7 +213,7 @@ class Memory:
             self._settings,
             source,
             progress=progress,
-            fsync=fsync,  # type: ignore[arg-type]  # checked by the pipeline
+            fsync=fsync,
             workers=workers,
         )
         self._wrote_log()
