@@ -1,8 +1,10 @@
 """The package a user installs: real folders (no symbolic links), every component module in the
-wheel and the sdist at its `tiermem.<part>` path, built offline from the tracked files alone."""
+wheel and the sdist at its `tiermem.<part>` path, built offline from the tracked files alone, and
+a normal (non-editable) install of the wheel that works from its own files."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -55,7 +57,7 @@ def _component_modules() -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_wheel_and_sdist_hold_every_component_module_at_its_tiermem_path(tmp_path: Path) -> None:
+def test_wheel_and_sdist_hold_every_component_module_at_its_tiermem_path_and_install(tmp_path: Path) -> None:
     src = tmp_path / "src"
     for path in _tracked():
         target = src / path
@@ -94,3 +96,44 @@ def test_wheel_and_sdist_hold_every_component_module_at_its_tiermem_path(tmp_pat
     assert root == wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1]
     assert sorted(p for p in wanted if p not in in_sdist) == []
     assert "setup.py" in in_sdist and "pyproject.toml" in in_sdist
+
+    # A normal (non-editable) install of that wheel imports and works on its own files.
+    target = tmp_path / "installed"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    code = (
+        "import sys, tiermem.runtime.memory as m, tiermem.app.api as api\n"
+        "from tiermem import Memory\n"
+        "assert m.__file__.startswith(sys.argv[1]) and api.__file__.startswith(sys.argv[1]), m.__file__\n"
+        "with Memory.open(sys.argv[2], env={}) as mem:\n"
+        "    agent = mem.agent('a')\n"
+        "    agent.record_turn('u', 'the wheel works', 'yes')\n"
+        "    print(agent.context().section('recent').text)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(target), str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "the wheel works" in out.stdout
