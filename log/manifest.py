@@ -54,13 +54,54 @@ def _jsonl_rows(path: Path) -> int:
     return count
 
 
-def refresh(settings: Settings) -> Path:
-    """Rescan the segment files and write the manifest atomically; return its path."""
+def _previous_segments(settings: Settings) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The last manifest's segment entries by (stream, partition, file): their checksums are reused."""
     previous: dict[tuple[str, str, str], dict[str, Any]] = {}
     for stream, sdata in (load(settings).get("streams") or {}).items():
         for partition, pdata in sdata.get("partitions", {}).items():
             for seg in pdata.get("segments", []):
                 previous[(stream, partition, seg["file"])] = seg
+    return previous
+
+
+def _segment_files(part: Path) -> list[Path]:
+    """The segment files of one partition, a sealed one in place of its JSONL twin mid-seal."""
+    files = []
+    for f in sorted(part.iterdir()):
+        if f.name.startswith(".") or f.suffix not in (".jsonl", ".parquet"):
+            continue
+        if f.suffix == ".jsonl" and f.with_suffix(".parquet").exists():
+            continue  # mid-seal: the Parquet twin is the segment
+        files.append(f)
+    return files
+
+
+def _segment_entry(f: Path, old: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One segment's manifest entry (None when the file went away meanwhile).
+
+    A Parquet file unchanged since the last scan (same size and mtime) keeps
+    its recorded row count and checksum instead of being read again.
+    """
+    try:
+        st = f.stat()
+    except FileNotFoundError:
+        return None
+    entry: dict[str, Any] = {"file": f.name, "format": f.suffix[1:], "bytes": st.st_size}
+    if f.suffix != ".parquet":
+        entry["rows"] = _jsonl_rows(f)
+        return entry
+    if old and old.get("bytes") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
+        entry["rows"], entry["sha256"] = old["rows"], old["sha256"]
+    else:
+        entry["rows"] = pq.ParquetFile(f).metadata.num_rows
+        entry["sha256"] = _sha256(f)
+    entry["mtime_ns"] = st.st_mtime_ns
+    return entry
+
+
+def refresh(settings: Settings) -> Path:
+    """Rescan the segment files and write the manifest atomically; return its path."""
+    previous = _previous_segments(settings)
     streams: dict[str, Any] = {}
     totals = {"rows": 0, "bytes": 0, "segments": 0}
     for stream in STREAMS:
@@ -70,29 +111,13 @@ def refresh(settings: Settings) -> Path:
         partitions: dict[str, Any] = {}
         for part in sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("date=")):
             segments = []
-            for f in sorted(part.iterdir()):
-                if f.name.startswith(".") or f.suffix not in (".jsonl", ".parquet"):
+            for f in _segment_files(part):
+                entry = _segment_entry(f, previous.get((stream, part.name, f.name)))
+                if entry is None:
                     continue
-                if f.suffix == ".jsonl" and f.with_suffix(".parquet").exists():
-                    continue  # mid-seal: the Parquet twin is the segment
-                try:
-                    st = f.stat()
-                except FileNotFoundError:
-                    continue
-                entry: dict[str, Any] = {"file": f.name, "format": f.suffix[1:], "bytes": st.st_size}
-                if f.suffix == ".parquet":
-                    old = previous.get((stream, part.name, f.name))
-                    if old and old.get("bytes") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
-                        entry["rows"], entry["sha256"] = old["rows"], old["sha256"]
-                    else:
-                        entry["rows"] = pq.ParquetFile(f).metadata.num_rows
-                        entry["sha256"] = _sha256(f)
-                    entry["mtime_ns"] = st.st_mtime_ns
-                else:
-                    entry["rows"] = _jsonl_rows(f)
                 segments.append(entry)
                 totals["rows"] += entry["rows"]
-                totals["bytes"] += st.st_size
+                totals["bytes"] += entry["bytes"]
                 totals["segments"] += 1
             partitions[part.name] = {
                 "sealed": bool(segments) and all(s["format"] == "parquet" for s in segments),

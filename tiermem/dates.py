@@ -11,6 +11,7 @@ no locale, UTC.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from tiermem.text import fold
@@ -110,7 +111,8 @@ def _count(word: str) -> int:
     return _NUMBER_WORDS.get(word.replace("a couple of", "couple of"), 1)
 
 
-def _resolve(kind: str, m: re.Match[str], at: datetime) -> str | None:
+def _resolve_day(kind: str, m: re.Match[str], at: datetime) -> str:
+    """yesterday, tomorrow, today, "the other day"."""
     said = human_date(at)
     if kind == "yesterday":
         return human_date(at - timedelta(days=1))
@@ -118,51 +120,79 @@ def _resolve(kind: str, m: re.Match[str], at: datetime) -> str | None:
         return human_date(at + timedelta(days=1))
     if kind == "today":
         return said
-    if kind == "recently":
-        return f"a few days before {said}"
-    if kind in ("last_weekday", "next_weekday", "this_weekday"):
-        day = m.group(1).capitalize()
-        target = WEEKDAYS.index(day)
-        if kind == "next_weekday":
-            delta = (target - at.weekday()) % 7 or 7
-            return f"the {day} after {said} ({human_date(at + timedelta(days=delta))})"
-        back = (at.weekday() - target) % 7 or 7
-        if kind == "this_weekday" and target > at.weekday():
-            ahead = target - at.weekday()
-            return f"the {day} after {said} ({human_date(at + timedelta(days=ahead))})"
-        return f"the {day} before {said} ({human_date(at - timedelta(days=back))})"
-    if kind in ("last_unit", "next_unit", "this_unit"):
-        unit = m.group(1).lower()
-        if unit in ("summer", "winter", "spring", "fall"):
-            year = at.year - 1 if kind == "last_unit" else at.year + (1 if kind == "next_unit" else 0)
-            return f"{unit} {year}"
-        if kind == "this_unit":
-            weekend = f"the weekend {'of' if at.weekday() >= 5 else 'after'} {said}"
-            return {
-                "week": f"the week of {said}",
-                "weekend": weekend,
-                "month": month_year(at),
-                "year": str(at.year),
-            }[unit]
-        before = kind == "last_unit"
-        if unit == "week":
-            return f"the week {'before' if before else 'after'} {said}"
-        if unit == "weekend":
-            return f"the weekend {'before' if before else 'after'} {said}"
-        if unit == "month":
-            return month_year(_add_months(at, -1 if before else 1))
-        return str(at.year - 1 if before else at.year + 1)
-    if kind == "ago":
-        n = _count(m.group(1))
-        unit = m.group(2).lower()
-        if unit == "day":
-            return human_date(at - timedelta(days=n))
-        if unit in ("week", "weekend"):
-            return f"{m.group(0)} before {said} (around {human_date(at - timedelta(weeks=n))})"
-        if unit == "month":
-            return month_year(_add_months(at, -n))
-        return str(at.year - n)
-    return None
+    return f"a few days before {said}"
+
+
+def _resolve_weekday(kind: str, m: re.Match[str], at: datetime) -> str:
+    """last/next/this <weekday>: the named day before or after the day it was said."""
+    said = human_date(at)
+    day = m.group(1).capitalize()
+    target = WEEKDAYS.index(day)
+    if kind == "next_weekday":
+        delta = (target - at.weekday()) % 7 or 7
+        return f"the {day} after {said} ({human_date(at + timedelta(days=delta))})"
+    back = (at.weekday() - target) % 7 or 7
+    if kind == "this_weekday" and target > at.weekday():
+        ahead = target - at.weekday()
+        return f"the {day} after {said} ({human_date(at + timedelta(days=ahead))})"
+    return f"the {day} before {said} ({human_date(at - timedelta(days=back))})"
+
+
+def _resolve_unit(kind: str, m: re.Match[str], at: datetime) -> str:
+    """last/next/this week, weekend, month, year or season."""
+    said = human_date(at)
+    unit = m.group(1).lower()
+    if unit in ("summer", "winter", "spring", "fall"):
+        year = at.year - 1 if kind == "last_unit" else at.year + (1 if kind == "next_unit" else 0)
+        return f"{unit} {year}"
+    if kind == "this_unit":
+        weekend = f"the weekend {'of' if at.weekday() >= 5 else 'after'} {said}"
+        return {
+            "week": f"the week of {said}",
+            "weekend": weekend,
+            "month": month_year(at),
+            "year": str(at.year),
+        }[unit]
+    before = kind == "last_unit"
+    if unit in ("week", "weekend"):
+        return f"the {unit} {'before' if before else 'after'} {said}"
+    if unit == "month":
+        return month_year(_add_months(at, -1 if before else 1))
+    return str(at.year - 1 if before else at.year + 1)
+
+
+def _resolve_ago(kind: str, m: re.Match[str], at: datetime) -> str:
+    """<n> days/weeks/months/years ago."""
+    n = _count(m.group(1))
+    unit = m.group(2).lower()
+    if unit == "day":
+        return human_date(at - timedelta(days=n))
+    if unit in ("week", "weekend"):
+        return f"{m.group(0)} before {human_date(at)} (around {human_date(at - timedelta(weeks=n))})"
+    if unit == "month":
+        return month_year(_add_months(at, -n))
+    return str(at.year - n)
+
+
+_RESOLVERS: dict[str, Callable[[str, re.Match[str], datetime], str]] = {
+    "yesterday": _resolve_day,
+    "tomorrow": _resolve_day,
+    "today": _resolve_day,
+    "recently": _resolve_day,
+    "last_weekday": _resolve_weekday,
+    "next_weekday": _resolve_weekday,
+    "this_weekday": _resolve_weekday,
+    "last_unit": _resolve_unit,
+    "next_unit": _resolve_unit,
+    "this_unit": _resolve_unit,
+    "ago": _resolve_ago,
+}
+
+
+def _resolve(kind: str, m: re.Match[str], at: datetime) -> str | None:
+    """What a relative time phrase of `kind`, said at `at`, points to."""
+    resolver = _RESOLVERS.get(kind)
+    return resolver(kind, m, at) if resolver else None
 
 
 _CHEAP_CHECK = re.compile(

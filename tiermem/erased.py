@@ -97,14 +97,15 @@ def _stream_scan(settings: Settings, stream: str) -> str | None:
     return " UNION ALL ".join(queries) if queries else None
 
 
-def compute_erased(settings: Settings, targets: ErasureTargets) -> tuple[set[str], dict[str, set[str]]]:
-    """(erased event ids, file -> ids in it still holding content) for these targets."""
-    if not targets:
-        return set(), {}
+# One scanned row: event_id, agent_id, user, participant, participants, source_event_ids,
+# is a tombstone, file.
+_Row = tuple[str, str | None, str | None, str | None, list[str] | None, list[str] | None, bool, str]
+
+
+def _scan_rows(settings: Settings) -> list[_Row]:
+    """The erasure-relevant columns of every event in every stream but the erasures."""
     con = duckdb.connect(":memory:")
-    rows: list[
-        tuple[str, str | None, str | None, str | None, list[str] | None, list[str] | None, bool, str]
-    ] = []
+    rows: list[_Row] = []
     try:
         for stream in STREAMS:
             if stream == ERASURE_STREAM:
@@ -114,17 +115,12 @@ def compute_erased(settings: Settings, targets: ErasureTargets) -> tuple[set[str
                 rows.extend(con.execute(query).fetchall())
     finally:
         con.close()
-    erased: set[str] = set(targets.event_ids)
-    derived: list[tuple[str, list[str]]] = []
-    for eid, agent, user, participant, participants, sources, is_tomb, _file in rows:
-        event: dict[str, Any] = {"event_id": eid, "agent_id": agent, "user": user, "participant": participant}
-        if participants:
-            event["participants"] = participants
-        if is_tomb or targets.matches(event):
-            erased.add(eid)
-        elif sources:
-            derived.append((eid, sources))
-    # Derived events built from erased ones carry their content (quotes, summaries).
+    return rows
+
+
+def _add_derived(erased: set[str], derived: list[tuple[str, list[str]]]) -> None:
+    """Grow `erased` with every event derived, directly or through others, from an erased one:
+    derived events built from erased ones carry their content (quotes, summaries)."""
     changed = True
     while changed:
         changed = False
@@ -136,6 +132,24 @@ def compute_erased(settings: Settings, targets: ErasureTargets) -> tuple[set[str
             else:
                 remaining.append((eid, sources))
         derived = remaining
+
+
+def compute_erased(settings: Settings, targets: ErasureTargets) -> tuple[set[str], dict[str, set[str]]]:
+    """(erased event ids, file -> ids in it still holding content) for these targets."""
+    if not targets:
+        return set(), {}
+    rows = _scan_rows(settings)
+    erased: set[str] = set(targets.event_ids)
+    derived: list[tuple[str, list[str]]] = []
+    for eid, agent, user, participant, participants, sources, is_tomb, _file in rows:
+        event: dict[str, Any] = {"event_id": eid, "agent_id": agent, "user": user, "participant": participant}
+        if participants:
+            event["participants"] = participants
+        if is_tomb or targets.matches(event):
+            erased.add(eid)
+        elif sources:
+            derived.append((eid, sources))
+    _add_derived(erased, derived)
     affected: dict[str, set[str]] = {}
     for eid, *_rest, is_tomb, file in rows:
         if eid in erased and not is_tomb:

@@ -106,6 +106,28 @@ def line_event_id(line: bytes) -> str | None:
     return eid if isinstance(eid, str) else None
 
 
+def _new_per_partition(
+    by_partition: dict[str, list[int]], ids: list[str], seen: set[str]
+) -> tuple[dict[str, list[int]], list[int]]:
+    """({partition: indexes to write}, duplicate indexes): a duplicate is an id already in the
+    log (`seen`) or repeated earlier in the same batch."""
+    if not seen and len(set(ids)) == len(ids):
+        return by_partition, []  # the bulk case: nothing seen before, no repeats, no per-id loop
+    kept: dict[str, list[int]] = {}
+    duplicates: list[int] = []
+    for partition, idxs in by_partition.items():
+        keep: list[int] = []
+        for i in idxs:
+            if ids[i] in seen:
+                duplicates.append(i)
+            else:
+                seen.add(ids[i])
+                keep.append(i)
+        if keep:
+            kept[partition] = keep
+    return kept, duplicates
+
+
 def _write_all(fd: int, payload: bytes) -> None:
     view = memoryview(payload)
     while view:
@@ -561,30 +583,22 @@ class EventLog:
         if self._reindexed != before:
             # A crashed writer's durable lines were just indexed: they may be ours.
             seen = self._indexed_ids(conn, ids)
-        duplicates: list[int] = []
-        pending: list[tuple[str, str, int, bytes, list[int]]] = []
-        # The bulk case (nothing seen before, no repeats in the batch) needs no per-id loop.
-        all_new = not seen and len(set(ids)) == len(ids)
-        for partition, idxs in by_partition.items():
-            keep: list[int] = idxs if all_new else []
-            if not all_new:
-                for i in idxs:
-                    eid = ids[i]
-                    if eid in seen:
-                        duplicates.append(i)
-                    else:
-                        seen.add(eid)  # a repeat inside the same batch is a duplicate too
-                        keep.append(i)
-            if not keep:
-                continue
+        kept, duplicates = _new_per_partition(by_partition, ids, seen)
+        pending: list[tuple[str, int, bytes, list[int]]] = []
+        for partition, keep in kept.items():
             stem, fd = targets[partition] if partition in targets else w.segment_for(partition)
-            segment = f"{w.stream}/{partition}/{stem}"
-            payload = b"".join(lines_of(keep))
-            pending.append((segment, stem, fd, payload, keep))
-        # Write every partition, then one fsync each: a batch spanning days costs
-        # one fsync per day touched, not per record.
+            pending.append((f"{w.stream}/{partition}/{stem}", fd, b"".join(lines_of(keep)), keep))
+        written = self._write_durably(pending)
+        self._index_written(conn, written, ids)
+        return [(segment, first_line, keep) for segment, _fd, _end, first_line, keep in written], duplicates
+
+    def _write_durably(
+        self, pending: list[tuple[str, int, bytes, list[int]]]
+    ) -> list[tuple[str, int, int, int, list[int]]]:
+        """Write each segment's payload, then one fsync each: a batch spanning days costs one
+        fsync per day touched, not per record. Returns (segment, fd, end, first line, indexes)."""
         written: list[tuple[str, int, int, int, list[int]]] = []
-        for segment, _stem, fd, payload, keep in pending:
+        for segment, fd, payload, keep in pending:
             start_size = os.fstat(fd).st_size
             first_line = self._count_lines(segment, fd, start_size)
             _write_all(fd, payload)
@@ -592,18 +606,24 @@ class EventLog:
         if self.settings.fsync != "none":
             for _segment, fd, *_ in written:
                 os.fsync(fd)
-        if written:
-            conn.execute("BEGIN")
-            for segment, fd, end, first_line, keep in written:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO event_ids VALUES (?, ?)", [(ids[i], segment) for i in keep]
-                )
-                conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, end))
-                ino = os.fstat(fd).st_ino
-                self._indexed_to[segment] = (ino, end)
-                self._line_counts[segment] = (ino, end, first_line + len(keep))
-            conn.execute("COMMIT")
-        return [(segment, first_line, keep) for segment, _fd, _end, first_line, keep in written], duplicates
+        return written
+
+    def _index_written(
+        self, conn: sqlite3.Connection, written: list[tuple[str, int, int, int, list[int]]], ids: list[str]
+    ) -> None:
+        """Record the written ids and how far each segment is indexed (after the data is durable)."""
+        if not written:
+            return
+        conn.execute("BEGIN")
+        for segment, fd, end, first_line, keep in written:
+            conn.executemany(
+                "INSERT OR IGNORE INTO event_ids VALUES (?, ?)", [(ids[i], segment) for i in keep]
+            )
+            conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, end))
+            ino = os.fstat(fd).st_ino
+            self._indexed_to[segment] = (ino, end)
+            self._line_counts[segment] = (ino, end, first_line + len(keep))
+        conn.execute("COMMIT")
 
     @staticmethod
     def _indexed_ids(conn: sqlite3.Connection, ids: list[str]) -> set[str]:

@@ -202,6 +202,69 @@ def _coerce(value: str, like: object, name: str) -> object:
     return value
 
 
+_SECTIONS: Mapping[str, type] = {
+    "compressor": CompressorSettings,
+    "runtime": RuntimeSettings,
+    "evolver": EvolverSettings,
+    "scheduler": SchedulerSettings,
+}
+# Top-level settings a file or a variable may set (sections and prices have their own rules).
+_SCALARS = frozenset({f.name for f in fields(Settings)} - set(_SECTIONS) - {"prices", "config_file"})
+
+
+def _read_toml(cfg_path: Path, explicit: bool) -> dict[str, Any]:
+    """The TOML file's contents ({} when there is none; an error when one was asked for by name)."""
+    if not cfg_path.exists():
+        if explicit:
+            raise ConfigError(f"config file not found: {cfg_path}")
+        return {}
+    try:
+        return tomllib.loads(cfg_path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{cfg_path}: {exc}") from exc
+
+
+def _file_values(raw: dict[str, Any], cfg_path: Path) -> dict[str, Any]:
+    """Settings values from the TOML file: sections, prices (over the defaults), scalars."""
+    values: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        if name in raw:
+            values[name] = _section(cls, raw.pop(name), f"{cfg_path} [{name}]")
+    if "prices" in raw:
+        values["prices"] = {
+            **DEFAULT_PRICES,
+            **{m: _section(ModelPrice, p, f"{cfg_path} [prices.{m}]") for m, p in raw.pop("prices").items()},
+        }
+    for key, value in raw.items():
+        if key not in _SCALARS:
+            raise ConfigError(f"{cfg_path}: unknown setting {key!r}")
+        values[key] = value
+    return values
+
+
+def _apply_env(values: dict[str, Any], env: Mapping[str, str], base: Settings) -> None:
+    """Apply `TIERMEM_*` variables over `values`: TIERMEM_FSYNC, TIERMEM_COMPRESSOR__BATCH_SIZE, ...
+    (a double underscore enters a section)."""
+    for key, value in env.items():
+        if not key.startswith("TIERMEM_") or key in ("TIERMEM_DATA_DIR", "TIERMEM_CONFIG"):
+            continue
+        name = key[len("TIERMEM_") :].lower()
+        if "__" in name:
+            section, sub = name.split("__", 1)
+            if section not in _SECTIONS:
+                raise ConfigError(f"{key}: unknown section {section!r}")
+            current = values.get(section) or getattr(base, section)
+            like = getattr(current, sub, None)
+            if like is None or isinstance(like, Mapping):
+                raise ConfigError(f"{key}: unknown setting {section}.{sub}")
+            values[section] = replace(current, **{sub: _coerce(value, like, key)})
+        elif name in _SCALARS:
+            like = getattr(base, name)
+            values[name] = _coerce(value, like, key) if like is not None else value
+        else:
+            raise ConfigError(f"{key}: unknown setting {name!r}")
+
+
 def resolve_settings(
     data_dir: str | Path | None = None,
     config_file: str | Path | None = None,
@@ -213,56 +276,8 @@ def resolve_settings(
     base = Settings()
     root = Path(data_dir or env.get("TIERMEM_DATA_DIR") or base.data_dir)
     cfg_path = Path(config_file or env.get("TIERMEM_CONFIG") or root / "tiermem.toml")
-    raw: dict[str, Any] = {}
-    if cfg_path.exists():
-        try:
-            raw = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{cfg_path}: {exc}") from exc
-    elif config_file is not None:
-        raise ConfigError(f"config file not found: {cfg_path}")
-
-    values: dict[str, Any] = {}
-    sections = {
-        "compressor": CompressorSettings,
-        "runtime": RuntimeSettings,
-        "evolver": EvolverSettings,
-        "scheduler": SchedulerSettings,
-    }
-    for name, cls in sections.items():
-        if name in raw:
-            values[name] = _section(cls, raw.pop(name), f"{cfg_path} [{name}]")
-    if "prices" in raw:
-        values["prices"] = {
-            **DEFAULT_PRICES,
-            **{m: _section(ModelPrice, p, f"{cfg_path} [prices.{m}]") for m, p in raw.pop("prices").items()},
-        }
-    scalar_names = {f.name for f in fields(Settings)} - set(sections) - {"prices", "config_file"}
-    for key, value in raw.items():
-        if key not in scalar_names:
-            raise ConfigError(f"{cfg_path}: unknown setting {key!r}")
-        values[key] = value
-
-    # TIERMEM_FSYNC, TIERMEM_COMPRESSOR__BATCH_SIZE, ...: double underscore enters a section.
-    for key, value in env.items():
-        if not key.startswith("TIERMEM_") or key in ("TIERMEM_DATA_DIR", "TIERMEM_CONFIG"):
-            continue
-        name = key[len("TIERMEM_") :].lower()
-        if "__" in name:
-            section, sub = name.split("__", 1)
-            if section not in sections:
-                raise ConfigError(f"{key}: unknown section {section!r}")
-            current = values.get(section) or getattr(base, section)
-            like = getattr(current, sub, None)
-            if like is None or isinstance(like, Mapping):
-                raise ConfigError(f"{key}: unknown setting {section}.{sub}")
-            values[section] = replace(current, **{sub: _coerce(value, like, key)})
-        elif name in scalar_names:
-            like = getattr(base, name)
-            values[name] = _coerce(value, like, key) if like is not None else value
-        else:
-            raise ConfigError(f"{key}: unknown setting {name!r}")
-
+    values = _file_values(_read_toml(cfg_path, explicit=config_file is not None), cfg_path)
+    _apply_env(values, env, base)
     values.update({k: v for k, v in overrides.items() if v is not None})
     values["data_dir"] = Path(values.get("data_dir") or root) if data_dir is None else Path(data_dir)
     if "anthropic_api_key" not in values:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tiermem.app.api import Memory
 from tiermem.app.cli import add_json_flag, command
 from tiermem.output import emit_json
-from tiermem.settings import Settings
 
 LOCOMO_EXAMPLES = """  tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500
   tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500 --json
 """
 
 
-def _locomo(args: argparse.Namespace, settings: Settings) -> int:
+def _locomo(args: argparse.Namespace, memory: Memory) -> int:
+    # runs in its own temporary data roots: the command's data root is not used
     from tiermem.app.locomo import format_report, run_locomo
 
     result = run_locomo(args.data, args.budget, limit_conversations=args.conversations)

@@ -1,9 +1,10 @@
-"""The `tiermem` command: a thin layer over the library.
+"""The `tiermem` command: a thin layer over the public API (`tiermem.app.api.Memory`).
 
-Each part registers its own subcommands (`<part>/commands.py`, a `register`
-function); every handler calls one library function and formats its result.
-Library errors (tiermem.errors) become one-line messages and exit codes here,
-at the edge, and nowhere else.
+Each group of subcommands has a module with a `register` function
+(`tiermem/app/commands/*.py`, and the scheduler, MCP server, demo and
+benchmarks); every handler parses its arguments, makes one `Memory` call and
+renders the result. Library errors (tiermem.errors) become one-line messages
+and exit codes here, at the edge, and nowhere else.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tiermem import __version__
-from tiermem.app.jobs import command_lock
+from tiermem.app.api import Memory
 from tiermem.errors import TiermemError
-from tiermem.settings import Settings, resolve_settings
+from tiermem.settings import resolve_settings
 
 # Modules whose `register(subparsers)` adds commands, in --help order.
 COMMAND_MODULES = (
@@ -33,7 +34,7 @@ COMMAND_MODULES = (
     "tiermem.app.benchmarks",
 )
 
-Handler = Callable[[argparse.Namespace, Settings], int]
+Handler = Callable[[argparse.Namespace, Memory], int]
 
 EPILOG = """examples:
   tiermem demo                                  # the whole pipeline on a generated sample
@@ -74,7 +75,7 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def command(sub: Any, name: str, handler: Handler, help: str, examples: str = "") -> argparse.ArgumentParser:
-    """Add a subcommand whose --help shows examples; `handler(args, settings) -> exit code`."""
+    """Add a subcommand whose --help shows examples; `handler(args, memory) -> exit code`."""
     p: argparse.ArgumentParser = sub.add_parser(
         name,
         help=help,
@@ -94,9 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         settings = resolve_settings(data_dir=args.data_dir, config_file=args.config)
-        # Manual runs of a batch job take the same lock as the scheduler's run (tiermem.app.jobs).
-        with command_lock(args.command, settings):
-            code: int = args.handler(args, settings)
+        # The label names this command in a job lock, for whoever that lock refuses.
+        with Memory(settings, label=f"tiermem {args.command}") as memory:
+            code: int = args.handler(args, memory)
         return code
     except TiermemError as exc:
         print(f"tiermem {args.command}: error: {exc}", file=sys.stderr)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from tiermem.app.api import Memory
 from tiermem.app.cli import add_json_flag, command
 from tiermem.ids import utcnow
 from tiermem.output import emit_json, format_table
@@ -189,7 +190,9 @@ def _story_first(paths: list[str]) -> list[str]:
     return sorted(paths, key=key, reverse=True)
 
 
-def _demo(args: argparse.Namespace, settings: Settings) -> int:
+def _demo(args: argparse.Namespace, memory: Memory) -> int:
+    # The demo is a program over the whole data root, not one memory call: it gets the settings.
+    settings = memory.settings
     kwargs: dict[str, Any] = {"days": args.days, "per_day": args.per_day}
     if not args.log_only:
         kwargs.update(story=True, history_ends_days_ago=HISTORY_ENDS_DAYS_AGO)

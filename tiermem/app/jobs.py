@@ -2,8 +2,8 @@
 
 Every way a job can run goes through here: the scheduler's timers, `tiermem
 schedule --once JOB`, the session-end path, and the manual commands
-(`tiermem compress`, `seal`, `review`, `evolve` take the same lock through
-`command_lock`, wired in tiermem/cli.py). A job holds an exclusive `flock` on
+(`tiermem compress`, `seal`, `review`, `evolve`, and the same `Memory` calls from
+Python, take the same lock in `tiermem.app.api.Memory`). A job holds an exclusive `flock` on
 `<data>/locks/job-<lock>.lock` while it runs, so a scheduled run and a manual
 run of the same job never overlap, across processes. The lock file carries the
 holder's pid and start time so that whoever is refused can be told by whom.
@@ -22,7 +22,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -79,14 +78,6 @@ JOBS: dict[str, JobSpec] = {
     )
 }
 
-# Manual CLI commands that are the same work as a job, and the lock they share with it.
-COMMAND_LOCKS: dict[str, str] = {
-    "compress": "compress",
-    "seal": "seal",
-    "review": "review",
-    "evolve": "evolve",
-}
-
 RUN_LOG_NAME = "runs.jsonl"
 
 
@@ -96,14 +87,6 @@ def scheduler_dir(settings: Settings) -> Path:
 
 def run_log_path(settings: Settings) -> Path:
     return scheduler_dir(settings) / RUN_LOG_NAME
-
-
-def command_lock(command: str | None, settings: Settings) -> AbstractContextManager[None]:
-    """The job lock a manual CLI command must hold (nothing for commands that are not jobs)."""
-    lock = COMMAND_LOCKS.get(command or "")
-    if lock is None:
-        return nullcontext()
-    return job_lock(settings, lock, what=f"tiermem {command}")
 
 
 def resolve_job(name: str) -> Callable[[Settings], Any]:

@@ -7,8 +7,9 @@ names the agent: a model cannot read or write another agent's memory by
 choosing an argument. The tools, their descriptions (first person where seed
 004 says so: "search your own memories") and their input schemas come from
 `tiermem.runtime.tools.tool_specs()`, and every call goes through
-`tiermem.runtime.tools.call_tool`, the same two functions the Claude turn loop
-uses, so MCP and in-process agents see one behaviour.
+`tiermem.runtime.tools.call_tool` (via the public `AgentMemory.tools()` and
+`AgentMemory.call_tool`), the same two functions the Claude turn loop uses, so
+MCP and in-process agents see one behaviour.
 
 It uses the SDK's low-level `Server` rather than the decorator API because the
 tools already exist as data (name, description, JSON schema) and a dispatcher;
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -34,8 +35,8 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 
 from tiermem import __version__
+from tiermem.app.api import AgentMemory, Memory
 from tiermem.errors import TiermemError
-from tiermem.settings import Settings
 
 SERVER_NAME = "tiermem"
 # Arguments a client may never pass: the agent is fixed by the server.
@@ -62,7 +63,7 @@ def _strip_agent(schema: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def mcp_tools(specs: list[Mapping[str, Any]]) -> list[types.Tool]:
+def mcp_tools(specs: Sequence[Mapping[str, Any]]) -> list[types.Tool]:
     """Anthropic-format tool specs (`name`, `description`, `input_schema`) as MCP tools."""
     return [
         types.Tool(
@@ -104,7 +105,7 @@ def call_as_mcp(
 
 def build_server(
     memory: Any,
-    specs: list[Mapping[str, Any]],
+    specs: Sequence[Mapping[str, Any]],
     caller: ToolCaller,
     *,
     agent_id: str,
@@ -135,23 +136,17 @@ def build_server(
     )
 
 
-def open_agent_memory(settings: Settings, agent_id: str, scope: Mapping[str, str]) -> Any:
-    """Bring the hot store up to date with the log, then bind the memory to the agent."""
-    from tiermem.runtime.memory import open_memory
-    from tiermem.runtime.projector import project
-
-    project(settings)
-    from tiermem.app.sessions import handle_session_end
-
-    return open_memory(settings, agent_id, on_session_end=handle_session_end, **scope)
+def _call(agent: AgentMemory, name: str, args: dict[str, Any]) -> Mapping[str, Any]:
+    return agent.call_tool(name, args)
 
 
-def serve_stdio(settings: Settings, agent_id: str, scope: Mapping[str, str] | None = None) -> None:
-    """Serve the agent's memory tools over stdin/stdout until the client disconnects."""
-    from tiermem.runtime.tools import call_tool, tool_specs
+def serve_stdio(memory: Memory, agent_id: str, scope: Mapping[str, str] | None = None) -> None:
+    """Serve the agent's memory tools over stdin/stdout until the client disconnects.
 
-    memory = open_agent_memory(settings, agent_id, scope or {})
-    server = build_server(memory, list(tool_specs()), call_tool, agent_id=agent_id)
+    `scope`: `project_id`, `agent_type` and `user` (the participant) for `Memory.agent`.
+    """
+    agent = memory.agent(agent_id, **(scope or {}))
+    server = build_server(agent, agent.tools(), _call, agent_id=agent_id)
 
     async def main() -> None:
         async with stdio_server() as (read_stream, write_stream):
@@ -160,12 +155,10 @@ def serve_stdio(settings: Settings, agent_id: str, scope: Mapping[str, str] | No
     try:
         anyio.run(main)
     finally:
-        close = getattr(memory, "close", None)
-        if callable(close):
-            close()
+        agent.close()
 
 
-def _cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+def _cmd_mcp(args: argparse.Namespace, memory: Memory) -> int:
     scope = {
         key: value
         for key, value in (
@@ -175,10 +168,8 @@ def _cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
         )
         if value
     }
-    print(
-        f"tiermem mcp: serving the memory of {args.agent!r} on stdio ({settings.data_dir})", file=sys.stderr
-    )
-    serve_stdio(settings, args.agent, scope)
+    print(f"tiermem mcp: serving the memory of {args.agent!r} on stdio ({memory.data_dir})", file=sys.stderr)
+    serve_stdio(memory, args.agent, scope)
     return 0
 
 

@@ -54,6 +54,7 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from tiermem.app.api import Memory
 from tiermem.app.jobs import (
     JOBS,
     RunRecord,
@@ -345,7 +346,9 @@ def main_exit(info: SchedulerInfo) -> int:
 # ---------------------------------------------------------------------- CLI
 
 
-def _cmd_schedule(args: argparse.Namespace, settings: Settings) -> int:
+def _cmd_schedule(args: argparse.Namespace, memory: Memory) -> int:
+    # The daemon runs the jobs on the data root's settings (tiermem.app.jobs), one lock per job.
+    settings = memory.settings
     if args.list:
         plans = plan_jobs(settings)
         rows = [

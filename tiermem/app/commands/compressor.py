@@ -1,4 +1,4 @@
-"""`tiermem compress`: a thin wrapper over `run_compress`."""
+"""`tiermem compress`: a thin wrapper over `Memory.compress`."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import argparse
 import dataclasses
 from typing import Any
 
+from tiermem.app.api import Memory
 from tiermem.app.cli import add_json_flag, command
-from tiermem.compressor.job import run_compress
 from tiermem.output import emit_json
-from tiermem.settings import Settings
 
 EXAMPLES = """  tiermem compress                      # every agent with more than 15 pending interactions
   tiermem compress --agent support-bot  # one agent
@@ -17,8 +16,8 @@ EXAMPLES = """  tiermem compress                      # every agent with more th
 """
 
 
-def _compress(args: argparse.Namespace, settings: Settings) -> int:
-    info = run_compress(settings, agent=args.agent, progress=None if not args.json else False)
+def _compress(args: argparse.Namespace, memory: Memory) -> int:
+    info = memory.compress(args.agent, progress=None if not args.json else False)
     if args.json:
         emit_json(dataclasses.asdict(info))
         return 0

@@ -1,16 +1,15 @@
-"""CLI: `evolve`, `proposals list|show|approve|reject`, `export`, `forget` (thin wrappers)."""
+"""CLI: `evolve`, `proposals list|show|approve|reject`, `export`, `forget` (thin wrappers over `Memory`)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
 from typing import Any
 
+from tiermem.app.api import Memory
 from tiermem.app.cli import add_json_flag, command
 from tiermem.output import emit_json, format_table
-from tiermem.settings import Settings
 
 EVOLVE_EXAMPLES = """  tiermem evolve                 # decide every undecided proposal, then promote and archive
   tiermem evolve --agent support-bot --json
@@ -30,10 +29,8 @@ FORGET_EXAMPLES = """  tiermem forget --user alice --json     # everything about
 """
 
 
-def _evolve(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.evolver.job import run_evolve
-
-    info = run_evolve(settings, agent=args.agent, progress=False if args.json else None)
+def _evolve(args: argparse.Namespace, memory: Memory) -> int:
+    info = memory.evolve(args.agent, progress=False if args.json else None)
     if args.json:
         emit_json(dataclasses.asdict(info))
         return 0
@@ -47,11 +44,9 @@ def _evolve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _proposals(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.evolver import queue
-
+def _proposals(args: argparse.Namespace, memory: Memory) -> int:
     if args.action == "list":
-        rows = queue.list_proposals(settings, agent=args.agent, status=args.status)
+        rows = memory.proposals(status=args.status, agent=args.agent)
         if args.json:
             emit_json(rows)
             return 0
@@ -72,16 +67,16 @@ def _proposals(args: argparse.Namespace, settings: Settings) -> int:
         print(f"tiermem proposals {args.action}: a PROPOSAL_ID is needed", file=sys.stderr)
         return 2
     if args.action == "show":
-        shown = queue.show_proposal(settings, args.proposal_id)
+        shown = memory.proposal(args.proposal_id)
         if args.json:
             emit_json(shown)
         else:
             _print_show(shown)
         return 0
     if args.action == "approve":
-        result = queue.approve(settings, args.proposal_id, by=args.by)
+        result = memory.approve(args.proposal_id, by=args.by)
     else:
-        result = queue.reject(settings, args.proposal_id, by=args.by, reason=args.reason)
+        result = memory.reject(args.proposal_id, by=args.by, reason=args.reason)
     if args.json:
         emit_json(result)
     else:
@@ -119,25 +114,17 @@ def _print_show(shown: dict[str, Any]) -> None:
             print("    " + c["diff"].replace("\n", "\n    "))
 
 
-def _export(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.evolver.export import export
-
-    data, text = export(
-        settings, agent=args.agent, user=args.user, fmt=args.format, out=Path(args.out) if args.out else None
-    )
+def _export(args: argparse.Namespace, memory: Memory) -> int:
+    info = memory.export(agent=args.agent, user=args.user, format=args.format, out=args.out)
     if args.out:
-        print(
-            f"exported {sum(data['counts'].values())} item(s) about {data['target_kind']} {data['target']} to {args.out}"
-        )
+        print(f"exported {info.items} item(s) about {info.target_kind} {info.target} to {args.out}")
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(info.text)
     return 0
 
 
-def _forget(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.app.forget import forget
-
-    info = forget(settings, agent=args.agent, user=args.user, event=args.event, reason=args.reason)
+def _forget(args: argparse.Namespace, memory: Memory) -> int:
+    info = memory.forget(agent=args.agent, user=args.user, event=args.event, reason=args.reason)
     if args.json:
         emit_json(dataclasses.asdict(info))
         return 0

@@ -1,4 +1,4 @@
-"""CLI for ingest: `tiermem ingest FILE|-` and `tiermem append` (thin wrappers over the library)."""
+"""CLI for ingest: `tiermem ingest FILE|-` and `tiermem append` (thin wrappers over `Memory.ingest`, `Memory.append`)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,16 @@ from typing import Any
 
 import orjson
 
+from tiermem.app.api import Memory
 from tiermem.app.cli import add_json_flag, command
 from tiermem.errors import ValidationError
 from tiermem.output import emit_json
-from tiermem.settings import FSYNC_POLICIES, Settings
+from tiermem.settings import FSYNC_POLICIES
 
 
-def _ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.ingest.pipeline import ingest_file
-
-    info = ingest_file(
-        settings,
-        args.file,
-        progress=None if not args.json else False,
-        fsync=args.fsync,
-        workers=args.workers,
+def _ingest(args: argparse.Namespace, memory: Memory) -> int:
+    info = memory.ingest(
+        args.file, progress=None if not args.json else False, fsync=args.fsync, workers=args.workers
     )
     if args.json:
         emit_json(dataclasses.asdict(info))
@@ -90,10 +85,8 @@ def record_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return record
 
 
-def _append(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.ingest.pipeline import ingest_record
-
-    result = ingest_record(settings, record_from_args(args))
+def _append(args: argparse.Namespace, memory: Memory) -> int:
+    result = memory.append(record_from_args(args))
     if args.json:
         emit_json(dataclasses.asdict(result))
     elif result.duplicate:

@@ -1,4 +1,4 @@
-"""CLI for the log: `tiermem seal` and `tiermem sql` (thin wrappers over the library)."""
+"""CLI for the log: `tiermem seal` and `tiermem sql` (thin wrappers over `Memory.seal`, `Memory.query`)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ import dataclasses
 import sys
 from typing import Any
 
+from tiermem.app.api import Memory
 from tiermem.app.cli import add_json_flag, command
 from tiermem.output import emit_json, format_table
-from tiermem.settings import Settings
 
 
-def _seal(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.log.seal import seal
-
-    info = seal(settings, before=args.before)
+def _seal(args: argparse.Namespace, memory: Memory) -> int:
+    info = memory.seal(before=args.before)
     if args.json:
         emit_json(dataclasses.asdict(info))
         return 0
@@ -33,11 +31,11 @@ def _seal(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _sql(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.log.sql import plain, run_query, to_csv
+def _sql(args: argparse.Namespace, memory: Memory) -> int:
+    from tiermem.log.sql import plain, to_csv
 
     query = args.query if args.query != "-" else sys.stdin.read()
-    result = run_query(settings, query)
+    result = memory.query(query)
     if args.json:
         emit_json(result.records())
     elif args.csv:

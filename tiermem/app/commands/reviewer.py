@@ -1,4 +1,4 @@
-"""CLI: `tiermem review` (a thin wrapper over `run_review`)."""
+"""CLI: `tiermem review` (a thin wrapper over `Memory.review`)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import argparse
 import dataclasses
 from typing import Any
 
+from tiermem.app.api import Memory
 from tiermem.app.cli import add_json_flag, command
 from tiermem.output import emit_json
-from tiermem.settings import Settings
 
 EXAMPLES = """  tiermem review                              # every day and agent in the log
   tiermem review --day 2026-11-20 --agent support-bot
@@ -16,10 +16,8 @@ EXAMPLES = """  tiermem review                              # every day and agen
 """
 
 
-def _review(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.reviewer.job import run_review
-
-    info = run_review(settings, day=args.day, agent=args.agent)
+def _review(args: argparse.Namespace, memory: Memory) -> int:
+    info = memory.review(day=args.day, agent=args.agent)
     if args.json:
         out = dataclasses.asdict(info)
         if not args.files:
@@ -34,7 +32,7 @@ def _review(args: argparse.Namespace, settings: Settings) -> int:
         )
         return 0
     print(
-        f"reviewed {info.interactions} interactions: {info.reports} report(s) under {settings.reports_dir / 'review'} ({info.path})"
+        f"reviewed {info.interactions} interactions: {info.reports} report(s) under {memory.settings.reports_dir / 'review'} ({info.path})"
     )
     missing = {k: v for k, v in info.enrichment_coverage.items() if v < 1.0}
     print(

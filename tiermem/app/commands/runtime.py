@@ -1,7 +1,8 @@
-"""CLI for the runtime: context, recall, facts, identity, rebuild, chat.
+"""CLI for the runtime: context, recall, facts, identity, rebuild, chat (thin wrappers over `Memory`).
 
-Each command first runs the projector, so it serves what the log holds now,
-then calls one library function and prints JSON (`--json`) or text.
+Each command opens the agent through `Memory.agent`, which first brings the hot
+store up to date with the log, so it serves what the log holds now; then it
+makes one call and prints JSON (`--json`) or text.
 """
 
 from __future__ import annotations
@@ -11,24 +12,17 @@ import dataclasses
 import sys
 from typing import Any
 
+from tiermem.app.api import AgentMemory, Memory
 from tiermem.app.cli import add_json_flag, command
 from tiermem.errors import NotFoundError
 from tiermem.output import emit_json, format_table
-from tiermem.settings import Settings
 
 
-def _memory(args: argparse.Namespace, settings: Settings, **extra: Any) -> Any:
-    from tiermem.app.sessions import handle_session_end
-    from tiermem.runtime.memory import open_memory
-    from tiermem.runtime.projector import project
-
-    project(settings)
-    return open_memory(
-        settings,
+def _agent(args: argparse.Namespace, memory: Memory, **extra: Any) -> AgentMemory:
+    return memory.agent(
         args.agent,
         agent_type=getattr(args, "agent_type", None),
         project_id=getattr(args, "project", None),
-        on_session_end=handle_session_end,
         **extra,
     )
 
@@ -41,11 +35,9 @@ def _scope_flags(p: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------- context / recall
 
 
-def _context(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.runtime.context import assemble_context
-
-    with _memory(args, settings) as memory:
-        ctx = assemble_context(memory, user=args.user, level=args.level, query=args.query, budget=args.budget)
+def _context(args: argparse.Namespace, memory: Memory) -> int:
+    with _agent(args, memory) as agent:
+        ctx = agent.context(user=args.user, query=args.query, level=args.level, budget=args.budget)
     if args.json:
         emit_json(ctx.to_json())
         return 0
@@ -60,135 +52,77 @@ def _context(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _recall(args: argparse.Namespace, settings: Settings) -> int:
-    import orjson
-
-    from tiermem.runtime.episode_search import search_episodes
-    from tiermem.tokens import count_tokens
-
-    keys = (
-        "episode_id",
-        "name",
-        "summary",
-        "key_quotes",
-        "participants",
-        "start_ts",
-        "end_ts",
-        "importance",
-        "score",
-    )
-    with _memory(args, settings) as memory:
-        found = search_episodes(memory.conn, memory.agent_id, args.query, args.participant, args.limit)
-        results = [
-            {**{k: e.get(k) for k in keys}, "emotional_context": e.get("emotional_context")} for e in found
-        ]
-        if found:
-            memory.record_retrieval(
-                "cli_recall",
-                args.query,
-                [e["episode_id"] for e in found],
-                [float(e["score"]) for e in found],
-                count_tokens(orjson.dumps(results).decode()),
-                reason="tiermem recall",
-                participant=args.participant,
-            )
+def _recall(args: argparse.Namespace, memory: Memory) -> int:
+    with _agent(args, memory) as agent:
+        found = agent.recall(args.query, args.participant, limit=args.limit, reason="tiermem recall")
     if args.json:
-        emit_json({"results": results})
+        emit_json(found.to_json())
         return 0
-    if not results:
+    if not found:
         print("no matching episodes")
-    for r in results:
+    for e in found.episodes:
         print(
-            f"{r['name']}  [{r['episode_id']}]  {str(r['start_ts'])[:10]}  importance {r['importance']}  score {r['score']:.3f}"
+            f"{e.name}  [{e.episode_id}]  {str(e.start_ts)[:10]}  importance {e.importance}  score {e.score:.3f}"
         )
-        print(f"  {r['summary']}")
-        for q in (r["key_quotes"] or [])[:3]:
-            print(f'  "{q.get("text", "") if isinstance(q, dict) else q}"')
+        print(f"  {e.summary}")
+        for q in e.quotes[:3]:
+            print(f'  "{q}"')
     return 0
 
 
 # ---------------------------------------------------------------- facts
 
 
-def _facts(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.runtime.scopes import list_facts
-
-    with _memory(args, settings) as memory:
+def _facts(args: argparse.Namespace, memory: Memory) -> int:
+    with _agent(args, memory) as agent:
         if args.action == "list":
-            rows = list_facts(memory.conn, memory.scope, limit=args.limit)
-            facts = [
-                {
-                    k: r[k]
-                    for k in (
-                        "fact_id",
-                        "kind",
-                        "scope",
-                        "key",
-                        "content",
-                        "category",
-                        "topic",
-                        "source",
-                        "updated_at",
-                        "recall_count",
-                    )
-                }
-                for r in rows
-            ]
+            facts = agent.facts.list(limit=args.limit)
             if args.json:
-                emit_json({"facts": facts})
+                emit_json({"facts": [f.to_json() for f in facts]})
             else:
                 print(
                     format_table(
                         ["fact_id", "scope", "key", "content", "recalls"],
-                        [
-                            [f["fact_id"], f["scope"], f["key"] or "", f["content"], f["recall_count"]]
-                            for f in facts
-                        ],
+                        [[f.fact_id, f.scope, f.key or "", f.content, f.recall_count] for f in facts],
                     )
                 )
             return 0
         if not args.key:
             raise NotFoundError(f"tiermem facts {args.action} needs KEY")
         if args.action == "get":
-            row = memory.get_fact(args.key)
-            if row is None:
+            fact = agent.facts.get(args.key)
+            if fact is None:
                 raise NotFoundError(f"no fact {args.key!r} visible to agent {args.agent!r}")
-            out = {
-                "fact_id": row["fact_id"],
-                "key": row["key"],
-                "value": row["content"],
-                "scope": row["scope"],
-            }
             if args.json:
-                emit_json(out)
+                emit_json(
+                    {"fact_id": fact.fact_id, "key": fact.key, "value": fact.value, "scope": fact.scope}
+                )
             else:
-                print(out["value"])
+                print(fact.value)
             return 0
         if args.action == "set":
             if args.value is None:
                 raise NotFoundError("tiermem facts set needs KEY VALUE")
-            fact_id = memory.store_fact(args.key, args.value, args.scope, source="user")
-            out = {"fact_id": fact_id, "key": args.key, "value": args.value, "scope": args.scope or "agent"}
+            done = agent.facts.set(args.key, args.value, args.scope)
         else:
-            fact_id = memory.remove_fact(args.key, args.scope, reason="removed by the user")
-            out = {"fact_id": fact_id, "key": args.key, "removed": True}
+            done = agent.facts.remove(args.key, args.scope, reason="removed by the user")
     if args.json:
-        emit_json(out)
+        emit_json(done.to_json())
     else:
-        print(f"{args.action} {out['fact_id']}")
+        print(f"{args.action} {done.fact_id}")
     return 0
 
 
 # ---------------------------------------------------------------- identity
 
 
-def _identity(args: argparse.Namespace, settings: Settings) -> int:
-    with _memory(args, settings) as memory:
+def _identity(args: argparse.Namespace, memory: Memory) -> int:
+    with _agent(args, memory) as agent:
         if args.action == "set":
             content = sys.stdin.read().strip() if args.content in (None, "-") else args.content
-            memory.set_identity(content, source="user")
-        content = memory.identity()
-    limit = settings.runtime.identity_max_chars
+            agent.set_identity(content)
+        content = agent.identity
+    limit = memory.settings.runtime.identity_max_chars
     if args.json:
         emit_json({"agent_id": args.agent, "content": content, "chars": len(content), "limit": limit})
     else:
@@ -200,10 +134,8 @@ def _identity(args: argparse.Namespace, settings: Settings) -> int:
 # ---------------------------------------------------------------- rebuild
 
 
-def _rebuild(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.runtime.projector import rebuild
-
-    info = rebuild(settings)
+def _rebuild(args: argparse.Namespace, memory: Memory) -> int:
+    info = memory.rebuild()
     if args.json:
         emit_json(dataclasses.asdict(info))
     else:
@@ -219,12 +151,10 @@ def _rebuild(args: argparse.Namespace, settings: Settings) -> int:
 # ---------------------------------------------------------------- chat
 
 
-def _chat(args: argparse.Namespace, settings: Settings) -> int:
+def _chat(args: argparse.Namespace, memory: Memory) -> int:
     from tiermem.ids import new_event_id
-    from tiermem.runtime.memory import end_session
-    from tiermem.runtime.turnloop import run_turn
 
-    if not settings.claude_available:
+    if not memory.settings.claude_available:
         print(
             "tiermem chat: needs an Anthropic API key. Set ANTHROPIC_API_KEY (or anthropic_api_key in "
             "<data-dir>/tiermem.toml) and run again. Offline, use `tiermem context` and `tiermem recall`.",
@@ -232,7 +162,7 @@ def _chat(args: argparse.Namespace, settings: Settings) -> int:
         )
         return 2
     session = args.session or "chat-" + new_event_id()
-    with _memory(args, settings, user=args.user, session_id=session) as memory:
+    with _agent(args, memory, user=args.user, session_id=session) as agent:
         print(
             f"chatting with {args.agent} as {args.user} (session {session}); Ctrl-D to end", file=sys.stderr
         )
@@ -244,12 +174,12 @@ def _chat(args: argparse.Namespace, settings: Settings) -> int:
                     break
                 if not line.strip():
                     continue
-                result = run_turn(memory, line, model=args.model)
+                result = agent.chat(line, model=args.model)
                 print(result.text)
                 if result.tools_used:
                     print(f"  (memory tools: {', '.join(result.tools_used)})", file=sys.stderr)
         finally:
-            end_session(memory, reason="chat ended")
+            agent.end_session(reason="chat ended")
     return 0
 
 
