@@ -8,9 +8,13 @@ again by the projector, give the same rows. That is what makes
 `rebuild` reproduce the live store exactly (`content_digest`).
 
 Streams are applied in dependency order: erasures first (so that nothing they
-cover is ever added), then knowledge, episodes, relationships, interactions,
-transitions, sessions, and retrievals last (their recall-count bumps need the
-items they name to exist).
+cover is ever added), then interactions, transitions, sessions, episodes,
+knowledge and relationships, and retrievals last (their recall-count bumps
+need the items they name to exist). Turns come before what is derived from
+them because every row's `owner` (the user(s) it belongs to, which decides
+who may read it: `tiermem.runtime.visibility`) is computed from the events it
+cites: a turn's user, then the owners of the turns, proposals and episodes in
+a derived event's `source_event_ids`.
 
 Position: the authoritative position (lines and bytes read per segment) lives
 in the hot store's `meta` table and commits together with the rows, so a crash
@@ -33,6 +37,7 @@ from typing import Any
 
 import orjson
 from tiermem.runtime import hotstore
+from tiermem.runtime.visibility import merge_owners, owner_key
 
 from tiermem.eventlog import ERASED_MARK, Checkpoints, EventLog
 from tiermem.events import upcast
@@ -41,14 +46,15 @@ from tiermem.settings import Settings
 CONSUMER = "projector"
 STREAM_ORDER = (
     "erasures",
-    "knowledge",
-    "episodes",
-    "relationships",
     "interactions",
     "transitions",
     "sessions",
+    "episodes",
+    "knowledge",
+    "relationships",
     "retrievals",
 )
+OWNER_LOOKUP_CHUNK = 400  # ids per lookup query (well under SQLite's variable limit)
 BATCH_EVENTS = 5000
 OFFSETS_KEY = "projector_offsets"
 
@@ -80,8 +86,19 @@ class RebuildInfo:
     path: str = "offline"
 
 
-def kv_fact_id(agent_id: str, scope: str, agent_type: str | None, project_id: str | None, key: str) -> str:
-    """`kv:<agent_id>:<scope>:<scope_owner>:<key>` (docs/CONTRACTS.md)."""
+def kv_fact_id(
+    agent_id: str,
+    scope: str,
+    agent_type: str | None,
+    project_id: str | None,
+    key: str,
+    user: str | None = None,
+) -> str:
+    """`kv:<agent_id>:<scope>:<scope_owner>:<key>` (docs/CONTRACTS.md).
+
+    A fact about a user lives in the agent's own scope with `@<user>` as its
+    scope owner, so each user of an agent has their own value for a key.
+    """
     if scope in ("project",):
         owner = project_id or "-"
     elif scope == "agent_type":
@@ -89,7 +106,7 @@ def kv_fact_id(agent_id: str, scope: str, agent_type: str | None, project_id: st
     elif scope == "override":
         owner = f"{project_id or '-'}/{agent_type or '-'}"
     else:
-        owner = "-"
+        owner = f"@{user}" if user else "-"
     return f"kv:{agent_id}:{scope}:{owner}:{key}"
 
 
@@ -155,10 +172,33 @@ def _j(value: Any) -> str:
     return orjson.dumps(value if value is not None else []).decode()
 
 
+def _owners_of(conn: sqlite3.Connection, ids: Iterable[str]) -> set[str]:
+    """The owners of the rows made from these events (turns, proposals, episodes)."""
+    wanted = sorted({i for i in ids if i})
+    found: set[str] = set()
+    for start in range(0, len(wanted), OWNER_LOOKUP_CHUNK):
+        chunk = wanted[start : start + OWNER_LOOKUP_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        rows = conn.execute(
+            f"SELECT owner FROM wm_items WHERE item_id IN ({marks}) AND owner IS NOT NULL"
+            f" UNION SELECT owner FROM proposals WHERE proposal_id IN ({marks}) AND owner IS NOT NULL"
+            f" UNION SELECT owner FROM episodes WHERE episode_id IN ({marks}) AND owner IS NOT NULL",
+            (*chunk, *chunk, *chunk),
+        )
+        for (owner,) in rows:
+            found.add(owner)
+    return found
+
+
+def _derived_owner(conn: sqlite3.Connection, ev: Mapping[str, Any], *direct: str | None) -> str | None:
+    """Owner of a derived row: the users named directly plus the owners of its sources."""
+    return merge_owners(*direct, *_owners_of(conn, ev.get("source_event_ids") or ()))
+
+
 def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO wm_items (item_id, event_id, agent_id, ts, kind, level, user, session_id,"
-        " project_id, task_id, user_message, agent_response, text) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
+        " project_id, task_id, user_message, agent_response, text, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?)",
         (
             ev["event_id"],
             ev["event_id"],
@@ -172,17 +212,33 @@ def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             ev.get("task_id"),
             ev.get("user_message"),
             ev.get("agent_response"),
+            ev.get("user") or None,
         ),
     )
+
+
+def _session_owners(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> set[str]:
+    """The users of the session's turns up to this event (work done for them)."""
+    if not ev.get("session_id"):
+        return set()
+    rows = conn.execute(
+        "SELECT DISTINCT owner FROM wm_items WHERE agent_id=? AND session_id=? AND ts <= ?"
+        " AND kind='interaction' AND owner IS NOT NULL",
+        (ev["agent_id"], ev["session_id"], ev["ts"]),
+    )
+    return {r[0] for r in rows}
 
 
 def _apply_transition(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     level = ev["to_level"]  # both items belong to the level the agent returns to
     marker = TRANSITION_MESSAGES.get(ev["from_level"], TRANSITION_MESSAGES["global"])
+    # A summary of work done in a user's session (or from their turns) is theirs.
+    owner = _derived_owner(conn, ev, *_session_owners(conn, ev))
     for suffix, kind, text in ((":1", "transition", marker), (":2", "summary", ev["summary"])):
         conn.execute(
             "INSERT OR IGNORE INTO wm_items (item_id, event_id, agent_id, ts, kind, level, user, session_id,"
-            " project_id, task_id, user_message, agent_response, text) VALUES (?,?,?,?,?,?,NULL,?,?,?,NULL,NULL,?)",
+            " project_id, task_id, user_message, agent_response, text, owner)"
+            " VALUES (?,?,?,?,?,?,NULL,?,?,?,NULL,NULL,?,?)",
             (
                 ev["event_id"] + suffix,
                 ev["event_id"],
@@ -194,6 +250,7 @@ def _apply_transition(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
                 ev.get("project_id"),
                 ev.get("task_id"),
                 text,
+                owner,
             ),
         )
 
@@ -218,11 +275,13 @@ def _upsert_fact(
     conn: sqlite3.Connection, fact_id: str, ev: Mapping[str, Any], values: dict[str, Any]
 ) -> None:
     row = conn.execute(
-        "SELECT updated_at, event_id, created_at FROM facts WHERE fact_id=?", (fact_id,)
+        "SELECT updated_at, event_id, created_at, owner FROM facts WHERE fact_id=?", (fact_id,)
     ).fetchone()
     if row is not None and (ev["ts"], ev["event_id"]) <= (row[0], row[1]):
         return
     values = {**values, "fact_id": fact_id, "updated_at": ev["ts"], "event_id": ev["event_id"]}
+    # Owners only ever grow: a revision may add a user's words to a fact, never take them away.
+    values["owner"] = merge_owners(values.get("owner"), row[3] if row is not None else None)
     if row is None:
         values["created_at"] = ev["ts"]
         cols = ", ".join(values)
@@ -239,8 +298,9 @@ def _upsert_fact(
 
 def _apply_fact_set(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     scope = ev.get("scope") or "agent"
+    about = ev.get("participant") if scope == "agent" else None
     fact_id = ev.get("fact_id") or kv_fact_id(
-        ev["agent_id"], scope, ev.get("agent_type"), ev.get("project_id"), ev["key"]
+        ev["agent_id"], scope, ev.get("agent_type"), ev.get("project_id"), ev["key"], about
     )
     _upsert_fact(
         conn,
@@ -260,6 +320,7 @@ def _apply_fact_set(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             "status": "active",
             "source": ev.get("source") or "agent",
             "source_event_ids": _j(ev.get("source_event_ids")),
+            "owner": _derived_owner(conn, ev, ev.get("participant")),
         },
     )
 
@@ -297,8 +358,8 @@ DECISION_STATUS = {
 
 def _apply_proposed(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute(
-        "INSERT OR IGNORE INTO proposals (proposal_id, agent_id, origin, is_correction, participant, ts)"
-        " VALUES (?,?,?,?,?,?)",
+        "INSERT OR IGNORE INTO proposals (proposal_id, agent_id, origin, is_correction, participant, ts, owner)"
+        " VALUES (?,?,?,?,?,?,?)",
         (
             ev["event_id"],
             ev["agent_id"],
@@ -306,6 +367,7 @@ def _apply_proposed(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             int(bool(ev.get("is_correction"))),
             ev.get("participant"),
             ev["ts"],
+            _derived_owner(conn, ev, ev.get("participant")),
         ),
     )
 
@@ -331,6 +393,7 @@ def _apply_decided(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             values[name] = ev[name]
     ids = [i for i in (ev.get("proposal_id"), *(ev.get("source_event_ids") or ())) if i]
     values["source_event_ids"] = _j(ids)
+    values["owner"] = merge_owners(ev.get("participant"), *_owners_of(conn, ids))
     if exists is None:
         values.setdefault("scope", "agent")
         values.update(agent_id=ev["agent_id"], kind="knowledge")
@@ -340,8 +403,8 @@ def _apply_decided(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
 def _apply_episode(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute(
         "INSERT INTO episodes (episode_id, agent_id, name, summary, key_quotes, participants, start_ts, end_ts,"
-        " importance, important, emotional_context, kind, project_id, source_event_ids, recall_count)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,0) ON CONFLICT (episode_id) DO NOTHING",
+        " importance, important, emotional_context, kind, project_id, source_event_ids, recall_count, owner)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,0,?) ON CONFLICT (episode_id) DO NOTHING",
         (
             ev["event_id"],
             ev["agent_id"],
@@ -357,6 +420,7 @@ def _apply_episode(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             ev.get("kind") or "episode",
             ev.get("project_id"),
             _j(ev.get("source_event_ids")),
+            _derived_owner(conn, ev, *(ev.get("participants") or ())),
         ),
     )
 
@@ -374,7 +438,7 @@ def _apply_relationship(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None
         return
     conn.execute(
         "INSERT OR REPLACE INTO relationships (agent_id, participant, summary, rapport, trust, last_spoke_ts,"
-        " interactions, ts, event_id) VALUES (?,?,?,?,?,?,?,?,?)",
+        " interactions, ts, event_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)",
         (
             *key,
             ev["summary"],
@@ -384,6 +448,7 @@ def _apply_relationship(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None
             ev.get("interactions"),
             ev["ts"],
             ev["event_id"],
+            owner_key([ev["participant"]]),
         ),
     )
 
@@ -392,7 +457,7 @@ def _apply_retrieval(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     item_ids = list(ev.get("item_ids") or [])
     cur = conn.execute(
         "INSERT OR IGNORE INTO retrievals (event_id, agent_id, ts, tool, query, participant, item_ids, scores,"
-        " tokens, reason, session_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        " tokens, reason, session_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             ev["event_id"],
             ev["agent_id"],
@@ -405,6 +470,7 @@ def _apply_retrieval(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             ev.get("tokens"),
             ev.get("reason"),
             ev.get("session_id"),
+            owner_key([ev.get("participant")]),
         ),
     )
     if cur.rowcount != 1:
@@ -445,6 +511,11 @@ def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
         ):
             conn.execute(f"DELETE FROM {table} WHERE agent_id=?", (target,))
     elif kind == "user":
+        # Everything the user owns, alone or with others: turns, what was derived from them,
+        # what was saved while the agent talked to them.
+        owned, params = hotstore.owned_by_clause(target)
+        for table in ("wm_items", "facts", "episodes", "relationships", "retrievals", "proposals"):
+            conn.execute(f"DELETE FROM {table} WHERE {owned}", params)
         conn.execute("DELETE FROM wm_items WHERE user=?", (target,))
         conn.execute("DELETE FROM facts WHERE participant=?", (target,))
         conn.execute(

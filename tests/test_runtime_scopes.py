@@ -8,7 +8,9 @@ from helpers_runtime import append
 from tiermem.runtime.context import assemble_context
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.projector import project
-from tiermem.runtime.scopes import ScopeContext, search_facts, source_trust, time_decay
+from tiermem.runtime.hotstore import fact_clause
+from tiermem.runtime.scopes import search_facts, source_trust, time_decay
+from tiermem.runtime.visibility import Principal
 from tiermem.runtime.tools import call_tool
 
 from tiermem.settings import Settings
@@ -113,8 +115,9 @@ def test_two_agents_are_isolated_unless_a_shared_scope_says_so(settings: Setting
         call_tool(a, "memory_fact_store", {"key": "secret", "value": "alpha-only"})
         call_tool(a, "memory_idea_save", {"content": "alpha private insight about caching"})
         a.set_identity("I am alpha.")
-        call_tool(a, "memory_fact_store", {"key": "shared", "value": "for everyone", "scope": "system"})
-        call_tool(a, "memory_fact_store", {"key": "team", "value": "coders only", "scope": "agent_type"})
+        # Wide scopes are written by an operator (the Python API), never through a tool.
+        a.store_fact("shared", "for everyone", "system", source="user")
+        a.store_fact("team", "coders only", "agent_type", source="user")
         call_tool(a, "memory_fact_store", {"key": "proj", "value": "p1 only", "scope": "project"})
         project(settings, b.conn)
         assert call_tool(b, "memory_fact_recall", {"key": "secret"})["found"] is False
@@ -138,5 +141,5 @@ def test_two_agents_are_isolated_unless_a_shared_scope_says_so(settings: Setting
 
 
 def test_scope_context_sql_names_only_shared_scopes() -> None:
-    where, params = ScopeContext("a").visibility_sql()
+    where, params = fact_clause(Principal("a"))
     assert "agent_type" not in where and params == ["a"]

@@ -2,6 +2,10 @@
 
 Each command first runs the projector, so it serves what the log holds now,
 then calls one library function and prints JSON (`--json`) or text.
+
+Reads are made for one user (`--user`; for `recall`, `--participant` too):
+without one, only the agent-level and wider memory is shown, never every
+user's (see docs/visibility.md).
 """
 
 from __future__ import annotations
@@ -77,8 +81,9 @@ def _recall(args: argparse.Namespace, settings: Settings) -> int:
         "importance",
         "score",
     )
-    with _memory(args, settings) as memory:
-        found = search_episodes(memory.conn, memory.agent_id, args.query, args.participant, args.limit)
+    user = args.user or args.participant
+    with _memory(args, settings, user=user) as memory:
+        found = search_episodes(memory.conn, memory.principal, args.query, args.participant, args.limit)
         results = [
             {**{k: e.get(k) for k in keys}, "emotional_context": e.get("emotional_context")} for e in found
         ]
@@ -90,7 +95,6 @@ def _recall(args: argparse.Namespace, settings: Settings) -> int:
                 [float(e["score"]) for e in found],
                 count_tokens(orjson.dumps(results).decode()),
                 reason="tiermem recall",
-                participant=args.participant,
             )
     if args.json:
         emit_json({"results": results})
@@ -113,9 +117,9 @@ def _recall(args: argparse.Namespace, settings: Settings) -> int:
 def _facts(args: argparse.Namespace, settings: Settings) -> int:
     from tiermem.runtime.scopes import list_facts
 
-    with _memory(args, settings) as memory:
+    with _memory(args, settings, user=args.user) as memory:
         if args.action == "list":
-            rows = list_facts(memory.conn, memory.scope, limit=args.limit)
+            rows = list_facts(memory.conn, memory.principal, limit=args.limit)
             facts = [
                 {
                     k: r[k]
@@ -281,8 +285,10 @@ def register(sub: Any) -> None:
     )
     p.add_argument("agent")
     p.add_argument("query")
-    p.add_argument("--participant", help="only episodes with this person")
+    p.add_argument("--participant", help="only episodes with this person (read as that user)")
+    p.add_argument("--user", help="read as this user (default: the participant; none: agent-level only)")
     p.add_argument("--limit", type=int, default=3)
+    _scope_flags(p)
     add_json_flag(p)
 
     p = command(
@@ -300,6 +306,7 @@ def register(sub: Any) -> None:
     p.add_argument("key", nargs="?")
     p.add_argument("value", nargs="?")
     p.add_argument("--scope", choices=["agent", "system", "agent_type", "project", "override"])
+    p.add_argument("--user", help="the user the facts are about (none: agent-level and wider facts)")
     p.add_argument("--limit", type=int, default=100)
     _scope_flags(p)
     add_json_flag(p)
