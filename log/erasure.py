@@ -162,8 +162,13 @@ def scrub_side_files(settings: Settings, targets: ErasureTargets, ids: set[str])
     return removed
 
 
-def apply_erasures(settings: Settings, log: EventLog) -> ErasureReport:
-    """Rewrite every file that still holds content of an erased event (see module doc)."""
+def apply_erasures(settings: Settings, log: EventLog, *, jsonl_only: bool = False) -> ErasureReport:
+    """Rewrite every file that still holds content of an erased event (see module doc).
+
+    `jsonl_only`: only the open JSONL segments (what `forget` does at once, so
+    that not even a raw read of today's files finds the content); sealed
+    Parquet and the side files wait for the next seal.
+    """
     report = ErasureReport()
     targets = load_targets(settings, log)
     if not targets:
@@ -173,6 +178,8 @@ def apply_erasures(settings: Settings, log: EventLog) -> ErasureReport:
     for file, file_ids in sorted(affected.items()):
         path = Path(file)
         if path.suffix == ".parquet":
+            if jsonl_only:
+                continue
             n = rewrite_parquet(settings, path, file_ids)
         else:
             n = rewrite_jsonl(settings, log, path, file_ids)
@@ -180,5 +187,6 @@ def apply_erasures(settings: Settings, log: EventLog) -> ErasureReport:
             report.erased_events += n
             report.files_rewritten += 1
             report.rewritten.append(str(path))
-    report.scrubbed_records = scrub_side_files(settings, targets, ids)
+    if not jsonl_only:
+        report.scrubbed_records = scrub_side_files(settings, targets, ids)
     return report

@@ -130,9 +130,7 @@ def test_store_query_equals_the_seed_filter(
             "SELECT item_id, level, owner FROM wm_items WHERE agent_id='a' ORDER BY ts, item_id"
         ).fetchall()
         for who in (Principal("a"), Principal("a", "alice"), Principal("a", "bob")):
-            items = [
-                {"id": r[0], "memory_level": r[1]} for r in everything if can_read_item(who, "a", r[2])
-            ]
+            items = [{"id": r[0], "memory_level": r[1]} for r in everything if can_read_item(who, "a", r[2])]
             for level in ("global", "project", "task"):
                 expected = [i["id"] for i in filter_by_level(items, level)][-limit:]
                 got = [i.item_id for i in recent_items(memory.conn, who, level, limit)]

@@ -6,12 +6,12 @@ from datetime import UTC, datetime
 
 from helpers_runtime import append
 from tiermem.runtime.context import assemble_context
+from tiermem.runtime.hotstore import fact_clause
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.projector import project
-from tiermem.runtime.hotstore import fact_clause
 from tiermem.runtime.scopes import search_facts, source_trust, time_decay
-from tiermem.runtime.visibility import Principal
 from tiermem.runtime.tools import call_tool
+from tiermem.runtime.visibility import Principal
 
 from tiermem.settings import Settings
 

@@ -27,6 +27,7 @@ EXPORT_EXAMPLES = """  tiermem export --user alice --format md --out alice.md
 FORGET_EXAMPLES = """  tiermem forget --user alice --json     # everything about alice, now from views, at next seal from files
   tiermem forget --event 01JD...          # one turn and everything derived from it
   tiermem forget --agent old-bot
+  tiermem forget --user alice --now       # also rewrite sealed Parquet, rejects, quarantine now
 """
 
 
@@ -122,12 +123,17 @@ def _print_show(shown: dict[str, Any]) -> None:
 def _export(args: argparse.Namespace, settings: Settings) -> int:
     from tiermem.evolver.export import export
 
-    data, text = export(
-        settings, agent=args.agent, user=args.user, fmt=args.format, out=Path(args.out) if args.out else None
-    )
-    if args.out:
+    out = Path(args.out) if args.out else None
+    if args.save and out is None:
+        from tiermem.evolver.export import saved_export_path
+
+        out = saved_export_path(
+            settings, "agent" if args.agent else "user", args.agent or args.user, args.format
+        )
+    data, text = export(settings, agent=args.agent, user=args.user, fmt=args.format, out=out)
+    if out is not None:
         print(
-            f"exported {sum(data['counts'].values())} item(s) about {data['target_kind']} {data['target']} to {args.out}"
+            f"exported {sum(data['counts'].values())} item(s) about {data['target_kind']} {data['target']} to {out}"
         )
     else:
         sys.stdout.write(text)
@@ -137,15 +143,22 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
 def _forget(args: argparse.Namespace, settings: Settings) -> int:
     from tiermem.app.forget import forget
 
-    info = forget(settings, agent=args.agent, user=args.user, event=args.event, reason=args.reason)
+    info = forget(
+        settings, agent=args.agent, user=args.user, event=args.event, reason=args.reason, now=args.now
+    )
     if args.json:
         emit_json(dataclasses.asdict(info))
         return 0
     print(
         f"erased {info.erased_events} event(s) about {info.target_kind} {info.target} "
         f"(erasure {info.erasure_event_id}); hot store {'updated' if info.projected else 'not installed'}; "
-        f"{info.reports_regenerated} report(s) regenerated, {info.reports_removed} removed; "
-        f"{info.cold_files_pending} log file(s) are rewritten at the next `tiermem seal`."
+        f"{info.reports_regenerated} report(s) and {info.exports_regenerated} export(s) regenerated, "
+        f"{info.reports_removed + info.exports_removed} removed; "
+        + (
+            "every file under the data root is rewritten now."
+            if info.now
+            else f"{info.cold_files_pending} sealed file(s) are rewritten at the next `tiermem seal` (or use --now)."
+        )
     )
     return 0
 
@@ -190,6 +203,9 @@ def register(sub: Any) -> None:
     target.add_argument("--user")
     p.add_argument("--format", choices=("json", "md"), default="json")
     p.add_argument("--out", help="write to this file instead of stdout")
+    p.add_argument(
+        "--save", action="store_true", help="keep it under <data>/exports/ (forget scrubs saved exports too)"
+    )
 
     p = command(
         sub,
@@ -203,4 +219,9 @@ def register(sub: Any) -> None:
     target.add_argument("--user")
     target.add_argument("--event")
     p.add_argument("--reason")
+    p.add_argument(
+        "--now",
+        action="store_true",
+        help="rewrite sealed files, rejects and quarantine now, not at the next seal",
+    )
     add_json_flag(p)
