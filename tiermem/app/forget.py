@@ -9,15 +9,16 @@ erasure holds ids only, never the content.
 Effects, in order:
 1. the erasure is in the log: every view (`knowledge`, `proposals`, the
    reviewer's queries) and the evolver's fold exclude those ids at once;
-2. open JSONL segments holding the content are rewritten at once (the line
-   becomes a tombstone), so not even a raw read of today's files finds it;
+2. JSONL segments holding the content are rewritten at once (the line
+   becomes a tombstone), so not even a raw read of today's files finds it,
+   and `_rejects/` and `_quarantine/` are scrubbed of it;
 3. the runtime projector is run, which deletes every row derived from it from
    the hot store (each row knows the users it was derived from), then merges
    the search indexes, vacuums the database and truncates its WAL;
 4. reviewer reports and saved exports (`<data>/exports/`) mentioning it are
    regenerated, or removed when they were about the target itself;
-5. sealed Parquet files (and `_rejects/`, `_quarantine/`) are rewritten at the
-   next `tiermem seal` — or at once with `now=True` (`--now`).
+5. sealed Parquet files are rewritten at the next `tiermem seal` — or at
+   once with `now=True` (`--now`).
 
 `ForgetInfo.removed` says what was removed where (rows per hot-store table,
 files per place); nothing in it quotes the content.
@@ -140,11 +141,11 @@ def _rel(settings: Settings, path: str) -> str:
 
 
 def _rewrite_files(settings: Settings, log: EventLog, *, everything: bool) -> dict[str, Any]:
-    """Tombstone the erased events in open JSONL segments now (and, with `everything`, in sealed
-    Parquet, rejects and quarantine too); returns what was rewritten."""
+    """Tombstone the erased events in JSONL segments and scrub rejects and quarantine now (with
+    `everything`, sealed Parquet too); returns what was rewritten."""
     from tiermem.log.erasure import apply_erasures
 
-    report = apply_erasures(settings, log, jsonl_only=not everything)
+    report = apply_erasures(settings, log, parquet=everything)
     return {"rewritten": list(report.rewritten), "side_records": report.scrubbed_records}
 
 

@@ -27,7 +27,7 @@ EXPORT_EXAMPLES = """  tiermem export --user alice --format md --out alice.md
 FORGET_EXAMPLES = """  tiermem forget --user alice --json     # everything about alice, now from views, at next seal from files
   tiermem forget --event 01JD...          # one turn and everything derived from it
   tiermem forget --agent old-bot
-  tiermem forget --user alice --now       # also rewrite sealed Parquet, rejects, quarantine now
+  tiermem forget --user alice --now       # also rewrite sealed Parquet now
 """
 
 
@@ -222,6 +222,6 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--now",
         action="store_true",
-        help="rewrite sealed files, rejects and quarantine now, not at the next seal",
+        help="rewrite sealed Parquet files now too, not at the next seal",
     )
     add_json_flag(p)
