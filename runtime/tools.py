@@ -312,7 +312,8 @@ def _fact_store(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
     who = memory.principal
     check_scope_write(who, args.get("scope"), "store")
     scope, note = _narrowed(memory, args.get("scope"))
-    check_no_shadowing(who, key, kv_lookup(memory.conn, who, key), scope or "agent")
+    current = kv_lookup(memory.conn, who, key)
+    check_no_shadowing(who, key, dict(current) if current is not None else None, scope or "agent")
     fact_id = memory.store_fact(key, args["value"], scope)
     result: dict[str, Any] = {"stored": True, "fact_id": fact_id, "key": key, "scope": scope or "agent"}
     if note:
