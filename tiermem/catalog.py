@@ -111,7 +111,7 @@ def _not_erased(stream: str) -> str:
     clauses = [_NOT_ERASED, f"coalesce(agent_id, '') NOT IN {_targets('agent')}"]
     for column in ("user", "participant"):
         if column in fields:
-            clauses.append(f'coalesce("{column}", \'\') NOT IN {_targets("user")}')
+            clauses.append(f"coalesce(\"{column}\", '') NOT IN {_targets('user')}")
     if "participants" in fields:
         clauses.append(
             "NOT list_has_any(coalesce(participants, []::VARCHAR[]), (SELECT coalesce(list(target), []) "
