@@ -44,11 +44,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tiermem.runtime.episode_search import search_episodes
-from tiermem.runtime.hotstore import fact_clause
-from tiermem.runtime.levels import check_level, current_level, recent_items
+from tiermem.runtime.levels import check_level
 from tiermem.runtime.memory import AgentMemory
-from tiermem.runtime.scopes import list_facts, search_facts
 from tiermem.runtime.visibility import Principal
 
 from tiermem.ids import utcnow
@@ -208,10 +205,22 @@ def _render_turn(item: Any) -> str:
     return f"[{when}] {as_data(item.text or '')}"
 
 
+def _relationship_line(user: str, row: Mapping[str, Any]) -> str:
+    extras = []
+    if row["rapport"] is not None:
+        extras.append(f"rapport {row['rapport']:.1f}")
+    if row["trust"] is not None:
+        extras.append(f"trust {row['trust']:.1f}")
+    if row["last_spoke_ts"]:
+        extras.append(f"last spoke {str(row['last_spoke_ts'])[:10]}")
+    tail = f" ({', '.join(extras)})" if extras else ""
+    return f"{as_data(user)}: {as_data(row['summary'])}{tail}"
+
+
 def _candidates(
     memory: AgentMemory, who: Principal, level: str, settings_top: int, recent_n: int
 ) -> dict[str, list[ContextItem]]:
-    conn = memory.conn
+    store = memory.store
     user = who.user
     out: dict[str, list[ContextItem]] = {}
 
@@ -247,43 +256,20 @@ def _candidates(
             + ". More specific guidance wins.",
         )
     ]
-    where, params = fact_clause(who, "f")
-    overrides = conn.execute(
-        "SELECT f.fact_id, f.content FROM facts f WHERE f.status='active'"
-        f" AND (f.scope='override' OR f.category='rule') AND {where}"
-        " ORDER BY f.scope='override' DESC, f.updated_at DESC LIMIT 20",
-        params,
-    ).fetchall()
-    rules += [(str(r[0]), f"- [{r[0]}] {as_data(r[1])}") for r in overrides]
+    overrides = store.scope_rules(who, limit=20)
+    rules += [(str(r["fact_id"]), f"- [{r['fact_id']}] {as_data(r['content'])}") for r in overrides]
     out["scope_rules"] = _items("scope_rules", rules)
 
     rel: list[tuple[str, str]] = []
-    if user:
-        row = conn.execute(
-            "SELECT summary, rapport, trust, last_spoke_ts FROM relationships WHERE agent_id=? AND participant=?",
-            (memory.agent_id, user),
-        ).fetchone()
-        if row is not None:
-            extras = []
-            if row["rapport"] is not None:
-                extras.append(f"rapport {row['rapport']:.1f}")
-            if row["trust"] is not None:
-                extras.append(f"trust {row['trust']:.1f}")
-            if row["last_spoke_ts"]:
-                extras.append(f"last spoke {str(row['last_spoke_ts'])[:10]}")
-            tail = f" ({', '.join(extras)})" if extras else ""
-            rel.append(
-                (
-                    f"relationship:{memory.agent_id}:{user}",
-                    f"{as_data(user)}: {as_data(row['summary'])}{tail}",
-                )
-            )
+    row = store.relationship(who)
+    if user and row is not None:
+        rel.append((f"relationship:{memory.agent_id}:{user}", _relationship_line(user, row)))
     out["relationship"] = _items("relationship", rel)
 
-    recent = recent_items(conn, who, level, recent_n)
+    recent = store.recent(who, level, recent_n)
     out["recent"] = _items("recent", [(it.item_id, _render_turn(it)) for it in reversed(recent)])
 
-    facts = list_facts(conn, who, participant_first=user, limit=settings_top + 20)
+    facts = store.list_facts(who, participant_first=user, limit=settings_top + 20)
     knowledge = [
         f for f in facts if f["category"] not in NON_KNOWLEDGE_CATEGORIES and f["scope"] != "override"
     ][:settings_top]
@@ -313,15 +299,14 @@ def _candidates(
 def _retrieve(
     memory: AgentMemory, query: str, who: Principal, fact_limit: int = 8, episode_limit: int = 5
 ) -> tuple[list[ContextItem], dict[str, float]]:
-    facts = search_facts(
-        memory.conn,
+    facts = memory.store.search_facts(
         who,
         query,
         limit=fact_limit,
         weights=memory.settings.runtime.scope_weights,
         now=utcnow(),
     )
-    episodes = search_episodes(memory.conn, who, query, None, episode_limit)
+    episodes = memory.store.search_episodes(who, query, None, episode_limit)
     scored: list[tuple[float, str, str]] = []
     for f in facts:
         scored.append((f.score, f.fact_id, f"[{f.fact_id}] {as_data(f.content)}"))
@@ -365,7 +350,7 @@ def assemble_context(
     rt = memory.settings.runtime
     who = memory.as_user(user)
     user = who.user
-    level = check_level(level) if level else (memory.level or current_level(memory.conn, who))
+    level = check_level(level) if level else (memory.level or memory.store.current_level(who))
     tiers = {**rt.tier_budgets, **(tier_budgets or {})}
     cap = int(budget) if budget is not None else rt.total_budget_tokens
     candidates = _candidates(memory, who, level, rt.top_knowledge, rt.recent_interactions)

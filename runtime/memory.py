@@ -21,16 +21,13 @@ imports batch work, so the turn path never waits for it.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiermem.runtime import hotstore
-from tiermem.runtime.levels import check_level, current_level, transition_event
-from tiermem.runtime.projector import apply_now, kv_fact_id
-from tiermem.runtime.scopes import KV_ORDER, kv_lookup
-from tiermem.runtime.visibility import Principal
+from tiermem.runtime.levels import check_level, transition_event
+from tiermem.runtime.store import HotStore, Row, kv_fact_id, open_store
+from tiermem.runtime.visibility import KV_ORDER, Principal
 
 from tiermem.errors import LimitExceededError, NotFoundError, ValidationError
 from tiermem.eventlog import EventLog
@@ -46,7 +43,7 @@ SessionEndHook = Callable[[Settings, str, str], Any]
 
 @dataclass
 class AgentMemory:
-    """An agent bound to its scopes, with a hot-store connection and the log."""
+    """An agent bound to its scopes, with the hot store (through its interface) and the log."""
 
     settings: Settings
     agent_id: str
@@ -58,7 +55,7 @@ class AgentMemory:
     level: str | None = None  # None: the level of the agent's newest item
     base_context: str | None = None
     on_session_end: SessionEndHook | None = field(default=None, repr=False)
-    conn: sqlite3.Connection = field(init=False, repr=False)
+    store: HotStore = field(init=False, repr=False)
     _log: EventLog | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -66,7 +63,7 @@ class AgentMemory:
             raise ValidationError("agent_id", "empty")
         if self.level is not None:
             check_level(self.level)
-        self.conn = hotstore.open_hot_store(self.settings)
+        self.store = open_store(self.settings)
 
     # ------------------------------------------------------------ plumbing
     @property
@@ -88,14 +85,19 @@ class AgentMemory:
     def scope(self) -> Principal:
         return self.principal
 
+    @property
+    def conn(self) -> Any:
+        """The SQLite backend's connection, for tests and tools that look inside it (not the runtime)."""
+        return getattr(self.store, "conn", None)
+
     def current_level(self) -> str:
-        return self.level or current_level(self.conn, self.principal)
+        return self.level or self.store.current_level(self.principal)
 
     def close(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None
-        self.conn.close()
+        self.store.close()
 
     def __enter__(self) -> AgentMemory:
         return self
@@ -114,7 +116,7 @@ class AgentMemory:
                 raise
         self.log.append_validated(events)
         if apply:
-            apply_now(self.conn, events)
+            self.store.apply_now(events)
         return events
 
     # ------------------------------------------------------------ retrievals
@@ -150,8 +152,7 @@ class AgentMemory:
 
     # ------------------------------------------------------------ identity (L0)
     def identity(self) -> str:
-        row = self.conn.execute("SELECT content FROM identity WHERE agent_id=?", (self.agent_id,)).fetchone()
-        return "" if row is None else str(row[0])
+        return self.store.identity(self.agent_id)
 
     def set_identity(self, content: str, source: str = "agent") -> str:
         limit = self.settings.runtime.identity_max_chars
@@ -221,19 +222,12 @@ class AgentMemory:
         self.append([record])
         return str(record["fact_id"])
 
-    def get_fact(self, key: str) -> sqlite3.Row | None:
-        return kv_lookup(self.conn, self.principal, key)
+    def get_fact(self, key: str) -> Row | None:
+        return self.store.kv_lookup(self.principal, key)
 
-    def visible_fact(self, fact_id: str) -> sqlite3.Row | None:
+    def visible_fact(self, fact_id: str) -> Row | None:
         """One active fact by id, if this memory's principal may read it."""
-        from tiermem.runtime.hotstore import fact_clause
-
-        where, params = fact_clause(self.principal, "f")
-        row: sqlite3.Row | None = self.conn.execute(
-            f"SELECT f.* FROM facts f WHERE f.fact_id = ? AND f.status = 'active' AND {where}",
-            (fact_id, *params),
-        ).fetchone()
-        return row
+        return self.store.visible_fact(self.principal, fact_id)
 
     def remove_fact(self, key: str, scope: str | None = None, reason: str | None = None) -> str:
         """Remove a KV fact: the one in `scope`, else the one a lookup would return."""
@@ -250,12 +244,7 @@ class AgentMemory:
                 self.agent_id, scope, extra.get("agent_type"), extra.get("project_id"), key, about
             )
             owner = self.agent_id
-            if (
-                self.conn.execute(
-                    "SELECT 1 FROM facts WHERE fact_id=? AND status='active'", (fact_id,)
-                ).fetchone()
-                is None
-            ):
+            if self.store.visible_fact(self.principal, fact_id) is None:
                 raise NotFoundError(f"no fact {key!r} in scope {scope!r} of agent {self.agent_id!r}")
         record: dict[str, Any] = {"type": "fact_removed", "agent_id": owner, "key": key, "fact_id": fact_id}
         if scope != "agent":

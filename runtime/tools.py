@@ -24,9 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-from tiermem.runtime.episode_search import recall_lines, search_episodes
 from tiermem.runtime.memory import FACT_SCOPES, AgentMemory
-from tiermem.runtime.scopes import kv_lookup, list_facts, search_facts
 from tiermem.runtime.visibility import (
     check_fact_change,
     check_no_shadowing,
@@ -188,7 +186,7 @@ def _cost(result: Any) -> int:
 def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
     query, participant = args["query"], args.get("participant")
     who = memory.principal
-    found = search_episodes(memory.conn, who, query, participant, RECALL_LIMIT)
+    found = memory.store.search_episodes(who, query, participant, RECALL_LIMIT)
     memories = []
     lines = []
     for ep in found:
@@ -220,7 +218,7 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
         lines.append(line)
     # The turns themselves, best match first, one dated line each with the ids they come from:
     # the exact words often answer what a summary cannot ("when", "how much", "what did she say").
-    recalled = recall_lines(memory.conn, who, query, participant, budget=RECALL_TURNS_BUDGET)
+    recalled = memory.store.recall_lines(who, query, participant, budget=RECALL_TURNS_BUDGET)
     turns = [{"line": line, "event_ids": list(ids)} for line, ids in recalled]
     if recalled:
         lines.append("What was said, as I remember it:")
@@ -251,8 +249,7 @@ def _fact_out(row: Any) -> dict[str, Any]:
 def _search_out(
     memory: AgentMemory, query: str, topic: str | None, kinds: tuple[str, ...] | None
 ) -> list[dict[str, Any]]:
-    found = search_facts(
-        memory.conn,
+    found = memory.store.search_facts(
         memory.principal,
         query,
         topic=topic,
@@ -312,8 +309,7 @@ def _fact_store(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
     who = memory.principal
     check_scope_write(who, args.get("scope"), "store")
     scope, note = _narrowed(memory, args.get("scope"))
-    current = kv_lookup(memory.conn, who, key)
-    check_no_shadowing(who, key, dict(current) if current is not None else None, scope or "agent")
+    check_no_shadowing(who, key, memory.store.kv_lookup(who, key), scope or "agent")
     fact_id = memory.store_fact(key, args["value"], scope)
     result: dict[str, Any] = {"stored": True, "fact_id": fact_id, "key": key, "scope": scope or "agent"}
     if note:
@@ -333,7 +329,7 @@ def _fact_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fact_list(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
-    rows = list_facts(memory.conn, memory.principal, kinds=("kv",), limit=200)
+    rows = memory.store.list_facts(memory.principal, kinds=("kv",), limit=200)
     result = {"facts": [_fact_out(r) for r in rows]}
     if rows:
         memory.record_retrieval(
@@ -348,7 +344,7 @@ def _idea_save(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
         raise ValidationError("content", "empty")
     # Candidates: the agent's own knowledge that shares words with the new idea (dedup in the target
     # scope), written for the same user: an idea merges only into what belongs to the same person.
-    found = search_facts(memory.conn, memory.principal, content, limit=20, kinds=("knowledge",), now=utcnow())
+    found = memory.store.search_facts(memory.principal, content, limit=20, kinds=("knowledge",), now=utcnow())
     best, best_sim = None, 0.0
     for f in found:
         if f.scope != "agent" or f.owner != owner_key([memory.user]):
@@ -399,7 +395,7 @@ def _idea_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _idea_list(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
-    rows = list_facts(memory.conn, memory.principal, kinds=("knowledge",), topic=args.get("topic"), limit=100)
+    rows = memory.store.list_facts(memory.principal, kinds=("knowledge",), topic=args.get("topic"), limit=100)
     ideas = [
         {
             "fact_id": r["fact_id"],

@@ -37,7 +37,7 @@ def _memory(settings: Settings) -> AgentMemory:
             "bot", "Cat emergency", "Alice's cat was sick and I helped her find a vet", participants=["alice"]
         ),
     )
-    project(settings, m.conn)
+    project(settings, m.store)
     return m
 
 
@@ -123,7 +123,7 @@ def test_given_budget_lets_retrieval_fill_the_room(settings: Settings) -> None:
             append(
                 settings, episode("bot", f"Cat story {i}", f"Alice told me cat story number {i} " + "x" * 200)
             )
-        project(settings, m.conn)
+        project(settings, m.store)
         default = assemble_context(m, query="cat story")
         roomy = assemble_context(m, query="cat story", budget=6000)
         assert len(roomy.section("memory_context").item_ids) >= len(

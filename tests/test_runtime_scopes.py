@@ -76,7 +76,7 @@ def test_topic_prefilter_falls_back_below_three_results(settings: Settings) -> N
         only_auth = search_facts(m.conn, m.scope, "token", topic="auth", now=NOW)
         assert {f.fact_id for f in only_auth} == {"t1", "t2", "t3"}  # fewer than 3 with the topic: fallback
         append(settings, *[_decided("a", f"x{i}", f"token rule {i}", topic="auth") for i in range(3)])
-        project(settings, m.conn)
+        project(settings, m.store)
         filtered = search_facts(m.conn, m.scope, "token", topic="auth", now=NOW)
         assert all(f.topic == "auth" for f in filtered) and len(filtered) == 4
 
@@ -119,7 +119,7 @@ def test_two_agents_are_isolated_unless_a_shared_scope_says_so(settings: Setting
         a.store_fact("shared", "for everyone", "system", source="user")
         a.store_fact("team", "coders only", "agent_type", source="user")
         call_tool(a, "memory_fact_store", {"key": "proj", "value": "p1 only", "scope": "project"})
-        project(settings, b.conn)
+        project(settings, b.store)
         assert call_tool(b, "memory_fact_recall", {"key": "secret"})["found"] is False
         assert call_tool(b, "memory_fact_recall", {"key": "team"})["found"] is False
         assert call_tool(b, "memory_fact_recall", {"key": "proj"})["found"] is False

@@ -151,15 +151,15 @@ def _rewrite_files(settings: Settings, log: EventLog, *, everything: bool) -> di
 
 def _hot_counts(settings: Settings) -> dict[str, int]:
     """Rows per hot-store table, after bringing the store up to date with the log."""
-    from tiermem.runtime import hotstore
     from tiermem.runtime.projector import project
+    from tiermem.runtime.store import open_store
 
-    conn = hotstore.open_hot_store(settings)
+    store = open_store(settings)
     try:
-        project(settings, conn)
-        return hotstore.table_counts(conn)
+        project(settings, store)
+        return store.counts()
     finally:
-        conn.close()
+        store.close()
 
 
 def _project(settings: Settings) -> tuple[bool, dict[str, Any] | None]:

@@ -67,7 +67,6 @@ def _context(args: argparse.Namespace, settings: Settings) -> int:
 def _recall(args: argparse.Namespace, settings: Settings) -> int:
     import orjson
 
-    from tiermem.runtime.episode_search import search_episodes
     from tiermem.tokens import count_tokens
 
     keys = (
@@ -83,7 +82,7 @@ def _recall(args: argparse.Namespace, settings: Settings) -> int:
     )
     user = args.user or args.participant
     with _memory(args, settings, user=user) as memory:
-        found = search_episodes(memory.conn, memory.principal, args.query, args.participant, args.limit)
+        found = memory.store.search_episodes(memory.principal, args.query, args.participant, args.limit)
         results = [
             {**{k: e.get(k) for k in keys}, "emotional_context": e.get("emotional_context")} for e in found
         ]
@@ -115,11 +114,9 @@ def _recall(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _facts(args: argparse.Namespace, settings: Settings) -> int:
-    from tiermem.runtime.scopes import list_facts
-
     with _memory(args, settings, user=args.user) as memory:
         if args.action == "list":
-            rows = list_facts(memory.conn, memory.principal, limit=args.limit)
+            rows = memory.store.list_facts(memory.principal, limit=args.limit)
             facts = [
                 {
                     k: r[k]
