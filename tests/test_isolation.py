@@ -30,7 +30,7 @@ from helpers_isolation import (
     visible_to,
 )
 from tiermem.runtime.context import assemble_context
-from tiermem.runtime.memory import open_memory
+from tiermem.runtime.memory import open_memory, record_turn
 
 from tiermem.settings import Settings, resolve_settings
 
@@ -123,3 +123,23 @@ def test_a_read_without_a_user_sees_agent_level_memory_only(world: Settings) -> 
         assert not found(text, ALICE + BOB)
         assert found(text, ALL["helpdesk"] + ALL["project"]) or "Acme helpdesk" in text
         assert ctx.section("recent") is None and ctx.section("relationship") is None
+
+
+def test_a_task_summary_written_in_a_users_session_is_theirs(tmp_path: Path) -> None:
+    settings = resolve_settings(data_dir=tmp_path / "data", env={}, fsync="none")
+    with open_memory(settings, "helpdesk", user="alice", session_id="sa", level="task") as m:
+        record_turn(m, "Please refund order 7", "Refunding.")
+        m.finish_task(f"Refunded order 7 for alice ({ALICE[0]}).")
+        own = assemble_context(m, level="project").section("recent")
+        assert own is not None and ALICE[0] in own.text
+    for user in ("bob", None):
+        with open_memory(settings, "helpdesk", user=user) as other:
+            for level in ("global", "project", "task"):
+                ctx = assemble_context(other, level=level, query=ALICE[0])
+                assert not found("\n".join(s.text for s in ctx.sections), ALICE), (user, level)
+    # Work finished without a user is agent-level: every user of the agent sees it.
+    with open_memory(settings, "helpdesk", level="task") as ops:
+        ops.finish_task("Rotated the printer toner.")
+    with open_memory(settings, "helpdesk", user="bob") as bob:
+        recent = assemble_context(bob, level="project").section("recent")
+        assert recent is not None and "printer toner" in recent.text
