@@ -231,9 +231,13 @@ def bench_recall(root: Path, episodes: int, n: int, impl: str = "current") -> di
     queries = [words(3) for _ in range(256)]
     qi = iter(range(10**9))
     with open_memory(settings, "npc") as m:
-        search_only = timed(lambda: search(m.conn, "npc", queries[next(qi) % 256]), n, warmup=5)
+        # Episodes belong to their participants: the current search reads as one of them.
+        def who() -> Any:
+            return m.principal.as_user(PEOPLE[next(qi) % 200]) if impl == "current" else "npc"
+
+        search_only = timed(lambda: search(m.conn, who(), queries[next(qi) % 256]), n, warmup=5)
         with_participant = timed(
-            lambda: search(m.conn, "npc", queries[next(qi) % 256], PEOPLE[next(qi) % 200]), n, warmup=5
+            lambda: search(m.conn, who(), queries[next(qi) % 256], PEOPLE[next(qi) % 200]), n, warmup=5
         )
         out: dict[str, Any] = {
             "episodes": episodes,
@@ -297,7 +301,7 @@ def bench_levels(root: Path) -> dict[str, Any]:
             "SELECT * FROM wm_items WHERE agent_id='orchestrator' AND kind='interaction' AND level != 'global'"
         ).fetchall()
         full_tokens = sum(count_tokens(f"{r['user_message']}\n{r['agent_response']}") for r in rows)
-        seen = recent_items(m.conn, "orchestrator", "project", 10_000)
+        seen = recent_items(m.conn, m.principal, "project", 10_000)
         seen_tokens = sum(count_tokens(i.render()) for i in seen)
     shutil.rmtree(settings.data_dir, ignore_errors=True)
     out = {

@@ -5,10 +5,18 @@ events that name it (turns, proposals, decisions, relationships, retrievals,
 identity, KV writes) and everything derived from them (episodes, summaries),
 plus the current state of each fact they touch. Erased events are never
 exported. JSON for machines, Markdown for people.
+
+An export for a user holds that user's data only: facts are included when
+they are about them or derived from their turns (the fact's owners), never
+another user's. Exports saved under the data root (`<data>/exports/`,
+`tiermem export --save`) are copies the system keeps, so `forget` reaches
+them: `scrub_exports` regenerates each one that mentions erased content, or
+removes it when it was an export of the forgotten target itself.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -79,9 +87,12 @@ def export_data(settings: Settings, *, agent: str | None = None, user: str | Non
         for f in state.facts.values()
         if f.status != "pending"
         and (
-            f.event_id in decision_ids or (agent and f.agent_id == agent) or (user and f.participant == user)
+            f.event_id in decision_ids
+            or (agent and f.agent_id == agent)
+            or (user and (f.participant == user or user in f.owners))
         )
         and not (user and f.participant not in (None, user))
+        and not (user and f.owners and user not in f.owners)
     ]
     return {
         "target_kind": "agent" if agent else "user",
@@ -152,6 +163,13 @@ def _describe(ev: dict[str, Any]) -> str:
     return orjson.dumps({k: v for k, v in ev.items() if k not in ("event_id", "ts")}).decode()
 
 
+def saved_export_path(settings: Settings, kind: str, target: str, fmt: str) -> Path:
+    """Where `--save` puts an export: `<data>/exports/<kind>-<target>-<UTC time>.<fmt>`."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", target) or "_"
+    stamp = format_ts(utcnow()).replace(":", "").replace("-", "").replace(".", "")
+    return settings.exports_dir / f"{kind}-{safe}-{stamp}.{fmt}"
+
+
 def export(
     settings: Settings,
     *,
@@ -159,11 +177,14 @@ def export(
     user: str | None = None,
     fmt: str = "json",
     out: Path | None = None,
+    save: bool = False,
 ) -> tuple[dict[str, Any], str]:
-    """(the data, its rendering in `fmt`); written to `out` when given."""
+    """(the data, its rendering in `fmt`); written to `out` (or, with `save`, under `<data>/exports/`)."""
     if fmt not in ("json", "md"):
         raise ValidationError("format", f"expected json or md, got {fmt!r}")
     data = export_data(settings, agent=agent, user=user)
+    if save and out is None:
+        out = saved_export_path(settings, str(data["target_kind"]), str(data["target"]), fmt)
     text = (
         orjson.dumps(data, default=str, option=orjson.OPT_INDENT_2).decode() + "\n"
         if fmt == "json"
@@ -173,3 +194,54 @@ def export(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
     return data, text
+
+
+_MD_TITLE = re.compile(r"^# What tiermem holds about (agent|user) `(.*)`$", re.M)
+
+
+def _export_target(path: Path, data: bytes) -> tuple[str, str] | None:
+    """(kind, target) of a saved export, read back from its own content."""
+    if path.suffix == ".json":
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None
+        if isinstance(doc, dict) and doc.get("target_kind") in ("agent", "user") and doc.get("target"):
+            return str(doc["target_kind"]), str(doc["target"])
+        return None
+    m = _MD_TITLE.search(data.decode("utf-8", errors="replace"))
+    return (m.group(1), m.group(2)) if m else None
+
+
+def scrub_exports(
+    settings: Settings, erased_ids: set[str], forgotten: set[tuple[str, str]]
+) -> tuple[int, int]:
+    """Regenerate or remove every saved export holding erased content; (regenerated, removed).
+
+    Called after the erasure is in the log, so a regenerated export already
+    leaves the erased events out. An export of a forgotten target is removed.
+    """
+    root = settings.exports_dir
+    if not root.exists():
+        return 0, 0
+    needles = [i.encode() for i in erased_ids if i] + [t.encode() for _k, t in forgotten if t]
+    regenerated = removed = 0
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        if not any(n in data for n in needles):
+            continue
+        target = _export_target(path, data)
+        if target is None or target in forgotten or path.suffix not in (".json", ".md"):
+            path.unlink()
+            removed += 1
+            continue
+        kind, name = target
+        export(
+            settings,
+            agent=name if kind == "agent" else None,
+            user=name if kind == "user" else None,
+            fmt=path.suffix[1:],
+            out=path,
+        )
+        regenerated += 1
+    return regenerated, removed

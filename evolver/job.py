@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from tiermem.evolver.decide import Decision, decide
 from tiermem.evolver.index import FactIndex
-from tiermem.evolver.lifecycle import archivals, kv_supersessions, promotions
+from tiermem.evolver.lifecycle import (
+    archivals,
+    kv_supersessions,
+    promotion_allowed,
+    promotion_candidates,
+    promotions,
+    same_owners,
+)
 from tiermem.evolver.state import Fact, KnowledgeState, Proposal, load_state
 
 from tiermem.eventlog import Checkpoints, EventLog
@@ -49,6 +56,7 @@ class EvolveInfo:
     corrected: int = 0
     pending: int = 0
     promoted: int = 0
+    promotions_held: int = 0  # candidates the policy keeps where they are (a user's data, low confidence)
     archived: int = 0
     events_appended: int = 0
     duplicates: int = 0
@@ -80,7 +88,7 @@ def decision_event(fact: Fact, *, ts: str, id_ts: datetime) -> dict[str, Any]:
         "decision": fact.decision,
         "status": fact.status,
         "content": fact.content,
-        "scope": fact.scope,
+        "scope": fact.scope if fact.scope != "agent" else None,  # private to the agent: no scope field
         "category": fact.category,
         "topic": fact.topic,
         "key": fact.key,
@@ -101,6 +109,16 @@ def decision_event(fact: Fact, *, ts: str, id_ts: datetime) -> dict[str, Any]:
         "seen_projects": list(fact.seen_projects),
     }
     return {k: v for k, v in event.items() if v is not None}
+
+
+def with_owners(decision: Decision, proposal: Proposal) -> Decision:
+    """The decision's facts carry the proposal's owners (their words are now in them)."""
+    if not proposal.owners:
+        return decision
+    changes = tuple(
+        f.with_changes(owners=tuple(sorted(set(f.owners) | set(proposal.owners)))) for f in decision.changes
+    )
+    return replace(decision, changes=changes)
 
 
 def apply_changes(
@@ -163,8 +181,10 @@ def run_evolve(
             indexes.setdefault(fact.agent_id, FactIndex()).put(fact)
         for proposal in queue:
             index = indexes.setdefault(proposal.agent_id, FactIndex())
-            candidates = index.candidates(proposal)
+            # Only facts of the same people: one user's words never merge into another's fact.
+            candidates = same_owners(index.candidates(proposal), proposal.owners)
             decision = decide(proposal, candidates, settings.evolver, now=now_ts, merger=merger)
+            decision = with_owners(decision, proposal)
             apply_changes(state, decision, events, parse_ts(proposal.ts))
             for fact in decision.changes:
                 index.put(state.facts[fact.fact_id])
@@ -179,6 +199,12 @@ def run_evolve(
             events.append(decision_event(fact, ts=now_ts, id_ts=parse_ts(fact.created_at)))
             state.facts[fact.fact_id] = fact
             counts["superseded_by_writes"] += 1
+        held = [
+            f
+            for f in promotion_candidates(state.active_facts(agent), settings.evolver)
+            if promotion_allowed(f, settings.evolver) is not None
+        ]
+        counts["promotions_held"] = len(held)
         for fact in promotions(state.active_facts(agent), settings.evolver, now_ts):
             events.append(decision_event(fact, ts=now_ts, id_ts=parse_ts(fact.created_at)))
             state.facts[fact.fact_id] = fact
@@ -192,7 +218,9 @@ def run_evolve(
         info.events_appended, info.duplicates = append_events(settings, events)
         _save_checkpoint(settings, state)
     info.decided = sum(
-        v for k, v in counts.items() if k not in ("promoted", "archived", "superseded_by_writes")
+        v
+        for k, v in counts.items()
+        if k not in ("promoted", "promotions_held", "archived", "superseded_by_writes")
     )
     for name in (
         "created",
@@ -202,6 +230,7 @@ def run_evolve(
         "corrected",
         "pending",
         "promoted",
+        "promotions_held",
         "archived",
         "superseded_by_writes",
     ):

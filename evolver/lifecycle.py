@@ -4,6 +4,12 @@ Pure functions over the folded state: which facts move to the agent-type
 scope because they were seen in several projects, and which are archived
 because they are stale, never recalled and of low importance. Facts a user
 said (source "user") are never archived automatically.
+
+Promotion never widens a user's data: only a fact with no tie to a user (no
+participant, no owner among the turns it came from) may move to a wider
+scope, and only when the approval policy would apply it without a person
+(a user's word, or confidence at least `auto_apply_confidence`); the others
+stay where they are and are counted as held back.
 """
 
 from __future__ import annotations
@@ -31,13 +37,40 @@ def _auto_revision(f: Fact, now: str, decision: str, note: str, **changes: objec
     )
 
 
+def same_owners(facts: Iterable[Fact], owners: tuple[str, ...]) -> list[Fact]:
+    """The facts a decision about a proposal with these owners may touch: same people, no others."""
+    return [f for f in facts if f.owners == owners]
+
+
+def promotion_allowed(f: Fact, settings: EvolverSettings) -> str | None:
+    """None when the fact may be published wider; else why not."""
+    if f.owners or f.participant:
+        return "tied to a user: a user's data is never published to a wider scope"
+    if f.source != "user" and f.confidence < settings.auto_apply_confidence:
+        return (
+            f"confidence {f.confidence:.2f} < {settings.auto_apply_confidence:.2f}: "
+            "the approval policy would not apply it without a person"
+        )
+    return None
+
+
+def promotion_candidates(facts: Iterable[Fact], settings: EvolverSettings) -> list[Fact]:
+    """Project-scoped facts seen in at least `promote_min_projects` projects."""
+    return [
+        f
+        for f in facts
+        if f.status == ACTIVE
+        and not f.is_kv
+        and f.scope in ("project", "override")
+        and len(f.seen_projects) >= settings.promote_min_projects
+    ]
+
+
 def promotions(facts: Iterable[Fact], settings: EvolverSettings, now: str) -> list[Fact]:
-    """Project-scoped facts seen in at least `promote_min_projects` projects → agent-type scope."""
+    """Promotion candidates the policy allows → agent-type scope."""
     out = []
-    for f in facts:
-        if f.status != ACTIVE or f.is_kv or f.scope not in ("project", "override"):
-            continue
-        if len(f.seen_projects) < settings.promote_min_projects:
+    for f in promotion_candidates(facts, settings):
+        if promotion_allowed(f, settings) is not None:
             continue
         note = f"seen in {len(f.seen_projects)} projects: {', '.join(f.seen_projects)}"
         out.append(_auto_revision(f, now, "promoted", note, scope="agent_type", project_id=None))

@@ -109,7 +109,7 @@ def preview(settings: Settings, state: KnowledgeState, p: Proposal, now: str) ->
     facts = [
         f
         for f in state.facts.values()
-        if f.agent_id == p.agent_id and f.fact_id != new_fact_id(p.proposal_id)
+        if f.agent_id == p.agent_id and f.fact_id != new_fact_id(p.proposal_id) and f.owners == p.owners
     ]
     merger, _path = make_merger(settings)
     return decide(

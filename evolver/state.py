@@ -11,6 +11,13 @@ Inputs, in log order:
 - `fact_set` / `fact_removed` → explicit KV facts (`kv:` fact ids),
 - `retrieval` → recall counts per item id,
 - `erasure` → every listed event id is ignored from then on.
+
+A fact or proposal that names no scope is private to its agent (scope
+`agent`), as the runtime and the projector read it: the fold never widens
+what an event did not. Each proposal and fact also knows its `owners`: the
+users it was derived from (its participant and the users of the turns it
+cites, looked up once in the `interactions` view), so decisions never mix
+two people's facts and promotion never publishes a user's data.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ class Proposal:
     corrects: str | None = None
     evidence: tuple[dict[str, Any], ...] = ()
     source_event_ids: tuple[str, ...] = ()
+    owners: tuple[str, ...] = ()  # the users it was derived from (set by `attach_owners`)
 
     @classmethod
     def from_event(cls, ev: Mapping[str, Any]) -> Proposal:
@@ -73,9 +81,10 @@ class Proposal:
 
     @property
     def effective_scope(self) -> str:
-        if self.scope:
-            return self.scope
-        return "project" if self.project_id else ("agent_type" if self.agent_type else "system")
+        """The scope the proposal asks for; a user's data stays in the agent's own scope."""
+        if self.owners:
+            return "agent"
+        return self.scope or "agent"
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,7 @@ class Fact:
     seen_projects: tuple[str, ...] = ()
     source_event_ids: tuple[str, ...] = ()
     event_id: str | None = None  # the decision event this row came from
+    owners: tuple[str, ...] = ()  # the users it was derived from (set by `attach_owners`)
 
     @property
     def is_kv(self) -> bool:
@@ -136,7 +146,7 @@ def fact_from_decision(ev: Mapping[str, Any], previous: Fact | None) -> Fact:
         agent_id=ev.get("agent_id") or (previous.agent_id if previous else ""),
         content=pick("content", ""),
         status=ev.get("status") or ACTIVE,
-        scope=pick("scope", "system"),
+        scope=pick("scope", "agent"),
         created_at=previous.created_at if previous else ev["ts"],
         updated_at=ev["ts"],
         category=pick("category"),
@@ -161,6 +171,7 @@ def fact_from_decision(ev: Mapping[str, Any], previous: Fact | None) -> Fact:
         seen_projects=tuple(ev.get("seen_projects") or (previous.seen_projects if previous else ())),
         source_event_ids=tuple(ev.get("source_event_ids") or (previous.source_event_ids if previous else ())),
         event_id=ev.get("event_id"),
+        owners=previous.owners if previous else (),
     )
 
 
@@ -172,9 +183,17 @@ def kv_owner(scope: str, project_id: str | None, agent_type: str | None) -> str:
     return "-"
 
 
-def kv_fact_id(agent_id: str, scope: str, project_id: str | None, agent_type: str | None, key: str) -> str:
-    """The contract's id of an explicit KV fact."""
-    return f"kv:{agent_id}:{scope}:{kv_owner(scope, project_id, agent_type)}:{key}"
+def kv_fact_id(
+    agent_id: str,
+    scope: str,
+    project_id: str | None,
+    agent_type: str | None,
+    key: str,
+    user: str | None = None,
+) -> str:
+    """The contract's id of an explicit KV fact (a fact about a user: `@<user>` as scope owner)."""
+    owner = f"@{user}" if user and scope == "agent" else kv_owner(scope, project_id, agent_type)
+    return f"kv:{agent_id}:{scope}:{owner}:{key}"
 
 
 @dataclass
@@ -213,7 +232,7 @@ class KnowledgeState:
         elif etype == "fact_removed":
             fid = ev.get("fact_id") or kv_fact_id(
                 ev.get("agent_id") or "",
-                ev.get("scope") or "project",
+                ev.get("scope") or "agent",
                 ev.get("project_id"),
                 ev.get("agent_type"),
                 ev["key"],
@@ -229,9 +248,14 @@ class KnowledgeState:
                 self.last_recalled[item] = ev["ts"]
 
     def _apply_fact_set(self, ev: Mapping[str, Any]) -> None:
-        scope = ev.get("scope") or ("project" if ev.get("project_id") else "system")
+        scope = ev.get("scope") or "agent"
         fid = ev.get("fact_id") or kv_fact_id(
-            ev.get("agent_id") or "", scope, ev.get("project_id"), ev.get("agent_type"), ev["key"]
+            ev.get("agent_id") or "",
+            scope,
+            ev.get("project_id"),
+            ev.get("agent_type"),
+            ev["key"],
+            ev.get("participant") if scope == "agent" else None,
         )
         old = self.facts.get(fid)
         self.facts[fid] = Fact(
@@ -280,6 +304,49 @@ class KnowledgeState:
         ]
 
 
+def attach_owners(state: KnowledgeState, turn_users: Mapping[str, str]) -> None:
+    """Set every proposal's and fact's `owners` from participants and the turns they cite."""
+
+    def users_of(ids: Iterable[str]) -> set[str]:
+        return {turn_users[i] for i in ids if i in turn_users}
+
+    for pid, p in list(state.proposals.items()):
+        owners = users_of(p.source_event_ids) | ({p.participant} if p.participant else set())
+        state.proposals[pid] = replace(p, owners=tuple(sorted(owners)))
+    for fid, f in list(state.facts.items()):
+        owners = users_of(f.source_event_ids) | ({f.participant} if f.participant else set())
+        for source in f.source_event_ids:
+            proposal = state.proposals.get(source)
+            if proposal is not None:
+                owners |= set(proposal.owners)
+        state.facts[fid] = replace(f, owners=tuple(sorted(owners)))
+
+
+def cited_ids(state: KnowledgeState) -> list[str]:
+    """Every event id a proposal or fact cites (the turns whose users own them)."""
+    ids = {i for p in state.proposals.values() for i in p.source_event_ids}
+    ids |= {i for f in state.facts.values() for i in f.source_event_ids}
+    return sorted(ids)
+
+
+def turn_users(settings: Settings, ids: list[str]) -> dict[str, str]:
+    """The user of each of these turns (those that have one), from the `interactions` view."""
+    if not ids:
+        return {}
+    from tiermem.catalog import connect
+
+    con = connect(settings)
+    try:
+        rows = con.execute(
+            'SELECT event_id, "user" FROM interactions WHERE "user" IS NOT NULL'
+            " AND event_id IN (SELECT unnest(?::VARCHAR[]))",
+            [ids],
+        ).fetchall()
+    finally:
+        con.close()
+    return {str(r[0]): str(r[1]) for r in rows}
+
+
 def fold(events: Iterable[Mapping[str, Any]], state: KnowledgeState | None = None) -> KnowledgeState:
     state = state or KnowledgeState()
     for ev in events:
@@ -309,4 +376,5 @@ def load_state(settings: Settings, agent_id: str | None = None) -> KnowledgeStat
                 state.apply(ev)
     finally:
         log.close()
+    attach_owners(state, turn_users(settings, cited_ids(state)))
     return state

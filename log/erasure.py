@@ -14,8 +14,10 @@ tombstone that keeps only `event_id`, `type`, `ts`, `schema_version` and
 `_erased: true`. Keeping the line keeps every checkpoint position valid, and
 keeping the id in the index means re-ingesting the same turn stays a duplicate:
 what was forgotten is not brought back by a replay. `_rejects/` and
-`_quarantine/` are scrubbed of matching records. Until the next seal, readers
-hide erased events with `erased_filter(settings)`.
+`_quarantine/` are scrubbed of matching records. `forget` runs this at once
+for JSONL and the side files (`parquet=False`); sealed Parquet is rewritten at
+the next seal. Until then, readers hide erased events with
+`erased_filter(settings)`.
 """
 
 from __future__ import annotations
@@ -162,8 +164,13 @@ def scrub_side_files(settings: Settings, targets: ErasureTargets, ids: set[str])
     return removed
 
 
-def apply_erasures(settings: Settings, log: EventLog) -> ErasureReport:
-    """Rewrite every file that still holds content of an erased event (see module doc)."""
+def apply_erasures(settings: Settings, log: EventLog, *, parquet: bool = True) -> ErasureReport:
+    """Rewrite every file that still holds content of an erased event (see module doc).
+
+    `parquet=False`: the JSONL segments and the rejects/quarantine files only
+    (what `forget` does at once, so that not even a raw read of today's files
+    finds the content); sealed Parquet waits for the next seal.
+    """
     report = ErasureReport()
     targets = load_targets(settings, log)
     if not targets:
@@ -173,6 +180,8 @@ def apply_erasures(settings: Settings, log: EventLog) -> ErasureReport:
     for file, file_ids in sorted(affected.items()):
         path = Path(file)
         if path.suffix == ".parquet":
+            if not parquet:
+                continue
             n = rewrite_parquet(settings, path, file_ids)
         else:
             n = rewrite_jsonl(settings, log, path, file_ids)

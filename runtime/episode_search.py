@@ -18,6 +18,12 @@ month/year and, for "when" questions, turns that say when. `recall_lines`
 renders the best that fit a budget as one date header per day and one
 `Speaker: text (yesterday = 7 May 2023)` line per turn — the compact form
 `recall_memory` should show (measured on LoCoMo in bench/results/compressor.md).
+
+Every search takes the `Principal` of the read and returns only episodes it
+may see (`tiermem.runtime.visibility`: the agent's episodes without an owner
+and those of the user it serves). Term weights (IDF) are statistics over the
+agent's whole archive: they change the order of what the principal sees and
+never carry another user's text into a result.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from typing import Any
 
 import orjson
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies
+from tiermem.runtime.hotstore import item_clause
+from tiermem.runtime.visibility import Principal
 
 from tiermem.dates import MONTHS, human_range
 from tiermem.ids import parse_ts
@@ -173,7 +181,7 @@ def _bm25(counts: list[int], length: int, weights: list[float], avg_len: float =
 
 def _candidate_rows(
     conn: sqlite3.Connection,
-    agent_id: str,
+    who: Principal,
     cols: str,
     rank: str,
     terms: list[str],
@@ -191,8 +199,7 @@ def _candidate_rows(
     (or the query has no usable words): the `fallback` most important recent
     episodes instead.
     """
-    params: list[Any] = [agent_id]
-    where = "e.agent_id = ?"
+    where, params = item_clause(who, "e")
     if participant:
         where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
         params.append(participant)
@@ -214,18 +221,19 @@ def _candidate_rows(
 
 def search_episodes(
     conn: sqlite3.Connection,
-    agent_id: str,
+    who: Principal,
     query: str,
     participant: str | None = None,
     limit: int = 3,
 ) -> list[dict[str, Any]]:
-    """The best `limit` episodes of `agent_id` for `query` (optionally only those with `participant`)."""
+    """The best `limit` episodes `who` may see for `query` (optionally only those with `participant`)."""
+    agent_id = who.agent_id
     terms = query_terms(query)
     overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context"
     weights = ", ".join(str(w) for w in COLUMN_WEIGHTS)
     rows = _candidate_rows(
-        conn, agent_id, cols, f"bm25(episodes_fts, {weights})", terms, overall, participant, CANDIDATES, limit
+        conn, who, cols, f"bm25(episodes_fts, {weights})", terms, overall, participant, CANDIDATES, limit
     )
 
     idf = _idf(conn, agent_id, terms, overall)
@@ -467,7 +475,7 @@ def _dedup_key(text: str) -> frozenset[str]:
 
 def search_quotes(
     conn: sqlite3.Connection,
-    agent_id: str,
+    who: Principal,
     query: str,
     participant: str | None = None,
     limit: int = 40,
@@ -486,12 +494,13 @@ def search_quotes(
     """
     from tiermem.dates import anchor_relative_dates, human_date
 
+    agent_id = who.agent_id
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]
     overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
     rows = _candidate_rows(
-        conn, agent_id, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3
+        conn, who, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3
     )
 
     weights = _group_idf(conn, agent_id, groups, overall)
@@ -611,7 +620,7 @@ RECALL_QUOTES = 60
 
 def recall_lines(
     conn: sqlite3.Connection,
-    agent_id: str,
+    who: Principal,
     query: str,
     participant: str | None = None,
     budget: int | None = None,
@@ -621,5 +630,5 @@ def recall_lines(
     One call for both the recall tool and the context harness, so what is
     measured is what the agent reads. Lines are (text, cited event ids).
     """
-    found = search_quotes(conn, agent_id, query, participant, limit=RECALL_QUOTES)
+    found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES)
     return render_quote_block(found, budget)

@@ -23,7 +23,6 @@ reason (see `scrub_after_erasure`).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import sqlite3
 from collections.abc import Iterator
@@ -31,9 +30,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tiermem.runtime.visibility import Principal, member_pattern
+
 from tiermem.settings import Settings
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: an `owner` on every row a user's data can reach (see visibility)
 BUSY_TIMEOUT_MS = 30_000
 
 SCHEMA = """
@@ -54,11 +55,12 @@ CREATE TABLE IF NOT EXISTS wm_items (
     task_id TEXT,
     user_message TEXT,
     agent_response TEXT,
-    text TEXT                        -- transition/summary message
+    text TEXT,                       -- transition/summary message
+    owner TEXT                       -- the user(s) it belongs to (visibility.owner_key); NULL: agent-level
 );
-CREATE INDEX IF NOT EXISTS wm_agent_level_order ON wm_items (agent_id, level, ts, item_id);
-CREATE INDEX IF NOT EXISTS wm_agent_order ON wm_items (agent_id, ts, item_id);
-CREATE INDEX IF NOT EXISTS wm_user ON wm_items (user);
+CREATE INDEX IF NOT EXISTS wm_agent_owner_level_order ON wm_items (agent_id, owner, level, ts, item_id);
+CREATE INDEX IF NOT EXISTS wm_agent_session ON wm_items (agent_id, session_id, ts);
+CREATE INDEX IF NOT EXISTS wm_owner ON wm_items (owner);
 
 CREATE TABLE IF NOT EXISTS identity (
     agent_id TEXT PRIMARY KEY,
@@ -89,9 +91,11 @@ CREATE TABLE IF NOT EXISTS facts (
     updated_at TEXT NOT NULL,
     event_id TEXT NOT NULL,          -- the event whose state this row shows
     source_event_ids TEXT NOT NULL DEFAULT '[]',
-    recall_count INTEGER NOT NULL DEFAULT 0
+    recall_count INTEGER NOT NULL DEFAULT 0,
+    owner TEXT                       -- the user(s) it was derived from; NULL: shared by its scope
 );
 CREATE INDEX IF NOT EXISTS facts_agent ON facts (agent_id, status);
+CREATE INDEX IF NOT EXISTS facts_owner ON facts (owner);
 CREATE INDEX IF NOT EXISTS facts_scope ON facts (scope, status);
 CREATE INDEX IF NOT EXISTS facts_key ON facts (key);
 CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(key, content, topic);
@@ -122,9 +126,11 @@ CREATE TABLE IF NOT EXISTS episodes (
     kind TEXT,
     project_id TEXT,
     source_event_ids TEXT,           -- JSON list
-    recall_count INTEGER DEFAULT 0
+    recall_count INTEGER DEFAULT 0,
+    owner TEXT                       -- participants and the users of its source turns
 );
 CREATE INDEX IF NOT EXISTS episodes_agent ON episodes (agent_id, end_ts);
+CREATE INDEX IF NOT EXISTS episodes_owner ON episodes (owner);
 CREATE VIRTUAL TABLE IF NOT EXISTS episodes_fts USING fts5(name, summary, quotes, participants);
 CREATE TRIGGER IF NOT EXISTS episodes_ai AFTER INSERT ON episodes BEGIN
     INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (
@@ -153,6 +159,7 @@ CREATE TABLE IF NOT EXISTS relationships (
     interactions INTEGER,
     ts TEXT NOT NULL,
     event_id TEXT NOT NULL,
+    owner TEXT,                      -- = participant
     PRIMARY KEY (agent_id, participant)
 );
 
@@ -167,7 +174,8 @@ CREATE TABLE IF NOT EXISTS retrievals (
     scores TEXT,                     -- JSON
     tokens INTEGER,
     reason TEXT,
-    session_id TEXT
+    session_id TEXT,
+    owner TEXT                       -- = participant (the user the memory was delivered for)
 );
 CREATE INDEX IF NOT EXISTS retrievals_agent ON retrievals (agent_id, ts);
 
@@ -178,7 +186,8 @@ CREATE TABLE IF NOT EXISTS proposals (
     origin TEXT,
     is_correction INTEGER NOT NULL DEFAULT 0,
     participant TEXT,
-    ts TEXT NOT NULL
+    ts TEXT NOT NULL,
+    owner TEXT
 );
 
 CREATE TABLE IF NOT EXISTS sessions (
@@ -248,16 +257,41 @@ def connect(path: Path | str, *, create: bool = True) -> sqlite3.Connection:
 
 def _ensure_schema(conn: sqlite3.Connection) -> None:
     row = conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+    stale = False
     if row is not None:
         version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if version is not None and int(version[0]) == SCHEMA_VERSION:
             return
+        stale = version is not None
     with write_transaction(conn):
+        if stale:
+            # A store written by another schema version: it holds only derived state, so it is
+            # dropped (with the projector's position in `meta`) and the next projection replays the log.
+            _drop_all(conn)
         for statement in _split_statements(SCHEMA):
             conn.execute(statement)
         conn.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
+
+
+def _drop_all(conn: sqlite3.Connection) -> None:
+    for kind in ("trigger", "index", "table"):
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type=? AND name NOT LIKE 'sqlite_%'", (kind,)
+            )
+        ]
+        for name in names:
+            if (
+                kind == "table"
+                and not conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)
+                ).fetchone()
+            ):
+                continue  # a shadow table of an FTS table dropped just before
+            conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
 
 
 def _split_statements(script: str) -> Iterator[str]:
@@ -323,10 +357,75 @@ def table_counts(conn: sqlite3.Connection) -> dict[str, int]:
     return {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in DIGEST_TABLES}
 
 
-def scrub_after_erasure(conn: sqlite3.Connection) -> None:
-    """Make erased text unrecoverable from the file: merge FTS segments, truncate the WAL."""
+def scrub_after_erasure(conn: sqlite3.Connection) -> bool:
+    """Make erased text unrecoverable from the file; True when every step ran.
+
+    FTS segments are merged (a deleted row's terms otherwise linger in older
+    segments), the WAL is checkpointed into the database and truncated,
+    VACUUM rewrites the database without its free pages, and the WAL it
+    wrote is truncated again. `secure_delete` already zeroes pages as rows are
+    deleted; VACUUM also drops the free-list and any page a crash left behind.
+    A reader holding a snapshot can block the checkpoint or VACUUM: then they
+    are skipped (False), and the next erasure or `tiermem seal` runs them.
+    """
     conn.execute("INSERT INTO facts_fts (facts_fts) VALUES ('optimize')")
     conn.execute("INSERT INTO episodes_fts (episodes_fts) VALUES ('optimize')")
-    # A busy reader may block the truncation; the next checkpoint overwrites the frames.
-    with contextlib.suppress(sqlite3.OperationalError):
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    complete = True
+    for statement in ("PRAGMA wal_checkpoint(TRUNCATE)", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"):
+        try:
+            row = conn.execute(statement).fetchone()
+        except sqlite3.OperationalError:
+            complete = False
+            continue
+        if statement.startswith("PRAGMA") and row is not None and row[0]:
+            complete = False  # busy: some frames could not be checkpointed
+    return complete
+
+
+# ---------------------------------------------------------------- visibility, in SQLite's SQL
+# The rules are `tiermem.runtime.visibility`'s predicates; these fragments are their one
+# translation for this backend (the contract suite checks the two agree row for row).
+
+
+def owner_clause(p: Principal, alias: str) -> tuple[str, list[Any]]:
+    """Rows without an owner, or owned by the principal's user (alone or among others)."""
+    if p.user is None:
+        return f"{alias}.owner IS NULL", []
+    return (
+        f"({alias}.owner IS NULL OR {alias}.owner = ? OR instr({alias}.owner, ?) > 0)",
+        [p.user, member_pattern(p.user)],
+    )
+
+
+def item_clause(p: Principal, alias: str) -> tuple[str, list[Any]]:
+    """Turns, transitions, episodes, relationships, retrievals this principal may read."""
+    where, params = owner_clause(p, alias)
+    return f"({alias}.agent_id = ? AND {where})", [p.agent_id, *params]
+
+
+def owned_by_clause(user: str, alias: str | None = None) -> tuple[str, list[Any]]:
+    """Rows one of whose owners is `user` (what erasing that user deletes)."""
+    col = f"{alias}.owner" if alias else "owner"
+    return f"({col} = ? OR instr({col}, ?) > 0)", [user, member_pattern(user)]
+
+
+def fact_clause(p: Principal, alias: str = "f") -> tuple[str, list[Any]]:
+    """Facts this principal may read: owned ones as items, the others by the scopes it shares."""
+    a = alias
+    shared = [f"({a}.scope = 'agent' AND {a}.agent_id = ?)", f"{a}.scope = 'system'"]
+    params: list[Any] = [p.agent_id]
+    if p.agent_type:
+        shared.append(f"({a}.scope = 'agent_type' AND {a}.agent_type = ?)")
+        params.append(p.agent_type)
+    if p.project_id:
+        shared.append(f"({a}.scope = 'project' AND {a}.project_id = ?)")
+        params.append(p.project_id)
+        if p.agent_type:
+            shared.append(f"({a}.scope = 'override' AND {a}.project_id = ? AND {a}.agent_type = ?)")
+            params.extend([p.project_id, p.agent_type])
+    clause = f"({a}.owner IS NULL AND ({' OR '.join(shared)}))"
+    if p.user is not None:
+        mine, mine_params = owned_by_clause(p.user, a)
+        clause = f"({clause} OR ({a}.owner IS NOT NULL AND {a}.agent_id = ? AND {mine}))"
+        params.extend([p.agent_id, *mine_params])
+    return clause, params

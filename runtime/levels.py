@@ -9,7 +9,11 @@
 
 `recent_items` answers "the last N items of that filtered history" straight
 from the hot store with index range scans, so its cost does not grow with the
-history (tests check it equals `filter_by_level(all_items)[-N:]`).
+history (tests check it equals `filter_by_level(all_items)[-N:]`). The
+history is the one the principal may read (`tiermem.runtime.visibility`): the
+agent's items without an owner plus those of the user it serves, so one
+user's turns never appear in another's recent interactions; each owner class
+is its own index range (agent, owner, level, ts).
 
 Transitions: finishing a task or a project appends a `memory_transition`
 event whose `to_level` is the level the agent returns to; the projector turns
@@ -24,6 +28,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+from tiermem.runtime.visibility import SEP, Principal, member_pattern
 
 from tiermem.errors import ValidationError
 from tiermem.events import MEMORY_LEVELS
@@ -97,53 +103,79 @@ def _row(r: sqlite3.Row | tuple[Any, ...]) -> WorkingItem:
     return WorkingItem(*tuple(r))
 
 
-def all_items(conn: sqlite3.Connection, agent_id: str) -> list[WorkingItem]:
-    rows = conn.execute(f"SELECT {_COLS} FROM wm_items WHERE agent_id=? ORDER BY ts, item_id", (agent_id,))
+def _owner_classes(p: Principal) -> list[tuple[str, list[Any]]]:
+    """The principal's visible items as disjoint index ranges: no owner, its user, shared rows."""
+    classes: list[tuple[str, list[Any]]] = [("owner IS NULL", [])]
+    if p.user is not None:
+        classes.append(("owner = ?", [p.user]))
+        # Several-owner keys start with SEP, so they form one narrow range of the index.
+        classes.append(
+            (
+                "owner >= ? AND owner < ? AND instr(owner, ?) > 0",
+                [SEP, chr(ord(SEP) + 1), member_pattern(p.user)],
+            )
+        )
+    return classes
+
+
+def _newest(
+    conn: sqlite3.Connection, p: Principal, level: str, limit: int, after: tuple[str, str] | None = None
+) -> list[sqlite3.Row]:
+    """The newest `limit` visible items at `level` (newer than `after`), newest first."""
+    rows: list[sqlite3.Row] = []
+    bound = ""
+    bound_params: list[Any] = []
+    if after is not None:
+        bound = " AND (ts > ? OR (ts = ? AND item_id > ?))"
+        bound_params = [after[0], after[0], after[1]]
+    for cond, params in _owner_classes(p):
+        rows += conn.execute(
+            f"SELECT {_COLS} FROM wm_items WHERE agent_id=? AND {cond} AND level=?{bound}"
+            " ORDER BY ts DESC, item_id DESC LIMIT ?",
+            (p.agent_id, *params, level, *bound_params, limit),
+        ).fetchall()
+    rows.sort(key=lambda r: (r[2], r[0]), reverse=True)
+    return rows[:limit]
+
+
+def all_items(conn: sqlite3.Connection, p: Principal) -> list[WorkingItem]:
+    """Every item the principal may read, oldest first (the history the level filter walks)."""
+    clauses = " OR ".join(f"({cond})" for cond, _ in _owner_classes(p))
+    params = [v for _, ps in _owner_classes(p) for v in ps]
+    rows = conn.execute(
+        f"SELECT {_COLS} FROM wm_items WHERE agent_id=? AND ({clauses}) ORDER BY ts, item_id",
+        (p.agent_id, *params),
+    )
     return [_row(r) for r in rows]
 
 
-def recent_items(conn: sqlite3.Connection, agent_id: str, level: str, limit: int) -> list[WorkingItem]:
-    """`filter_by_level(all_items(agent), level)[-limit:]`, computed with bounded index scans."""
+def recent_items(conn: sqlite3.Connection, p: Principal, level: str, limit: int) -> list[WorkingItem]:
+    """`filter_by_level(all_items(p), level)[-limit:]`, computed with bounded index scans."""
     check_level(level)
     if limit <= 0:
         return []
     if level == "global":
-        rows = conn.execute(
-            f"SELECT {_COLS} FROM wm_items WHERE agent_id=? AND level='global'"
-            " ORDER BY ts DESC, item_id DESC LIMIT ?",
-            (agent_id, limit),
-        ).fetchall()
+        rows = _newest(conn, p, "global", limit)
     else:
         # The boundary: the newest global item (project) or newest non-task item (task).
         stop_levels = ("global",) if level == "project" else ("global", "project")
         boundary: tuple[str, str] | None = None
         for stop in stop_levels:
-            b = conn.execute(
-                "SELECT ts, item_id FROM wm_items WHERE agent_id=? AND level=? ORDER BY ts DESC, item_id DESC LIMIT 1",
-                (agent_id, stop),
-            ).fetchone()
-            if b is not None and (boundary is None or (b[0], b[1]) > boundary):
-                boundary = (b[0], b[1])
-        if boundary is None:
-            rows = conn.execute(
-                f"SELECT {_COLS} FROM wm_items WHERE agent_id=? AND level=? ORDER BY ts DESC, item_id DESC LIMIT ?",
-                (agent_id, level, limit),
-            ).fetchall()
-        else:
-            rows = conn.execute(
-                f"SELECT {_COLS} FROM wm_items WHERE agent_id=? AND level=? AND (ts > ? OR (ts = ? AND item_id > ?))"
-                " ORDER BY ts DESC, item_id DESC LIMIT ?",
-                (agent_id, level, boundary[0], boundary[0], boundary[1], limit),
-            ).fetchall()
+            found = _newest(conn, p, stop, 1)
+            if found and (boundary is None or (found[0][2], found[0][0]) > boundary):
+                boundary = (found[0][2], found[0][0])
+        rows = _newest(conn, p, level, limit, boundary)
     return [_row(r) for r in reversed(rows)]
 
 
-def current_level(conn: sqlite3.Connection, agent_id: str) -> str:
-    """The level of the agent's newest item (its current mode); global when it has none."""
-    row = conn.execute(
-        "SELECT level FROM wm_items WHERE agent_id=? ORDER BY ts DESC, item_id DESC LIMIT 1", (agent_id,)
-    ).fetchone()
-    return str(row[0]) if row is not None else "global"
+def current_level(conn: sqlite3.Connection, p: Principal) -> str:
+    """The level of the newest item the principal may read (its current mode); global when none."""
+    newest: tuple[str, str, str] | None = None
+    for level in MEMORY_LEVELS:
+        found = _newest(conn, p, level, 1)
+        if found and (newest is None or (found[0][2], found[0][0]) > newest[:2]):
+            newest = (found[0][2], found[0][0], level)
+    return newest[2] if newest is not None else "global"
 
 
 def transition_event(

@@ -5,6 +5,12 @@ are then applied to the hot store directly with the projector's own,
 idempotent handlers, so the agent reads its own writes at once; the projector
 applying the same events again later changes nothing.
 
+Reads and writes are made as the memory's `principal` (its agent, scopes and
+the user it serves: `tiermem.runtime.visibility`). What the agent writes
+while serving a user — key-value facts, ideas, knowledge — is written about
+that user (the event's `participant`), so it stays theirs: visible only to
+this agent serving them, and erased with them.
+
 `record_turn` is the hot path after every turn: exactly one durable append
 of the enriched `interaction` plus its working-memory row, nothing else.
 `end_session` appends `session_ended` and then calls the memory's
@@ -15,15 +21,13 @@ imports batch work, so the turn path never waits for it.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tiermem.runtime import hotstore
-from tiermem.runtime.levels import check_level, current_level, transition_event
-from tiermem.runtime.projector import apply_now, kv_fact_id
-from tiermem.runtime.scopes import KV_ORDER, ScopeContext, kv_lookup
+from tiermem.runtime.levels import check_level, transition_event
+from tiermem.runtime.store import HotStore, Row, kv_fact_id, open_store
+from tiermem.runtime.visibility import KV_ORDER, Principal
 
 from tiermem.errors import LimitExceededError, NotFoundError, ValidationError
 from tiermem.eventlog import EventLog
@@ -39,7 +43,7 @@ SessionEndHook = Callable[[Settings, str, str], Any]
 
 @dataclass
 class AgentMemory:
-    """An agent bound to its scopes, with a hot-store connection and the log."""
+    """An agent bound to its scopes, with the hot store (through its interface) and the log."""
 
     settings: Settings
     agent_id: str
@@ -51,7 +55,7 @@ class AgentMemory:
     level: str | None = None  # None: the level of the agent's newest item
     base_context: str | None = None
     on_session_end: SessionEndHook | None = field(default=None, repr=False)
-    conn: sqlite3.Connection = field(init=False, repr=False)
+    store: HotStore = field(init=False, repr=False)
     _log: EventLog | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -59,7 +63,7 @@ class AgentMemory:
             raise ValidationError("agent_id", "empty")
         if self.level is not None:
             check_level(self.level)
-        self.conn = hotstore.open_hot_store(self.settings)
+        self.store = open_store(self.settings)
 
     # ------------------------------------------------------------ plumbing
     @property
@@ -69,17 +73,31 @@ class AgentMemory:
         return self._log
 
     @property
-    def scope(self) -> ScopeContext:
-        return ScopeContext(self.agent_id, self.agent_type, self.project_id)
+    def principal(self) -> Principal:
+        """Who this memory reads and writes as: the agent, its scopes, the user it serves."""
+        return Principal(self.agent_id, self.user or None, self.agent_type, self.project_id)
+
+    def as_user(self, user: str | None) -> Principal:
+        """The principal of a call made for `user` (None: the memory's own user)."""
+        return self.principal.as_user(user) if user else self.principal
+
+    @property
+    def scope(self) -> Principal:
+        return self.principal
+
+    @property
+    def conn(self) -> Any:
+        """The SQLite backend's connection, for tests and tools that look inside it (not the runtime)."""
+        return getattr(self.store, "conn", None)
 
     def current_level(self) -> str:
-        return self.level or current_level(self.conn, self.agent_id)
+        return self.level or self.store.current_level(self.principal)
 
     def close(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None
-        self.conn.close()
+        self.store.close()
 
     def __enter__(self) -> AgentMemory:
         return self
@@ -98,7 +116,7 @@ class AgentMemory:
                 raise
         self.log.append_validated(events)
         if apply:
-            apply_now(self.conn, events)
+            self.store.apply_now(events)
         return events
 
     # ------------------------------------------------------------ retrievals
@@ -121,6 +139,7 @@ class AgentMemory:
             "scores": list(scores or []),
             "tokens": int(tokens),
         }
+        # The retrieval is the user's data (their query, what they were shown): it is theirs.
         for name, value in (
             ("query", query),
             ("reason", reason),
@@ -133,8 +152,7 @@ class AgentMemory:
 
     # ------------------------------------------------------------ identity (L0)
     def identity(self) -> str:
-        row = self.conn.execute("SELECT content FROM identity WHERE agent_id=?", (self.agent_id,)).fetchone()
-        return "" if row is None else str(row[0])
+        return self.store.identity(self.agent_id)
 
     def set_identity(self, content: str, source: str = "agent") -> str:
         limit = self.settings.runtime.identity_max_chars
@@ -149,6 +167,21 @@ class AgentMemory:
         return str(event["event_id"])
 
     # ------------------------------------------------------------ KV facts
+    def _about(self, user: str | None, scope: str | None) -> str | None:
+        """The user a write is about: `user`, else (in the agent's own scope) the memory's user.
+
+        A write the caller puts in a shared scope on purpose (the Python API, the
+        CLI: operators) is about no one; the tools never do that for an agent
+        serving a user, they narrow the scope first.
+        """
+        if (scope or "agent") == "agent":
+            return user or self.user or None
+        if user:
+            raise ValidationError(
+                "scope", f"a fact about user {user!r} stays in the agent's own scope, not in {scope}"
+            )
+        return None
+
     def _scope_record(self, scope: str | None) -> dict[str, Any]:
         scope = scope or "agent"
         if scope not in FACT_SCOPES:
@@ -166,9 +199,13 @@ class AgentMemory:
             record["project_id"] = self.project_id
         return record
 
-    def store_fact(self, key: str, value: str, scope: str | None = None, source: str = "agent") -> str:
+    def store_fact(
+        self, key: str, value: str, scope: str | None = None, source: str = "agent", user: str | None = None
+    ) -> str:
+        """A key-value fact; about `user` (default: the memory's user) unless written without one."""
         if not key.strip():
             raise ValidationError("key", "empty")
+        about = self._about(user, scope)
         record = {
             "type": "fact_set",
             "agent_id": self.agent_id,
@@ -177,14 +214,20 @@ class AgentMemory:
             "source": source,
             **self._scope_record(scope),
         }
+        if about:
+            record["participant"] = about
         record["fact_id"] = kv_fact_id(
-            self.agent_id, scope or "agent", record.get("agent_type"), record.get("project_id"), key
+            self.agent_id, scope or "agent", record.get("agent_type"), record.get("project_id"), key, about
         )
         self.append([record])
         return str(record["fact_id"])
 
-    def get_fact(self, key: str) -> sqlite3.Row | None:
-        return kv_lookup(self.conn, self.scope, key)
+    def get_fact(self, key: str) -> Row | None:
+        return self.store.kv_lookup(self.principal, key)
+
+    def visible_fact(self, fact_id: str) -> Row | None:
+        """One active fact by id, if this memory's principal may read it."""
+        return self.store.visible_fact(self.principal, fact_id)
 
     def remove_fact(self, key: str, scope: str | None = None, reason: str | None = None) -> str:
         """Remove a KV fact: the one in `scope`, else the one a lookup would return."""
@@ -196,14 +239,12 @@ class AgentMemory:
             owner = str(row["agent_id"])
         else:
             extra = self._scope_record(scope)
-            fact_id = kv_fact_id(self.agent_id, scope, extra.get("agent_type"), extra.get("project_id"), key)
+            about = self.user if scope == "agent" else None
+            fact_id = kv_fact_id(
+                self.agent_id, scope, extra.get("agent_type"), extra.get("project_id"), key, about
+            )
             owner = self.agent_id
-            if (
-                self.conn.execute(
-                    "SELECT 1 FROM facts WHERE fact_id=? AND status='active'", (fact_id,)
-                ).fetchone()
-                is None
-            ):
+            if self.store.visible_fact(self.principal, fact_id) is None:
                 raise NotFoundError(f"no fact {key!r} in scope {scope!r} of agent {self.agent_id!r}")
         record: dict[str, Any] = {"type": "fact_removed", "agent_id": owner, "key": key, "fact_id": fact_id}
         if scope != "agent":
@@ -230,9 +271,14 @@ class AgentMemory:
         is_correction: bool = False,
         note: str | None = None,
     ) -> str:
-        """An agent-written fact: `knowledge_proposed` + `knowledge_decided` (decided_by agent)."""
+        """An agent-written fact: `knowledge_proposed` + `knowledge_decided` (decided_by agent).
+
+        Written about `participant`, else about the user the memory serves (what is
+        learned in a user's session is theirs).
+        """
         if not content.strip():
             raise ValidationError("content", "empty")
+        participant = self._about(participant, scope)
         scope_fields = self._scope_record(scope)
         proposal: dict[str, Any] = {
             "type": "knowledge_proposed",
@@ -278,9 +324,9 @@ class AgentMemory:
 
     def decide_fact(self, fact_id: str, decision: str, status: str, note: str | None = None) -> None:
         """Change one visible fact's status (e.g. deactivate on removal), keeping its content for audit."""
-        row = self.conn.execute("SELECT * FROM facts WHERE fact_id=?", (fact_id,)).fetchone()
+        row = self.visible_fact(fact_id)
         if row is None:
-            raise NotFoundError(f"no fact {fact_id!r}")
+            raise NotFoundError(f"no active fact {fact_id!r} visible to agent {self.agent_id!r}")
         record: dict[str, Any] = {
             "type": "knowledge_decided",
             "agent_id": row["agent_id"],

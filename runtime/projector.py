@@ -1,16 +1,22 @@
 """The projector: applies log events to the hot store, from its checkpoint.
 
-Every event handler here is idempotent and order-tolerant (inserts keyed by
-event id, upserts that keep the newest `(ts, event_id)`), so the same events
-applied twice, or applied directly by a runtime process (`apply_events`, used
-by `record_turn` and the memory tools to read their own writes) and later
-again by the projector, give the same rows. That is what makes
-`rebuild` reproduce the live store exactly (`content_digest`).
+It reads the log and hands events to the hot store through its interface
+(`tiermem.runtime.store.HotStore.apply_batch`); how a backend applies an event
+is the backend's (SQLite: `tiermem.runtime.sqlite_apply`). Application is
+idempotent and order-tolerant, so the same events applied twice, or applied
+directly by a runtime process (`HotStore.apply_now`, used by `record_turn`
+and the memory tools to read their own writes) and later again by the
+projector, give the same rows. That is what makes `rebuild` reproduce the
+live store exactly (`content_digest`).
 
 Streams are applied in dependency order: erasures first (so that nothing they
-cover is ever added), then knowledge, episodes, relationships, interactions,
-transitions, sessions, and retrievals last (their recall-count bumps need the
-items they name to exist).
+cover is ever added), then interactions, transitions, sessions, episodes,
+knowledge and relationships, and retrievals last (their recall-count bumps
+need the items they name to exist). Turns come before what is derived from
+them because every row's `owner` (the user(s) it belongs to, which decides
+who may read it: `tiermem.runtime.visibility`) is computed from the events it
+cites: a turn's user, then the owners of the turns, proposals and episodes in
+a derived event's `source_event_ids`.
 
 Position: the authoritative position (lines and bytes read per segment) lives
 in the hot store's `meta` table and commits together with the rows, so a crash
@@ -24,15 +30,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from tiermem.runtime import hotstore
+from tiermem.runtime.store import HotStore, ProjectionInfo, kv_fact_id, open_store, remove_store
 
 from tiermem.eventlog import ERASED_MARK, Checkpoints, EventLog
 from tiermem.events import upcast
@@ -41,33 +45,18 @@ from tiermem.settings import Settings
 CONSUMER = "projector"
 STREAM_ORDER = (
     "erasures",
-    "knowledge",
-    "episodes",
-    "relationships",
     "interactions",
     "transitions",
     "sessions",
+    "episodes",
+    "knowledge",
+    "relationships",
     "retrievals",
 )
 BATCH_EVENTS = 5000
 OFFSETS_KEY = "projector_offsets"
 
-TRANSITION_MESSAGES = {
-    "task": "[ACTIONS]: <Task actions filtered for brevity>",
-    "project": "[ACTIONS]: <Project actions filtered for brevity>",
-    "global": "[ACTIONS]: <Actions filtered for brevity>",
-}
-
-
-@dataclass
-class ProjectionInfo:
-    applied: int = 0
-    refused: int = 0  # events covered by an erasure: never (re-)added
-    by_type: dict[str, int] = field(default_factory=dict)
-    erasures: int = 0
-    segments: int = 0
-    seconds: float = 0.0
-    path: str = "offline"
+__all__ = ["ProjectionInfo", "RebuildInfo", "content_digest", "kv_fact_id", "project", "rebuild"]
 
 
 @dataclass
@@ -78,447 +67,6 @@ class RebuildInfo:
     digest: str
     seconds: float
     path: str = "offline"
-
-
-def kv_fact_id(agent_id: str, scope: str, agent_type: str | None, project_id: str | None, key: str) -> str:
-    """`kv:<agent_id>:<scope>:<scope_owner>:<key>` (docs/CONTRACTS.md)."""
-    if scope in ("project",):
-        owner = project_id or "-"
-    elif scope == "agent_type":
-        owner = agent_type or "-"
-    elif scope == "override":
-        owner = f"{project_id or '-'}/{agent_type or '-'}"
-    else:
-        owner = "-"
-    return f"kv:{agent_id}:{scope}:{owner}:{key}"
-
-
-# ---------------------------------------------------------------- erasure targets
-
-
-class _Targets:
-    """Erasure tombstones loaded from the store; refreshed when the erasure count changes."""
-
-    def __init__(self) -> None:
-        self.count = -1
-        self.agents: set[str] = set()
-        self.users: set[str] = set()
-        self.ids: set[str] = set()
-
-    def refresh(self, conn: sqlite3.Connection) -> None:
-        count = int(conn.execute("SELECT count(*) FROM erasures").fetchone()[0])
-        if count == self.count:
-            return
-        self.count = count
-        self.agents, self.users = set(), set()
-        for kind, target in conn.execute("SELECT target_kind, target FROM erasures"):
-            (self.agents if kind == "agent" else self.users if kind == "user" else self.ids).add(target)
-        self.ids |= {r[0] for r in conn.execute("SELECT event_id FROM erased_ids")}
-
-    def covers(self, event: Mapping[str, Any]) -> bool:
-        if self.count <= 0:
-            return False
-        if event.get("event_id") in self.ids or event.get("agent_id") in self.agents:
-            return True
-        if self.users:
-            if event.get("user") in self.users or event.get("participant") in self.users:
-                return True
-            if any(p in self.users for p in event.get("participants") or ()):
-                return True
-        sources = event.get("source_event_ids") or ()
-        return any(s in self.ids for s in sources)
-
-
-def _targets(conn: sqlite3.Connection) -> _Targets:
-    # Cached on hot-store connections (hotstore.HotConnection); plain connections load each time.
-    t: _Targets | None = getattr(conn, "erasure_targets", None)
-    if t is None:
-        t = _Targets()
-        if isinstance(conn, hotstore.HotConnection):
-            conn.erasure_targets = t
-    t.refresh(conn)
-    return t
-
-
-# ---------------------------------------------------------------- event handlers
-
-
-def _newer(conn: sqlite3.Connection, sql: str, key: tuple[Any, ...], ts: str, event_id: str) -> bool | None:
-    """None when no row exists, else whether (ts, event_id) is newer than the stored one."""
-    row = conn.execute(sql, key).fetchone()
-    if row is None:
-        return None
-    return (ts, event_id) > (row[0], row[1])
-
-
-def _j(value: Any) -> str:
-    return orjson.dumps(value if value is not None else []).decode()
-
-
-def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    conn.execute(
-        "INSERT OR IGNORE INTO wm_items (item_id, event_id, agent_id, ts, kind, level, user, session_id,"
-        " project_id, task_id, user_message, agent_response, text) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
-        (
-            ev["event_id"],
-            ev["event_id"],
-            ev["agent_id"],
-            ev["ts"],
-            "interaction",
-            ev.get("memory_level") or "global",
-            ev.get("user"),
-            ev.get("session_id"),
-            ev.get("project_id"),
-            ev.get("task_id"),
-            ev.get("user_message"),
-            ev.get("agent_response"),
-        ),
-    )
-
-
-def _apply_transition(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    level = ev["to_level"]  # both items belong to the level the agent returns to
-    marker = TRANSITION_MESSAGES.get(ev["from_level"], TRANSITION_MESSAGES["global"])
-    for suffix, kind, text in ((":1", "transition", marker), (":2", "summary", ev["summary"])):
-        conn.execute(
-            "INSERT OR IGNORE INTO wm_items (item_id, event_id, agent_id, ts, kind, level, user, session_id,"
-            " project_id, task_id, user_message, agent_response, text) VALUES (?,?,?,?,?,?,NULL,?,?,?,NULL,NULL,?)",
-            (
-                ev["event_id"] + suffix,
-                ev["event_id"],
-                ev["agent_id"],
-                ev["ts"],
-                kind,
-                level,
-                ev.get("session_id"),
-                ev.get("project_id"),
-                ev.get("task_id"),
-                text,
-            ),
-        )
-
-
-def _apply_identity(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    newer = _newer(
-        conn,
-        "SELECT ts, event_id FROM identity WHERE agent_id=?",
-        (ev["agent_id"],),
-        ev["ts"],
-        ev["event_id"],
-    )
-    if newer is False:
-        return
-    conn.execute(
-        "INSERT OR REPLACE INTO identity (agent_id, content, source, ts, event_id) VALUES (?,?,?,?,?)",
-        (ev["agent_id"], ev["content"], ev.get("source"), ev["ts"], ev["event_id"]),
-    )
-
-
-def _upsert_fact(
-    conn: sqlite3.Connection, fact_id: str, ev: Mapping[str, Any], values: dict[str, Any]
-) -> None:
-    row = conn.execute(
-        "SELECT updated_at, event_id, created_at FROM facts WHERE fact_id=?", (fact_id,)
-    ).fetchone()
-    if row is not None and (ev["ts"], ev["event_id"]) <= (row[0], row[1]):
-        return
-    values = {**values, "fact_id": fact_id, "updated_at": ev["ts"], "event_id": ev["event_id"]}
-    if row is None:
-        values["created_at"] = ev["ts"]
-        cols = ", ".join(values)
-        conn.execute(
-            f"INSERT INTO facts ({cols}) VALUES ({', '.join('?' * len(values))})", tuple(values.values())
-        )
-    else:
-        sets = ", ".join(f"{k}=?" for k in values if k != "fact_id")
-        conn.execute(
-            f"UPDATE facts SET {sets} WHERE fact_id=?",
-            (*(v for k, v in values.items() if k != "fact_id"), fact_id),
-        )
-
-
-def _apply_fact_set(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    scope = ev.get("scope") or "agent"
-    fact_id = ev.get("fact_id") or kv_fact_id(
-        ev["agent_id"], scope, ev.get("agent_type"), ev.get("project_id"), ev["key"]
-    )
-    _upsert_fact(
-        conn,
-        fact_id,
-        ev,
-        {
-            "agent_id": ev["agent_id"],
-            "kind": "kv",
-            "scope": scope,
-            "agent_type": ev.get("agent_type"),
-            "project_id": ev.get("project_id"),
-            "key": ev["key"],
-            "content": ev["value"],
-            "category": "kv",
-            "topic": None,
-            "participant": ev.get("participant"),
-            "status": "active",
-            "source": ev.get("source") or "agent",
-            "source_event_ids": _j(ev.get("source_event_ids")),
-        },
-    )
-
-
-def _apply_fact_removed(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    scope = ev.get("scope") or "agent"
-    fact_id = ev.get("fact_id") or kv_fact_id(
-        ev["agent_id"], scope, ev.get("agent_type"), ev.get("project_id"), ev["key"]
-    )
-    exists = conn.execute("SELECT 1 FROM facts WHERE fact_id=?", (fact_id,)).fetchone()
-    values: dict[str, Any] = {"status": "removed"}
-    if exists is None:
-        values.update(
-            agent_id=ev["agent_id"],
-            kind="kv",
-            scope=scope,
-            agent_type=ev.get("agent_type"),
-            project_id=ev.get("project_id"),
-            key=ev["key"],
-            content="",
-            category="kv",
-            source="agent",
-        )
-    _upsert_fact(conn, fact_id, ev, values)
-
-
-DECISION_STATUS = {
-    "deactivated": "inactive",
-    "superseded": "active",
-    "archived": "archived",
-    "rejected": "rejected",
-    "pending": "pending",
-}
-
-
-def _apply_proposed(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    conn.execute(
-        "INSERT OR IGNORE INTO proposals (proposal_id, agent_id, origin, is_correction, participant, ts)"
-        " VALUES (?,?,?,?,?,?)",
-        (
-            ev["event_id"],
-            ev["agent_id"],
-            ev.get("origin"),
-            int(bool(ev.get("is_correction"))),
-            ev.get("participant"),
-            ev["ts"],
-        ),
-    )
-
-
-def _apply_decided(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    fact_id = ev.get("fact_id") or ev.get("proposal_id") or ev["event_id"]
-    exists = conn.execute("SELECT 1 FROM facts WHERE fact_id=?", (fact_id,)).fetchone()
-    if exists is None and not ev.get("content"):
-        return  # a decision about nothing we know (e.g. a rejection): nothing to show
-    status = ev.get("status") or DECISION_STATUS.get(ev["decision"], "active")
-    origin, is_correction = None, 0
-    if ev.get("proposal_id"):
-        row = conn.execute(
-            "SELECT origin, is_correction FROM proposals WHERE proposal_id=?", (ev["proposal_id"],)
-        ).fetchone()
-        if row is not None:
-            origin, is_correction = row[0], int(row[1])
-    decided_by = ev.get("decided_by") or "auto"
-    source = "user" if decided_by == "user" or origin == "user" else origin or decided_by
-    values: dict[str, Any] = {"status": status, "source": source, "is_correction": is_correction}
-    for name in ("content", "scope", "category", "topic", "key", "participant", "project_id", "agent_type"):
-        if ev.get(name) is not None:
-            values[name] = ev[name]
-    ids = [i for i in (ev.get("proposal_id"), *(ev.get("source_event_ids") or ())) if i]
-    values["source_event_ids"] = _j(ids)
-    if exists is None:
-        values.setdefault("scope", "agent")
-        values.update(agent_id=ev["agent_id"], kind="knowledge")
-    _upsert_fact(conn, fact_id, ev, values)
-
-
-def _apply_episode(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    conn.execute(
-        "INSERT INTO episodes (episode_id, agent_id, name, summary, key_quotes, participants, start_ts, end_ts,"
-        " importance, important, emotional_context, kind, project_id, source_event_ids, recall_count)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,0) ON CONFLICT (episode_id) DO NOTHING",
-        (
-            ev["event_id"],
-            ev["agent_id"],
-            ev["name"],
-            ev["summary"],
-            _j(ev.get("key_quotes")),
-            _j(ev.get("participants")),
-            ev["start_ts"],
-            ev["end_ts"],
-            int(ev["importance"]),
-            int(bool(ev.get("important"))),
-            ev.get("emotional_context"),
-            ev.get("kind") or "episode",
-            ev.get("project_id"),
-            _j(ev.get("source_event_ids")),
-        ),
-    )
-
-
-def _apply_relationship(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    key = (ev["agent_id"], ev["participant"])
-    newer = _newer(
-        conn,
-        "SELECT ts, event_id FROM relationships WHERE agent_id=? AND participant=?",
-        key,
-        ev["ts"],
-        ev["event_id"],
-    )
-    if newer is False:
-        return
-    conn.execute(
-        "INSERT OR REPLACE INTO relationships (agent_id, participant, summary, rapport, trust, last_spoke_ts,"
-        " interactions, ts, event_id) VALUES (?,?,?,?,?,?,?,?,?)",
-        (
-            *key,
-            ev["summary"],
-            ev.get("rapport"),
-            ev.get("trust"),
-            ev.get("last_spoke_ts"),
-            ev.get("interactions"),
-            ev["ts"],
-            ev["event_id"],
-        ),
-    )
-
-
-def _apply_retrieval(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    item_ids = list(ev.get("item_ids") or [])
-    cur = conn.execute(
-        "INSERT OR IGNORE INTO retrievals (event_id, agent_id, ts, tool, query, participant, item_ids, scores,"
-        " tokens, reason, session_id) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-        (
-            ev["event_id"],
-            ev["agent_id"],
-            ev["ts"],
-            ev["tool"],
-            ev.get("query"),
-            ev.get("participant"),
-            _j(item_ids),
-            orjson.dumps(ev.get("scores")).decode() if ev.get("scores") is not None else None,
-            ev.get("tokens"),
-            ev.get("reason"),
-            ev.get("session_id"),
-        ),
-    )
-    if cur.rowcount != 1:
-        return  # already counted
-    for item_id in item_ids:
-        conn.execute("UPDATE facts SET recall_count = recall_count + 1 WHERE fact_id=?", (item_id,))
-        conn.execute("UPDATE episodes SET recall_count = recall_count + 1 WHERE episode_id=?", (item_id,))
-
-
-def _apply_session_ended(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    conn.execute(
-        "INSERT OR IGNORE INTO sessions (session_id, agent_id, ended_ts, event_id) VALUES (?,?,?,?)",
-        (ev["session_id"], ev["agent_id"], ev["ts"], ev["event_id"]),
-    )
-
-
-def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
-    """Delete everything the erasure covers from every table at once (one transaction)."""
-    conn.execute(
-        "INSERT OR IGNORE INTO erasures (event_id, target_kind, target, ts) VALUES (?,?,?,?)",
-        (ev["event_id"], ev["target_kind"], ev["target"], ev["ts"]),
-    )
-    ids = set(ev.get("erased_event_ids") or ())
-    if ev["target_kind"] == "event":
-        ids.add(ev["target"])
-    conn.executemany("INSERT OR IGNORE INTO erased_ids (event_id) VALUES (?)", [(i,) for i in ids])
-    kind, target = ev["target_kind"], ev["target"]
-    if kind == "agent":
-        for table in (
-            "wm_items",
-            "identity",
-            "facts",
-            "episodes",
-            "relationships",
-            "retrievals",
-            "sessions",
-            "proposals",
-        ):
-            conn.execute(f"DELETE FROM {table} WHERE agent_id=?", (target,))
-    elif kind == "user":
-        conn.execute("DELETE FROM wm_items WHERE user=?", (target,))
-        conn.execute("DELETE FROM facts WHERE participant=?", (target,))
-        conn.execute(
-            "DELETE FROM episodes WHERE EXISTS (SELECT 1 FROM json_each(episodes.participants) WHERE value=?)",
-            (target,),
-        )
-        conn.execute("DELETE FROM relationships WHERE participant=?", (target,))
-        conn.execute("DELETE FROM retrievals WHERE participant=?", (target,))
-        conn.execute("DELETE FROM proposals WHERE participant=?", (target,))
-    # Every row made from an erased event goes too, whatever the target kind.
-    conn.execute("DELETE FROM wm_items WHERE event_id IN (SELECT event_id FROM erased_ids)")
-    conn.execute("DELETE FROM identity WHERE event_id IN (SELECT event_id FROM erased_ids)")
-    conn.execute("DELETE FROM relationships WHERE event_id IN (SELECT event_id FROM erased_ids)")
-    conn.execute("DELETE FROM retrievals WHERE event_id IN (SELECT event_id FROM erased_ids)")
-    conn.execute("DELETE FROM proposals WHERE proposal_id IN (SELECT event_id FROM erased_ids)")
-    conn.execute(
-        "DELETE FROM facts WHERE event_id IN (SELECT event_id FROM erased_ids) OR fact_id IN (SELECT event_id FROM erased_ids)"
-        " OR EXISTS (SELECT 1 FROM json_each(facts.source_event_ids) j WHERE j.value IN (SELECT event_id FROM erased_ids))"
-    )
-    conn.execute(
-        "DELETE FROM episodes WHERE episode_id IN (SELECT event_id FROM erased_ids)"
-        " OR EXISTS (SELECT 1 FROM json_each(episodes.source_event_ids) j WHERE j.value IN (SELECT event_id FROM erased_ids))"
-    )
-
-
-HANDLERS = {
-    "interaction": _apply_interaction,
-    "memory_transition": _apply_transition,
-    "identity_set": _apply_identity,
-    "fact_set": _apply_fact_set,
-    "fact_removed": _apply_fact_removed,
-    "knowledge_proposed": _apply_proposed,
-    "knowledge_decided": _apply_decided,
-    "episode": _apply_episode,
-    "relationship_updated": _apply_relationship,
-    "retrieval": _apply_retrieval,
-    "session_ended": _apply_session_ended,
-    "erasure": _apply_erasure,
-}
-
-
-def apply_events(
-    conn: sqlite3.Connection, events: Iterable[Mapping[str, Any]], info: ProjectionInfo | None = None
-) -> ProjectionInfo:
-    """Apply validated events to the hot store; call inside a write transaction."""
-    info = info or ProjectionInfo()
-    targets = _targets(conn)
-    for ev in events:
-        etype = ev.get("type")
-        handler = HANDLERS.get(str(etype))
-        if handler is None:
-            continue
-        if etype == "erasure":
-            handler(conn, ev)
-            targets.count = -1
-            targets.refresh(conn)
-            info.erasures += 1
-        elif targets.covers(ev):
-            info.refused += 1
-            continue
-        else:
-            handler(conn, ev)
-        info.applied += 1
-        info.by_type[str(etype)] = info.by_type.get(str(etype), 0) + 1
-    return info
-
-
-def apply_now(conn: sqlite3.Connection, events: Iterable[Mapping[str, Any]]) -> ProjectionInfo:
-    """Apply events in their own transaction (the runtime reading its own writes)."""
-    with hotstore.write_transaction(conn):
-        info = apply_events(conn, events)
-    if info.erasures:
-        hotstore.scrub_after_erasure(conn)
-    return info
 
 
 # ---------------------------------------------------------------- reading the log
@@ -596,25 +144,24 @@ class _ProjectorLock:
 
 
 def _flush(
-    conn: sqlite3.Connection,
+    store: HotStore,
     batch: list[dict[str, Any]],
     pending: dict[str, list[int]],
     offsets: dict[str, list[int]],
     info: ProjectionInfo,
 ) -> None:
     """Apply a batch and move the position in the same transaction."""
-    with hotstore.write_transaction(conn):
-        apply_events(conn, batch, info)
-        offsets.update(pending)
-        hotstore.set_meta(conn, OFFSETS_KEY, orjson.dumps(offsets).decode())
+    moved = {**offsets, **pending}
+    store.apply_batch(batch, {OFFSETS_KEY: orjson.dumps(moved).decode()}, info)
+    offsets.update(pending)
     batch.clear()
     pending.clear()
 
 
-def _project_locked(settings: Settings, conn: sqlite3.Connection) -> ProjectionInfo:
+def _project_locked(settings: Settings, store: HotStore) -> ProjectionInfo:
     started = time.perf_counter()
     info = ProjectionInfo()
-    offsets: dict[str, list[int]] = orjson.loads(hotstore.get_meta(conn, OFFSETS_KEY) or "{}")
+    offsets: dict[str, list[int]] = orjson.loads(store.get_meta(OFFSETS_KEY) or "{}")
     log = EventLog(settings)
     try:
         for stream in STREAM_ORDER:
@@ -634,51 +181,44 @@ def _project_locked(settings: Settings, conn: sqlite3.Connection) -> ProjectionI
                 if event is not None:
                     batch.append(event)
                 if len(batch) >= BATCH_EVENTS:
-                    _flush(conn, batch, pending, offsets, info)
+                    _flush(store, batch, pending, offsets, info)
             if batch or pending:
-                _flush(conn, batch, pending, offsets, info)
+                _flush(store, batch, pending, offsets, info)
     finally:
         log.close()
     if info.erasures:
-        hotstore.scrub_after_erasure(conn)
+        store.scrub()
     info.segments = len(offsets)
     Checkpoints(settings).save(CONSUMER, {seg: pos[0] for seg, pos in offsets.items()})
     info.seconds = round(time.perf_counter() - started, 4)
     return info
 
 
-def project(settings: Settings, conn: sqlite3.Connection | None = None) -> ProjectionInfo:
+def project(settings: Settings, store: HotStore | None = None) -> ProjectionInfo:
     """Bring the hot store up to date with the log; returns what was applied."""
-    own = conn is None
-    conn = conn or hotstore.open_hot_store(settings)
+    own = store is None
+    target = store if store is not None else open_store(settings)
     try:
         with _ProjectorLock(settings):
-            return _project_locked(settings, conn)
+            return _project_locked(settings, target)
     finally:
         if own:
-            conn.close()
-
-
-def _remove_hot_files(db: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        p = db.with_name(db.name + suffix)
-        if p.exists():
-            p.unlink()
+            target.close()
 
 
 def rebuild(settings: Settings) -> RebuildInfo:
     """Delete the hot store and rebuild it from the log; same log, same content digest."""
     started = time.perf_counter()
     with _ProjectorLock(settings):
-        _remove_hot_files(settings.hot_db)
+        remove_store(settings)
         (settings.checkpoints_dir / f"{CONSUMER}.json").unlink(missing_ok=True)
-        conn = hotstore.open_hot_store(settings)
+        store = open_store(settings)
         try:
-            info = _project_locked(settings, conn)
-            counts = hotstore.table_counts(conn)
-            digest = hotstore.store_digest(conn)
+            info = _project_locked(settings, store)
+            counts = store.counts()
+            digest = store.digest()
         finally:
-            conn.close()
+            store.close()
     return RebuildInfo(
         applied=info.applied,
         refused=info.refused,
@@ -690,8 +230,8 @@ def rebuild(settings: Settings) -> RebuildInfo:
 
 def content_digest(settings: Settings) -> str:
     """Order-independent hash of the hot store's content tables."""
-    conn = hotstore.open_hot_store(settings)
+    store = open_store(settings)
     try:
-        return hotstore.store_digest(conn)
+        return store.digest()
     finally:
-        conn.close()
+        store.close()

@@ -9,10 +9,15 @@ sees a fact when
 - the fact is in a scope it shares: `system`; `agent_type` = its type;
   `project` = its project; `override` = its project and its type.
 
-Nothing else: two agents share nothing unless a shared scope says so.
+Nothing else: two agents share nothing unless a shared scope says so. A fact
+derived from a user (owned, see `tiermem.runtime.visibility`) is seen only by
+its agent serving that user, whatever scope it names. The visibility rules
+live in `visibility`; every query here takes a `Principal` and filters with
+the hot store's translation of them (`hotstore.fact_clause`).
 
 KV lookups are first-match-wins from the most specific scope (override,
-project, the agent's own, agent type, system). Searches merge every visible
+project, the agent's own, agent type, system); within the agent's own scope a
+fact about the current user comes before the agent-level one. Searches merge every visible
 scope: score = relevance (FTS5 BM25) x scope weight (override/project/own
 1.0, agent type 0.7, system 0.4; `settings.runtime.scope_weights`) x time
 decay (slight: 1.0 now, towards 0.8 for old facts) x source trust (user or a
@@ -29,11 +34,13 @@ import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+
+from tiermem.runtime.hotstore import fact_clause
+from tiermem.runtime.visibility import KV_ORDER, Principal
 
 from tiermem.ids import parse_ts
 
-KV_ORDER = ("override", "project", "agent", "agent_type", "system")
+__all__ = ["KV_ORDER", "Principal", "kv_lookup", "list_facts", "search_facts"]
 DEFAULT_WEIGHTS = {"override": 1.0, "project": 1.0, "agent": 1.0, "agent_type": 0.7, "system": 0.4}
 DECAY_FLOOR = 0.8
 DECAY_DAYS = 180.0
@@ -101,32 +108,6 @@ _STOPWORDS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class ScopeContext:
-    """The scopes one agent belongs to."""
-
-    agent_id: str
-    agent_type: str | None = None
-    project_id: str | None = None
-
-    def visibility_sql(self, alias: str = "f") -> tuple[str, list[Any]]:
-        """A WHERE fragment selecting the facts this agent may see, with its parameters."""
-        clauses = [f"({alias}.scope = 'agent' AND {alias}.agent_id = ?)", f"{alias}.scope = 'system'"]
-        params: list[Any] = [self.agent_id]
-        if self.agent_type:
-            clauses.append(f"({alias}.scope = 'agent_type' AND {alias}.agent_type = ?)")
-            params.append(self.agent_type)
-        if self.project_id:
-            clauses.append(f"({alias}.scope = 'project' AND {alias}.project_id = ?)")
-            params.append(self.project_id)
-            if self.agent_type:
-                clauses.append(
-                    f"({alias}.scope = 'override' AND {alias}.project_id = ? AND {alias}.agent_type = ?)"
-                )
-                params.extend([self.project_id, self.agent_type])
-        return "(" + " OR ".join(clauses) + ")", params
-
-
 def fts_query(text: str, max_terms: int = 16) -> str | None:
     """A safe FTS5 OR-query from free text (quoted terms, no operators); None when empty."""
     terms: list[str] = []
@@ -178,24 +159,27 @@ class ScoredFact:
     updated_at: str
     kind: str
     score: float
+    owner: str | None = None  # the user(s) the fact belongs to (visibility.owner_key)
 
 
 _FACT_COLS = (
     "f.fact_id, f.content, f.key, f.scope, f.category, f.topic, f.participant, f.source, f.updated_at,"
-    " f.kind, f.is_correction"
+    " f.kind, f.is_correction, f.owner"
 )
 
 
-def kv_lookup(conn: sqlite3.Connection, ctx: ScopeContext, key: str) -> sqlite3.Row | None:
-    """First match wins, from the most specific scope; newest write within a scope."""
-    where, params = ctx.visibility_sql()
+def kv_lookup(conn: sqlite3.Connection, who: Principal, key: str) -> sqlite3.Row | None:
+    """First match wins, from the most specific scope (the user's own first); newest within it."""
+    where, params = fact_clause(who, "f")
     rows = conn.execute(
         f"SELECT f.* FROM facts f WHERE f.key = ? AND f.status = 'active' AND {where}", (key, *params)
     ).fetchall()
     if not rows:
         return None
     rank = {s: i for i, s in enumerate(KV_ORDER)}
-    best: sqlite3.Row = min(rows, key=lambda r: (rank.get(r["scope"], 99), _neg(r["updated_at"])))
+    best: sqlite3.Row = min(
+        rows, key=lambda r: (rank.get(r["scope"], 99), r["owner"] is None, _neg(r["updated_at"]))
+    )
     return best
 
 
@@ -205,7 +189,7 @@ def _neg(ts: str) -> tuple[int, ...]:
 
 def search_facts(
     conn: sqlite3.Connection,
-    ctx: ScopeContext,
+    who: Principal,
     query: str,
     *,
     topic: str | None = None,
@@ -219,15 +203,15 @@ def search_facts(
     if match is None:
         return []
     if topic:
-        found = _search(conn, ctx, match, topic, limit, kinds, weights, now)
+        found = _search(conn, who, match, topic, limit, kinds, weights, now)
         if len(found) >= TOPIC_FALLBACK_MIN:
             return found
-    return _search(conn, ctx, match, None, limit, kinds, weights, now)
+    return _search(conn, who, match, None, limit, kinds, weights, now)
 
 
 def _search(
     conn: sqlite3.Connection,
-    ctx: ScopeContext,
+    who: Principal,
     match: str,
     topic: str | None,
     limit: int,
@@ -235,7 +219,7 @@ def _search(
     weights: Mapping[str, float] | None,
     now: datetime,
 ) -> list[ScoredFact]:
-    where, params = ctx.visibility_sql()
+    where, params = fact_clause(who, "f")
     extra = ""
     if topic:
         extra += " AND f.topic = ?"
@@ -271,6 +255,7 @@ def _search(
                 updated_at=r["updated_at"],
                 kind=r["kind"],
                 score=score,
+                owner=r["owner"],
             )
         )
     out.sort(key=lambda f: (-f.score, f.fact_id))
@@ -279,7 +264,7 @@ def _search(
 
 def list_facts(
     conn: sqlite3.Connection,
-    ctx: ScopeContext,
+    who: Principal,
     *,
     kinds: tuple[str, ...] | None = None,
     topic: str | None = None,
@@ -287,7 +272,7 @@ def list_facts(
     limit: int = 100,
 ) -> list[sqlite3.Row]:
     """Visible active facts, this participant's first, then newest first."""
-    where, params = ctx.visibility_sql()
+    where, params = fact_clause(who, "f")
     extra = ""
     if kinds:
         extra += f" AND f.kind IN ({','.join('?' * len(kinds))})"

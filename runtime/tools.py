@@ -7,6 +7,15 @@ Bad arguments raise `tiermem.errors.ValidationError` naming the argument.
 
 Every tool that delivers memory appends a `retrieval` event (query, item ids,
 scores, tokens of the result) and so bumps the items' `recall_count`.
+
+Every tool reads as the memory's principal (the agent and the user it serves:
+`tiermem.runtime.visibility`), and writes only what an agent may write: its
+own scope, its project's, and facts about its current user. A write to
+`system` or `agent_type`, a change to another agent's fact, or a key that
+would shadow one raises `PermissionDeniedError` (a tool error the model can
+read, logged on `tiermem.audit`). While the agent serves a user, what it
+stores is about that user and stays in its own scope: a shared scope asked
+for is narrowed to the agent's own, and the result says so.
 """
 
 from __future__ import annotations
@@ -15,9 +24,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-from tiermem.runtime.episode_search import recall_lines, search_episodes
 from tiermem.runtime.memory import FACT_SCOPES, AgentMemory
-from tiermem.runtime.scopes import list_facts, search_facts
+from tiermem.runtime.visibility import (
+    check_fact_change,
+    check_no_shadowing,
+    check_scope_write,
+    owner_key,
+)
 
 from tiermem.errors import NotFoundError, ValidationError
 from tiermem.ids import utcnow
@@ -172,7 +185,8 @@ def _cost(result: Any) -> int:
 
 def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
     query, participant = args["query"], args.get("participant")
-    found = search_episodes(memory.conn, memory.agent_id, query, participant, RECALL_LIMIT)
+    who = memory.principal
+    found = memory.store.search_episodes(who, query, participant, RECALL_LIMIT)
     memories = []
     lines = []
     for ep in found:
@@ -204,7 +218,7 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
         lines.append(line)
     # The turns themselves, best match first, one dated line each with the ids they come from:
     # the exact words often answer what a summary cannot ("when", "how much", "what did she say").
-    recalled = recall_lines(memory.conn, memory.agent_id, query, participant, budget=RECALL_TURNS_BUDGET)
+    recalled = memory.store.recall_lines(who, query, participant, budget=RECALL_TURNS_BUDGET)
     turns = [{"line": line, "event_ids": list(ids)} for line, ids in recalled]
     if recalled:
         lines.append("What was said, as I remember it:")
@@ -217,8 +231,7 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
         [m["episode_id"] for m in memories],
         [float(m["score"] or 0.0) for m in memories],
         _cost(result),
-        reason="agent reached for a memory",
-        participant=participant,
+        reason="agent reached for a memory" + (f" (about {participant})" if participant else ""),
     )
     return result
 
@@ -236,9 +249,8 @@ def _fact_out(row: Any) -> dict[str, Any]:
 def _search_out(
     memory: AgentMemory, query: str, topic: str | None, kinds: tuple[str, ...] | None
 ) -> list[dict[str, Any]]:
-    found = search_facts(
-        memory.conn,
-        memory.scope,
+    found = memory.store.search_facts(
+        memory.principal,
         query,
         topic=topic,
         limit=5,
@@ -282,14 +294,27 @@ def _memory_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _narrowed(memory: AgentMemory, scope: str | None) -> tuple[str | None, str | None]:
+    """(scope to write, note): while serving a user, writes stay in the agent's own scope."""
+    if memory.user and (scope or "agent") != "agent":
+        return None, (
+            f"kept in your own scope, about {memory.user}: what you store while talking to "
+            f"{memory.user} is theirs and is not shared with the {scope} scope"
+        )
+    return scope, None
+
+
 def _fact_store(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
-    fact_id = memory.store_fact(args["key"].strip(), args["value"], args.get("scope"))
-    return {
-        "stored": True,
-        "fact_id": fact_id,
-        "key": args["key"].strip(),
-        "scope": args.get("scope") or "agent",
-    }
+    key = args["key"].strip()
+    who = memory.principal
+    check_scope_write(who, args.get("scope"), "store")
+    scope, note = _narrowed(memory, args.get("scope"))
+    check_no_shadowing(who, key, memory.store.kv_lookup(who, key), scope or "agent")
+    fact_id = memory.store_fact(key, args["value"], scope)
+    result: dict[str, Any] = {"stored": True, "fact_id": fact_id, "key": key, "scope": scope or "agent"}
+    if note:
+        result["note"] = note
+    return result
 
 
 def _fact_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
@@ -304,7 +329,7 @@ def _fact_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fact_list(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
-    rows = list_facts(memory.conn, memory.scope, kinds=("kv",), limit=200)
+    rows = memory.store.list_facts(memory.principal, kinds=("kv",), limit=200)
     result = {"facts": [_fact_out(r) for r in rows]}
     if rows:
         memory.record_retrieval(
@@ -317,11 +342,12 @@ def _idea_save(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
     content, topic = args["content"].strip(), args.get("topic")
     if not content:
         raise ValidationError("content", "empty")
-    # Candidates: the agent's own knowledge that shares words with the new idea (dedup in the target scope).
-    found = search_facts(memory.conn, memory.scope, content, limit=20, kinds=("knowledge",), now=utcnow())
+    # Candidates: the agent's own knowledge that shares words with the new idea (dedup in the target
+    # scope), written for the same user: an idea merges only into what belongs to the same person.
+    found = memory.store.search_facts(memory.principal, content, limit=20, kinds=("knowledge",), now=utcnow())
     best, best_sim = None, 0.0
     for f in found:
-        if f.scope != "agent":
+        if f.scope != "agent" or f.owner != owner_key([memory.user]):
             continue
         sim = text_similarity(f.content, content)
         if sim > best_sim:
@@ -369,7 +395,7 @@ def _idea_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _idea_list(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
-    rows = list_facts(memory.conn, memory.scope, kinds=("knowledge",), topic=args.get("topic"), limit=100)
+    rows = memory.store.list_facts(memory.principal, kinds=("knowledge",), topic=args.get("topic"), limit=100)
     ideas = [
         {
             "fact_id": r["fact_id"],
@@ -388,24 +414,26 @@ def _idea_list(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _new_identity(current: str, action: str, content: str) -> str:
+    """The L0 text after `action` (add a line, replace all, remove a passage or everything)."""
+    text = content.strip()
+    if action == "add":
+        if not text:
+            raise ValidationError("content", "empty")
+        return f"{current}\n{text}" if current else text
+    if action == "update":
+        return text
+    if not text:
+        return ""
+    if text not in current:
+        raise NotFoundError("that text is not in your identity (L0)")
+    return current.replace(text, "").replace("\n\n", "\n").strip()
+
+
 def _memory_write(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
     action, layer, content = args["action"], args["layer"], args["content"]
-    tags = args.get("tags")
     if layer == "L0":
-        current = memory.identity()
-        if action == "add":
-            if not content.strip():
-                raise ValidationError("content", "empty")
-            new = f"{current}\n{content.strip()}" if current else content.strip()
-        elif action == "update":
-            new = content.strip()
-        else:
-            if content.strip():
-                if content.strip() not in current:
-                    raise NotFoundError("that text is not in your identity (L0)")
-                new = current.replace(content.strip(), "").replace("\n\n", "\n").strip()
-            else:
-                new = ""
+        new = _new_identity(memory.identity(), action, content)
         event_id = memory.set_identity(new)
         return {
             "action": action,
@@ -414,22 +442,32 @@ def _memory_write(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
             "event_id": event_id,
             "chars": len(new),
         }
-    # L1 knowledge
+    return _write_knowledge(memory, action, content, args)
+
+
+def _write_knowledge(memory: AgentMemory, action: str, content: str, args: dict[str, Any]) -> dict[str, Any]:
+    """An L1 write: add a memory, or update / remove one this principal may change."""
+    tags = args.get("tags")
     if action == "add":
         fact_id = memory.add_knowledge(content, category=(tags[0] if tags else "insight"), tags=tags)
         return {"action": "add", "layer": "L1", "id": fact_id}
     target = args.get("target_id")
     if not target:
         raise ValidationError("target_id", f"required for {action} on L1")
-    where, params = memory.scope.visibility_sql("f")
-    row = memory.conn.execute(
-        f"SELECT f.* FROM facts f WHERE f.fact_id = ? AND f.status = 'active' AND {where}", (target, *params)
-    ).fetchone()
+    row = memory.visible_fact(target)
     if row is None:
         raise NotFoundError(f"no active memory {target!r} that you can see")
+    check_fact_change(memory.principal, dict(row), action)
     if action == "update":
         if not content.strip():
             raise ValidationError("content", "empty")
+        if memory.user and row["owner"] is None:
+            # New words said in a user's session are theirs; a fact others read cannot carry them.
+            raise ValidationError(
+                "target_id",
+                f"{target} is shared (scope {row['scope']}); while talking to {memory.user} you can "
+                "remove it or add a new memory, not rewrite it",
+            )
         memory.add_knowledge(
             content,
             category=row["category"] or "insight",

@@ -116,7 +116,9 @@ def test_recall_finds_episodes_written_by_others_after_refresh(
             emotional_context="worried",
         ),
     )
-    assert not agent.recall("lisbon suitcase")  # another process wrote it: not projected yet
+    assert not agent.recall(
+        "lisbon suitcase", participant="alice"
+    )  # written by another process: not projected yet
     mem.refresh()
     found = agent.recall("lisbon suitcase", participant="alice")
     assert [e.name for e in found.episodes] == ["Lost luggage in Lisbon"]
@@ -126,8 +128,20 @@ def test_recall_finds_episodes_written_by_others_after_refresh(
     assert not agent.recall("lisbon suitcase", participant="bob")
     delivered = mem.sql("SELECT tool, item_ids, participant FROM retrievals").to_pylist()
     assert delivered == [{"tool": "recall", "item_ids": [ep.episode_id], "participant": "alice"}]
+    assert not agent.recall("lisbon suitcase")  # alice's episode: an agent-level read does not see it
     # `tiermem recall --json` is the same object
-    main(["--data-dir", str(mem.data_dir), "recall", "bot", "lisbon suitcase", "--json"])
+    main(
+        [
+            "--data-dir",
+            str(mem.data_dir),
+            "recall",
+            "bot",
+            "lisbon suitcase",
+            "--participant",
+            "alice",
+            "--json",
+        ]
+    )
     assert json.loads(capsys.readouterr().out)["results"][0] == json.loads(
         orjson.dumps(found.to_json()["results"][0])
     )
@@ -280,9 +294,9 @@ def test_close_releases_every_handle_and_rebuild_reconnects(tmp_path: Path) -> N
         a.record_turn("u", "remember the red door", "noted")
         b.close()
         assert b._rt is None and "agents_open=1" in repr(mem)
-        before = a.context().section("recent")
+        before = a.context(user="u").section("recent")
         mem.rebuild()  # deletes the hot store under the open handle
-        after = a.context().section("recent")
+        after = a.context(user="u").section("recent")
         assert before is not None and after is not None and before.text == after.text
     assert a._rt is None and "agents_open=0" in repr(mem)
     with pytest.raises(ValidationError, match="agent_id"):

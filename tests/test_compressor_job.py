@@ -174,20 +174,24 @@ def test_episodes_reach_recall_through_the_projector(settings: Settings, event_l
     from tiermem.runtime.episode_search import search_episodes
     from tiermem.runtime.hotstore import connect
     from tiermem.runtime.projector import project
+    from tiermem.runtime.visibility import Principal
 
     seed_interactions(event_log, "agent-a", 40, user="alice")
     run_compress(settings)
     project(settings)
     conn = connect(settings.hot_db)
     try:
-        found = search_episodes(conn, "agent-a", "the correction about Grindelwald", participant="alice")
+        alice = Principal("agent-a", "alice")
+        found = search_episodes(conn, alice, "the correction about Grindelwald", participant="alice")
         assert found and len(found) <= 3
         top = found[0]
         assert any("Grindelwald" in q["text"] for q in top["key_quotes"])
         assert "Grindelwald" in top["key_quotes"][0]["text"]  # best-matching quote first
         assert top["when"] == "1 March 2025" and top["start_ts"].startswith("2025-03-01")
-        assert search_episodes(conn, "agent-a", "Grindelwald", participant="bob") == []
-        assert search_episodes(conn, "agent-b", "Grindelwald") == []
+        assert search_episodes(conn, alice, "Grindelwald", participant="bob") == []
+        assert search_episodes(conn, Principal("agent-a", "bob"), "Grindelwald") == []
+        assert search_episodes(conn, Principal("agent-a"), "Grindelwald") == []  # alice's, not agent-level
+        assert search_episodes(conn, Principal("agent-b", "alice"), "Grindelwald") == []
     finally:
         conn.close()
 

@@ -64,12 +64,20 @@ def test_preference_then_correction_leaves_only_the_corrected_fact_active(
 
 
 def test_correction_of_a_fact_the_agent_wrote_itself(settings: Settings, event_log: EventLog) -> None:
-    # Channel 1: the agent saved a (wrong) fact, decided by the agent, like the runtime does.
+    # Channel 1: the agent saved a (wrong) fact, decided by the agent, like the runtime does
+    # while it talks to alice (so the fact is about her).
     pid = new_event_id(T0)
     append_all(
         event_log,
         [
-            proposal("The user's name is Rob", origin="agent", confidence=1.0, event_id=pid, key="name"),
+            proposal(
+                "The user's name is Rob",
+                origin="agent",
+                confidence=1.0,
+                event_id=pid,
+                key="name",
+                participant="alice",
+            ),
             {
                 "type": "knowledge_decided",
                 "ts": at(0.5),
@@ -80,6 +88,7 @@ def test_correction_of_a_fact_the_agent_wrote_itself(settings: Settings, event_l
                 "content": "The user's name is Rob",
                 "status": "active",
                 "key": "name",
+                "participant": "alice",
                 "decided_by": "agent",
             },
             interaction("Hello, I'm back.", "Welcome back, Rob!", minute=1, session_id="s2"),

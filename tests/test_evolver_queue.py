@@ -39,7 +39,10 @@ def test_low_confidence_proposal_round_trip_with_provenance_and_diff(
     (turn,) = append_all(
         event_log, [interaction("I moved to Berlin last month.", "Berlin, exciting!", minute=0)]
     )
-    append_all(event_log, [proposal("User lives in Paris", minute=1, confidence=0.95, topic="home")])
+    append_all(
+        event_log,
+        [proposal("User lives in Paris", minute=1, confidence=0.95, topic="home", participant="alice")],
+    )
     (pid,) = append_all(
         event_log,
         [

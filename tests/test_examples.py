@@ -70,7 +70,8 @@ def test_agent_loop_script_runs_offline_and_logs_enriched_turns(tmp_path: Path) 
         ]
         assert all(r["user"] == "alice" and r["model"] == "scripted-stand-in" for r in rows)
         assert all(r["usage"]["tool_calls"] == 1 for r in rows)
-        assert mem.agent("travel-bot").facts["preferred_seat"] == "14A"
+        assert mem.agent("travel-bot", user="alice").facts["preferred_seat"] == "14A"  # said by alice: hers
+        assert mem.agent("travel-bot").facts.get("preferred_seat") is None
 
 
 def test_agent_loop_over_an_injected_client(tmp_path: Path) -> None:
@@ -124,7 +125,8 @@ def test_agent_loop_over_an_injected_client(tmp_path: Path) -> None:
         result = second["messages"][2]["content"][0]
         assert result["tool_use_id"] == "tu_1" and result["is_error"] is False
         assert json.loads(result["content"])["stored"] is True
-        assert agent.facts["home_airport"] == "LIS"
+        assert mem.agent("travel-bot", user="alice").facts["home_airport"] == "LIS"  # alice said it: hers
+        assert agent.facts.get("home_airport") is None
         (turn,) = mem.sql("SELECT * FROM interactions").to_pylist()
         assert turn["model"] == "claude-test-1" and turn["tools_used"] == ["memory_fact_store"]
         assert turn["usage"]["input_tokens"] == 200 and turn["usage"]["cache_read_tokens"] == 120

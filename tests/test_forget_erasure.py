@@ -101,7 +101,7 @@ def visible_everywhere(settings: Settings, needle: str) -> list[str]:
             found.append(f"export {target}")
     for args in (
         ("context", "agent-1", "--user", "alice", "--query", "password hint", "--json"),
-        ("recall", "agent-1", "password hint", "--json"),
+        ("recall", "agent-1", "password hint", "--user", "alice", "--json"),
     ):
         code, out = cli(settings, *args)
         assert code == 0, (args, out)

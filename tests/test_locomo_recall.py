@@ -110,7 +110,7 @@ def test_search_on_a_compressed_conversation(tmp_path: Path) -> None:
     prepare(settings, [conv])
     ctx = TiermemContext(settings, conv)
     try:
-        conn, agent = ctx.memory.conn, conv.agent_id
+        conn, agent = ctx.memory.conn, ctx.memory.principal
         found = search_quotes(conn, agent, "What did Ava make for her sister?")
         assert found[0]["text"] == "I made a patchwork quilt for my sister yesterday."  # "make" meets "made"
         assert found[0]["anchors"] == [("yesterday", "7 May 2023")]

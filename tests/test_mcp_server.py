@@ -27,10 +27,10 @@ REQUIRED_TOOLS = {
 }
 
 
-def _session(data: Path, agent: str, body: Callable[[ClientSession], Awaitable[Any]]) -> Any:
+def _session(data: Path, agent: str, body: Callable[[ClientSession], Awaitable[Any]], *extra: str) -> Any:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "tiermem.app.cli", "--data-dir", str(data), "mcp", "--agent", agent],
+        args=["-m", "tiermem.app.cli", "--data-dir", str(data), "mcp", "--agent", agent, *extra],
         cwd=str(REPO),
     )
 

@@ -124,7 +124,7 @@ def test_wheel_and_sdist_hold_every_component_module_at_its_tiermem_path_and_ins
         "with Memory.open(sys.argv[2], env={}) as mem:\n"
         "    agent = mem.agent('a')\n"
         "    agent.record_turn('u', 'the wheel works', 'yes')\n"
-        "    print(agent.context().section('recent').text)\n"
+        "    print(agent.context(user='u').section('recent').text)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(target)}
     out = subprocess.run(

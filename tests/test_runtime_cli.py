@@ -61,8 +61,11 @@ def test_context_json_shape(settings: Settings, capsys: pytest.CaptureFixture[st
     assert data["total_tokens"] == sum(s["tokens"] for s in data["sections"])
     code, out = _run(settings, capsys, "context", "bot", "--budget", "120", "--json")
     assert json.loads(out)["total_tokens"] <= 120
-    code, out = _run(settings, capsys, "context", "bot")
+    code, out = _run(settings, capsys, "context", "bot", "--user", "alice")
     assert code == 0 and "── recent" in out
+    # Without a user only agent-level memory is shown: alice's turns are hers.
+    code, out = _run(settings, capsys, "context", "bot", "--query", "luggage lisbon suitcase")
+    assert code == 0 and "── recent" not in out and "Lisbon" not in out
 
 
 def test_recall_json_shape(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,8 +89,10 @@ def test_recall_json_shape(settings: Settings, capsys: pytest.CaptureFixture[str
     assert results[0]["participants"] == ["alice"]
     code, out = _run(settings, capsys, "recall", "bot", "lisbon", "--participant", "bob", "--json")
     assert json.loads(out)["results"] == []
-    code, out = _run(settings, capsys, "recall", "bot", "lisbon")
+    code, out = _run(settings, capsys, "recall", "bot", "lisbon", "--user", "alice")
     assert "Lost luggage in Lisbon" in out
+    code, out = _run(settings, capsys, "recall", "bot", "lisbon")
+    assert "Lost luggage in Lisbon" not in out and "no matching episodes" in out
 
 
 def test_facts_commands(settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:

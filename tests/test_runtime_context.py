@@ -37,7 +37,7 @@ def _memory(settings: Settings) -> AgentMemory:
             "bot", "Cat emergency", "Alice's cat was sick and I helped her find a vet", participants=["alice"]
         ),
     )
-    project(settings, m.conn)
+    project(settings, m.store)
     return m
 
 
@@ -64,10 +64,15 @@ def test_last_five_interactions_and_participant_first_knowledge(settings: Settin
         assert recent.text.index("message 3") < recent.text.index("message 7")  # oldest first
         knowledge = ctx.section("knowledge")
         assert knowledge is not None
-        assert knowledge.text.index("Alice has two cats") < knowledge.text.index("Bob works nights")
+        with open_memory(settings, "bot", agent_type="support", project_id="web") as agent_level:
+            agent_level.add_knowledge("Refunds take five working days", category="domain")
+        # The user's own facts first, then the agent-level ones; another user's never.
+        knowledge = assemble_context(m).section("knowledge")
+        assert knowledge is not None and "Bob works nights" not in knowledge.text
+        assert knowledge.text.index("Alice has two cats") < knowledge.text.index("Refunds take five")
         bob_first = assemble_context(m, user="bob").section("knowledge")
-        assert bob_first is not None
-        assert bob_first.text.index("Bob works nights") < bob_first.text.index("Alice has two cats")
+        assert bob_first is not None and "Alice has two cats" not in bob_first.text
+        assert bob_first.text.index("Bob works nights") < bob_first.text.index("Refunds take five")
 
 
 def test_memory_context_is_injected_into_the_user_message_with_ids(settings: Settings) -> None:
@@ -118,7 +123,7 @@ def test_given_budget_lets_retrieval_fill_the_room(settings: Settings) -> None:
             append(
                 settings, episode("bot", f"Cat story {i}", f"Alice told me cat story number {i} " + "x" * 200)
             )
-        project(settings, m.conn)
+        project(settings, m.store)
         default = assemble_context(m, query="cat story")
         roomy = assemble_context(m, query="cat story", budget=6000)
         assert len(roomy.section("memory_context").item_ids) >= len(

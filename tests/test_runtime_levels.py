@@ -7,6 +7,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from tiermem.runtime.levels import filter_by_level, recent_items
 from tiermem.runtime.memory import AgentMemory, open_memory, record_turn
+from tiermem.runtime.visibility import Principal, can_read_item
 
 from tiermem.settings import Settings
 from tiermem.tokens import count_tokens
@@ -71,7 +72,7 @@ def test_seed_scenario_orchestrator_sees_16_items_instead_of_70(settings: Settin
         ).fetchall()
         actions = [r for r in everything if r["kind"] == "interaction" and r["level"] != "global"]
         assert len(actions) == 70  # 10 project actions + 3 x 20 task actions
-        seen = recent_items(conn, "orchestrator", "project", 1000)
+        seen = recent_items(conn, memory.principal, "project", 1000)
         assert len(seen) == 16
         kinds = [i.kind for i in seen]
         assert kinds.count("interaction") == 10
@@ -82,9 +83,9 @@ def test_seed_scenario_orchestrator_sees_16_items_instead_of_70(settings: Settin
         filtered = sum(count_tokens(i.render()) for i in seen)
         assert filtered < full * 0.5
         # After the transition the task level sees nothing of the finished task.
-        assert recent_items(conn, "orchestrator", "task", 100) == []
+        assert recent_items(conn, memory.principal, "task", 100) == []
         # Global level: only the request that started the project.
-        assert [i.user_message for i in recent_items(conn, "orchestrator", "global", 100)] == [
+        assert [i.user_message for i in recent_items(conn, memory.principal, "global", 100)] == [
             "Please build an organisation chart"
         ]
 
@@ -93,36 +94,44 @@ def test_transition_items_carry_the_summary_at_the_level_returned_to(settings: S
     with open_memory(settings, "worker", level="task") as memory:
         record_turn(memory, "draw a box", "drawn")
         memory.finish_task("Drew the box.")
-        items = recent_items(memory.conn, "worker", "project", 10)
+        items = recent_items(memory.conn, memory.principal, "project", 10)
         assert [(i.kind, i.level) for i in items] == [("transition", "project"), ("summary", "project")]
         assert items[0].text == "[ACTIONS]: <Task actions filtered for brevity>"
         assert items[1].text == "Drew the box."
         memory.finish_project("Finished the drawing project.")
-        top = recent_items(memory.conn, "worker", "global", 10)
+        top = recent_items(memory.conn, memory.principal, "global", 10)
         assert [i.text for i in top] == [
             "[ACTIONS]: <Project actions filtered for brevity>",
             "Finished the drawing project.",
         ]
 
 
-LEVEL_STRINGS = st.lists(st.sampled_from(["global", "project", "task"]), min_size=0, max_size=30)
+LEVEL_STRINGS = st.lists(
+    st.tuples(st.sampled_from(["global", "project", "task"]), st.sampled_from([None, "alice", "bob"])),
+    min_size=0,
+    max_size=30,
+)
 
 
 @hsettings(max_examples=40, deadline=None)
-@given(levels=LEVEL_STRINGS, limit=st.integers(min_value=1, max_value=8))
-def test_store_query_equals_the_seed_filter(tmp_path_factory: object, levels: list[str], limit: int) -> None:
+@given(turns=LEVEL_STRINGS, limit=st.integers(min_value=1, max_value=8))
+def test_store_query_equals_the_seed_filter(
+    tmp_path_factory: object, turns: list[tuple[str, str | None]], limit: int
+) -> None:
+    """For every principal, the store's answer is the seed's filter over the history it may read."""
     from tiermem.settings import resolve_settings
 
     root = tmp_path_factory.mktemp("lv")  # type: ignore[attr-defined]
     s = resolve_settings(data_dir=root, env={}, fsync="none")
     with open_memory(s, "a") as memory:
-        for n, level in enumerate(levels):
-            record_turn(memory, f"m{n}", "r", memory_level=level)
+        for n, (level, user) in enumerate(turns):
+            record_turn(memory, f"m{n}", "r", memory_level=level, user=user)
         everything = memory.conn.execute(
-            "SELECT item_id, level FROM wm_items WHERE agent_id='a' ORDER BY ts, item_id"
+            "SELECT item_id, level, owner FROM wm_items WHERE agent_id='a' ORDER BY ts, item_id"
         ).fetchall()
-        items = [{"id": r[0], "memory_level": r[1]} for r in everything]
-        for level in ("global", "project", "task"):
-            expected = [i["id"] for i in filter_by_level(items, level)][-limit:]
-            got = [i.item_id for i in recent_items(memory.conn, "a", level, limit)]
-            assert got == expected, (levels, level)
+        for who in (Principal("a"), Principal("a", "alice"), Principal("a", "bob")):
+            items = [{"id": r[0], "memory_level": r[1]} for r in everything if can_read_item(who, "a", r[2])]
+            for level in ("global", "project", "task"):
+                expected = [i["id"] for i in filter_by_level(items, level)][-limit:]
+                got = [i.item_id for i in recent_items(memory.conn, who, level, limit)]
+                assert got == expected, (turns, who, level)

@@ -54,7 +54,7 @@ def _populate(settings: Settings) -> None:
         },
     )
     project(settings)
-    with open_memory(settings, "bot") as m:
+    with open_memory(settings, "bot", user="alice") as m:
         call_tool(m, "recall_memory", {"query": "refund"})
 
 
@@ -142,8 +142,10 @@ def test_user_erasure_reaches_every_projection_and_blocks_re_adding(settings: Se
         },
     )
     project(settings)
-    with open_memory(settings, "bot") as m:
-        assert search_episodes(m.conn, "bot", "zanzibar42")
+    with open_memory(settings, "bot", user="carol") as m:
+        assert search_episodes(m.conn, m.principal, "zanzibar42")
+    with open_memory(settings, "bot", user="dave") as m:
+        assert search_episodes(m.conn, m.principal, "zanzibar42") == []  # carol's, not dave's
     append(
         settings, {"type": "erasure", "target_kind": "user", "target": "carol", "erased_event_ids": [ids[0]]}
     )
@@ -159,8 +161,8 @@ def test_user_erasure_reaches_every_projection_and_blocks_re_adding(settings: Se
     # Re-projecting or rebuilding from the same log never brings it back.
     digest = content_digest(settings)
     assert rebuild(settings).digest == digest
-    with open_memory(settings, "bot") as m:
-        assert search_episodes(m.conn, "bot", "zanzibar42") == []
+    with open_memory(settings, "bot", user="carol") as m:
+        assert search_episodes(m.conn, m.principal, "zanzibar42") == []
         ctx = assemble_context(m, query="zanzibar42")
         assert all("zanzibar42" not in s.text for s in ctx.sections)
 

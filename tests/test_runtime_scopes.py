@@ -6,10 +6,12 @@ from datetime import UTC, datetime
 
 from helpers_runtime import append
 from tiermem.runtime.context import assemble_context
+from tiermem.runtime.hotstore import fact_clause
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.projector import project
-from tiermem.runtime.scopes import ScopeContext, search_facts, source_trust, time_decay
+from tiermem.runtime.scopes import search_facts, source_trust, time_decay
 from tiermem.runtime.tools import call_tool
+from tiermem.runtime.visibility import Principal
 
 from tiermem.settings import Settings
 
@@ -74,7 +76,7 @@ def test_topic_prefilter_falls_back_below_three_results(settings: Settings) -> N
         only_auth = search_facts(m.conn, m.scope, "token", topic="auth", now=NOW)
         assert {f.fact_id for f in only_auth} == {"t1", "t2", "t3"}  # fewer than 3 with the topic: fallback
         append(settings, *[_decided("a", f"x{i}", f"token rule {i}", topic="auth") for i in range(3)])
-        project(settings, m.conn)
+        project(settings, m.store)
         filtered = search_facts(m.conn, m.scope, "token", topic="auth", now=NOW)
         assert all(f.topic == "auth" for f in filtered) and len(filtered) == 4
 
@@ -113,10 +115,11 @@ def test_two_agents_are_isolated_unless_a_shared_scope_says_so(settings: Setting
         call_tool(a, "memory_fact_store", {"key": "secret", "value": "alpha-only"})
         call_tool(a, "memory_idea_save", {"content": "alpha private insight about caching"})
         a.set_identity("I am alpha.")
-        call_tool(a, "memory_fact_store", {"key": "shared", "value": "for everyone", "scope": "system"})
-        call_tool(a, "memory_fact_store", {"key": "team", "value": "coders only", "scope": "agent_type"})
+        # Wide scopes are written by an operator (the Python API), never through a tool.
+        a.store_fact("shared", "for everyone", "system", source="user")
+        a.store_fact("team", "coders only", "agent_type", source="user")
         call_tool(a, "memory_fact_store", {"key": "proj", "value": "p1 only", "scope": "project"})
-        project(settings, b.conn)
+        project(settings, b.store)
         assert call_tool(b, "memory_fact_recall", {"key": "secret"})["found"] is False
         assert call_tool(b, "memory_fact_recall", {"key": "team"})["found"] is False
         assert call_tool(b, "memory_fact_recall", {"key": "proj"})["found"] is False
@@ -138,5 +141,5 @@ def test_two_agents_are_isolated_unless_a_shared_scope_says_so(settings: Setting
 
 
 def test_scope_context_sql_names_only_shared_scopes() -> None:
-    where, params = ScopeContext("a").visibility_sql()
+    where, params = fact_clause(Principal("a"))
     assert "agent_type" not in where and params == ["a"]

@@ -72,9 +72,11 @@ def test_recall_memory_returns_top_three_in_first_person_and_is_recorded(setting
         ],
     )
     project(settings)
-    with open_memory(settings, "npc") as m:
+    with open_memory(settings, "npc", user="mira") as m:
         out = call_tool(m, "recall_memory", {"query": "night watch traveller"})
         assert len(out["memories"]) == 3
+        # Read as Mira: Tom's nights are his, whatever the query.
+        assert all(e["participants"] == ["mira"] for e in out["memories"])
         assert out["text"].startswith("I remember")
         first = out["memories"][0]
         assert first["key_quotes"] and first["emotional_context"] == "tender" and first["when"]
@@ -177,7 +179,7 @@ def test_recall_memory_also_returns_the_dated_turns_with_their_ids(settings: Set
         ),
     )
     project(settings)
-    with open_memory(settings, "npc") as m:
+    with open_memory(settings, "npc", user="mira") as m:
         out = call_tool(m, "recall_memory", {"query": "when did the kite break?"})
         cited = {i for t in out["turns"] for i in t["event_ids"]}
         assert "turn-1" in cited

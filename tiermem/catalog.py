@@ -100,12 +100,32 @@ _NOT_ERASED = (
 )
 
 
+def _targets(kind: str) -> str:
+    return f"(SELECT target FROM erasures_events WHERE type = 'erasure' AND target_kind = '{kind}')"
+
+
+def _not_erased(stream: str) -> str:
+    """Hide listed events, and events written later that still name a forgotten agent or user
+    (the projector refuses them and the next seal erases them too)."""
+    fields = stream_fields(stream)
+    clauses = [_NOT_ERASED, f"coalesce(agent_id, '') NOT IN {_targets('agent')}"]
+    for column in ("user", "participant"):
+        if column in fields:
+            clauses.append(f"coalesce(\"{column}\", '') NOT IN {_targets('user')}")
+    if "participants" in fields:
+        clauses.append(
+            "NOT list_has_any(coalesce(participants, []::VARCHAR[]), (SELECT coalesce(list(target), []) "
+            "FROM erasures_events WHERE type = 'erasure' AND target_kind = 'user'))"
+        )
+    return " AND ".join(clauses)
+
+
 def create_views(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
     ordered = sorted(STREAMS, key=lambda s: s != "erasures")  # the others filter against erasures_events
     for stream in ordered:
         select = stream_select(settings.log_dir, stream)
         if stream != "erasures":
-            select = f"SELECT * FROM ({select}) WHERE {_NOT_ERASED}"
+            select = f"SELECT * FROM ({select}) WHERE {_not_erased(stream)}"
         con.execute(f"CREATE OR REPLACE TEMP VIEW {stream}_events AS {select}")
     common = " UNION ALL ".join(
         f"SELECT event_id, type, ts, schema_version, agent_id, '{s}' AS stream FROM {s}_events"

@@ -52,6 +52,12 @@ class LimitExceededError(TiermemError):
     exit_code = 2
 
 
+class PermissionDeniedError(TiermemError):
+    """An agent tried to write memory it does not own (a wider scope, another agent's fact)."""
+
+    exit_code = 2
+
+
 class AlreadyRunningError(TiermemError):
     """Another process holds an exclusive role (scheduler, job) on this data root."""
 

@@ -163,6 +163,11 @@ class Settings:
         return self.data_dir / "reports"
 
     @property
+    def exports_dir(self) -> Path:
+        """Where `tiermem export --save` keeps exports; `forget` scrubs them too."""
+        return self.data_dir / "exports"
+
+    @property
     def locks_dir(self) -> Path:
         return self.data_dir / "locks"
 

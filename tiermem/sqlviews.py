@@ -36,9 +36,10 @@ _ERASED = """
     FROM erasures_events WHERE type = 'erasure' AND erased_event_ids IS NOT NULL
 """
 
-# One row per version of a fact: evolver decisions and explicit KV writes.
+# One row per version of a fact: evolver decisions and explicit KV writes. A fact whose
+# events name no scope is private to its agent (scope 'agent'), as the runtime reads it.
 _FACT_VERSIONS = f"""
-    SELECT fact_id, agent_id, scope, category, topic, key, content, status,
+    SELECT fact_id, agent_id, coalesce(scope, 'agent') AS scope, category, topic, key, content, status,
            coalesce(origin, decided_by) AS source, ts, coalesce(revision, 0) AS revision, event_id,
            decision, note, previous_content, proposal_id, participant, project_id, agent_type,
            original, importance, source_event_ids
@@ -46,10 +47,12 @@ _FACT_VERSIONS = f"""
     WHERE type = 'knowledge_decided' AND fact_id IS NOT NULL
       AND event_id NOT IN ({_ERASED})
     UNION ALL BY NAME
-    SELECT coalesce(fact_id, 'kv:' || agent_id || ':' || coalesce(scope, 'project') || ':' ||
-             CASE WHEN coalesce(scope, 'project') IN ('project', 'override') THEN coalesce(project_id, '-')
-                  WHEN scope = 'agent_type' THEN coalesce(agent_type, '-') ELSE '-' END || ':' || key) AS fact_id,
-           agent_id, coalesce(scope, 'project') AS scope, 'kv' AS category, NULL AS topic, key,
+    SELECT coalesce(fact_id, 'kv:' || agent_id || ':' || coalesce(scope, 'agent') || ':' ||
+             CASE WHEN scope IN ('project', 'override') THEN coalesce(project_id, '-')
+                  WHEN scope = 'agent_type' THEN coalesce(agent_type, '-')
+                  WHEN scope IS NULL AND participant IS NOT NULL THEN '@' || participant
+                  ELSE '-' END || ':' || key) AS fact_id,
+           agent_id, coalesce(scope, 'agent') AS scope, 'kv' AS category, NULL AS topic, key,
            key || ': ' || value AS content, 'active' AS status, coalesce(source, 'agent') AS source, ts,
            0 AS revision, event_id, 'set' AS decision, NULL AS note, NULL AS previous_content,
            NULL AS proposal_id, participant, project_id, agent_type, NULL AS original, NULL AS importance,
@@ -57,10 +60,10 @@ _FACT_VERSIONS = f"""
     FROM knowledge_events
     WHERE type = 'fact_set' AND event_id NOT IN ({_ERASED})
     UNION ALL BY NAME
-    SELECT coalesce(fact_id, 'kv:' || agent_id || ':' || coalesce(scope, 'project') || ':' ||
-             CASE WHEN coalesce(scope, 'project') IN ('project', 'override') THEN coalesce(project_id, '-')
+    SELECT coalesce(fact_id, 'kv:' || agent_id || ':' || coalesce(scope, 'agent') || ':' ||
+             CASE WHEN scope IN ('project', 'override') THEN coalesce(project_id, '-')
                   WHEN scope = 'agent_type' THEN coalesce(agent_type, '-') ELSE '-' END || ':' || key) AS fact_id,
-           agent_id, coalesce(scope, 'project') AS scope, 'kv' AS category, NULL AS topic, key,
+           agent_id, coalesce(scope, 'agent') AS scope, 'kv' AS category, NULL AS topic, key,
            NULL AS content, 'inactive' AS status, 'user' AS source, ts, 0 AS revision, event_id,
            'removed' AS decision, reason AS note, NULL AS previous_content, NULL AS proposal_id,
            NULL AS participant, project_id, agent_type, NULL AS original, NULL AS importance,

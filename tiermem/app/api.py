@@ -321,13 +321,19 @@ class Memory:
         user: str | None = None,
         format: str = "json",
         out: str | Path | None = None,
+        save: bool = False,
     ) -> ExportInfo:
-        """Everything held about an agent or a user, with sources (JSON or Markdown)."""
-        from tiermem.evolver.export import export
+        """Everything held about an agent or a user, with sources (JSON or Markdown).
 
-        data, text = export(
-            self._settings, agent=agent, user=user, fmt=format, out=Path(out) if out else None
-        )
+        `save=True` keeps it under `<data>/exports/` (where `forget` scrubs it too).
+        """
+        from tiermem.evolver.export import export, saved_export_path
+
+        path = Path(out) if out else None
+        if save and path is None:
+            kind, target = ("agent", agent) if agent else ("user", user)
+            path = saved_export_path(self._settings, kind, target or "", format)
+        data, text = export(self._settings, agent=agent, user=user, fmt=format, out=path)
         return ExportInfo(
             target_kind=str(data["target_kind"]),
             target=str(data["target"]),
@@ -335,7 +341,7 @@ class Memory:
             counts=dict(data["counts"]),
             data=data,
             text=text,
-            out=str(out) if out else None,
+            out=str(path) if path else None,
         )
 
     def forget(
@@ -345,11 +351,13 @@ class Memory:
         user: str | None = None,
         event: str | None = None,
         reason: str | None = None,
+        now: bool = False,
     ) -> ForgetInfo:
-        """Erase an agent, a user or one event: from every view now, from every file at the next seal."""
+        """Erase an agent, a user or one event: from every view now, from every file at the
+        next seal (`now=True`: sealed Parquet is rewritten at once too)."""
         from tiermem.app.forget import forget
 
-        info = forget(self._settings, agent=agent, user=user, event=event, reason=reason)
+        info = forget(self._settings, agent=agent, user=user, event=event, reason=reason, now=now)
         self._wrote_log()
         return info
 
@@ -378,10 +386,8 @@ class Facts:
 
     def list(self, limit: int = 100) -> list[Fact]:
         """Every active fact this agent sees (key-value and learned), most relevant first."""
-        from tiermem.runtime.scopes import list_facts
-
         memory = self._agent._runtime_for_read()
-        return [Fact.from_row(r) for r in list_facts(memory.conn, memory.scope, limit=limit)]
+        return [Fact.from_row(r) for r in memory.store.list_facts(memory.principal, limit=limit)]
 
     def remove(self, key: str, scope: str | None = None, *, reason: str | None = None) -> FactWrite:
         """Remove the key-value fact in `scope`, else the one a lookup of `key` returns."""
@@ -501,17 +507,22 @@ class AgentMemory:
         query: str,
         participant: str | None = None,
         *,
+        user: str | None = None,
         limit: int = 3,
         reason: str = "Memory recall",
     ) -> Recall:
-        """Search the agent's episodic memory; what was found is recorded as a `retrieval`."""
+        """Search the agent's episodic memory; what was found is recorded as a `retrieval`.
+
+        Read as `user` (default: the participant, else the handle's user): without
+        one, only episodes tied to no user are found.
+        """
         import orjson
 
-        from tiermem.runtime.episode_search import search_episodes
         from tiermem.tokens import count_tokens
 
         memory = self._runtime_for_read()
-        found = search_episodes(memory.conn, memory.agent_id, query, participant, limit)
+        principal = memory.as_user(user or participant)
+        found = memory.store.search_episodes(principal, query, participant, limit)
         episodes = tuple(RecalledEpisode.from_row(e) for e in found)
         recall = Recall(query, participant, episodes)
         if not episodes:
@@ -524,7 +535,7 @@ class AgentMemory:
             [float(e.score) for e in episodes],
             tokens,
             reason=reason,
-            participant=participant,
+            participant=principal.user,
         )
         return dataclasses.replace(recall, tokens=tokens, retrieval_event_id=event_id)
 

@@ -350,9 +350,8 @@ class TiermemContext:
 
     def recall_block(self, question: str, budget: int) -> list[Item]:
         """recall_memory's remembered turns for the question: dated block, best turns that fit the budget."""
-        from tiermem.runtime.episode_search import recall_lines
-
-        lines = recall_lines(self.memory.conn, self.conv.agent_id, question, budget=budget)
+        # Asked as the participant: the turns are theirs, and a read for no user sees none of them.
+        lines = self.memory.store.recall_lines(self.memory.principal, question, budget=budget)
         return [Item(text, ids) for text, ids in lines]
 
     def deliver(self, question: str, budget: int) -> list[Item]:

@@ -26,6 +26,7 @@ EXPORT_EXAMPLES = """  tiermem export --user alice --format md --out alice.md
 FORGET_EXAMPLES = """  tiermem forget --user alice --json     # everything about alice, now from views, at next seal from files
   tiermem forget --event 01JD...          # one turn and everything derived from it
   tiermem forget --agent old-bot
+  tiermem forget --user alice --now       # also rewrite sealed Parquet now
 """
 
 
@@ -115,24 +116,29 @@ def _print_show(shown: dict[str, Any]) -> None:
 
 
 def _export(args: argparse.Namespace, memory: Memory) -> int:
-    info = memory.export(agent=args.agent, user=args.user, format=args.format, out=args.out)
-    if args.out:
-        print(f"exported {info.items} item(s) about {info.target_kind} {info.target} to {args.out}")
+    info = memory.export(agent=args.agent, user=args.user, format=args.format, out=args.out, save=args.save)
+    if info.out:
+        print(f"exported {info.items} item(s) about {info.target_kind} {info.target} to {info.out}")
     else:
         sys.stdout.write(info.text)
     return 0
 
 
 def _forget(args: argparse.Namespace, memory: Memory) -> int:
-    info = memory.forget(agent=args.agent, user=args.user, event=args.event, reason=args.reason)
+    info = memory.forget(agent=args.agent, user=args.user, event=args.event, reason=args.reason, now=args.now)
     if args.json:
         emit_json(dataclasses.asdict(info))
         return 0
     print(
         f"erased {info.erased_events} event(s) about {info.target_kind} {info.target} "
         f"(erasure {info.erasure_event_id}); hot store {'updated' if info.projected else 'not installed'}; "
-        f"{info.reports_regenerated} report(s) regenerated, {info.reports_removed} removed; "
-        f"{info.cold_files_pending} log file(s) are rewritten at the next `tiermem seal`."
+        f"{info.reports_regenerated} report(s) and {info.exports_regenerated} export(s) regenerated, "
+        f"{info.reports_removed + info.exports_removed} removed; "
+        + (
+            "every file under the data root is rewritten now."
+            if info.now
+            else f"{info.cold_files_pending} sealed file(s) are rewritten at the next `tiermem seal` (or use --now)."
+        )
     )
     return 0
 
@@ -177,6 +183,9 @@ def register(sub: Any) -> None:
     target.add_argument("--user")
     p.add_argument("--format", choices=("json", "md"), default="json")
     p.add_argument("--out", help="write to this file instead of stdout")
+    p.add_argument(
+        "--save", action="store_true", help="keep it under <data>/exports/ (forget scrubs saved exports too)"
+    )
 
     p = command(
         sub,
@@ -190,4 +199,9 @@ def register(sub: Any) -> None:
     target.add_argument("--user")
     target.add_argument("--event")
     p.add_argument("--reason")
+    p.add_argument(
+        "--now",
+        action="store_true",
+        help="rewrite sealed Parquet files now too, not at the next seal",
+    )
     add_json_flag(p)

@@ -3,6 +3,10 @@
 Each command opens the agent through `Memory.agent`, which first brings the hot
 store up to date with the log, so it serves what the log holds now; then it
 makes one call and prints JSON (`--json`) or text.
+
+Reads are made for one user (`--user`; for `recall`, `--participant` too):
+without one, only the agent-level and wider memory is shown, never every
+user's (see docs/visibility.md).
 """
 
 from __future__ import annotations
@@ -54,7 +58,9 @@ def _context(args: argparse.Namespace, memory: Memory) -> int:
 
 def _recall(args: argparse.Namespace, memory: Memory) -> int:
     with _agent(args, memory) as agent:
-        found = agent.recall(args.query, args.participant, limit=args.limit, reason="tiermem recall")
+        found = agent.recall(
+            args.query, args.participant, user=args.user, limit=args.limit, reason="tiermem recall"
+        )
     if args.json:
         emit_json(found.to_json())
         return 0
@@ -74,7 +80,7 @@ def _recall(args: argparse.Namespace, memory: Memory) -> int:
 
 
 def _facts(args: argparse.Namespace, memory: Memory) -> int:
-    with _agent(args, memory) as agent:
+    with _agent(args, memory, user=args.user) as agent:
         if args.action == "list":
             facts = agent.facts.list(limit=args.limit)
             if args.json:
@@ -211,8 +217,10 @@ def register(sub: Any) -> None:
     )
     p.add_argument("agent")
     p.add_argument("query")
-    p.add_argument("--participant", help="only episodes with this person")
+    p.add_argument("--participant", help="only episodes with this person (read as that user)")
+    p.add_argument("--user", help="read as this user (default: the participant; none: agent-level only)")
     p.add_argument("--limit", type=int, default=3)
+    _scope_flags(p)
     add_json_flag(p)
 
     p = command(
@@ -230,6 +238,7 @@ def register(sub: Any) -> None:
     p.add_argument("key", nargs="?")
     p.add_argument("value", nargs="?")
     p.add_argument("--scope", choices=["agent", "system", "agent_type", "project", "override"])
+    p.add_argument("--user", help="the user the facts are about (none: agent-level and wider facts)")
     p.add_argument("--limit", type=int, default=100)
     _scope_flags(p)
     add_json_flag(p)
