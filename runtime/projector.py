@@ -36,19 +36,11 @@ from tiermem.runtime import hotstore
 
 from tiermem.eventlog import ERASED_MARK, Checkpoints, EventLog
 from tiermem.events import upcast
+from tiermem.registry import PROJECTION_ORDER, projection_kinds
 from tiermem.settings import Settings
 
 CONSUMER = "projector"
-STREAM_ORDER = (
-    "erasures",
-    "knowledge",
-    "episodes",
-    "relationships",
-    "interactions",
-    "transitions",
-    "sessions",
-    "retrievals",
-)
+STREAM_ORDER = PROJECTION_ORDER  # declared with the event types (tiermem.registry)
 BATCH_EVENTS = 5000
 OFFSETS_KEY = "projector_offsets"
 
@@ -470,20 +462,25 @@ def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     )
 
 
+# Projection kind (declared per event type in tiermem.registry) -> handler.
 HANDLERS = {
-    "interaction": _apply_interaction,
-    "memory_transition": _apply_transition,
-    "identity_set": _apply_identity,
+    "turn": _apply_interaction,
+    "transition": _apply_transition,
+    "identity": _apply_identity,
     "fact_set": _apply_fact_set,
     "fact_removed": _apply_fact_removed,
-    "knowledge_proposed": _apply_proposed,
-    "knowledge_decided": _apply_decided,
+    "proposal": _apply_proposed,
+    "decision": _apply_decided,
     "episode": _apply_episode,
-    "relationship_updated": _apply_relationship,
+    "relationship": _apply_relationship,
     "retrieval": _apply_retrieval,
-    "session_ended": _apply_session_ended,
+    "session_end": _apply_session_ended,
     "erasure": _apply_erasure,
 }
+KIND_OF_TYPE = projection_kinds()
+_UNHANDLED = sorted(f"{t} ({k})" for t, k in KIND_OF_TYPE.items() if k not in HANDLERS)
+if _UNHANDLED:  # an event type the registry says is projected, with nothing here to apply it
+    raise RuntimeError(f"projector: no handler for projection kind(s) of {', '.join(_UNHANDLED)}")
 
 
 def apply_events(
@@ -494,10 +491,11 @@ def apply_events(
     targets = _targets(conn)
     for ev in events:
         etype = ev.get("type")
-        handler = HANDLERS.get(str(etype))
-        if handler is None:
+        kind = KIND_OF_TYPE.get(str(etype))
+        if kind is None:
             continue
-        if etype == "erasure":
+        handler = HANDLERS[kind]
+        if kind == "erasure":
             handler(conn, ev)
             targets.count = -1
             targets.refresh(conn)

@@ -2,6 +2,8 @@
 
 The library raises these; the CLI turns them into one-line messages and exit
 codes at the edge (tiermem.app.cli), so library callers get structured errors.
+Exit codes: 2 for a usage problem (bad arguments, bad config, a refused query
+or record), 1 for a failure, 3 for a partial result (`ingest` with rejects).
 """
 
 from __future__ import annotations
@@ -35,15 +37,42 @@ class LogCorruptionError(TiermemError):
 
 
 class ReadOnlyQueryError(TiermemError):
-    """An analyst query tried to write; `tiermem sql` is read-only."""
+    """An analyst query tried to do more than read the memory; `tiermem sql` is read-only."""
 
     exit_code = 2
+
+
+class QueryError(TiermemError):
+    """An analyst query failed while running (bad SQL, timeout, memory limit)."""
+
+    exit_code = 1
+
+
+class InputError(TiermemError):
+    """An input file cannot be used: missing, a directory, unreadable."""
+
+    exit_code = 1
+
+
+class StorageError(TiermemError):
+    """The data root cannot be written (read-only, full disk, not a directory).
+
+    The message says what happened and what state the log was left in.
+    """
+
+    exit_code = 1
+
+
+class DataRootNotFoundError(TiermemError):
+    """A command that only reads memory was pointed at a data root that does not exist."""
+
+    exit_code = 1
 
 
 class NotFoundError(TiermemError):
     """A named agent, event, proposal or fact does not exist."""
 
-    exit_code = 4
+    exit_code = 1
 
 
 class LimitExceededError(TiermemError):
@@ -55,7 +84,7 @@ class LimitExceededError(TiermemError):
 class AlreadyRunningError(TiermemError):
     """Another process holds an exclusive role (scheduler, job) on this data root."""
 
-    exit_code = 5
+    exit_code = 1
 
 
 class TransientError(TiermemError):

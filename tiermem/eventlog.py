@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from tiermem.errors import ValidationError
-from tiermem.events import STREAMS, stream_of, upcast, validate
+from tiermem.events import CALLER, INTERNAL, STREAMS, stream_of, upcast, validate
 from tiermem.ids import format_ts, new_event_id, utcnow
 from tiermem.settings import Settings
 
@@ -62,6 +62,16 @@ class AppendBatchResult:
     @property
     def duplicates(self) -> int:
         return sum(1 for r in self.results if r.duplicate)
+
+
+@dataclass
+class Rejected:
+    """One refused record and where it came from (kept under `_rejects/`)."""
+
+    record: Any  # the record as given, or the raw bytes of its line (only the head of a huge one)
+    error: ValidationError
+    file: str | None = None
+    line: int | None = None  # 1-based line number in `file`
 
 
 def partition_of(event: Mapping[str, Any]) -> str:
@@ -138,6 +148,29 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     os.replace(tmp, path)
     if durable:
         fsync_path(path.parent)
+
+
+def _reject_line(stamp: str, source: str, rej: Rejected) -> dict[str, Any]:
+    record = rej.record
+    if isinstance(record, bytes | bytearray):
+        raw = bytes(record).decode("utf-8", errors="replace")
+    else:
+        try:
+            raw = orjson.dumps(record, default=str).decode()
+        except TypeError:  # not JSON-representable (a lone surrogate, a huge integer, ...)
+            raw = repr(record).encode("utf-8", errors="backslashreplace").decode()
+    out: dict[str, Any] = {"ts": stamp, "source": source}
+    if rej.file is not None:
+        out["file"] = rej.file
+    if rej.line is not None:
+        out["line"] = rej.line
+    out.update(field=_clean(rej.error.field), reason=_clean(rej.error.reason), record=_clean(raw))
+    return out
+
+
+def _clean(text: str) -> str:
+    """Text that can be written as JSON: lone surrogates (from a hostile record) escaped."""
+    return text if text.isascii() else text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
 class _StreamWriter:
@@ -354,34 +387,21 @@ class EventLog:
     # --------------------------------------------------------------- rejects
     def reject(self, record: Any, error: ValidationError, *, source: str = "append") -> None:
         """Keep an invalid record with its reason under `_rejects/` (never lost)."""
-        self.reject_many([(record, error)], source=source)
+        self.reject_many([Rejected(record, error)], source=source)
 
     def reject_many(
-        self, items: Iterable[tuple[Any, ValidationError]], *, source: str = "append"
+        self, items: Iterable[Rejected | tuple[Any, ValidationError]], *, source: str = "append"
     ) -> Path | None:
-        """Keep invalid records with their reasons, one write and one fsync for all of them."""
+        """Keep invalid records with their reasons, one write and one fsync for all of them.
+
+        Each reject line holds `ts`, `source`, `file` and `line` (when known),
+        `field`, `reason` and `record` (the record as text).
+        """
         stamp = format_ts(utcnow())
         lines = []
-        for record, error in items:
-            if isinstance(record, bytes | bytearray):
-                raw = bytes(record).decode("utf-8", errors="replace")
-            else:
-                try:
-                    raw = orjson.dumps(record, default=str).decode()
-                except TypeError:
-                    raw = repr(record)
-            lines.append(
-                orjson.dumps(
-                    {
-                        "ts": stamp,
-                        "source": source,
-                        "field": error.field,
-                        "reason": error.reason,
-                        "record": raw,
-                    }
-                )
-                + b"\n"
-            )
+        for item in items:
+            rej = item if isinstance(item, Rejected) else Rejected(item[0], item[1])
+            lines.append(orjson.dumps(_reject_line(stamp, source, rej)) + b"\n")
         if not lines:
             return None
         rdir = self.settings.rejects_dir / ("date=" + stamp[:10])
@@ -404,28 +424,48 @@ class EventLog:
                 w = self._writers[stream] = _StreamWriter(self, stream)
             return w
 
-    def append(self, record: Mapping[str, Any]) -> AppendResult:
-        """Validate, enrich and durably append one event. Raises ValidationError (after rejecting)."""
+    def check(self, record: Any, writer: str = INTERNAL) -> dict[str, Any]:
+        """Validate one record as `writer` with this log's limits (no write).
+
+        A caller's record must also fit in `limits.max_record_bytes` once stored.
+        """
+        limits = self.settings.limits
+        event = validate(record, writer=writer, limits=limits)
+        if writer == CALLER:
+            size = len(orjson.dumps(event))
+            if size > limits.max_record_bytes:
+                raise ValidationError(
+                    "<record>", f"{size:,} bytes, over max_record_bytes = {limits.max_record_bytes:,}"
+                )
+        return event
+
+    def append(self, record: Mapping[str, Any], *, writer: str = INTERNAL) -> AppendResult:
+        """Validate, enrich and durably append one event. Raises ValidationError (after rejecting).
+
+        `writer=CALLER` for a record from outside: only caller event types pass
+        (the trust boundary of `ingest`, `append`, `record_turn`); tiermem's own
+        commands and jobs write as INTERNAL.
+        """
         try:
-            event = validate(record)
+            event = self.check(record, writer)
         except ValidationError as exc:
             self.reject(record, exc)
             raise
         return self.append_validated([event])[0]
 
     def append_many(
-        self, records: Iterable[Mapping[str, Any]], *, source: str = "append"
+        self, records: Iterable[Mapping[str, Any]], *, source: str = "append", writer: str = INTERNAL
     ) -> AppendBatchResult:
         """Append many events with one lock and one fsync per stream; bad ones go to rejects."""
         out = AppendBatchResult()
         good: list[dict[str, Any]] = []
-        bad: list[tuple[Any, ValidationError]] = []
+        bad: list[Rejected] = []
         for i, record in enumerate(records):
             try:
-                good.append(validate(record))
+                good.append(self.check(record, writer))
             except ValidationError as exc:
                 out.rejected.append((i, exc))
-                bad.append((record, exc))
+                bad.append(Rejected(record, exc))
         self.reject_many(bad, source=source)
         out.results = self.append_validated(good)
         return out

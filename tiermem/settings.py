@@ -18,6 +18,10 @@ TOML layout (every key optional)::
     output = 15.0
     [scheduler]
     threshold_check_seconds = 60
+    [limits]                    # what one ingested record may hold
+    max_record_bytes = 1048576
+    [sql]
+    timeout_seconds = 60
 """
 
 from __future__ import annotations
@@ -119,6 +123,30 @@ class SchedulerSettings:
 
 
 @dataclass(frozen=True)
+class LimitSettings:
+    """What one record may hold; anything beyond is refused with the limit it broke.
+
+    They protect every reader of the log (views, seal, forget, the hot store)
+    from records no agent turn needs: a caller bug or a hostile line.
+    """
+
+    max_record_bytes: int = 1 << 20  # one JSON line (ingest) or one caller record, UTF-8 bytes
+    max_field_chars: int = 262_144  # any one string in a record (a field, an item, a key, a JSON value)
+    max_depth: int = 32  # nesting of objects and arrays, the record itself being level 1
+    min_year: int = 1970  # timestamps must fall within these years (UTC), inclusive
+    max_year: int = 2199
+
+
+@dataclass(frozen=True)
+class SqlSettings:
+    """Analyst SQL (`tiermem sql`, `Memory.sql`): how long and how much memory one query may take."""
+
+    timeout_seconds: float = 60.0
+    memory_limit: str = "2GB"  # DuckDB's own syntax: "512MB", "2GB", ...
+    threads: int = 2
+
+
+@dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path("data")
     fsync: FsyncPolicy = "always"
@@ -130,6 +158,8 @@ class Settings:
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     evolver: EvolverSettings = field(default_factory=EvolverSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
+    sql: SqlSettings = field(default_factory=SqlSettings)
     prices: Mapping[str, ModelPrice] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     config_file: Path | None = None
 
@@ -228,6 +258,8 @@ def resolve_settings(
         "runtime": RuntimeSettings,
         "evolver": EvolverSettings,
         "scheduler": SchedulerSettings,
+        "limits": LimitSettings,
+        "sql": SqlSettings,
     }
     for name, cls in sections.items():
         if name in raw:
