@@ -107,8 +107,11 @@ def _shown(value: Any) -> str:
 
 
 def _check_text(name: str, value: str, limits: LimitSettings) -> str:
+    """Any string anywhere in a record: bounded, no NUL, no lone surrogate."""
     if len(value) > limits.max_field_chars:
         raise ValidationError(name, f"longer than max_field_chars = {limits.max_field_chars} ({len(value)})")
+    if "\x00" in value:
+        raise ValidationError(name, "contains a NUL character")
     if not value.isascii() and _SURROGATE.search(value):
         raise ValidationError(name, "contains a lone surrogate (not valid Unicode text)")
     return value
@@ -117,8 +120,6 @@ def _check_text(name: str, value: str, limits: LimitSettings) -> str:
 def _check_str(name: str, value: Any, limits: LimitSettings) -> str:
     if not isinstance(value, str):
         raise ValidationError(name, f"expected a string, got {type(value).__name__}")
-    if "\x00" in value:
-        raise ValidationError(name, "contains a NUL character")
     return _check_text(name, value, limits)
 
 
