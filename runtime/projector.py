@@ -36,7 +36,7 @@ from tiermem.runtime import hotstore
 
 from tiermem.eventlog import ERASED_MARK, Checkpoints, EventLog
 from tiermem.events import upcast
-from tiermem.registry import PROJECTION_ORDER, projection_kinds
+from tiermem.registry import EVENT_TYPES, PROJECTION_ORDER
 from tiermem.settings import Settings
 
 CONSUMER = "projector"
@@ -477,10 +477,19 @@ HANDLERS = {
     "session_end": _apply_session_ended,
     "erasure": _apply_erasure,
 }
-KIND_OF_TYPE = projection_kinds()
-_UNHANDLED = sorted(f"{t} ({k})" for t, k in KIND_OF_TYPE.items() if k not in HANDLERS)
-if _UNHANDLED:  # an event type the registry says is projected, with nothing here to apply it
-    raise RuntimeError(f"projector: no handler for projection kind(s) of {', '.join(_UNHANDLED)}")
+
+
+def unhandled_types() -> list[str]:
+    """Event types the registry says are projected, with no handler here for their kind."""
+    return sorted(
+        f"{t.name} ({t.projection})"
+        for t in EVENT_TYPES.values()
+        if t.projection and t.projection not in HANDLERS
+    )
+
+
+if unhandled_types():  # fail at import, not by silently skipping events
+    raise RuntimeError(f"projector: no handler for the projection kind of {', '.join(unhandled_types())}")
 
 
 def apply_events(
@@ -491,7 +500,8 @@ def apply_events(
     targets = _targets(conn)
     for ev in events:
         etype = ev.get("type")
-        kind = KIND_OF_TYPE.get(str(etype))
+        spec = EVENT_TYPES.get(str(etype))
+        kind = spec.projection if spec is not None else None
         if kind is None:
             continue
         handler = HANDLERS[kind]

@@ -215,7 +215,7 @@ _DECLARED: tuple[EventType, ...] = (
             "seen_projects": STRLIST,
         },
         ("decision",),
-        writers=("tiermem evolve", "tiermem proposals approve|reject", "memory tools"),
+        writers=("tiermem evolve", "tiermem proposals approve/reject", "memory tools"),
         projection="decision",
         views=("knowledge", "proposals"),
         doc="what the evolver (or a person) decided about a proposal or a fact",
