@@ -143,7 +143,6 @@ class SqlSettings:
 
     timeout_seconds: float = 60.0
     memory_limit: str = "2GB"  # DuckDB's own syntax: "512MB", "2GB", ...
-    threads: int = 2
 
 
 @dataclass(frozen=True)
