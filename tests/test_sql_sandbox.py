@@ -162,7 +162,7 @@ def test_reading_the_memory_still_works(loaded: Settings, capsys: pytest.Capture
 
 def test_a_query_past_its_timeout_is_stopped(loaded: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     endless = "SELECT count(*) FROM range(1000000000000000) a WHERE a.range % 7 = 3"
-    with pytest.raises(QueryError, match="timeout of 0.3 s"):
+    with pytest.raises(QueryError, match=r"timeout of 0\.3 s"):
         run_query(loaded, endless, timeout=0.3)
     code, out, err = run_cli(capsys, loaded.data_dir, ["sql", "--timeout", "0.3", endless])
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "timeout" in err
