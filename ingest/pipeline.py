@@ -51,7 +51,7 @@ from typing import IO, Any
 import orjson
 from tiermem.ingest.lines import BLOCK_BYTES, HEAD_BYTES, Oversize, decode_line, read_blocks
 
-from tiermem.errors import InputError, ValidationError
+from tiermem.errors import InputError, StorageError, ValidationError, os_reason
 from tiermem.eventlog import AppendResult, EventLog, Rejected
 from tiermem.events import CALLER, stream_of, validate
 from tiermem.ids import format_ts, to_ms, utcnow
@@ -330,15 +330,27 @@ def _ingest_stream(
         next_line = 1  # the file's line number of the next block's first line
 
         def flush() -> None:
-            if bad:
-                path = log.reject_many(bad, source=f"ingest:{name}")
-                info.rejects_path = str(path) if path else info.rejects_path
-            for stream, (ids, partitions, lines) in good.items():
-                accepted, duplicates = log.append_encoded(stream, ids, partitions, lines)
-                info.accepted += accepted
-                info.duplicates += duplicates
-                if accepted:
-                    info.streams[stream] = info.streams.get(stream, 0) + accepted
+            try:
+                if bad:
+                    path = log.reject_many(bad, source=f"ingest:{name}")
+                    info.rejects_path = str(path) if path else info.rejects_path
+                for stream, (ids, partitions, lines) in good.items():
+                    accepted, duplicates = log.append_encoded(stream, ids, partitions, lines)
+                    info.accepted += accepted
+                    info.duplicates += duplicates
+                    if accepted:
+                        info.streams[stream] = info.streams.get(stream, 0) + accepted
+            except (StorageError, OSError) as exc:
+                why = (
+                    exc
+                    if isinstance(exc, StorageError)
+                    else f"{getattr(exc, 'filename', '')}: {os_reason(exc)}"
+                )
+                raise StorageError(
+                    f"ingest of {name} stopped in the lines before line {next_line}: {why}. "
+                    f"{info.accepted:,} record(s) of earlier batches are stored; run the same ingest again "
+                    "once there is room (what is already stored counts as duplicates)"
+                ) from exc
             bar.update(waiting)
             info.batches += 1
             good.clear()

@@ -8,6 +8,33 @@ or record), 1 for a failure, 3 for a partial result (`ingest` with rejects).
 
 from __future__ import annotations
 
+import errno
+
+# errno -> what it means for the person reading the message ("Errno 30" says little).
+_OS_REASONS = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "no such file or directory",
+    errno.ENOTDIR: "a path component is a file, not a directory",
+    errno.EISDIR: "is a directory",
+    errno.EIO: "input/output error",
+}
+
+
+def os_reason(exc: BaseException) -> str:
+    """What an OS error (or a library's I/O error) means, in a few words."""
+    if isinstance(exc, OSError):
+        return _OS_REASONS.get(exc.errno or 0) or exc.strerror or type(exc).__name__
+    text = " ".join(str(exc).split())
+    if "No space left" in text or "disk is full" in text or "database or disk is full" in text:
+        return "disk full"
+    if "Read-only file system" in text or "readonly database" in text:
+        return "read-only file system"
+    return text or type(exc).__name__
+
 
 class TiermemError(Exception):
     """Base class: every error tiermem raises on purpose."""

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from tiermem.errors import ValidationError
+from tiermem.errors import StorageError, ValidationError, os_reason
 from tiermem.events import CALLER, INTERNAL, STREAMS, stream_of, upcast, validate
 from tiermem.ids import format_ts, new_event_id, utcnow
 from tiermem.settings import Settings
@@ -87,6 +87,15 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def sealing_mark(jsonl: Path) -> Path:
+    """The file a seal creates (under the stream lock) before converting a segment.
+
+    While it exists, writers treat the segment as closed and put late events for
+    that day in a new segment, which the next seal takes.
+    """
+    return jsonl.with_name(f".{jsonl.stem}.sealing")
+
+
 def open_index(log_dir: Path) -> sqlite3.Connection:
     """The event-id index: which ids are in the log, and how far each segment is indexed."""
     conn = sqlite3.connect(log_dir / INDEX_NAME, timeout=60, isolation_level=None, check_same_thread=False)
@@ -134,6 +143,22 @@ def _last_newline_end(fd: int, size: int) -> int:
             return start + nl + 1
         pos = start
     return 0
+
+
+def _cut_to_whole_lines(fd: int, start: int) -> None:
+    """After a failed write: drop the partial last line it may have left (best effort).
+
+    Whole lines it managed to write stay (readers may already have seen them;
+    the id index catches up with them on the next write); a partial one would
+    otherwise wait for the next writer to quarantine it.
+    """
+    try:
+        size = os.fstat(fd).st_size
+        cut = max(start, _last_newline_end(fd, size))
+        if cut < size:
+            os.ftruncate(fd, cut)
+    except OSError:
+        pass  # the next writer's tail check quarantines what is left
 
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
@@ -185,7 +210,8 @@ class _StreamWriter:
         self.lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         self.fds: dict[str, int] = {}  # partition -> fd of its active segment
         self.active: dict[str, str] = {}  # partition -> active segment stem
-        self.paths: dict[str, tuple[str, str]] = {}  # partition -> (its .jsonl, its .parquet twin)
+        # partition -> (its .jsonl, its .parquet twin, the seal's "being sealed" mark)
+        self.paths: dict[str, tuple[str, str, str]] = {}
         # Group commit: callers queue their events; one of them (the leader) writes
         # everything queued with one lock and one fsync while the others wait.
         self.group_cond = threading.Condition()
@@ -202,10 +228,10 @@ class _StreamWriter:
     def segment_for(self, partition: str) -> tuple[str, int]:
         stem = self.active.get(partition)
         if stem is not None:
-            jsonl, parquet = self.paths[partition]
-            # Another process may have rolled the segment over, sealed it, or
-            # rewritten it (erasure replaces the file: same name, new inode).
-            # Plain string paths: this runs on every append.
+            jsonl, parquet, sealing = self.paths[partition]
+            # Another process may have rolled the segment over, sealed it (or be
+            # sealing it), or rewritten it (erasure replaces the file: same name,
+            # new inode). Plain string paths: this runs on every append.
             try:
                 on_disk = os.stat(jsonl)
             except FileNotFoundError:
@@ -215,6 +241,7 @@ class _StreamWriter:
                 or on_disk.st_ino != os.fstat(self.fds[partition]).st_ino
                 or on_disk.st_size >= self.log.settings.segment_max_bytes
                 or os.path.exists(parquet)
+                or os.path.exists(sealing)
             ):
                 self._drop(partition)
                 self.log.forget_segment(f"{self.stream}/{partition}/{stem}")
@@ -233,7 +260,7 @@ class _StreamWriter:
                 fsync_path(self.root)
             self.fds[partition] = fd
             self.active[partition] = stem
-            self.paths[partition] = (str(path), str(part_dir / f"{stem}.parquet"))
+            self.paths[partition] = (str(path), str(part_dir / f"{stem}.parquet"), str(sealing_mark(path)))
         fd = self.fds[partition]
         self.log.repair_tail(self.stream, partition, stem, fd)
         return stem, fd
@@ -255,6 +282,7 @@ class _StreamWriter:
                 p.stem
                 for p in part_dir.glob("*.jsonl")
                 if not (part_dir / f"{p.stem}.parquet").exists()
+                and not sealing_mark(p).exists()
                 and p.stat().st_size < self.log.settings.segment_max_bytes
             )
             if open_segments:
@@ -627,23 +655,50 @@ class EventLog:
         for segment, _stem, fd, payload, keep in pending:
             start_size = os.fstat(fd).st_size
             first_line = self._count_lines(segment, fd, start_size)
-            _write_all(fd, payload)
+            try:
+                _write_all(fd, payload)
+            except OSError as exc:
+                _cut_to_whole_lines(fd, start_size)
+                self.forget_segment(segment)
+                raise StorageError(
+                    f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
+                ) from exc
             written.append((segment, fd, start_size + len(payload), first_line, keep))
         if self.settings.fsync != "none":
-            for _segment, fd, *_ in written:
-                os.fsync(fd)
+            for segment, fd, *_ in written:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    raise StorageError(
+                        f"syncing {segment}.jsonl to disk: {os_reason(exc)}; "
+                        "the records of this write may not be durable"
+                    ) from exc
         if written:
-            conn.execute("BEGIN")
-            for segment, fd, end, first_line, keep in written:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO event_ids VALUES (?, ?)", [(ids[i], segment) for i in keep]
-                )
-                conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, end))
-                ino = os.fstat(fd).st_ino
-                self._indexed_to[segment] = (ino, end)
-                self._line_counts[segment] = (ino, end, first_line + len(keep))
-            conn.execute("COMMIT")
+            try:
+                self._index_written(conn, ids, written)
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise StorageError(
+                    f"updating the event-id index: {os_reason(exc)}; the records are in the log and "
+                    "the index catches up with them on the next write"
+                ) from exc
         return [(segment, first_line, keep) for segment, _fd, _end, first_line, keep in written], duplicates
+
+    def _index_written(
+        self, conn: sqlite3.Connection, ids: list[str], written: list[tuple[str, int, int, int, list[int]]]
+    ) -> None:
+        conn.execute("BEGIN")
+        for segment, _fd, end, _first_line, keep in written:
+            conn.executemany(
+                "INSERT OR IGNORE INTO event_ids VALUES (?, ?)", [(ids[i], segment) for i in keep]
+            )
+            conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, end))
+        conn.execute("COMMIT")
+        for segment, fd, end, first_line, keep in written:
+            ino = os.fstat(fd).st_ino
+            self._indexed_to[segment] = (ino, end)
+            self._line_counts[segment] = (ino, end, first_line + len(keep))
 
     @staticmethod
     def _indexed_ids(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
