@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from tiermem.app.cli import add_json_flag, command
-from tiermem.errors import NotFoundError
+from tiermem.errors import NotFoundError, ValidationError
 from tiermem.output import emit_json, format_table
 from tiermem.settings import Settings
 
@@ -148,7 +148,7 @@ def _facts(args: argparse.Namespace, settings: Settings) -> int:
                 )
             return 0
         if not args.key:
-            raise NotFoundError(f"tiermem facts {args.action} needs KEY")
+            raise ValidationError("KEY", f"tiermem facts {args.action} needs a KEY")
         if args.action == "get":
             row = memory.get_fact(args.key)
             if row is None:
@@ -166,7 +166,7 @@ def _facts(args: argparse.Namespace, settings: Settings) -> int:
             return 0
         if args.action == "set":
             if args.value is None:
-                raise NotFoundError("tiermem facts set needs KEY VALUE")
+                raise ValidationError("VALUE", "tiermem facts set needs KEY VALUE")
             fact_id = memory.store_fact(args.key, args.value, args.scope, source="user")
             out = {"fact_id": fact_id, "key": args.key, "value": args.value, "scope": args.scope or "agent"}
         else:
