@@ -14,17 +14,21 @@ and Infinity are all refused by the parser), not an object, nested deeper than
 value, so the record would not be what its author wrote), or an integer beyond
 64 bits (the parser would turn it into an approximate float).
 
-Duplicate keys are proven absent without a second parse in the usual case:
-when no quote in the line is followed by whitespace, every key's closing quote
+Duplicate keys and approximated integers are proven absent without a second
+parse. Usually the line is exactly what the serialiser writes back for the
+parsed record, which settles both. Otherwise (spaces after separators, other
+escapes), when no quote is followed by whitespace, every key's closing quote
 is immediately followed by `:`, so the number of `":` in the raw bytes is at
 least the number of keys written; if it equals the number of keys parsed, no
-key was repeated. Otherwise (a string value starting with `:`, unusual
-spacing) an exact check with the standard library's parser decides.
+key was repeated. Failing both (a string value starting with `:`, spaces
+before a colon, a huge number), an exact check with the standard library's
+parser decides.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -38,6 +42,7 @@ BLOCK_BYTES = 1 << 20  # unit of work sent to an encoding worker (~1,500 turns)
 HEAD_BYTES = 4096  # what the quarantine keeps of a line too long to store
 BOM = b"\xef\xbb\xbf"
 _INT64 = 2**63
+_SPACE_AFTER_QUOTE = re.compile(rb'"[ \t\r]')
 
 
 @dataclass
@@ -164,7 +169,12 @@ def _exact_check(line: bytes) -> None:
 
 
 def decode_line(line: bytes, limits: LimitSettings) -> dict[str, Any]:
-    """One line from outside to a record (a dict); raises ValidationError naming what is wrong."""
+    """One line from outside to a record (a dict); raises ValidationError naming what is wrong.
+
+    Nesting within `max_depth` is checked here only for lines that need the
+    slow proof; for the others the validator's walk of every nested value
+    (`tiermem.events.check_json_value`) enforces it.
+    """
     if len(line) > limits.max_record_bytes:
         raise ValidationError(
             "<record>", f"{len(line):,} bytes, over max_record_bytes = {limits.max_record_bytes:,}"
@@ -175,11 +185,24 @@ def decode_line(line: bytes, limits: LimitSettings) -> dict[str, Any]:
         raise ValidationError("<line>", f"not valid JSON: {exc}") from None
     if type(record) is not dict:
         raise ValidationError("<record>", f"expected a JSON object, got {type(record).__name__}")
+    if _canonical(record, line):
+        return record
     walk = _Walk(limits.max_depth)
     walk.visit(record, 1)
-    proven = (
-        walk.keys == line.count(b'":') and b'" ' not in line and b'"\t' not in line and b'"\r' not in line
-    )
+    proven = walk.keys == line.count(b'":') and _SPACE_AFTER_QUOTE.search(line) is None
     if not proven or walk.big_float:
         _exact_check(line)
     return record
+
+
+def _canonical(record: dict[str, Any], line: bytes) -> bool:
+    """Whether the line is exactly what the serialiser writes for the record it parsed to.
+
+    Then it holds each key once (a serialised dict cannot repeat one) and every
+    number as parsed (an integer the parser approximated would be written back
+    as a float). Most files are written this way, so this is the usual proof.
+    """
+    try:
+        return orjson.dumps(record) == line
+    except orjson.JSONEncodeError:  # nested past the serialiser's own limit
+        return False

@@ -81,17 +81,27 @@ def bad_cases() -> list[tuple[str, bytes, str]]:
         cases.append((kind, line if isinstance(line, bytes) else _dumps(line), field))
 
     # --- deep nesting (the limit is 32 levels; the parser's own is 1024)
-    for depth in (32, 33, 100, 500, 1000):
-        add(f"metadata nested {depth} deep", _with_raw(_bad(n), "metadata", _raw_nested(depth)), "<record>")
-    for depth in (40, 300):
+    # Refused for the field (found while validating it), or for the record when the line is
+    # nested past what the serialiser writes back (255 levels) or spaced unusually.
+    for depth, field in (
+        (32, "metadata"),
+        (33, "metadata"),
+        (100, "metadata"),
+        (500, "<record>"),
+        (1000, "<record>"),
+    ):
+        add(f"metadata nested {depth} deep", _with_raw(_bad(n), "metadata", _raw_nested(depth)), field)
+    for depth, field in ((40, "metadata"), (300, "<record>")):
         add(
             f"array nested {depth} deep",
             _with_raw(_bad(n), "metadata", b'{"a":' + _raw_nested(depth, True) + b"}"),
-            "<record>",
+            field,
         )
     add("nesting past the parser's own limit", _with_raw(_bad(n), "m", _raw_nested(5000, True)), "<line>")
     add("object nesting 2000 deep", _raw_nested(2000), "<line>")
-    add("unknown field nested 60 deep", _with_raw(_bad(n), "surprise", _raw_nested(60)), "<record>")
+    add("unknown field nested 60 deep", _with_raw(_bad(n), "surprise", _raw_nested(60)), "surprise")
+    spaced = _raw_nested(60).replace(b":", b": ")
+    add("unknown field nested 60 deep, spaced", _with_raw(_bad(n), "surprise", spaced), "<record>")
 
     # --- huge strings (per-string limit 262,144 characters)
     big = "x" * 300_000

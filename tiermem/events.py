@@ -20,7 +20,6 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
 from tiermem.errors import ValidationError
@@ -149,9 +148,16 @@ def _check_bool(name: str, value: Any, limits: LimitSettings) -> bool:
     return value
 
 
-@lru_cache(maxsize=16)
+_BOUNDS: dict[tuple[int, int], tuple[str, str]] = {}
+
+
 def _year_bounds(limits: LimitSettings) -> tuple[str, str]:
-    return f"{limits.min_year:04d}", f"{limits.max_year:04d}"
+    """The accepted years as the 4-digit prefixes of timestamps, for the fast path's string compare."""
+    key = (limits.min_year, limits.max_year)
+    bounds = _BOUNDS.get(key)
+    if bounds is None:
+        bounds = _BOUNDS[key] = (f"{key[0]:04d}", f"{key[1]:04d}")
+    return bounds
 
 
 def _check_ts(name: str, value: Any, limits: LimitSettings) -> str:
@@ -191,22 +197,28 @@ def check_json_value(name: str, value: Any, limits: LimitSettings, depth: int = 
     `depth` is the nesting level of `value` itself (a field of the record is at 2).
     """
     if depth > limits.max_depth:
-        raise ValidationError(name, f"nested deeper than max_depth = {limits.max_depth}")
+        root = name.split(".", 1)[0].split("[", 1)[0]
+        raise ValidationError(root, f"nested deeper than max_depth = {limits.max_depth}")
     kind = type(value)
     if kind is str:
         _check_text(name, value, limits)
     elif kind is dict:
+        limit = limits.max_field_chars
         for key, item in value.items():
+            # Names for error messages are only built when there is an error (this runs per key).
             if type(key) is not str:
                 raise ValidationError(name, f"object key {_shown(key)} is not a string")
-            _check_text(f"{name}.<key>", key, limits)
-            if type(item) in (str, int, bool) or item is None:
-                if type(item) is str:
+            if len(key) > limit or "\x00" in key or not key.isascii():
+                _check_text(f"{name}.<key>", key, limits)
+            kind = type(item)
+            if kind is str:
+                if len(item) > limit or "\x00" in item or not item.isascii():
                     _check_text(f"{name}.{key}", item, limits)
-                elif type(item) is int and not -_INT64 <= item < _INT64:
+            elif kind is int:
+                if not -_INT64 <= item < _INT64:
                     raise ValidationError(f"{name}.{key}", "integer out of 64-bit range")
-                continue
-            check_json_value(f"{name}.{key}", item, limits, depth + 1)
+            elif item is not None and kind is not bool:
+                check_json_value(f"{name}.{key}", item, limits, depth + 1)
     elif kind is list or kind is tuple:
         for i, item in enumerate(value):
             check_json_value(f"{name}[{i}]", item, limits, depth + 1)
@@ -358,6 +370,8 @@ def validate_full(
     if "extra" in rec and not isinstance(rec["extra"], dict | type(None)):
         raise ValidationError("extra", "expected an object")
     extra: dict[str, Any] = dict(rec.get("extra") or {})
+    if extra:
+        check_json_value("extra", extra, limits)
     declared = {**COMMON_FIELDS, **spec.fields}
     for name, value in rec.items():
         if name in ("type", "schema_version", "extra"):
@@ -365,13 +379,12 @@ def validate_full(
         kind = declared.get(name)
         if kind is None:
             _check_text("<field name>", name, limits)
+            check_json_value(name, value, limits)
             extra[name] = value  # kept, not dropped
             continue
         if value is None:
             continue
         out[name] = CHECKERS[kind](name, value, limits)
-    if extra:
-        check_json_value("extra", extra, limits)
 
     if "agent_id" not in out:
         if spec.agent_required:
@@ -454,10 +467,6 @@ def _fast_ts(value: str, bounds: tuple[str, str]) -> bool:
     return True
 
 
-def _fast_text(value: str, limit: int) -> bool:
-    return "\x00" not in value and len(value) <= limit and (value.isascii() or not _SURROGATE.search(value))
-
-
 def _fast_interaction(
     rec: dict[str, Any], now: datetime | None, limits: LimitSettings
 ) -> dict[str, Any] | None:
@@ -467,7 +476,11 @@ def _fast_interaction(
     for name, value in rec.items():
         if type(value) is str:  # most fields: dispatch on the value's type first
             if name in _FAST_STR:
-                if not _fast_text(value, limit):
+                if (
+                    "\x00" in value
+                    or len(value) > limit
+                    or (not value.isascii() and _SURROGATE.search(value))
+                ):
                     return None
                 if name == "event_id" and not _FAST_ID.fullmatch(value):
                     return None
@@ -501,7 +514,9 @@ def _fast_interaction(
             if type(value) is not list:
                 return None
             for item in value:
-                if type(item) is not str or not _fast_text(item, limit):
+                if type(item) is not str or "\x00" in item or len(item) > limit:
+                    return None
+                if not item.isascii() and _SURROGATE.search(item):
                     return None
             value = list(value)
         elif kind is USAGE:
