@@ -348,11 +348,6 @@ def stream_fields(stream: str) -> dict[str, str]:
     return cols
 
 
-def projection_kinds() -> dict[str, str]:
-    """Event type -> projection kind, for every projected type."""
-    return {t.name: t.projection for t in EVENT_TYPES.values() if t.projection is not None}
-
-
 def types_shown_in(view: str) -> tuple[str, ...]:
     """The event types a named analyst view shows."""
     return tuple(t.name for t in EVENT_TYPES.values() if view in t.views)
