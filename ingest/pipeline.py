@@ -52,10 +52,11 @@ import orjson
 from tiermem.ingest.lines import BLOCK_BYTES, HEAD_BYTES, Oversize, decode_line, read_blocks
 
 from tiermem.errors import InputError, StorageError, ValidationError, os_reason
-from tiermem.eventlog import AppendResult, EventLog, Rejected
+from tiermem.eventlog import AppendResult, EventLog
 from tiermem.events import CALLER, stream_of, validate
 from tiermem.ids import format_ts, to_ms, utcnow
 from tiermem.output import Progress
+from tiermem.rejects import Rejected
 from tiermem.settings import FsyncPolicy, LimitSettings, Settings
 
 BATCH_RECORDS = 20_000

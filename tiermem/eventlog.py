@@ -33,6 +33,7 @@ import orjson
 from tiermem.errors import StorageError, ValidationError, os_reason
 from tiermem.events import CALLER, INTERNAL, STREAMS, stream_of, upcast, validate
 from tiermem.ids import format_ts, new_event_id, utcnow
+from tiermem.rejects import Rejected, write_rejects
 from tiermem.settings import Settings
 
 INDEX_NAME = "_index.sqlite"
@@ -62,16 +63,6 @@ class AppendBatchResult:
     @property
     def duplicates(self) -> int:
         return sum(1 for r in self.results if r.duplicate)
-
-
-@dataclass
-class Rejected:
-    """One refused record and where it came from (kept under `_rejects/`)."""
-
-    record: Any  # the record as given, or the raw bytes of its line (only the head of a huge one)
-    error: ValidationError
-    file: str | None = None
-    line: int | None = None  # 1-based line number in `file`
 
 
 def partition_of(event: Mapping[str, Any]) -> str:
@@ -173,29 +164,6 @@ def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     os.replace(tmp, path)
     if durable:
         fsync_path(path.parent)
-
-
-def _reject_line(stamp: str, source: str, rej: Rejected) -> dict[str, Any]:
-    record = rej.record
-    if isinstance(record, bytes | bytearray):
-        raw = bytes(record).decode("utf-8", errors="replace")
-    else:
-        try:
-            raw = orjson.dumps(record, default=str).decode()
-        except TypeError:  # not JSON-representable (a lone surrogate, a huge integer, ...)
-            raw = repr(record).encode("utf-8", errors="backslashreplace").decode()
-    out: dict[str, Any] = {"ts": stamp, "source": source}
-    if rej.file is not None:
-        out["file"] = rej.file
-    if rej.line is not None:
-        out["line"] = rej.line
-    out.update(field=_clean(rej.error.field), reason=_clean(rej.error.reason), record=_clean(raw))
-    return out
-
-
-def _clean(text: str) -> str:
-    """Text that can be written as JSON: lone surrogates (from a hostile record) escaped."""
-    return text if text.isascii() else text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
 class _StreamWriter:
@@ -420,29 +388,8 @@ class EventLog:
     def reject_many(
         self, items: Iterable[Rejected | tuple[Any, ValidationError]], *, source: str = "append"
     ) -> Path | None:
-        """Keep invalid records with their reasons, one write and one fsync for all of them.
-
-        Each reject line holds `ts`, `source`, `file` and `line` (when known),
-        `field`, `reason` and `record` (the record as text).
-        """
-        stamp = format_ts(utcnow())
-        lines = []
-        for item in items:
-            rej = item if isinstance(item, Rejected) else Rejected(item[0], item[1])
-            lines.append(orjson.dumps(_reject_line(stamp, source, rej)) + b"\n")
-        if not lines:
-            return None
-        rdir = self.settings.rejects_dir / ("date=" + stamp[:10])
-        rdir.mkdir(parents=True, exist_ok=True)
-        path = rdir / f"rejects-{os.getpid()}.jsonl"
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            _write_all(fd, b"".join(lines))
-            if self.settings.fsync != "none":
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        return path
+        """Keep invalid records with their reasons, one write and one fsync for all of them."""
+        return write_rejects(self.settings, items, source=source)
 
     # --------------------------------------------------------------- appends
     def _writer(self, stream: str) -> _StreamWriter:
