@@ -13,8 +13,15 @@ also has no `ts` gets the source file's modification time (stable across
 re-runs of the same file); on stdin it gets the ingest's start time, so such
 records are replay-safe only when they carry `ts` or `event_id`.
 
-Bad records are never lost: they go to `_rejects/` with the field and reason,
-and are counted per field.
+Trust. Everything read here comes from outside, so it is checked as a
+caller's: only caller event types (`interaction`, `session_ended`; see
+`tiermem.registry`) pass, within the limits of `settings.limits`, and each
+line is decoded strictly (`tiermem.ingest.lines`: duplicate keys, depth, huge
+integers, lines over the size limit skipped without being read whole).
+
+Bad records are never lost and never stop the file: each goes to `_rejects/`
+with the source file, its line number, the field and the reason, every good
+line around it is stored, and the exit code says 3 (partial).
 
 Parallelism. Parsing, validating and serialising is CPU-bound Python (about
 10-20 us a record), so on a machine with several cores the file is cut into
@@ -42,17 +49,20 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
+from tiermem.ingest.lines import BLOCK_BYTES, HEAD_BYTES, Oversize, decode_line, read_blocks
 
-from tiermem.errors import ValidationError
+from tiermem.errors import InputError, StorageError, ValidationError, os_reason
 from tiermem.eventlog import AppendResult, EventLog
-from tiermem.events import stream_of, validate
+from tiermem.events import CALLER, stream_of, validate
 from tiermem.ids import format_ts, to_ms, utcnow
 from tiermem.output import Progress
-from tiermem.settings import FsyncPolicy, Settings
+from tiermem.rejects import Rejected
+from tiermem.settings import FsyncPolicy, LimitSettings, Settings
 
 BATCH_RECORDS = 20_000
-BLOCK_BYTES = 1 << 20  # unit of work sent to an encoding worker (~1,500 turns)
+BATCH_BYTES = 64 << 20  # a batch is flushed at this many input bytes too (bounded memory on big lines)
 PARALLEL_AFTER_BYTES = 8 << 20  # smaller inputs are not worth starting workers for
+__all__ = ["BLOCK_BYTES", "IngestInfo", "ingest_file", "ingest_record"]
 
 
 @dataclass
@@ -78,11 +88,14 @@ class IngestInfo:
 
 
 def ingest_record(settings: Settings, record: Mapping[str, Any], log: EventLog | None = None) -> AppendResult:
-    """Validate, enrich and durably append one turn (raises ValidationError after rejecting it)."""
+    """Validate (as a caller's record), enrich and durably append one turn.
+
+    Raises ValidationError after keeping the record in `_rejects/`.
+    """
     own = log is None
     log = log or EventLog(settings)
     try:
-        return log.append(record)
+        return log.append(record, writer=CALLER)
     finally:
         if own:
             log.close()
@@ -119,16 +132,11 @@ def line_event_id(stamp: datetime, line: bytes) -> str:
     return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
-def parse_line(line: bytes, default_ts: str) -> dict[str, Any]:
-    """One JSONL line to a validated event (raises ValidationError naming the field)."""
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise ValidationError("<line>", f"not valid JSON: {exc}") from None
-    if type(record) is not dict:
-        raise ValidationError("<record>", f"expected a JSON object, got {type(record).__name__}")
+def parse_line(line: bytes, default_ts: str, limits: LimitSettings) -> dict[str, Any]:
+    """One JSONL line from outside to a validated event (raises ValidationError naming the field)."""
+    record = decode_line(line, limits)
     replay_safe_id(record, line, default_ts)
-    return validate(record)
+    return validate(record, writer=CALLER, limits=limits)
 
 
 @dataclass
@@ -141,7 +149,9 @@ class EncodedBlock:
     ids: list[str] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
     stored: list[bytes] = field(default_factory=list)  # the exact lines to append
-    rejects: list[tuple[bytes, str, str]] = field(default_factory=list)  # (line, field, reason)
+    rejects: list[tuple[int, bytes, str, str]] = field(
+        default_factory=list
+    )  # (index in block, line, field, reason)
 
 
 _INTERN: dict[str, str] = {}
@@ -152,44 +162,30 @@ def _interned(text: str) -> str:
     return _INTERN.setdefault(text, text)
 
 
-def encode_block(block: bytes, default_ts: str) -> EncodedBlock:
+def encode_block(block: bytes, default_ts: str, limits: LimitSettings) -> EncodedBlock:
     """Validate and serialise every line of a block (whole lines; the last may lack its newline)."""
     out = EncodedBlock()
-    for raw in block.split(b"\n"):
+    for index, raw in enumerate(block.split(b"\n")):
         line = raw.rstrip(b"\r")
         out.lines += 1
         if not line.strip():
             out.blank_lines += 1
             continue
         try:
-            event = parse_line(line, default_ts)
+            event = parse_line(line, default_ts, limits)
             stream = stream_of(event["type"])
+            stored = orjson.dumps(event) + b"\n"
         except ValidationError as exc:
-            out.rejects.append((line, exc.field, exc.reason))
+            out.rejects.append((index, line, exc.field, exc.reason))
+            continue
+        except orjson.JSONEncodeError as exc:  # validation should have caught it: still one line's problem
+            out.rejects.append((index, line, "<record>", f"cannot be stored as JSON: {exc}"))
             continue
         out.streams.append(_interned(stream))
         out.ids.append(event["event_id"])
         out.partitions.append(_interned("date=" + event["ts"][:10]))
-        out.stored.append(orjson.dumps(event) + b"\n")
+        out.stored.append(stored)
     return out
-
-
-def _blocks(stream: IO[bytes]) -> Iterator[bytes]:
-    """Blocks of whole lines (without their final newline) of a binary stream."""
-    carry = b""
-    while True:
-        chunk = stream.read(BLOCK_BYTES)
-        if not chunk:
-            break
-        data = carry + chunk if carry else chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            carry = data
-            continue
-        carry = data[cut + 1 :]
-        yield data[:cut]
-    if carry:
-        yield carry
 
 
 def _worker_init(parent: int) -> None:
@@ -211,13 +207,27 @@ def ingest_workers(requested: int | None) -> int:
     return min(cores, 4) if cores > 1 else 0
 
 
-def encoded_blocks(blocks: Iterable[bytes], default_ts: str, workers: int) -> Iterator[EncodedBlock]:
-    """Encode blocks in order: inline at first, then (for large inputs) in worker processes."""
+def _skipped(item: Oversize, limits: LimitSettings) -> EncodedBlock:
+    """A line too long to read: one reject holding its head and length."""
+    out = EncodedBlock(lines=1)
+    reason = f"{item.length:,} bytes, over max_record_bytes = {limits.max_record_bytes:,} (skipped unread)"
+    out.rejects.append((0, item.head, "<record>", reason))
+    return out
+
+
+def encoded_blocks(
+    blocks: Iterable[bytes | Oversize], default_ts: str, workers: int, limits: LimitSettings
+) -> Iterator[tuple[EncodedBlock, int]]:
+    """(encoded block, its input bytes) in order: inline at first, then (large inputs) in worker processes."""
     blocks = iter(blocks)
     consumed = 0
     for block in blocks:
-        yield encode_block(block, default_ts)
-        consumed += len(block)
+        if isinstance(block, Oversize):
+            yield _skipped(block, limits), block.length
+            consumed += block.length
+        else:
+            yield encode_block(block, default_ts, limits), len(block)
+            consumed += len(block)
         if workers and consumed >= PARALLEL_AFTER_BYTES:
             break
     else:
@@ -225,13 +235,38 @@ def encoded_blocks(blocks: Iterable[bytes], default_ts: str, workers: int) -> It
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers, initializer=_worker_init, initargs=(os.getpid(),)) as pool:
         # A bounded window of blocks in flight: memory stays flat on any file size.
-        window: deque[Any] = deque()
+        window: deque[tuple[Any, int]] = deque()
         for block in blocks:
-            window.append(pool.apply_async(encode_block, (block, default_ts)))
+            if isinstance(block, Oversize):
+                window.append((_skipped(block, limits), block.length))
+            else:
+                window.append((pool.apply_async(encode_block, (block, default_ts, limits)), len(block)))
             if len(window) >= 2 * workers + 2:
-                yield window.popleft().get()
+                yield _done(window.popleft())
         while window:
-            yield window.popleft().get()
+            yield _done(window.popleft())
+
+
+def _done(item: tuple[Any, int]) -> tuple[EncodedBlock, int]:
+    pending, size = item
+    return (pending if isinstance(pending, EncodedBlock) else pending.get()), size
+
+
+def open_source(source: str | Path) -> tuple[IO[bytes], str, str]:
+    """(binary handle, display name, default ts) of a path; InputError naming the problem."""
+    path = Path(source)
+    try:
+        if path.is_dir():
+            raise InputError(f"{path}: is a directory, not a JSONL file")
+        handle: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed by the caller
+        mtime = os.fstat(handle.fileno()).st_mtime
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied (cannot read it)") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    return handle, str(path), format_ts(datetime.fromtimestamp(mtime, UTC))
 
 
 def ingest_file(
@@ -253,18 +288,34 @@ def ingest_file(
     started = time.perf_counter()
     if fsync is not None:
         settings = replace(settings, fsync=fsync)
+    own_handle = isinstance(source, str | Path) and str(source) != "-"
     if isinstance(source, str | Path) and str(source) != "-":
-        path = Path(source)
-        handle: IO[bytes] = open(path, "rb")  # noqa: SIM115 - closed below
-        name = str(path)
-        default_ts = format_ts(datetime.fromtimestamp(os.stat(path).st_mtime, UTC))
+        handle, name, default_ts = open_source(source)
     else:
         handle = sys.stdin.buffer if isinstance(source, str | Path) else source
         name = "<stdin>" if isinstance(source, str | Path) else getattr(source, "name", "<stream>")
         default_ts = format_ts(utcnow())
+    try:
+        return _ingest_stream(settings, handle, name, default_ts, progress, batch_records, workers, started)
+    finally:
+        if own_handle:
+            handle.close()
+
+
+def _ingest_stream(
+    settings: Settings,
+    handle: IO[bytes],
+    name: str,
+    default_ts: str,
+    progress: Progress | bool | None,
+    batch_records: int,
+    workers: int | None,
+    started: float,
+) -> IngestInfo:
     bar = Progress("ingest", enabled=progress if isinstance(progress, bool) else None)
     if isinstance(progress, Progress):
         bar = progress
+    limits = settings.limits
     info = IngestInfo(source=name, fsync=settings.fsync)
     fields: Counter[str] = Counter()
     log = EventLog(settings)
@@ -275,30 +326,48 @@ def ingest_file(
     try:
         # stream -> (ids, partitions, lines) waiting for the next flush, in file order
         good: dict[str, tuple[list[str], list[str], list[bytes]]] = {}
-        bad: list[tuple[Any, ValidationError]] = []
-        waiting = 0
+        bad: list[Rejected] = []
+        waiting = waiting_bytes = 0
+        next_line = 1  # the file's line number of the next block's first line
 
         def flush() -> None:
-            if bad:
-                path = log.reject_many(bad, source=f"ingest:{name}")
-                info.rejects_path = str(path) if path else info.rejects_path
-            for stream, (ids, partitions, lines) in good.items():
-                accepted, duplicates = log.append_encoded(stream, ids, partitions, lines)
-                info.accepted += accepted
-                info.duplicates += duplicates
-                if accepted:
-                    info.streams[stream] = info.streams.get(stream, 0) + accepted
+            try:
+                if bad:
+                    path = log.reject_many(bad, source=f"ingest:{name}")
+                    info.rejects_path = str(path) if path else info.rejects_path
+                for stream, (ids, partitions, lines) in good.items():
+                    accepted, duplicates = log.append_encoded(stream, ids, partitions, lines)
+                    info.accepted += accepted
+                    info.duplicates += duplicates
+                    if accepted:
+                        info.streams[stream] = info.streams.get(stream, 0) + accepted
+            except (StorageError, OSError) as exc:
+                why = (
+                    exc
+                    if isinstance(exc, StorageError)
+                    else f"{getattr(exc, 'filename', '')}: {os_reason(exc)}"
+                )
+                raise StorageError(
+                    f"ingest of {name} stopped in the lines before line {next_line}: {why}. "
+                    f"{info.accepted:,} record(s) of earlier batches are stored; run the same ingest again "
+                    "once there is room (what is already stored counts as duplicates)"
+                ) from exc
             bar.update(waiting)
             info.batches += 1
             good.clear()
             bad.clear()
 
-        for block in encoded_blocks(_blocks(handle), default_ts, ingest_workers(workers)):
+        blocks = read_blocks(handle, limits.max_record_bytes)
+        for block, size in encoded_blocks(blocks, default_ts, ingest_workers(workers), limits):
             info.lines += block.lines
             info.blank_lines += block.blank_lines
-            for line, fname, reason in block.rejects:
-                bad.append((line, ValidationError(fname, reason)))
+            for index, line, fname, reason in block.rejects:
+                record: bytes = line if len(line) <= limits.max_record_bytes else line[:HEAD_BYTES]
+                bad.append(
+                    Rejected(record, ValidationError(fname, reason), file=name, line=next_line + index)
+                )
                 fields[fname.split("[")[0]] += 1
+            next_line += block.lines
             info.rejected += len(block.rejects)
             streams = block.streams
             if streams and streams.count(streams[0]) == len(streams):  # the usual case: one stream
@@ -313,17 +382,16 @@ def ingest_file(
                     partitions.append(block.partitions[k])
                     lines.append(block.stored[k])
             waiting += len(streams) + len(block.rejects)
-            if waiting >= batch_records:
+            waiting_bytes += size
+            if waiting >= batch_records or waiting_bytes >= BATCH_BYTES:
                 flush()
-                waiting = 0
+                waiting = waiting_bytes = 0
         flush()
     finally:
         if gc_was_enabled:
             gc.enable()
         log.close()
         bar.close()
-        if isinstance(source, str | Path) and str(source) != "-":
-            handle.close()
     info.reject_fields = dict(fields.most_common())
     info.elapsed_s = round(time.perf_counter() - started, 3)
     info.rate_per_s = (

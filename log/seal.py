@@ -30,8 +30,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tiermem.catalog import DUCK_TYPES, _q, jsonl_reader
-from tiermem.errors import LogCorruptionError
-from tiermem.eventlog import ERASED_MARK, EventLog, fsync_path, line_event_id
+from tiermem.errors import LogCorruptionError, StorageError, ValidationError, os_reason
+from tiermem.eventlog import ERASED_MARK, EventLog, fsync_path, line_event_id, sealing_mark
 from tiermem.events import (
     BOOL,
     FLOAT,
@@ -309,23 +309,45 @@ def _closed_partitions(settings: Settings, stream: str, before: str) -> Iterator
 def seal_segment(
     settings: Settings, log: EventLog, con: duckdb.DuckDBPyConnection, stream: str, jsonl: Path
 ) -> SegmentSeal | None:
-    """Seal one JSONL segment; None when there was nothing to do. Idempotent."""
+    """Seal one JSONL segment; None when there was nothing to do. Idempotent.
+
+    The segment is marked as being sealed (under the stream lock) before it is
+    converted: from then on writers send late events for its day to a new
+    segment, so the one being converted no longer changes.
+    """
+    mark = sealing_mark(jsonl)
+    # Quarantine a torn tail first (same code path as a writer opening the segment).
+    with StreamLock(settings, stream):
+        if not jsonl.exists():
+            mark.unlink(missing_ok=True)
+            return None
+        fd = os.open(jsonl, os.O_RDWR)
+        try:
+            log.repair_tail(stream, jsonl.parent.name, jsonl.stem, fd)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        mark.touch()
+    try:
+        return _seal_marked(settings, log, con, stream, jsonl, st)
+    finally:
+        mark.unlink(missing_ok=True)
+
+
+def _seal_marked(
+    settings: Settings,
+    log: EventLog,
+    con: duckdb.DuckDBPyConnection,
+    stream: str,
+    jsonl: Path,
+    st: os.stat_result,
+) -> SegmentSeal | None:
     started = time.perf_counter()
     part = jsonl.parent
     stem = jsonl.stem
     final = part / f"{stem}.parquet"
     tmp = part / f".{stem}.parquet.tmp"
     segment = f"{stream}/{part.name}/{stem}"
-    # Quarantine a torn tail first (same code path as a writer opening the segment).
-    with StreamLock(settings, stream):
-        if not jsonl.exists():
-            return None
-        fd = os.open(jsonl, os.O_RDWR)
-        try:
-            log.repair_tail(stream, part.name, stem, fd)
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
     if final.exists():
         # A previous seal crashed between rename and unlink: check, then finish it.
         verify_against_jsonl(con, final, jsonl, st.st_size)
@@ -352,7 +374,7 @@ def seal_segment(
         with StreamLock(settings, stream):
             now = jsonl.stat()
             if (now.st_ino, now.st_size) != (st.st_ino, st.st_size):
-                st = now  # a late event (or an erasure rewrite) arrived meanwhile: convert again
+                st = now  # rewritten meanwhile (an erasure applied at once): convert again
                 continue
             os.replace(tmp, final)
             fsync_path(part)
@@ -369,7 +391,7 @@ def seal_segment(
             round(t2 - t1, 3),
         )
     tmp.unlink(missing_ok=True)
-    raise LogCorruptionError(f"{segment}: kept changing while being sealed; try again")
+    raise LogCorruptionError(f"{segment}: kept being rewritten while being sealed; try again")
 
 
 def _parse_before(before: date | datetime | str | None) -> str:
@@ -379,7 +401,10 @@ def _parse_before(before: date | datetime | str | None) -> str:
         return format_ts(before)[:10]
     if isinstance(before, date):
         return before.isoformat()
-    return date.fromisoformat(before).isoformat()
+    try:
+        return date.fromisoformat(before).isoformat()
+    except (TypeError, ValueError):
+        raise ValidationError("before", f"not a date (YYYY-MM-DD): {before[:40]!r}") from None
 
 
 def seal(settings: Settings, before: date | datetime | str | None = None, *, erase: bool = True) -> SealInfo:
@@ -407,7 +432,14 @@ def seal(settings: Settings, before: date | datetime | str | None = None, *, era
                     continue
                 info.already_sealed += sum(1 for _ in part.glob("*.parquet"))
                 for jsonl in jsonls:
-                    done = seal_segment(settings, log, con, stream, jsonl)
+                    try:
+                        done = seal_segment(settings, log, con, stream, jsonl)
+                    except (OSError, duckdb.IOException) as exc:
+                        raise StorageError(
+                            f"seal stopped at {jsonl}: {os_reason(exc)}; that segment is unchanged (still "
+                            f"JSONL, read by every view as before) and {info.sealed_segments} segment(s) were "
+                            "sealed before it; run `tiermem seal` again once there is room"
+                        ) from exc
                     if done is None:
                         continue
                     info.segments.append(done)
@@ -415,7 +447,13 @@ def seal(settings: Settings, before: date | datetime | str | None = None, *, era
                     info.sealed_rows += done.rows
                     info.jsonl_bytes += done.jsonl_bytes
                     info.parquet_bytes += done.parquet_bytes
-        info.manifest = str(manifest.refresh(settings))
+        try:
+            info.manifest = str(manifest.refresh(settings))
+        except OSError as exc:
+            raise StorageError(
+                f"sealed {info.sealed_segments} segment(s), then writing the manifest failed: "
+                f"{os_reason(exc)}; the log is sealed and readable, the next seal writes the manifest"
+            ) from exc
     finally:
         con.close()
         log.close()

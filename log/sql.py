@@ -1,30 +1,59 @@
-"""Read-only analyst SQL over the log's views (`tiermem sql`).
+"""Analyst SQL that can only read the memory (`tiermem sql`, `Memory.sql`).
 
-The query runs on an in-memory DuckDB connection opened by
-`tiermem.sqlviews.open_catalog` (the log's views plus every part's derived
-views). Only one SELECT (or EXPLAIN) statement is accepted: DuckDB parses the
-text first and anything else — INSERT, CREATE, COPY … TO, ATTACH, SET, INSTALL,
-EXPORT, several statements — is refused with one clear line before it runs.
-The configuration is then locked, so a SELECT cannot switch settings either.
+A query runs on its own in-memory DuckDB connection holding the log's views
+and every part's derived views (`tiermem.sqlviews.open_catalog`). Three
+fences keep it to reading the memory:
+
+1. **Statements.** DuckDB's own parser splits the text; exactly one statement
+   must remain and it must be a SELECT (`WITH … SELECT`, `FROM …`, `VALUES`,
+   `DESCRIBE`, `SHOW`, `SUMMARIZE` parse as SELECT) or an EXPLAIN [ANALYZE] of
+   one. EXPLAIN is checked by parsing what it explains, because `EXPLAIN
+   ANALYZE` runs it (`EXPLAIN ANALYZE COPY … TO` would write a file).
+2. **Files.** Once the views are made, the connection may open files only
+   under the data root's log (`allowed_directories`,
+   `enable_external_access = false`): `read_text('/etc/…')`, `glob('/**')`
+   or a `read_parquet` elsewhere is refused by DuckDB itself. Extensions are
+   neither installed nor loaded on demand, nothing spills to a temporary
+   directory, and the configuration is then locked, so no statement can undo
+   any of this.
+3. **Resources.** A memory limit (`[sql] memory_limit`) and a timeout
+   (`[sql] timeout_seconds`, `tiermem sql --timeout`): a timer thread
+   interrupts the query when it is up.
+
+Every refusal is one line saying why (`ReadOnlyQueryError`, exit 2); a bad
+query is a `ValidationError` (exit 2), a timeout or memory failure a
+`QueryError` (exit 1).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
+import threading
+import time
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import orjson
 
-from tiermem.errors import ReadOnlyQueryError, ValidationError
+from tiermem.errors import QueryError, ReadOnlyQueryError, ValidationError
 from tiermem.ids import format_ts
 from tiermem.settings import Settings
 
-ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+ALLOWED = {duckdb.StatementType.SELECT}
+_EXPLAIN = re.compile(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?", re.IGNORECASE)
+READ_ONLY_HINT = "tiermem sql runs one read-only SELECT (or EXPLAIN of one)"
+# DuckDB's statement types, as the statements a person wrote.
+_NAMES = {
+    "LOAD": "INSTALL/LOAD",
+    "VARIABLE_SET": "SET VARIABLE",
+    "MULTI": "a statement made of several (a PIVOT without an IN list of its columns)",
+}
 
 
 @dataclass
@@ -54,41 +83,108 @@ def plain(value: Any) -> Any:
     return value
 
 
-def check_read_only(con: duckdb.DuckDBPyConnection, query: str) -> None:
-    """Raise ReadOnlyQueryError unless `query` is exactly one SELECT/EXPLAIN statement."""
+def _statements(query: str) -> list[Any]:
     try:
-        statements = con.extract_statements(query)
+        return list(duckdb.extract_statements(query))
     except duckdb.Error as exc:
-        raise ValidationError("query", str(exc).splitlines()[0]) from None
+        raise ValidationError("query", _first_line(exc)) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def check_read_only(query: str) -> None:
+    """Raise unless `query` is exactly one SELECT, or one EXPLAIN [ANALYZE] of a SELECT."""
+    statements = _statements(query)
     if not statements:
         raise ValidationError("query", "empty query")
     if len(statements) > 1:
-        raise ReadOnlyQueryError("one statement at a time: tiermem sql runs a single read-only SELECT")
+        raise ReadOnlyQueryError(f"{len(statements)} statements refused: {READ_ONLY_HINT}")
     kind = statements[0].type
+    if kind == duckdb.StatementType.EXPLAIN:
+        text = statements[0].query
+        prefix = _EXPLAIN.match(text)
+        inner = _statements(text[prefix.end() :]) if prefix else []
+        if len(inner) != 1 or inner[0].type not in ALLOWED:
+            what = inner[0].type.name if len(inner) == 1 else "that statement"
+            raise ReadOnlyQueryError(f"EXPLAIN of {what} refused: {READ_ONLY_HINT}")
+        return
     if kind not in ALLOWED:
-        raise ReadOnlyQueryError(
-            f"{kind.name} refused: tiermem sql is read-only (SELECT, WITH … SELECT, DESCRIBE, SHOW, EXPLAIN)"
-        )
+        raise ReadOnlyQueryError(f"{_NAMES.get(kind.name, kind.name)} refused: {READ_ONLY_HINT}")
 
 
-def run_query(settings: Settings, query: str) -> QueryResult:
-    """Run one read-only query over the catalog; return its columns and rows."""
-    import time
+def lock_down(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
+    """Confine a catalog connection to reading the log, within the SQL limits; then lock it."""
+    log_dir = str(Path(settings.log_dir).resolve()).rstrip("/") + "/"
+    sql = settings.sql
+    for statement in (
+        "SET temp_directory = ''",  # nothing spills to disk: over the limit is an error, not a file
+        f"SET memory_limit = '{_memory_limit(sql.memory_limit)}'",
+        "SET autoinstall_known_extensions = false",
+        "SET autoload_known_extensions = false",
+        f"SET allowed_directories = ['{log_dir.replace(chr(39), chr(39) * 2)}']",
+        "SET enable_external_access = false",
+        "SET lock_configuration = true",
+    ):
+        con.execute(statement)
 
+
+def _memory_limit(text: str) -> str:
+    if not re.fullmatch(r"\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*", text, re.IGNORECASE):
+        raise ValidationError("sql.memory_limit", f"{text!r} is not a size like 512MB or 2GB")
+    return text.strip()
+
+
+def open_sandbox(settings: Settings) -> duckdb.DuckDBPyConnection:
+    """The catalog (every view) on a connection that can only read the data root's log."""
     from tiermem.sqlviews import open_catalog
 
-    started = time.perf_counter()
     con = open_catalog(settings)
     try:
-        check_read_only(con, query)
-        con.execute("SET lock_configuration = true")
+        lock_down(con, settings)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def run_query(settings: Settings, query: str, *, timeout: float | None = None) -> QueryResult:
+    """Run one read-only query over the catalog; return its columns and rows.
+
+    `timeout` in seconds (default `settings.sql.timeout_seconds`).
+    """
+    limit = settings.sql.timeout_seconds if timeout is None else timeout
+    if not limit > 0:
+        raise ValidationError("timeout", f"must be a positive number of seconds, got {limit}")
+    check_read_only(query)
+    started = time.perf_counter()
+    con = open_sandbox(settings)
+    timer = threading.Timer(limit, con.interrupt)
+    timer.daemon = True
+    try:
+        timer.start()
         try:
             cur = con.execute(query)
+            columns = [d[0] for d in cur.description or []]
+            rows = cur.fetchall()
+        except duckdb.InterruptException:
+            raise QueryError(
+                f"query stopped after its timeout of {limit:g} s (--timeout to allow more)"
+            ) from None
+        except duckdb.OutOfMemoryException as exc:
+            raise QueryError(
+                f"query needs more memory than [sql] memory_limit = {settings.sql.memory_limit}: {_first_line(exc)}"
+            ) from None
+        except duckdb.PermissionException as exc:
+            raise ReadOnlyQueryError(
+                f"refused: {_first_line(exc)} (only the data root's log can be read)"
+            ) from None
         except duckdb.Error as exc:
-            raise ValidationError("query", str(exc).splitlines()[0]) from None
-        columns = [d[0] for d in cur.description or []]
-        rows = cur.fetchall()
+            raise ValidationError("query", _first_line(exc)) from None
     finally:
+        timer.cancel()
         con.close()
     return QueryResult(columns, rows, time.perf_counter() - started)
 

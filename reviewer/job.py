@@ -7,16 +7,19 @@ derived data: re-running overwrites them with the same content (idempotent);
 
 from __future__ import annotations
 
-import re
+import hashlib
 import time
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from tiermem.reviewer import report as rep
 from tiermem.reviewer.charts import overview_png
 
+from tiermem.errors import ValidationError
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 
@@ -44,13 +47,27 @@ def review_dir(settings: Settings) -> Path:
     return settings.reports_dir / "review"
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+def report_name(agent: str) -> str:
+    """The file name stem of an agent's reports: never the same for two agent ids.
+
+    Letters, digits, `-` and `_` stay; every other character (`.`, `/`, `%`,
+    spaces, non-ASCII) is percent-encoded, so `bot.v1` and `bot.v2` (or `a/b`
+    and `a_b`) stay apart and a name holds no dot for a suffix to cut at. An id
+    with capitals gets a short hash of its exact spelling too, so `Bot` and
+    `bot` stay apart on case-insensitive file systems; a very long id is cut
+    and given a hash of the whole (`~` appears in no other name).
+    """
+    encoded = quote(agent, safe="").replace(".", "%2E").replace("~", "%7E") or "%"
+    if agent != agent.lower() or len(encoded) > 120:
+        digest = hashlib.blake2b(agent.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+        encoded = encoded[:100] + "~" + digest
+    return encoded
 
 
 def report_paths(settings: Settings, day: str, agent: str) -> dict[str, Path]:
-    base = review_dir(settings) / f"date={day}" / _safe(agent)
-    return {"json": base.with_suffix(".json"), "md": base.with_suffix(".md"), "png": base.with_suffix(".png")}
+    folder = review_dir(settings) / f"date={day}"
+    stem = report_name(agent)
+    return {kind: folder / f"{stem}.{kind}" for kind in ("json", "md", "png")}
 
 
 def render_markdown(r: dict[str, Any]) -> str:
@@ -65,7 +82,7 @@ def render_markdown(r: dict[str, Any]) -> str:
         lines.append(f"Fields not always set: {', '.join('`' + f + '`' for f in r['missing_fields'])}.")
     lines += [
         "",
-        f"![overview]({report_paths_name(r)}.png)",
+        f"![overview]({quote(report_paths_name(r), safe='')}.png)",  # the link's own escaping of the name
         "",
         "## Enrichment coverage",
         "",
@@ -124,7 +141,7 @@ def render_markdown(r: dict[str, Any]) -> str:
 
 
 def report_paths_name(r: dict[str, Any]) -> str:
-    return _safe(r["agent_id"])
+    return report_name(r["agent_id"])
 
 
 def write_report(settings: Settings, r: dict[str, Any]) -> list[Path]:
@@ -145,6 +162,11 @@ def run_review(
     judge_sample: int = 5,
 ) -> ReviewInfo:
     """Review every (day, agent) with interactions, or only the given day and/or agent."""
+    if day is not None:
+        try:
+            day = date.fromisoformat(day).isoformat()
+        except ValueError:
+            raise ValidationError("day", f"not a date (YYYY-MM-DD): {day[:40]!r}") from None
     started = time.monotonic()
     info = ReviewInfo()
     con = open_catalog(settings)
@@ -216,11 +238,11 @@ def scrub_reports(settings: Settings, erased_ids: set[str], strings: set[str]) -
         if any(n in data for n in needles):
             day = path.parent.name.removeprefix("date=")
             agent = _agent_of(path)
-            stale.add((day, agent, path.with_suffix("")))
+            stale.add((day, agent, path.parent / path.name[: -len(path.suffix)]))
     regenerated = removed = 0
     for day, agent, base in sorted(stale):
         for suffix in (".json", ".md", ".png"):
-            base.with_suffix(suffix).unlink(missing_ok=True)
+            base.with_name(base.name + suffix).unlink(missing_ok=True)
         if agent:
             info = run_review(settings, day=day, agent=agent)
             if info.reports:
@@ -231,7 +253,7 @@ def scrub_reports(settings: Settings, erased_ids: set[str], strings: set[str]) -
 
 
 def _agent_of(path: Path) -> str:
-    json_path = path.with_suffix(".json")
+    json_path = path.with_name(path.name[: -len(path.suffix)] + ".json")
     try:
         agent: str = orjson.loads(json_path.read_bytes())["agent_id"]
         return agent

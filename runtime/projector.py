@@ -40,19 +40,11 @@ from tiermem.runtime.store import HotStore, ProjectionInfo, kv_fact_id, open_sto
 
 from tiermem.eventlog import ERASED_MARK, Checkpoints, EventLog
 from tiermem.events import upcast
+from tiermem.registry import PROJECTION_ORDER
 from tiermem.settings import Settings
 
 CONSUMER = "projector"
-STREAM_ORDER = (
-    "erasures",
-    "interactions",
-    "transitions",
-    "sessions",
-    "episodes",
-    "knowledge",
-    "relationships",
-    "retrievals",
-)
+STREAM_ORDER = PROJECTION_ORDER  # declared with the event types (tiermem.registry)
 BATCH_EVENTS = 5000
 OFFSETS_KEY = "projector_offsets"
 

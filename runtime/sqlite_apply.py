@@ -27,6 +27,8 @@ from tiermem.runtime import hotstore
 from tiermem.runtime.store import ProjectionInfo, kv_fact_id
 from tiermem.runtime.visibility import merge_owners, owner_key
 
+from tiermem.registry import EVENT_TYPES
+
 OWNER_LOOKUP_CHUNK = 400  # ids per lookup query (well under SQLite's variable limit)
 
 TRANSITION_MESSAGES = {
@@ -467,20 +469,34 @@ def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     )
 
 
+# Projection kind (declared per event type in tiermem.registry) -> handler.
 HANDLERS = {
-    "interaction": _apply_interaction,
-    "memory_transition": _apply_transition,
-    "identity_set": _apply_identity,
+    "turn": _apply_interaction,
+    "transition": _apply_transition,
+    "identity": _apply_identity,
     "fact_set": _apply_fact_set,
     "fact_removed": _apply_fact_removed,
-    "knowledge_proposed": _apply_proposed,
-    "knowledge_decided": _apply_decided,
+    "proposal": _apply_proposed,
+    "decision": _apply_decided,
     "episode": _apply_episode,
-    "relationship_updated": _apply_relationship,
+    "relationship": _apply_relationship,
     "retrieval": _apply_retrieval,
-    "session_ended": _apply_session_ended,
+    "session_end": _apply_session_ended,
     "erasure": _apply_erasure,
 }
+
+
+def unhandled_types() -> list[str]:
+    """Event types the registry says are projected, with no handler here for their kind."""
+    return sorted(
+        f"{t.name} ({t.projection})"
+        for t in EVENT_TYPES.values()
+        if t.projection and t.projection not in HANDLERS
+    )
+
+
+if unhandled_types():  # fail at import, not by silently skipping events
+    raise RuntimeError(f"projector: no handler for the projection kind of {', '.join(unhandled_types())}")
 
 
 def apply_events(
@@ -491,10 +507,12 @@ def apply_events(
     targets = _targets(conn)
     for ev in events:
         etype = ev.get("type")
-        handler = HANDLERS.get(str(etype))
-        if handler is None:
+        spec = EVENT_TYPES.get(str(etype))
+        kind = spec.projection if spec is not None else None
+        if kind is None:
             continue
-        if etype == "erasure":
+        handler = HANDLERS[kind]
+        if kind == "erasure":
             handler(conn, ev)
             targets.count = -1
             targets.refresh(conn)

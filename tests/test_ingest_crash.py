@@ -82,7 +82,9 @@ def test_partial_last_line_left_by_a_kill_is_stored_again_not_counted_duplicate(
     settings: Settings, tmp_path: Path
 ) -> None:
     """The mechanism behind a kill that lands between two writes of one batch, made deterministic."""
-    src = _source(tmp_path, 1, 40)
+    # Every record carries its ts: a record without one takes its file's mtime, and the
+    # first 25 lines are loaded here from a second file.
+    src = write_jsonl(tmp_path / "bulk.jsonl", samples.generate(days=1, per_day=40, seed=11))
     source = src.read_bytes().splitlines()
     head = write_jsonl(tmp_path / "head.jsonl", source[:25])
     assert ingest_file(settings, head, progress=False).accepted == 25

@@ -103,7 +103,7 @@ def test_facts_commands(settings: Settings, capsys: pytest.CaptureFixture[str]) 
     assert [f["key"] for f in json.loads(out)["facts"]] == ["tz"]
     assert _run(settings, capsys, "facts", "remove", "bot", "tz")[0] == 0
     code, _ = _run(settings, capsys, "facts", "get", "bot", "tz")
-    assert code == 4  # NotFoundError
+    assert code == 1  # NotFoundError: a failure (exit 1)
     code, _ = _run(settings, capsys, "facts", "set", "bot", "team", "x", "--scope", "project")
     assert code == 2  # needs --project
 

@@ -46,7 +46,7 @@ def test_second_scheduler_on_same_root_refuses(tmp_path: Path) -> None:
         second = subprocess.run(
             tiermem_cmd(data, "schedule"), capture_output=True, text=True, timeout=60, cwd=Path.cwd()
         )
-        assert second.returncode == 5
+        assert second.returncode == 1
         assert "a scheduler is already running" in second.stderr
         assert f"pid {first.pid}" in second.stderr
         # A scheduler on another data root is independent.
@@ -170,7 +170,7 @@ def test_manual_cli_compress_is_refused_while_the_job_runs(settings: Settings) -
         proc = subprocess.run(
             tiermem_cmd(settings.data_dir, "compress", "--json"), capture_output=True, text=True, timeout=120
         )
-    assert proc.returncode == 5
+    assert proc.returncode == 1
     assert "already running" in proc.stderr and "scheduled threshold_check" in proc.stderr
     proc = subprocess.run(
         tiermem_cmd(settings.data_dir, "compress", "--json"), capture_output=True, text=True, timeout=120

@@ -15,7 +15,19 @@ from pathlib import Path
 import duckdb
 
 from tiermem.eventlog import ERASED_MARK
-from tiermem.events import BOOL, FLOAT, INT, JSON, STR, STREAMS, STRLIST, TS, USAGE, stream_fields
+from tiermem.registry import (
+    BOOL,
+    FLOAT,
+    INT,
+    JSON,
+    STR,
+    STREAMS,
+    STRLIST,
+    TS,
+    USAGE,
+    stream_fields,
+    type_filter,
+)
 from tiermem.settings import Settings
 
 DUCK_TYPES = {
@@ -135,7 +147,7 @@ def create_views(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
     inter_cols = ", ".join(f'"{c}"' for c in stream_fields("interactions"))
     con.execute(
         f"CREATE OR REPLACE TEMP VIEW interactions AS SELECT {inter_cols} FROM interactions_events "
-        "WHERE type = 'interaction'"
+        f"WHERE {type_filter('interactions')}"
     )
 
 

@@ -2,9 +2,38 @@
 
 The library raises these; the CLI turns them into one-line messages and exit
 codes at the edge (tiermem.app.cli), so library callers get structured errors.
+Exit codes: 2 for a usage problem (bad arguments, bad config, a refused query
+or record), 1 for a failure, 3 for a partial result (`ingest` with rejects).
 """
 
 from __future__ import annotations
+
+import errno
+
+# errno -> what it means for the person reading the message ("Errno 30" says little).
+_OS_REASONS = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "no such file or directory",
+    errno.ENOTDIR: "a path component is a file, not a directory",
+    errno.EISDIR: "is a directory",
+    errno.EIO: "input/output error",
+}
+
+
+def os_reason(exc: BaseException) -> str:
+    """What an OS error (or a library's I/O error) means, in a few words."""
+    if isinstance(exc, OSError):
+        return _OS_REASONS.get(exc.errno or 0) or exc.strerror or type(exc).__name__
+    text = " ".join(str(exc).split())
+    if "No space left" in text or "disk is full" in text or "database or disk is full" in text:
+        return "disk full"
+    if "Read-only file system" in text or "readonly database" in text:
+        return "read-only file system"
+    return text or type(exc).__name__
 
 
 class TiermemError(Exception):
@@ -35,15 +64,42 @@ class LogCorruptionError(TiermemError):
 
 
 class ReadOnlyQueryError(TiermemError):
-    """An analyst query tried to write; `tiermem sql` is read-only."""
+    """An analyst query tried to do more than read the memory; `tiermem sql` is read-only."""
 
     exit_code = 2
+
+
+class QueryError(TiermemError):
+    """An analyst query failed while running (bad SQL, timeout, memory limit)."""
+
+    exit_code = 1
+
+
+class InputError(TiermemError):
+    """An input file cannot be used: missing, a directory, unreadable."""
+
+    exit_code = 1
+
+
+class StorageError(TiermemError):
+    """The data root cannot be written (read-only, full disk, not a directory).
+
+    The message says what happened and what state the log was left in.
+    """
+
+    exit_code = 1
+
+
+class DataRootNotFoundError(TiermemError):
+    """A command that only reads memory was pointed at a data root that does not exist."""
+
+    exit_code = 1
 
 
 class NotFoundError(TiermemError):
     """A named agent, event, proposal or fact does not exist."""
 
-    exit_code = 4
+    exit_code = 1
 
 
 class LimitExceededError(TiermemError):
@@ -61,7 +117,7 @@ class PermissionDeniedError(TiermemError):
 class AlreadyRunningError(TiermemError):
     """Another process holds an exclusive role (scheduler, job) on this data root."""
 
-    exit_code = 5
+    exit_code = 1
 
 
 class TransientError(TiermemError):

@@ -30,9 +30,10 @@ from typing import Any
 
 import orjson
 
-from tiermem.errors import ValidationError
-from tiermem.events import STREAMS, stream_of, upcast, validate
+from tiermem.errors import StorageError, ValidationError, os_reason
+from tiermem.events import CALLER, INTERNAL, STREAMS, stream_of, upcast, validate
 from tiermem.ids import format_ts, new_event_id, utcnow
+from tiermem.rejects import Rejected, write_rejects
 from tiermem.settings import Settings
 
 INDEX_NAME = "_index.sqlite"
@@ -75,6 +76,15 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def sealing_mark(jsonl: Path) -> Path:
+    """The file a seal creates (under the stream lock) before converting a segment.
+
+    While it exists, writers treat the segment as closed and put late events for
+    that day in a new segment, which the next seal takes.
+    """
+    return jsonl.with_name(f".{jsonl.stem}.sealing")
 
 
 def open_index(log_dir: Path) -> sqlite3.Connection:
@@ -148,6 +158,22 @@ def _last_newline_end(fd: int, size: int) -> int:
     return 0
 
 
+def _cut_to_whole_lines(fd: int, start: int) -> None:
+    """After a failed write: drop the partial last line it may have left (best effort).
+
+    Whole lines it managed to write stay (readers may already have seen them;
+    the id index catches up with them on the next write); a partial one would
+    otherwise wait for the next writer to quarantine it.
+    """
+    try:
+        size = os.fstat(fd).st_size
+        cut = max(start, _last_newline_end(fd, size))
+        if cut < size:
+            os.ftruncate(fd, cut)
+    except OSError:
+        pass  # the next writer's tail check quarantines what is left
+
+
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write a small file by temp-file + rename, so readers see old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +200,8 @@ class _StreamWriter:
         self.lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         self.fds: dict[str, int] = {}  # partition -> fd of its active segment
         self.active: dict[str, str] = {}  # partition -> active segment stem
-        self.paths: dict[str, tuple[str, str]] = {}  # partition -> (its .jsonl, its .parquet twin)
+        # partition -> (its .jsonl, its .parquet twin, the seal's "being sealed" mark)
+        self.paths: dict[str, tuple[str, str, str]] = {}
         # Group commit: callers queue their events; one of them (the leader) writes
         # everything queued with one lock and one fsync while the others wait.
         self.group_cond = threading.Condition()
@@ -191,10 +218,10 @@ class _StreamWriter:
     def segment_for(self, partition: str) -> tuple[str, int]:
         stem = self.active.get(partition)
         if stem is not None:
-            jsonl, parquet = self.paths[partition]
-            # Another process may have rolled the segment over, sealed it, or
-            # rewritten it (erasure replaces the file: same name, new inode).
-            # Plain string paths: this runs on every append.
+            jsonl, parquet, sealing = self.paths[partition]
+            # Another process may have rolled the segment over, sealed it (or be
+            # sealing it), or rewritten it (erasure replaces the file: same name,
+            # new inode). Plain string paths: this runs on every append.
             try:
                 on_disk = os.stat(jsonl)
             except FileNotFoundError:
@@ -204,6 +231,7 @@ class _StreamWriter:
                 or on_disk.st_ino != os.fstat(self.fds[partition]).st_ino
                 or on_disk.st_size >= self.log.settings.segment_max_bytes
                 or os.path.exists(parquet)
+                or os.path.exists(sealing)
             ):
                 self._drop(partition)
                 self.log.forget_segment(f"{self.stream}/{partition}/{stem}")
@@ -222,7 +250,7 @@ class _StreamWriter:
                 fsync_path(self.root)
             self.fds[partition] = fd
             self.active[partition] = stem
-            self.paths[partition] = (str(path), str(part_dir / f"{stem}.parquet"))
+            self.paths[partition] = (str(path), str(part_dir / f"{stem}.parquet"), str(sealing_mark(path)))
         fd = self.fds[partition]
         self.log.repair_tail(self.stream, partition, stem, fd)
         return stem, fd
@@ -244,6 +272,7 @@ class _StreamWriter:
                 p.stem
                 for p in part_dir.glob("*.jsonl")
                 if not (part_dir / f"{p.stem}.parquet").exists()
+                and not sealing_mark(p).exists()
                 and p.stat().st_size < self.log.settings.segment_max_bytes
             )
             if open_segments:
@@ -376,47 +405,13 @@ class EventLog:
     # --------------------------------------------------------------- rejects
     def reject(self, record: Any, error: ValidationError, *, source: str = "append") -> None:
         """Keep an invalid record with its reason under `_rejects/` (never lost)."""
-        self.reject_many([(record, error)], source=source)
+        self.reject_many([Rejected(record, error)], source=source)
 
     def reject_many(
-        self, items: Iterable[tuple[Any, ValidationError]], *, source: str = "append"
+        self, items: Iterable[Rejected | tuple[Any, ValidationError]], *, source: str = "append"
     ) -> Path | None:
         """Keep invalid records with their reasons, one write and one fsync for all of them."""
-        stamp = format_ts(utcnow())
-        lines = []
-        for record, error in items:
-            if isinstance(record, bytes | bytearray):
-                raw = bytes(record).decode("utf-8", errors="replace")
-            else:
-                try:
-                    raw = orjson.dumps(record, default=str).decode()
-                except TypeError:
-                    raw = repr(record)
-            lines.append(
-                orjson.dumps(
-                    {
-                        "ts": stamp,
-                        "source": source,
-                        "field": error.field,
-                        "reason": error.reason,
-                        "record": raw,
-                    }
-                )
-                + b"\n"
-            )
-        if not lines:
-            return None
-        rdir = self.settings.rejects_dir / ("date=" + stamp[:10])
-        rdir.mkdir(parents=True, exist_ok=True)
-        path = rdir / f"rejects-{os.getpid()}.jsonl"
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            _write_all(fd, b"".join(lines))
-            if self.settings.fsync != "none":
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        return path
+        return write_rejects(self.settings, items, source=source)
 
     # --------------------------------------------------------------- appends
     def _writer(self, stream: str) -> _StreamWriter:
@@ -426,28 +421,48 @@ class EventLog:
                 w = self._writers[stream] = _StreamWriter(self, stream)
             return w
 
-    def append(self, record: Mapping[str, Any]) -> AppendResult:
-        """Validate, enrich and durably append one event. Raises ValidationError (after rejecting)."""
+    def check(self, record: Any, writer: str = INTERNAL) -> dict[str, Any]:
+        """Validate one record as `writer` with this log's limits (no write).
+
+        A caller's record must also fit in `limits.max_record_bytes` once stored.
+        """
+        limits = self.settings.limits
+        event = validate(record, writer=writer, limits=limits)
+        if writer == CALLER:
+            size = len(orjson.dumps(event))
+            if size > limits.max_record_bytes:
+                raise ValidationError(
+                    "<record>", f"{size:,} bytes, over max_record_bytes = {limits.max_record_bytes:,}"
+                )
+        return event
+
+    def append(self, record: Mapping[str, Any], *, writer: str = INTERNAL) -> AppendResult:
+        """Validate, enrich and durably append one event. Raises ValidationError (after rejecting).
+
+        `writer=CALLER` for a record from outside: only caller event types pass
+        (the trust boundary of `ingest`, `append`, `record_turn`); tiermem's own
+        commands and jobs write as INTERNAL.
+        """
         try:
-            event = validate(record)
+            event = self.check(record, writer)
         except ValidationError as exc:
             self.reject(record, exc)
             raise
         return self.append_validated([event])[0]
 
     def append_many(
-        self, records: Iterable[Mapping[str, Any]], *, source: str = "append"
+        self, records: Iterable[Mapping[str, Any]], *, source: str = "append", writer: str = INTERNAL
     ) -> AppendBatchResult:
         """Append many events with one lock and one fsync per stream; bad ones go to rejects."""
         out = AppendBatchResult()
         good: list[dict[str, Any]] = []
-        bad: list[tuple[Any, ValidationError]] = []
+        bad: list[Rejected] = []
         for i, record in enumerate(records):
             try:
-                good.append(validate(record))
+                good.append(self.check(record, writer))
             except ValidationError as exc:
                 out.rejected.append((i, exc))
-                bad.append((record, exc))
+                bad.append(Rejected(record, exc))
         self.reject_many(bad, source=source)
         out.results = self.append_validated(good)
         return out
@@ -601,11 +616,24 @@ class EventLog:
         for segment, fd, payload, keep in pending:
             start_size = os.fstat(fd).st_size
             first_line = self._count_lines(segment, fd, start_size)
-            _write_all(fd, payload)
+            try:
+                _write_all(fd, payload)
+            except OSError as exc:
+                _cut_to_whole_lines(fd, start_size)
+                self.forget_segment(segment)
+                raise StorageError(
+                    f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
+                ) from exc
             written.append((segment, fd, start_size + len(payload), first_line, keep))
         if self.settings.fsync != "none":
-            for _segment, fd, *_ in written:
-                os.fsync(fd)
+            for segment, fd, *_ in written:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    raise StorageError(
+                        f"syncing {segment}.jsonl to disk: {os_reason(exc)}; "
+                        "the records of this write may not be durable"
+                    ) from exc
         return written
 
     def _index_written(
@@ -614,16 +642,26 @@ class EventLog:
         """Record the written ids and how far each segment is indexed (after the data is durable)."""
         if not written:
             return
-        conn.execute("BEGIN")
+        try:
+            conn.execute("BEGIN")
+            for segment, _fd, end, _first_line, keep in written:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO event_ids VALUES (?, ?)", [(ids[i], segment) for i in keep]
+                )
+                conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, end))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise StorageError(
+                f"updating the event-id index: {os_reason(exc)}; the records are in the log and "
+                "the index catches up with them on the next write"
+            ) from exc
+        # The caches move only once the index has committed.
         for segment, fd, end, first_line, keep in written:
-            conn.executemany(
-                "INSERT OR IGNORE INTO event_ids VALUES (?, ?)", [(ids[i], segment) for i in keep]
-            )
-            conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, end))
             ino = os.fstat(fd).st_ino
             self._indexed_to[segment] = (ino, end)
             self._line_counts[segment] = (ino, end, first_line + len(keep))
-        conn.execute("COMMIT")
 
     @staticmethod
     def _indexed_ids(conn: sqlite3.Connection, ids: list[str]) -> set[str]:

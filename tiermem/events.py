@@ -1,10 +1,17 @@
-"""Event schema, version 1: field specs, validation, enrichment and upcasting.
+"""Event validation: field checks, limits, the caller/internal gate, enrichment, upcasting.
 
-The stored record is a flat JSON object. Every event has the common fields
-(`event_id`, `type`, `ts`, `schema_version`, `agent_id`); each type declares
-its own fields below. Unknown top-level fields are not dropped: they move to
-`extra` so nothing a caller sent is lost. Records written under an older
-schema version are upcast on read, so old files stay readable as the schema grows.
+What each event type holds is declared in `tiermem.registry`; this module
+checks records against those declarations. The stored record is a flat JSON
+object. Every event has the common fields (`event_id`, `type`, `ts`,
+`schema_version`, `agent_id`); each type declares its own fields. Unknown
+top-level fields are not dropped: they move to `extra` so nothing a caller sent
+is lost. Records written under an older schema version are upcast on read, so
+old files stay readable as the schema grows.
+
+Who is writing matters: `validate(record, writer=CALLER)` (ingest, append,
+record_turn, HTTP) accepts only the types the registry marks as caller events;
+tiermem's own commands and jobs write with `writer=INTERNAL`. Limits
+(`LimitSettings`: field length, nesting depth, timestamp years) apply to both.
 """
 
 from __future__ import annotations
@@ -12,261 +19,72 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from tiermem.errors import ValidationError
 from tiermem.ids import format_ts, new_event_id, parse_ts, utcnow
-
-SCHEMA_VERSION = 1
-MEMORY_LEVELS = ("global", "project", "task")
-SCOPES = ("system", "agent_type", "project", "override")
-MAX_TEXT = 1_000_000  # one field of one record; larger is a caller bug, not a turn
-
-# Field kinds. Each maps to one Arrow type and one DuckDB type (see catalog/seal).
-STR, INT, FLOAT, BOOL, TS, STRLIST, JSON, USAGE = (
-    "str",
-    "int",
-    "float",
-    "bool",
-    "ts",
-    "strlist",
-    "json",
-    "usage",
+from tiermem.registry import (
+    BOOL,
+    CALLER,
+    CALLER_TYPES,
+    COMMON_FIELDS,
+    EVENT_TYPES,
+    FLOAT,
+    INT,
+    INTERACTION_FIELDS,
+    INTERNAL,
+    JSON,
+    MEMORY_LEVELS,
+    SCHEMA_VERSION,
+    SCOPES,
+    STR,
+    STREAMS,
+    STRLIST,
+    TS,
+    USAGE,
+    USAGE_FIELDS,
+    EventType,
+    stream_fields,
 )
+from tiermem.settings import LimitSettings
 
-COMMON_FIELDS: dict[str, str] = {
-    "event_id": STR,
-    "type": STR,
-    "ts": TS,
-    "schema_version": INT,
-    "agent_id": STR,
-}
+__all__ = [
+    "BOOL",
+    "CALLER",
+    "CALLER_TYPES",
+    "COMMON_FIELDS",
+    "DEFAULT_LIMITS",
+    "EVENT_TYPES",
+    "FLOAT",
+    "INT",
+    "INTERNAL",
+    "JSON",
+    "MAX_TEXT",
+    "MEMORY_LEVELS",
+    "SCHEMA_VERSION",
+    "SCOPES",
+    "STR",
+    "STREAMS",
+    "STRLIST",
+    "TS",
+    "USAGE",
+    "USAGE_FIELDS",
+    "EventType",
+    "check_json_value",
+    "stream_fields",
+    "stream_of",
+    "upcast",
+    "validate",
+    "validate_full",
+]
 
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "tool_calls")
-
-
-@dataclass(frozen=True)
-class EventType:
-    name: str
-    stream: str
-    fields: Mapping[str, str]  # declared fields beyond the common ones
-    required: tuple[str, ...] = ()
-    agent_required: bool = True
-
-
-def _t(
-    name: str, stream: str, fields: dict[str, str], required: tuple[str, ...] = (), agent: bool = True
-) -> EventType:
-    return EventType(name, stream, fields, required, agent)
-
-
-INTERACTION_FIELDS: dict[str, str] = {
-    "agent_type": STR,
-    "project_id": STR,
-    "task_id": STR,
-    "session_id": STR,
-    "channel": STR,
-    "user": STR,
-    "memory_level": STR,
-    "user_message": STR,
-    "agent_response": STR,
-    "model": STR,
-    "usage": USAGE,
-    "tools_used": STRLIST,
-    "selection_reason": STR,
-    "approval_status": STR,
-    "latency_ms": FLOAT,
-    "response_length": INT,
-    "metadata": JSON,
-}
-
-EVENT_TYPES: dict[str, EventType] = {
-    t.name: t
-    for t in (
-        _t("interaction", "interactions", INTERACTION_FIELDS, ("user_message", "agent_response")),
-        _t(
-            "memory_transition",
-            "transitions",
-            {
-                "from_level": STR,
-                "to_level": STR,
-                "summary": STR,
-                "project_id": STR,
-                "task_id": STR,
-                "session_id": STR,
-                "source_event_ids": STRLIST,
-            },
-            ("from_level", "to_level", "summary"),
-        ),
-        _t(
-            "episode",
-            "episodes",
-            {
-                "name": STR,
-                "summary": STR,
-                "key_quotes": JSON,  # [{"text": verbatim quote, "event_id": turn it came from}]
-                "participants": STRLIST,
-                "start_ts": TS,
-                "end_ts": TS,
-                "importance": INT,
-                "important": BOOL,
-                "emotional_context": STR,
-                "kind": STR,  # "episode" | "session_summary" | "task_summary"
-                "scorer": STR,  # "offline" | "claude"
-                "project_id": STR,
-                "source_event_ids": STRLIST,
-                "metadata": JSON,
-            },
-            ("name", "summary", "start_ts", "end_ts", "importance", "source_event_ids"),
-        ),
-        _t(
-            "knowledge_proposed",
-            "knowledge",
-            {
-                "agent_type": STR,
-                "project_id": STR,
-                "scope": STR,
-                "category": STR,  # "user" | "domain" | "personal" | free-form
-                "topic": STR,
-                "key": STR,
-                "content": STR,
-                "participant": STR,
-                "confidence": FLOAT,
-                "importance": INT,
-                "origin": STR,  # "compressor" | "agent" | "gap_fill" | "user"
-                "is_correction": BOOL,
-                "corrects": STR,
-                "evidence": JSON,
-                "source_event_ids": STRLIST,
-            },
-            ("content",),
-        ),
-        _t(
-            "knowledge_decided",
-            "knowledge",
-            {
-                "proposal_id": STR,
-                "decision": STR,  # created|touched|merged|superseded|deactivated|promoted|archived|rejected|pending|approved
-                "fact_id": STR,
-                "content": STR,
-                "previous_content": STR,
-                "scope": STR,
-                "category": STR,
-                "topic": STR,
-                "key": STR,
-                "participant": STR,
-                "project_id": STR,
-                "agent_type": STR,
-                "status": STR,
-                "similarity": FLOAT,
-                "note": STR,
-                "decided_by": STR,
-                "source_event_ids": STRLIST,
-                # Added by the evolver (optional): per-fact revision (latest wins),
-                # the full text behind a summary (seed 001 §9), and lifecycle inputs.
-                "revision": INT,
-                "original": STR,
-                "importance": INT,
-                "confidence": FLOAT,
-                "origin": STR,
-                "seen_projects": STRLIST,
-            },
-            ("decision",),
-        ),
-        _t(
-            "fact_set",
-            "knowledge",
-            {
-                "fact_id": STR,
-                "key": STR,
-                "value": STR,
-                "scope": STR,
-                "agent_type": STR,
-                "project_id": STR,
-                "participant": STR,
-                "source": STR,  # "user" | "agent" | "system"
-                "source_event_ids": STRLIST,
-            },
-            ("key", "value"),
-        ),
-        _t(
-            "fact_removed",
-            "knowledge",
-            {"fact_id": STR, "key": STR, "scope": STR, "project_id": STR, "agent_type": STR, "reason": STR},
-            ("key",),
-        ),
-        _t(
-            "identity_set",
-            "knowledge",
-            {"content": STR, "participant": STR, "source": STR},
-            ("content",),
-        ),
-        _t(
-            "relationship_updated",
-            "relationships",
-            {
-                "participant": STR,
-                "summary": STR,
-                "rapport": FLOAT,
-                "trust": FLOAT,
-                "last_spoke_ts": TS,
-                "interactions": INT,
-                "source_event_ids": STRLIST,
-            },
-            ("participant", "summary"),
-        ),
-        _t(
-            "retrieval",
-            "retrievals",
-            {
-                "query": STR,
-                "tool": STR,
-                "participant": STR,
-                "item_ids": STRLIST,
-                "scores": JSON,
-                "tokens": INT,
-                "reason": STR,
-                "session_id": STR,
-            },
-            ("tool",),
-        ),
-        _t(
-            "session_ended",
-            "sessions",
-            {"session_id": STR, "user": STR, "reason": STR},
-            ("session_id",),
-        ),
-        _t(
-            "erasure",
-            "erasures",
-            # What to erase, never the erased content itself.
-            {
-                "target_kind": STR,
-                "target": STR,
-                "requested_by": STR,
-                "reason": STR,
-                "erased_event_ids": STRLIST,
-            },
-            ("target_kind", "target"),
-            agent=False,
-        ),
-    )
-}
-
-STREAMS: tuple[str, ...] = tuple(dict.fromkeys(t.stream for t in EVENT_TYPES.values()))
-
-
-def stream_fields(stream: str) -> dict[str, str]:
-    """All columns of a stream: common fields, every type's fields, then `extra`."""
-    cols = dict(COMMON_FIELDS)
-    for t in EVENT_TYPES.values():
-        if t.stream == stream:
-            for name, kind in t.fields.items():
-                cols.setdefault(name, kind)
-    cols["extra"] = JSON
-    return cols
+DEFAULT_LIMITS = LimitSettings()
+MAX_TEXT = (
+    DEFAULT_LIMITS.max_field_chars
+)  # the default per-string limit (jobs check their own output with it)
+_INT64 = 2**63
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def stream_of(event_type: str) -> str:
@@ -281,91 +99,166 @@ def stream_of(event_type: str) -> str:
 # ---------------------------------------------------------------- validation
 
 
-def _check_str(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValidationError(name, f"expected a string, got {type(value).__name__}")
-    if len(value) > MAX_TEXT:
-        raise ValidationError(name, f"longer than {MAX_TEXT} characters ({len(value)})")
+def _shown(value: Any) -> str:
+    """A value quoted in an error message: never more than a short line."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_text(name: str, value: str, limits: LimitSettings) -> str:
+    """Any string anywhere in a record: bounded, no NUL, no lone surrogate."""
+    if len(value) > limits.max_field_chars:
+        raise ValidationError(name, f"longer than max_field_chars = {limits.max_field_chars} ({len(value)})")
     if "\x00" in value:
         raise ValidationError(name, "contains a NUL character")
+    if not value.isascii() and _SURROGATE.search(value):
+        raise ValidationError(name, "contains a lone surrogate (not valid Unicode text)")
     return value
 
 
-def _check_int(name: str, value: Any) -> int:
+def _check_str(name: str, value: Any, limits: LimitSettings) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(name, f"expected a string, got {type(value).__name__}")
+    return _check_text(name, value, limits)
+
+
+def _check_int(name: str, value: Any, limits: LimitSettings) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(name, f"expected an integer, got {type(value).__name__}")
     if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
         raise ValidationError(name, f"expected an integer, got {value!r}")
-    if not -(2**63) <= int(value) < 2**63:
+    if not -_INT64 <= int(value) < _INT64:
         raise ValidationError(name, "integer out of 64-bit range")
     return int(value)
 
 
-def _check_float(name: str, value: Any) -> float:
+def _check_float(name: str, value: Any, limits: LimitSettings) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(name, f"expected a number, got {type(value).__name__}")
     if not math.isfinite(value):
         raise ValidationError(name, f"expected a finite number, got {value!r}")
+    if isinstance(value, int) and not -_INT64 <= value < _INT64:
+        raise ValidationError(name, "number out of 64-bit range")
     return float(value)
 
 
-def _check_bool(name: str, value: Any) -> bool:
+def _check_bool(name: str, value: Any, limits: LimitSettings) -> bool:
     if not isinstance(value, bool):
         raise ValidationError(name, f"expected true or false, got {type(value).__name__}")
     return value
 
 
-def _check_ts(name: str, value: Any) -> str:
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ValidationError(name, "naive datetime; give a UTC offset")
-        return format_ts(value)
-    if not isinstance(value, str):
-        raise ValidationError(name, f"expected an ISO-8601 timestamp string, got {type(value).__name__}")
+_BOUNDS: dict[tuple[int, int], tuple[str, str]] = {}
+
+
+def _year_bounds(limits: LimitSettings) -> tuple[str, str]:
+    """The accepted years as the 4-digit prefixes of timestamps, for the fast path's string compare."""
+    key = (limits.min_year, limits.max_year)
+    bounds = _BOUNDS.get(key)
+    if bounds is None:
+        bounds = _BOUNDS[key] = (f"{key[0]:04d}", f"{key[1]:04d}")
+    return bounds
+
+
+def _check_ts(name: str, value: Any, limits: LimitSettings) -> str:
     try:
-        parsed = parse_ts(value)
-    except ValueError as exc:
-        raise ValidationError(name, f"not an ISO-8601 timestamp with offset: {value!r} ({exc})") from None
-    if not 1970 <= parsed.year <= 9999:
-        raise ValidationError(name, f"year {parsed.year} out of range")
+        if isinstance(value, datetime):
+            if value.tzinfo is None:
+                raise ValidationError(name, "naive datetime; give a UTC offset")
+            parsed = value.astimezone(UTC)
+        elif not isinstance(value, str):
+            raise ValidationError(name, f"expected an ISO-8601 timestamp string, got {type(value).__name__}")
+        elif len(value) > 64:
+            raise ValidationError(name, f"not an ISO-8601 timestamp ({len(value)} characters)")
+        else:
+            parsed = parse_ts(value)  # in UTC: the year checked is the partition the event lands in
+    except (ValueError, OverflowError) as exc:
+        raise ValidationError(
+            name, f"not an ISO-8601 timestamp with offset: {_shown(value)} ({exc})"
+        ) from None
+    if not limits.min_year <= parsed.year <= limits.max_year:
+        raise ValidationError(
+            name, f"year {parsed.year} outside the accepted range {limits.min_year}-{limits.max_year} (UTC)"
+        )
     return format_ts(parsed)
 
 
-def _check_strlist(name: str, value: Any) -> list[str]:
+def _check_strlist(name: str, value: Any, limits: LimitSettings) -> list[str]:
     if not isinstance(value, list):
         raise ValidationError(name, f"expected a list of strings, got {type(value).__name__}")
     for i, item in enumerate(value):
-        _check_str(f"{name}[{i}]", item)
+        _check_str(f"{name}[{i}]", item, limits)
     return list(value)
 
 
-def _check_json(name: str, value: Any) -> Any:
-    # Free-form maps/lists: only JSON-representable values (orjson enforces the rest).
+def check_json_value(name: str, value: Any, limits: LimitSettings, depth: int = 2) -> None:
+    """A free-form JSON value: JSON types only, finite numbers, 64-bit integers, bounded strings and depth.
+
+    `depth` is the nesting level of `value` itself (a field of the record is at 2).
+    """
+    if depth > limits.max_depth:
+        root = name.split(".", 1)[0].split("[", 1)[0]
+        raise ValidationError(root, f"nested deeper than max_depth = {limits.max_depth}")
+    kind = type(value)
+    if kind is str:
+        _check_text(name, value, limits)
+    elif kind is dict:
+        limit = limits.max_field_chars
+        for key, item in value.items():
+            # Names for error messages are only built when there is an error (this runs per key).
+            if type(key) is not str:
+                raise ValidationError(name, f"object key {_shown(key)} is not a string")
+            if len(key) > limit or "\x00" in key or not key.isascii():
+                _check_text(f"{name}.<key>", key, limits)
+            kind = type(item)
+            if kind is str:
+                if len(item) > limit or "\x00" in item or not item.isascii():
+                    _check_text(f"{name}.{key}", item, limits)
+            elif kind is int:
+                if not -_INT64 <= item < _INT64:
+                    raise ValidationError(f"{name}.{key}", "integer out of 64-bit range")
+            elif item is not None and kind is not bool:
+                check_json_value(f"{name}.{key}", item, limits, depth + 1)
+    elif kind is list or kind is tuple:
+        for i, item in enumerate(value):
+            check_json_value(f"{name}[{i}]", item, limits, depth + 1)
+    elif kind is int:
+        if not -_INT64 <= value < _INT64:
+            raise ValidationError(name, "integer out of 64-bit range")
+    elif kind is float:
+        if not math.isfinite(value):
+            raise ValidationError(name, f"expected a finite number, got {value!r}")
+    elif value is not None and kind is not bool:
+        raise ValidationError(name, f"{kind.__name__} is not a JSON value")
+
+
+def _check_json(name: str, value: Any, limits: LimitSettings) -> Any:
     if not isinstance(value, dict | list):
         raise ValidationError(name, f"expected an object or list, got {type(value).__name__}")
+    check_json_value(name, value, limits)
     return value
 
 
-def _check_usage(name: str, value: Any) -> dict[str, int]:
+def _check_usage(name: str, value: Any, limits: LimitSettings) -> dict[str, int]:
     if not isinstance(value, dict):
         raise ValidationError(name, f"expected an object with {', '.join(USAGE_FIELDS)}")
     unknown = set(value) - set(USAGE_FIELDS)
     if unknown:
         raise ValidationError(
-            f"{name}.{sorted(unknown)[0]}", f"unknown usage field; known: {', '.join(USAGE_FIELDS)}"
+            f"{name}.{sorted(map(str, unknown))[0]}", f"unknown usage field; known: {', '.join(USAGE_FIELDS)}"
         )
     out: dict[str, int] = {}
     for key, item in value.items():
         if item is None:
             continue
-        n = _check_int(f"{name}.{key}", item)
+        n = _check_int(f"{name}.{key}", item, limits)
         if n < 0:
             raise ValidationError(f"{name}.{key}", f"must be >= 0, got {n}")
         out[key] = n
     return out
 
 
-CHECKERS: dict[str, Callable[[str, Any], Any]] = {
+CHECKERS: dict[str, Callable[[str, Any, LimitSettings], Any]] = {
     STR: _check_str,
     INT: _check_int,
     FLOAT: _check_float,
@@ -380,12 +273,12 @@ CHECKERS: dict[str, Callable[[str, Any], Any]] = {
 def upcast(record: Mapping[str, Any]) -> dict[str, Any]:
     """Bring a record of an older schema version to the current one.
 
-    Version 0 is the seed's original log line (camelCase `agentId`, `timestamp`,
+    Version 0 is the original log line (camelCase `agentId`, `timestamp`,
     `usage.inputTokens`, no `type`): files written that way stay readable.
     """
     rec = dict(record)
     version = rec.get("schema_version", 0 if "agentId" in rec or "timestamp" in rec else SCHEMA_VERSION)
-    if version == 0:
+    if version == 0 and type(version) is int:
         if "agentId" in rec:
             rec.setdefault("agent_id", rec.pop("agentId"))
         if "timestamp" in rec:
@@ -401,32 +294,44 @@ def upcast(record: Mapping[str, Any]) -> dict[str, Any]:
             rec["usage"] = {renames.get(k, k): v for k, v in usage.items()}
         rec.setdefault("type", "interaction")
         rec["schema_version"] = 1
-    elif isinstance(version, int) and version > SCHEMA_VERSION:
+    elif type(version) is int and version > SCHEMA_VERSION:
         raise ValidationError(
             "schema_version", f"{version} is newer than this tiermem ({SCHEMA_VERSION}); upgrade"
         )
     return rec
 
 
-def validate(record: Any, *, now: datetime | None = None) -> dict[str, Any]:
+def validate(
+    record: Any,
+    *,
+    now: datetime | None = None,
+    writer: str = INTERNAL,
+    limits: LimitSettings = DEFAULT_LIMITS,
+) -> dict[str, Any]:
     """Validate, normalise and enrich one record; raise ValidationError naming the field.
 
-    Enrichment at write time: `ts` (now, UTC) and `event_id` when missing,
-    `schema_version`, and for interactions `response_length` and the
-    enrichment defaults (`tools_used` = [], `memory_level` = "global").
+    `writer`: CALLER for records from outside (only caller event types pass),
+    INTERNAL for tiermem's own commands and jobs. Enrichment at write time:
+    `ts` (now, UTC) and `event_id` when missing, `schema_version`, and for
+    interactions `response_length` and the enrichment defaults (`tools_used` =
+    [], `memory_level` = "global").
     """
     if type(record) is dict and record.get("type") == "interaction":
-        fast = _fast_interaction(record, now)
+        fast = _fast_interaction(record, now, limits)
         if fast is not None:
             return fast
-    return validate_full(record, now=now)
+    return validate_full(record, now=now, writer=writer, limits=limits)
 
 
-def validate_full(record: Any, *, now: datetime | None = None) -> dict[str, Any]:
-    """The general validation path (every type, every version); `validate` may take a shortcut."""
-    if not isinstance(record, Mapping):
-        raise ValidationError("<record>", f"expected a JSON object, got {type(record).__name__}")
-    rec = upcast(record)
+def _refuse_for_caller(spec: EventType) -> ValidationError:
+    return ValidationError(
+        "type",
+        f"{spec.name!r} is an internal event, written only by {', '.join(spec.writers)}; "
+        f"callers may send: {', '.join(CALLER_TYPES)}",
+    )
+
+
+def _type_of(rec: Mapping[str, Any], writer: str) -> EventType:
     etype = rec.get("type")
     if etype is None:
         raise ValidationError("type", "missing")
@@ -435,27 +340,51 @@ def validate_full(record: Any, *, now: datetime | None = None) -> dict[str, Any]
     spec = EVENT_TYPES.get(etype)
     if spec is None:
         raise ValidationError(
-            "type", f"unknown event type {etype!r}; known: {', '.join(sorted(EVENT_TYPES))}"
+            "type", f"unknown event type {_shown(etype)}; known: {', '.join(sorted(EVENT_TYPES))}"
         )
-    sv = rec.get("schema_version", SCHEMA_VERSION)
-    if sv != SCHEMA_VERSION:
-        raise ValidationError("schema_version", f"expected {SCHEMA_VERSION}, got {sv!r}")
+    if writer == CALLER and spec.origin != CALLER:
+        raise _refuse_for_caller(spec)
+    sv = rec.get("schema_version", spec.version)
+    if type(sv) is not int or sv != spec.version:
+        raise ValidationError("schema_version", f"expected {spec.version}, got {_shown(sv)}")
+    return spec
 
-    out: dict[str, Any] = {"type": etype, "schema_version": SCHEMA_VERSION}
-    extra: dict[str, Any] = dict(rec.get("extra") or {}) if isinstance(rec.get("extra"), dict) else {}
+
+def validate_full(
+    record: Any,
+    *,
+    now: datetime | None = None,
+    writer: str = INTERNAL,
+    limits: LimitSettings = DEFAULT_LIMITS,
+) -> dict[str, Any]:
+    """The general validation path (every type, every version); `validate` may take a shortcut."""
+    if not isinstance(record, Mapping):
+        raise ValidationError("<record>", f"expected a JSON object, got {type(record).__name__}")
+    for key in record:
+        if not isinstance(key, str):
+            raise ValidationError("<record>", f"field name {_shown(key)} is not a string")
+    rec = upcast(record)
+    spec = _type_of(rec, writer)
+
+    out: dict[str, Any] = {"type": spec.name, "schema_version": spec.version}
     if "extra" in rec and not isinstance(rec["extra"], dict | type(None)):
         raise ValidationError("extra", "expected an object")
+    extra: dict[str, Any] = dict(rec.get("extra") or {})
+    if extra:
+        check_json_value("extra", extra, limits)
     declared = {**COMMON_FIELDS, **spec.fields}
     for name, value in rec.items():
         if name in ("type", "schema_version", "extra"):
             continue
         kind = declared.get(name)
         if kind is None:
+            _check_text("<field name>", name, limits)
+            check_json_value(name, value, limits)
             extra[name] = value  # kept, not dropped
             continue
         if value is None:
             continue
-        out[name] = CHECKERS[kind](name, value)
+        out[name] = CHECKERS[kind](name, value, limits)
 
     if "agent_id" not in out:
         if spec.agent_required:
@@ -468,23 +397,25 @@ def validate_full(record: Any, *, now: datetime | None = None) -> dict[str, Any]
 
     if "event_id" in out:
         eid = out["event_id"]
-        if not eid or len(eid) > 128 or any(c.isspace() or c in "/\\" for c in eid):
-            raise ValidationError("event_id", "must be 1-128 characters without spaces or slashes")
+        if not eid or len(eid) > 128 or any(not c.isprintable() or c.isspace() or c in "/\\" for c in eid):
+            raise ValidationError("event_id", "must be 1-128 printable characters without spaces or slashes")
     stamp = parse_ts(out["ts"]) if "ts" in out else (now or utcnow())
     out["ts"] = format_ts(stamp)
     if "event_id" not in out:
         out["event_id"] = new_event_id(stamp)
 
-    if etype == "interaction":
+    if spec.name == "interaction":
         _enrich_interaction(out)
-    elif etype == "memory_transition":
+    elif spec.name == "memory_transition":
         for name in ("from_level", "to_level"):
             if out[name] not in MEMORY_LEVELS:
-                raise ValidationError(name, f"expected one of {', '.join(MEMORY_LEVELS)}, got {out[name]!r}")
-    elif etype == "episode" and not 1 <= out["importance"] <= 10:
+                raise ValidationError(
+                    name, f"expected one of {', '.join(MEMORY_LEVELS)}, got {_shown(out[name])}"
+                )
+    elif spec.name == "episode" and not 1 <= out["importance"] <= 10:
         raise ValidationError("importance", f"must be 1-10, got {out['importance']}")
     if "scope" in out and out["scope"] not in SCOPES:
-        raise ValidationError("scope", f"expected one of {', '.join(SCOPES)}, got {out['scope']!r}")
+        raise ValidationError("scope", f"expected one of {', '.join(SCOPES)}, got {_shown(out['scope'])}")
     if extra:
         out["extra"] = extra
     # The id goes first on the stored line so that readers of raw lines (the id
@@ -496,7 +427,9 @@ def validate_full(record: Any, *, now: datetime | None = None) -> dict[str, Any]
 def _enrich_interaction(out: dict[str, Any]) -> None:
     level = out.setdefault("memory_level", "global")
     if level not in MEMORY_LEVELS:
-        raise ValidationError("memory_level", f"expected one of {', '.join(MEMORY_LEVELS)}, got {level!r}")
+        raise ValidationError(
+            "memory_level", f"expected one of {', '.join(MEMORY_LEVELS)}, got {_shown(level)}"
+        )
     if not out["user_message"] and not out["agent_response"]:
         raise ValidationError("user_message", "both user_message and agent_response are empty")
     actual = len(out["agent_response"])
@@ -519,10 +452,13 @@ def _enrich_interaction(out: dict[str, Any]) -> None:
 _FAST_ID = re.compile(r"[0-9A-Za-z_.:\-]{1,128}")
 _FAST_KINDS: dict[str, str] = {**COMMON_FIELDS, **INTERACTION_FIELDS}
 _FAST_STR = frozenset(name for name, kind in _FAST_KINDS.items() if kind == STR and name != "type")
+_INTERACTION_VERSION = EVENT_TYPES["interaction"].version
 
 
-def _fast_ts(value: str) -> bool:
-    if len(value) != 24 or value[23] != "Z" or value[10] != "T" or value[19] != "." or value[:4] < "1970":
+def _fast_ts(value: str, bounds: tuple[str, str]) -> bool:
+    if len(value) != 24 or value[23] != "Z" or value[10] != "T" or value[19] != ".":
+        return False
+    if not bounds[0] <= value[:4] <= bounds[1]:
         return False
     try:
         datetime.fromisoformat(value)
@@ -531,17 +467,25 @@ def _fast_ts(value: str) -> bool:
     return True
 
 
-def _fast_interaction(rec: dict[str, Any], now: datetime | None) -> dict[str, Any] | None:
-    out: dict[str, Any] = {"type": "interaction", "schema_version": SCHEMA_VERSION}
+def _fast_interaction(
+    rec: dict[str, Any], now: datetime | None, limits: LimitSettings
+) -> dict[str, Any] | None:
+    out: dict[str, Any] = {"type": "interaction", "schema_version": _INTERACTION_VERSION}
+    limit = limits.max_field_chars
+    bounds = _year_bounds(limits)
     for name, value in rec.items():
         if type(value) is str:  # most fields: dispatch on the value's type first
             if name in _FAST_STR:
-                if "\x00" in value or len(value) > MAX_TEXT:
+                if (
+                    "\x00" in value
+                    or len(value) > limit
+                    or (not value.isascii() and _SURROGATE.search(value))
+                ):
                     return None
                 if name == "event_id" and not _FAST_ID.fullmatch(value):
                     return None
             elif name == "ts":
-                if not _fast_ts(value):
+                if not _fast_ts(value, bounds):
                     return None
             elif name == "type":
                 continue
@@ -555,14 +499,14 @@ def _fast_interaction(rec: dict[str, Any], now: datetime | None) -> dict[str, An
             continue
         kind = _FAST_KINDS.get(name)
         if kind is INT:
-            if type(value) is not int or not -(2**63) <= value < 2**63:
+            if type(value) is not int or not -_INT64 <= value < _INT64:
                 return None
             if name == "schema_version":
-                if value != SCHEMA_VERSION:
+                if value != _INTERACTION_VERSION:
                     return None
                 continue
         elif kind is FLOAT:
-            if type(value) is int:
+            if type(value) is int and -_INT64 <= value < _INT64:
                 value = float(value)
             elif type(value) is not float or not math.isfinite(value):
                 return None
@@ -570,18 +514,24 @@ def _fast_interaction(rec: dict[str, Any], now: datetime | None) -> dict[str, An
             if type(value) is not list:
                 return None
             for item in value:
-                if type(item) is not str or "\x00" in item or len(item) > MAX_TEXT:
+                if type(item) is not str or "\x00" in item or len(item) > limit:
+                    return None
+                if not item.isascii() and _SURROGATE.search(item):
                     return None
             value = list(value)
         elif kind is USAGE:
             if type(value) is not dict:
                 return None
             for key, n in value.items():
-                if key not in USAGE_FIELDS or type(n) is not int or n < 0 or n >= 2**63:
+                if key not in USAGE_FIELDS or type(n) is not int or n < 0 or n >= _INT64:
                     return None
             value = dict(value)
         elif kind is JSON:
             if type(value) is not dict and type(value) is not list:
+                return None
+            try:
+                check_json_value(name, value, limits)
+            except ValidationError:
                 return None
         else:  # unknown field (goes to `extra`), or a value of an unexpected type
             return None

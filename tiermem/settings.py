@@ -18,6 +18,10 @@ TOML layout (every key optional)::
     output = 15.0
     [scheduler]
     threshold_check_seconds = 60
+    [limits]                    # what one ingested record may hold
+    max_record_bytes = 1048576
+    [sql]
+    timeout_seconds = 60
 """
 
 from __future__ import annotations
@@ -119,6 +123,29 @@ class SchedulerSettings:
 
 
 @dataclass(frozen=True)
+class LimitSettings:
+    """What one record may hold; anything beyond is refused with the limit it broke.
+
+    They protect every reader of the log (views, seal, forget, the hot store)
+    from records no agent turn needs: a caller bug or a hostile line.
+    """
+
+    max_record_bytes: int = 1 << 20  # one JSON line (ingest) or one caller record, UTF-8 bytes
+    max_field_chars: int = 262_144  # any one string in a record (a field, an item, a key, a JSON value)
+    max_depth: int = 32  # nesting of objects and arrays, the record itself being level 1
+    min_year: int = 1970  # timestamps must fall within these years (UTC), inclusive
+    max_year: int = 2199
+
+
+@dataclass(frozen=True)
+class SqlSettings:
+    """Analyst SQL (`tiermem sql`, `Memory.sql`): how long and how much memory one query may take."""
+
+    timeout_seconds: float = 60.0
+    memory_limit: str = "2GB"  # DuckDB's own syntax: "512MB", "2GB", ...
+
+
+@dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path("data")
     fsync: FsyncPolicy = "always"
@@ -130,6 +157,8 @@ class Settings:
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     evolver: EvolverSettings = field(default_factory=EvolverSettings)
     scheduler: SchedulerSettings = field(default_factory=SchedulerSettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
+    sql: SqlSettings = field(default_factory=SqlSettings)
     prices: Mapping[str, ModelPrice] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     config_file: Path | None = None
 
@@ -179,15 +208,65 @@ class Settings:
         return replace(self, data_dir=Path(data_dir))
 
 
-def _section(cls: type, raw: Mapping[str, Any], where: str) -> Any:
+def _typed(value: Any, like: Any, name: str) -> Any:
+    """`value` from a TOML file, checked against the type of its default `like`."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(like, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(like, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(like, float):
+        ok, value = number, float(value) if number else value
+    elif isinstance(like, Mapping):
+        ok = isinstance(value, dict) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
+        )
+        if ok:
+            return dict(value)
+        raise ConfigError(f"{name}: expected a table of numbers, got {value!r:.60}")
+    else:  # str, Path, or an optional string (None by default)
+        ok = isinstance(value, str)
+    if not ok:
+        expected = "a string" if like is None or isinstance(like, str | Path) else type(like).__name__
+        raise ConfigError(f"{name}: expected {expected}, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _section(cls: type, raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table of settings, got {type(raw).__name__}")
     known = {f.name for f in fields(cls)}
     unknown = set(raw) - known
     if unknown:
         raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    defaults = {f.name: getattr(cls(), f.name) for f in fields(cls)} if cls is not ModelPrice else {}
+    checked = {k: _typed(v, defaults.get(k, 0.0), f"{where} {k}") for k, v in raw.items()}
     try:
-        return cls(**raw)
+        return cls(**checked)
     except TypeError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _check_ranges(settings: Settings) -> None:
+    """Values of the right type that still make no sense."""
+    lim = settings.limits
+    problems = []
+    if not 1024 <= lim.max_record_bytes <= 1 << 30:
+        problems.append(f"limits.max_record_bytes = {lim.max_record_bytes}: expected 1024 to 1 GiB")
+    if not 1 <= lim.max_field_chars <= 1 << 30:
+        problems.append(f"limits.max_field_chars = {lim.max_field_chars}: expected 1 to 2**30")
+    if not 2 <= lim.max_depth <= 200:
+        problems.append(f"limits.max_depth = {lim.max_depth}: expected 2 to 200")
+    if not 1 <= lim.min_year <= lim.max_year <= 9998:
+        problems.append(
+            f"limits years {lim.min_year}-{lim.max_year}: expected 1 <= min_year <= max_year <= 9998"
+        )
+    if not settings.sql.timeout_seconds > 0:
+        problems.append(f"sql.timeout_seconds = {settings.sql.timeout_seconds}: expected more than 0")
+    if settings.segment_max_bytes < 1024:
+        problems.append(f"segment_max_bytes = {settings.segment_max_bytes}: expected at least 1024")
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def _coerce(value: str, like: object, name: str) -> object:
@@ -212,6 +291,8 @@ _SECTIONS: Mapping[str, type] = {
     "runtime": RuntimeSettings,
     "evolver": EvolverSettings,
     "scheduler": SchedulerSettings,
+    "limits": LimitSettings,
+    "sql": SqlSettings,
 }
 # Top-level settings a file or a variable may set (sections and prices have their own rules).
 _SCALARS = frozenset({f.name for f in fields(Settings)} - set(_SECTIONS) - {"prices", "config_file"})
@@ -227,6 +308,10 @@ def _read_toml(cfg_path: Path, explicit: bool) -> dict[str, Any]:
         return tomllib.loads(cfg_path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{cfg_path}: {exc}") from exc
+    except UnicodeDecodeError:
+        raise ConfigError(f"{cfg_path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"{cfg_path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def _file_values(raw: dict[str, Any], cfg_path: Path) -> dict[str, Any]:
@@ -236,14 +321,18 @@ def _file_values(raw: dict[str, Any], cfg_path: Path) -> dict[str, Any]:
         if name in raw:
             values[name] = _section(cls, raw.pop(name), f"{cfg_path} [{name}]")
     if "prices" in raw:
+        prices = raw.pop("prices")
+        if not isinstance(prices, dict):
+            raise ConfigError(f"{cfg_path} [prices]: expected a table of models")
         values["prices"] = {
             **DEFAULT_PRICES,
-            **{m: _section(ModelPrice, p, f"{cfg_path} [prices.{m}]") for m, p in raw.pop("prices").items()},
+            **{m: _section(ModelPrice, p, f"{cfg_path} [prices.{m}]") for m, p in prices.items()},
         }
+    base = Settings()
     for key, value in raw.items():
         if key not in _SCALARS:
             raise ConfigError(f"{cfg_path}: unknown setting {key!r}")
-        values[key] = value
+        values[key] = _typed(value, getattr(base, key), f"{cfg_path} {key}")
     return values
 
 
@@ -291,4 +380,5 @@ def resolve_settings(
     settings = Settings(**values)
     if settings.fsync not in FSYNC_POLICIES:
         raise ConfigError(f"fsync={settings.fsync!r}: expected one of {', '.join(FSYNC_POLICIES)}")
+    _check_ranges(settings)
     return settings

@@ -15,17 +15,18 @@ from __future__ import annotations
 import duckdb
 
 from tiermem import catalog
+from tiermem.registry import type_filter
 from tiermem.settings import Settings
 
 # `episodes`: the latest version of each episode (an id appears once even if a
 # duplicate line ever slipped into a file).
 EPISODE_VIEWS: dict[str, str] = {
-    "episodes": """
+    "episodes": f"""
         SELECT event_id AS episode_id, agent_id, name, summary, key_quotes, participants, start_ts, end_ts,
                importance, coalesce(important, false) AS important, emotional_context, kind, scorer,
                project_id, source_event_ids, len(source_event_ids) AS interactions, ts
         FROM episodes_events
-        WHERE type = 'episode'
+        WHERE {type_filter("episodes")}
         QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY ts DESC) = 1
     """,
 }
@@ -128,7 +129,7 @@ RETRIEVAL_VIEWS: dict[str, str] = {
     "retrievals": (
         "SELECT event_id, ts, agent_id, tool, query, participant, item_ids, scores, tokens, reason, session_id,"
         " len(coalesce(item_ids, [])) AS n_items"
-        " FROM retrievals_events WHERE type = 'retrieval'"
+        f" FROM retrievals_events WHERE {type_filter('retrievals')}"
     ),
 }
 

@@ -234,17 +234,21 @@ class Memory:
         with self._job("seal"):
             return seal(self._settings, before=before)
 
-    def query(self, sql: str) -> QueryResult:
-        """One read-only SQL statement over the analyst views: columns, Python rows, timing."""
+    def query(self, sql: str, *, timeout: float | None = None) -> QueryResult:
+        """One read-only SQL statement over the analyst views: columns, Python rows, timing.
+
+        Runs in the sandbox (one SELECT, the log's files only, a memory limit) and is
+        interrupted after `timeout` seconds (default `sql.timeout_seconds`).
+        """
         from tiermem.log.sql import run_query
 
-        return run_query(self._settings, sql)
+        return run_query(self._settings, sql, timeout=timeout)
 
-    def sql(self, sql: str) -> pa.Table:
+    def sql(self, sql: str, *, timeout: float | None = None) -> pa.Table:
         """One read-only SQL statement over the analyst views, as an Arrow table (`pl.from_arrow`)."""
         import pyarrow as pa
 
-        result = self.query(sql)
+        result = self.query(sql, timeout=timeout)
         columns = list(zip(*result.rows, strict=True)) if result.rows else [()] * len(result.columns)
         return pa.table(
             {name: pa.array(list(col)) for name, col in zip(result.columns, columns, strict=True)}

@@ -165,7 +165,10 @@ def register(sub: Any) -> None:
     p.add_argument("proposal_id", nargs="?", help="for show/approve/reject")
     p.add_argument("--agent", help="list: only this agent")
     p.add_argument(
-        "--status", default="pending", help="list: pending (default), new, applied, approved, rejected, all"
+        "--status",
+        default="pending",
+        choices=("pending", "new", "applied", "approved", "rejected", "all"),
+        help="list: pending (default), new, applied, approved, rejected, all",
     )
     p.add_argument("--by", default="user", help="who decides (recorded in the decision)")
     p.add_argument("--reason", help="reject: why")

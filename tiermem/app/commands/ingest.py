@@ -7,13 +7,11 @@ import dataclasses
 import sys
 from typing import Any
 
-import orjson
-
 from tiermem.app.api import Memory
 from tiermem.app.cli import add_json_flag, command
 from tiermem.errors import ValidationError
 from tiermem.output import emit_json
-from tiermem.settings import FSYNC_POLICIES
+from tiermem.settings import FSYNC_POLICIES, LimitSettings
 
 
 def _ingest(args: argparse.Namespace, memory: Memory) -> int:
@@ -53,17 +51,18 @@ FLAG_FIELDS = {
 }
 
 
-def record_from_args(args: argparse.Namespace) -> dict[str, Any]:
+def record_from_args(args: argparse.Namespace, limits: LimitSettings) -> dict[str, Any]:
     """One interaction from flags; JSON on stdin when no --message/--response is given."""
     if args.message is None and args.response is None:
-        raw = sys.stdin.buffer.read()
-        try:
-            loaded = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ValidationError("<stdin>", f"not a JSON object: {exc}") from None
-        if not isinstance(loaded, dict):
-            raise ValidationError("<stdin>", "expected one JSON object")
-        return loaded
+        from tiermem.ingest.lines import decode_line
+
+        # Read at most one byte past the limit: a huge input is refused, not held.
+        raw = sys.stdin.buffer.read(limits.max_record_bytes + 1).strip()
+        if not raw:
+            raise ValidationError(
+                "<stdin>", "no record: give --message/--response or one JSON object on stdin"
+            )
+        return decode_line(raw, limits)
     record: dict[str, Any] = {"type": "interaction"}
     for flag, name in FLAG_FIELDS.items():
         value = getattr(args, flag)
@@ -86,7 +85,7 @@ def record_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _append(args: argparse.Namespace, memory: Memory) -> int:
-    result = memory.append(record_from_args(args))
+    result = memory.append(record_from_args(args, memory.settings.limits))
     if args.json:
         emit_json(dataclasses.asdict(result))
     elif result.duplicate:

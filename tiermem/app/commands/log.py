@@ -35,7 +35,7 @@ def _sql(args: argparse.Namespace, memory: Memory) -> int:
     from tiermem.log.sql import plain, to_csv
 
     query = args.query if args.query != "-" else sys.stdin.read()
-    result = memory.query(query)
+    result = memory.query(query, timeout=args.timeout)
     if args.json:
         emit_json(result.records())
     elif args.csv:
@@ -68,6 +68,11 @@ def register(sub: Any) -> None:
         "  echo 'SHOW TABLES' | tiermem sql -\n",
     )
     p.add_argument("query", help="a SELECT statement ('-' reads it from stdin)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help="stop the query after this many seconds (default: [sql] timeout_seconds, 60)",
+    )
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--csv", action="store_true", help="CSV with a header row")
     fmt.add_argument("--json", action="store_true", help="a JSON array of row objects")

@@ -18,7 +18,7 @@ from typing import Any
 
 from tiermem.app.api import AgentMemory, Memory
 from tiermem.app.cli import add_json_flag, command
-from tiermem.errors import NotFoundError
+from tiermem.errors import NotFoundError, ValidationError
 from tiermem.output import emit_json, format_table
 
 
@@ -94,7 +94,7 @@ def _facts(args: argparse.Namespace, memory: Memory) -> int:
                 )
             return 0
         if not args.key:
-            raise NotFoundError(f"tiermem facts {args.action} needs KEY")
+            raise ValidationError("KEY", f"tiermem facts {args.action} needs a KEY")
         if args.action == "get":
             fact = agent.facts.get(args.key)
             if fact is None:
@@ -108,7 +108,7 @@ def _facts(args: argparse.Namespace, memory: Memory) -> int:
             return 0
         if args.action == "set":
             if args.value is None:
-                raise NotFoundError("tiermem facts set needs KEY VALUE")
+                raise ValidationError("VALUE", "tiermem facts set needs KEY VALUE")
             done = agent.facts.set(args.key, args.value, args.scope)
         else:
             done = agent.facts.remove(args.key, args.scope, reason="removed by the user")
