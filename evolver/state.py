@@ -25,6 +25,9 @@ ACTIVE = "active"
 INACTIVE = "inactive"
 ARCHIVED = "archived"
 PENDING = "pending"
+# The scope private to the agent that learned the fact. On the log it is the
+# absence of a `scope` field (the runtime reads a fact without one as its writer's own).
+AGENT_SCOPE = "agent"
 
 
 @dataclass(frozen=True)
@@ -73,9 +76,10 @@ class Proposal:
 
     @property
     def effective_scope(self) -> str:
+        """Named scope, else the project's, else the agent's own (never wider than what was said)."""
         if self.scope:
             return self.scope
-        return "project" if self.project_id else ("agent_type" if self.agent_type else "system")
+        return "project" if self.project_id else AGENT_SCOPE
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,7 @@ def fact_from_decision(ev: Mapping[str, Any], previous: Fact | None) -> Fact:
         agent_id=ev.get("agent_id") or (previous.agent_id if previous else ""),
         content=pick("content", ""),
         status=ev.get("status") or ACTIVE,
-        scope=pick("scope", "system"),
+        scope=pick("scope", AGENT_SCOPE),
         created_at=previous.created_at if previous else ev["ts"],
         updated_at=ev["ts"],
         category=pick("category"),
@@ -229,7 +233,7 @@ class KnowledgeState:
                 self.last_recalled[item] = ev["ts"]
 
     def _apply_fact_set(self, ev: Mapping[str, Any]) -> None:
-        scope = ev.get("scope") or ("project" if ev.get("project_id") else "system")
+        scope = ev.get("scope") or AGENT_SCOPE
         fid = ev.get("fact_id") or kv_fact_id(
             ev.get("agent_id") or "", scope, ev.get("project_id"), ev.get("agent_type"), ev["key"]
         )

@@ -30,7 +30,7 @@ def fact(content: str, fid: str = "fact:P1", **kw: object) -> Fact:
         "agent_id": "a",
         "content": content,
         "status": "active",
-        "scope": "system",
+        "scope": "agent",
         "created_at": "2026-11-01T00:00:00.000Z",
         "updated_at": "2026-11-01T00:00:00.000Z",
         "revision": 1,

@@ -107,7 +107,7 @@ WITH decisions AS (
 )
 SELECT p.event_id AS proposal_id, p.agent_id,
        CASE WHEN d.decision IS NULL THEN 'new'
-            WHEN d.decision IN ('pending', 'rejected') THEN d.decision
+            WHEN d.decision IN ('pending', 'rejected', 'duplicate') THEN d.decision
             WHEN d.decided_by = 'user' THEN 'approved'
             ELSE 'applied' END AS status,
        p.content, p.source_event_ids, p.ts, p.origin, p.confidence, p.importance, p.category, p.topic,
