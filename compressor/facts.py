@@ -96,17 +96,15 @@ DISCOURSE = re.compile(
 _FIRST_PERSON = re.compile(r"\b(?:i|my|me|mine|myself)\b|\bI['’]", re.IGNORECASE)
 _REQUEST = re.compile(r"^please\s+", re.IGNORECASE)
 _YOUR_STATE = re.compile(r"^(?:your|you)\b.*\b(?:is|are|was|were|has|have|now)\b", re.IGNORECASE)
-_HEDGES = re.compile(
-    r"\b(maybe|might|probably|perhaps|possibly|i think|i guess|i suppose|not sure|kind of|sort of|if|unless)\b",
+# What lowers the confidence of a statement, and by how much: a hedge, a plan
+# (plans change), a joke, a "we" whose members are unknown.
+_MODIFIERS = re.compile(
+    r"\b(?:(?P<hedge>maybe|might|probably|perhaps|possibly|i think|i guess|i suppose|not sure|kind of|sort of|"
+    r"if|unless)|(?P<plan>going to|gonna|plan to|plans to|planning to|will|want to|wanna|hope|hoping|"
+    r"would like|thinking about|someday)|(?P<joke>lol|haha|hahaha|jk|kidding|joking)|(?P<group>we|our|us|ours))\b",
     re.IGNORECASE,
 )
-_PLANS = re.compile(
-    r"\b(going to|gonna|plan to|plans to|planning to|will|want to|wanna|hope|hoping|would like|thinking about|"
-    r"someday)\b",
-    re.IGNORECASE,
-)
-_JOKES = re.compile(r"\b(lol|haha|hahaha|jk|kidding|joking)\b", re.IGNORECASE)
-_GROUP = re.compile(r"\b(we|our|us|ours)\b", re.IGNORECASE)
+_PENALTY = {"hedge": 0.3, "plan": 0.1, "joke": 0.3, "group": 0.1}
 _SMALL = wordset(
     "hi hey hello bye goodbye thanks thank ok okay cool nice yeah yes yep sure lol haha wow great good "
     "awesome see later talk soon take care night morning"
@@ -326,15 +324,8 @@ def topic_of(text: str) -> str:
 
 
 def _confidence(base: float, clause: str) -> float:
-    conf = base
-    if _HEDGES.search(clause):
-        conf -= 0.3
-    if _PLANS.search(clause):
-        conf -= 0.1
-    if _JOKES.search(clause):
-        conf -= 0.3
-    if _GROUP.search(clause):
-        conf -= 0.1
+    kinds = {m.lastgroup for m in _MODIFIERS.finditer(clause)}
+    conf = base - sum(_PENALTY[k] for k in kinds if k)
     return round(min(0.95, max(0.3, conf)), 2)
 
 
@@ -362,44 +353,66 @@ def substance(clause: str) -> list[str]:
     return [w for w in content_words(clause) if w not in _GENERIC and w not in _MOODS]
 
 
+def _corrects(sentence: str) -> bool:
+    return CORRECTION_WORDS.search(fold(sentence)) is not None and CORRECTION_RE.search(sentence) is not None
+
+
+def _prefers(clause: str) -> bool:
+    return PREFERENCE_WORDS.search(fold(clause)) is not None and PREFERENCE_RE.search(clause) is not None
+
+
+def _statement(
+    clause: str, corr: bool, speaker: str, listener: str, speaker_is_user: bool, at: datetime
+) -> tuple[str, float, bool] | None:
+    """(third-person content, base confidence, about the listener) when `clause` states a fact."""
+    first_person = _FIRST_PERSON.search(clause) is not None
+    if speaker_is_user:
+        if _REQUEST.match(clause):
+            body = third_person(_REQUEST.sub("", clause), speaker, listener, named=True)
+            return f"{speaker} asked {listener} to {body}", 0.85, True
+        if first_person and (corr or _prefers(clause)):
+            return third_person(clause, speaker, listener), 0.9, True
+        if first_person and DISCLOSURE_RE.search(clause):
+            return third_person(clause, speaker, listener), 0.8, True
+        if corr:
+            said = third_person(clause, speaker, listener, named=True)
+            return f"According to {speaker} ({human_date(at)}), {said}", 0.8, True
+        return None
+    if first_person and (corr or _prefers(clause) or _AGENT_SELF.search(clause)):
+        return third_person(clause, speaker, listener), 0.6, False
+    if _YOUR_STATE.match(clause):
+        return third_person(clause, speaker, listener), 0.75, True
+    return None
+
+
 def extract(
-    speaker: str, text: str, *, at: datetime, listener: str, speaker_is_user: bool
+    speaker: str, text: str, *, at: datetime, listener: str, speaker_is_user: bool, dated: bool = True
 ) -> list[Statement]:
-    """The statements one side of a turn makes, strongest first, at most `MAX_PER_SPEAKER`."""
+    """The statements one side of a turn makes, strongest first, at most `MAX_PER_SPEAKER`.
+
+    `dated=False` says the text holds no relative time phrase (the caller looked): nothing to resolve.
+    """
     found: list[Statement] = []
+    corrections: dict[str, bool] = {}
     for raw, sentence in clauses(text):
-        pref, _c, disc = signals(raw)
-        corr = signals(sentence)[1]
         clause = DISCOURSE.sub("", raw).strip().rstrip(".!;,")
         if len(substance(clause)) < (2 if speaker_is_user else 3):
             continue
-        first_person = _FIRST_PERSON.search(clause) is not None
-        about_listener = False
-        if speaker_is_user and _REQUEST.match(clause):
-            body = third_person(_REQUEST.sub("", clause), speaker, listener, named=True)
-            content, base = f"{speaker} asked {listener} to {body}", 0.85
-        elif speaker_is_user and first_person and (pref or corr or disc):
-            content = third_person(clause, speaker, listener)
-            base = 0.9 if (pref or corr) else 0.8
-        elif speaker_is_user and corr:
-            said = third_person(clause, speaker, listener, named=True)
-            content, base = f"According to {speaker} ({human_date(at)}), {said}", 0.8
-        elif not speaker_is_user and first_person and (pref or corr or _AGENT_SELF.search(clause)):
-            content, base = third_person(clause, speaker, listener), 0.6
-        elif not speaker_is_user and _YOUR_STATE.match(clause):
-            content = third_person(clause, speaker, listener)
-            base, about_listener = 0.75, True
-        else:
+        if sentence not in corrections:  # a correction marker covers its whole sentence
+            corrections[sentence] = _corrects(sentence)
+        corr = corrections[sentence]
+        made = _statement(clause, corr, speaker, listener, speaker_is_user, at)
+        if made is None:
             continue
-        content = _finish(resolve_relative_dates(content, at))
+        content, base, about_listener = made
         found.append(
             Statement(
-                content=content,
-                category="user" if speaker_is_user or about_listener else "personal",
+                content=_finish(resolve_relative_dates(content, at) if dated else content),
+                category="user" if about_listener else "personal",
                 topic=topic_of(clause),
                 confidence=_confidence(base, clause),
                 is_correction=corr,
-                about_listener=speaker_is_user or about_listener,
+                about_listener=about_listener,
                 quote=sentence,
             )
         )
@@ -414,6 +427,8 @@ def dedupe(statements: list[Statement]) -> list[Statement]:
     """Drop statements that repeat an earlier one (same words, or nearly): the first is kept."""
     kept: list[Statement] = []
     seen: set[str] = set()
+    if len(statements) < 2:
+        return statements
     for s in statements:
         norm = normalize(s.content)
         if norm in seen or any(text_similarity(s.content, k.content) > NEAR_DUPLICATE for k in kept):

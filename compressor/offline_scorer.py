@@ -24,7 +24,7 @@ from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Int
 
 from tiermem.dates import MONTHS, WEEKDAYS, anchor_relative_dates, human_day
 from tiermem.similarity import normalize
-from tiermem.text import any_word_pattern, content_stems, content_words, fold, stem, wordset
+from tiermem.text import WORD_RE, any_word_pattern, content_stems, content_words, fold, stem, wordset
 
 MAX_EPISODE_TURNS = 8
 MAX_GAP = timedelta(hours=2)
@@ -83,52 +83,92 @@ def _emotions(text: str) -> list[str]:
 # unions and partings, health, work, moves, milestones), closeness and trust,
 # rules the agent must keep, promises, who is who, and goals or identity. Each
 # kind counts once, with the weight it adds to the score.
-_WEIGHTY: tuple[tuple[float, re.Pattern[str]], ...] = tuple(
-    (weight, re.compile(rx, re.IGNORECASE))
-    for weight, rx in (
+_WEIGHTY_KINDS: tuple[tuple[float, str, tuple[str, ...]], ...] = (
+    (
+        3.5,
+        "adopt adopted adopting adoption pregnant pregnancy newborn born died dies death funeral married marry "
+        "marriage wedding engaged divorce divorced divorcing breakup hospital hospitalized hospitalised "
+        "diagnosed diagnosis surgery cancer allergic allergy allergies accident hired fired promoted promotion "
+        "retire retired retiring retirement graduate graduated graduating graduation emergency",
         (
-            3.5,
-            r"\b(adopt(?:ed|ing)?|pregnan\w*|newborn|born|died|dies|death|passed away|funeral|married|marry|"
-            r"marriage|wedding|engaged|divorc\w*|broke up|breakup|hospital\w*|diagnos\w*|surgery|cancer|"
-            r"allerg\w*|accident|got the job|new job|hired|fired|laid off|promoted|promotion|retir\w*|"
-            r"graduat\w*|passed (?:the|my)|first (?:time|marathon|child|baby|job)|saved my life|lost (?:my|the)|"
-            r"emergency)\b",
+            "passed away", "broke up", "got the job", "new job", "laid off", "passed the", "passed my",
+            "first time", "first marathon", "first child", "first baby", "first job", "saved my life",
+            "lost my", "lost the",
         ),
+    ),
+    (
+        3.0,
+        "scared afraid terrified lonely alone trust safe accepted belong sleep cry cried grief",
         (
-            3.0,
-            r"\b(scared|afraid|terrified|lonely|alone|trust|safe|accepted|belong|wake up|sleep|still be here|"
-            r"miss you|love you|cry|cried|grief|can't believe|holds? you|stay(?:ed|ing)? with me|who are you)\b",
+            "wake up", "still be here", "miss you", "love you", "can't believe", "hold you", "holds you",
+            "stay with me", "stayed with me", "staying with me", "who are you",
         ),
+    ),
+    (
+        2.5,
+        "must",
         (
-            2.5,
-            # "Always ..." said as a rule, not "nature always cheers me up".
-            r"(?:^|[.!?]\s+|please\s+|\bi\s+)(?:always|never)\b|\b(?:from now on|make sure|don't ever|must|"
-            r"please keep|we use|we don't use|in this repo|our convention|the rule)\b",
+            "from now on", "make sure", "don't ever", "please keep", "we use", "we don't use", "in this repo",
+            "our convention", "the rule",
         ),
+    ),
+    (
+        2.0,
+        "promise",
         (
-            2.0,
-            r"\b(promise|i'll be here|i will be here|i'll be there|i'll wait|i'd do it again|will update you|"
-            r"i'll update you|count on me|i won't let)\b",
+            "i'll be here", "i will be here", "i'll be there", "i'll wait", "i'd do it again", "will update you",
+            "i'll update you", "count on me", "i won't let",
         ),
+    ),
+    (
+        2.0,
+        "approves",
         (
-            2.0,
-            r"\b(my name is|call me|i'm the new|i am the new|approves|is responsible for|in charge of|"
-            r"will take over|takes over|reports to)\b",
+            "my name is", "call me", "i'm the new", "i am the new", "is responsible for", "in charge of",
+            "will take over", "takes over", "reports to",
         ),
+    ),
+    (
+        2.0,
+        "career transgender trans lgbtq identity",
         (
-            2.0,
-            r"\b(i want to (?:be|become|help|work)|my dream|my goal|going into|career|transgender|trans|lgbtq|"
-            r"identity|thinking of leaving|leaving the team)\b",
+            "i want to be", "i want to become", "i want to help", "i want to work", "my dream", "my goal",
+            "going into", "thinking of leaving", "leaving the team",
         ),
-    )
+    ),
+)  # fmt: skip
+# "Always ..." or "never ..." said as a rule (at the start, after "please" or "I"),
+# not "nature always cheers me up".
+_RULE_WORDS = r"(?:^|[.!?]\s+|please\s+|\bi\s+)(?:always|never)\b"
+
+
+def _weighty_kind(
+    words: str, phrases: tuple[str, ...], extra: bool
+) -> tuple[re.Pattern[str], frozenset[str]]:
+    """The pattern of one kind, and the words it cannot match without (its cheap pre-check)."""
+    alternatives = [*words.split(), *phrases]
+    # Each alternative needs its longest word: if none of those is in the text, nothing can match.
+    needs = {max(WORD_RE.findall(a), key=len) for a in alternatives}
+    body = "|".join(re.escape(a) for a in sorted(alternatives, key=len, reverse=True))
+    pattern = rf"\b(?:{body})\b"
+    if extra:
+        pattern += "|" + _RULE_WORDS
+        needs |= {"always", "never"}
+    return re.compile(pattern, re.IGNORECASE), frozenset(needs)
+
+
+_WEIGHTY = tuple(
+    (weight, *_weighty_kind(words, phrases, weight == 2.5)) for weight, words, phrases in _WEIGHTY_KINDS
 )
 WEIGHT_CAP = 5.0
 # "today" or "tonight" places nothing worth remembering the way "last May" does.
 _PRESENT_MOMENT = frozenset(("today", "tonight", "this morning", "this afternoon", "this evening"))
 
 
-def _gravity(text: str) -> float:
-    return min(WEIGHT_CAP, sum(weight for weight, rx in _WEIGHTY if rx.search(text)))
+def _gravity(text: str, present: set[str]) -> float:
+    """The weight of the kinds of moment `text` is; `present` are the words of `fold(text)`."""
+    total = sum(weight for weight, rx, needs in _WEIGHTY if not needs.isdisjoint(present) and rx.search(text))
+    return min(WEIGHT_CAP, total)
 
 
 _MONTH_WORDS = any_word_pattern(
@@ -184,7 +224,7 @@ class _Features:
                 or _NUMBER_RE.search(text)
                 or (_MONTH_WORDS.search(low) and _MONTH_RE.search(text))
             ),
-            gravity=_gravity(text),
+            gravity=_gravity(text, set(WORD_RE.findall(low))),
             sides=tuple(_signals(side) for _speaker, side in it.spoken),
         )
 
@@ -231,7 +271,7 @@ class OfflineScorer:
             scores[it.event_id] = self.score_interaction(it, prev, seen, f)
             seen.update(n.lower() for n in f.names)
             prev = it
-        stated = {it.event_id: self.facts(it, scores[it.event_id], feats[it.event_id].sides) for it in batch}
+        stated = {it.event_id: self.facts(it, scores[it.event_id], feats[it.event_id]) for it in batch}
         groups = self.group(batch, feats)
         episodes = [self.episode(g, scores, feats, stated) for g in groups]
         facts = merge_repeats([f for it in batch for f in stated[it.event_id]])
@@ -277,9 +317,7 @@ class OfflineScorer:
     ) -> EpisodeDraft:
         feats = feats or {it.event_id: _Features.of(it) for it in group}
         if stated is None:
-            stated = {
-                it.event_id: self.facts(it, scores[it.event_id], feats[it.event_id].sides) for it in group
-            }
+            stated = {it.event_id: self.facts(it, scores[it.event_id], feats[it.event_id]) for it in group}
         start = group[0].ts
         participants = sorted({it.user for it in group if it.user})
         ranked = sorted(group, key=lambda it: (-scores[it.event_id], it.ts, it.event_id))
@@ -324,19 +362,21 @@ class OfflineScorer:
         )
 
     # ------------------------------------------------------------ facts
-    def facts(
-        self, it: Interaction, importance: int, sides: tuple[tuple[bool, bool, bool], ...] | None = None
-    ) -> list[FactDraft]:
+    def facts(self, it: Interaction, importance: int, feats: _Features | None = None) -> list[FactDraft]:
         """Atomic third-person statements from each side of the turn (see `facts.extract`)."""
         out: list[FactDraft] = []
-        sides = sides or tuple(_signals(side) for _speaker, side in it.spoken)
+        feats = feats or _Features.of(it)
+        sides = feats.sides
         for i, ((speaker, text), side) in enumerate(zip(it.spoken, sides, strict=True)):
             # Every statement needs one of the signals, or a "your ..." report by the agent.
             is_user = i == 0 and bool(it.user_message.strip())  # the user's side is spoken first
             if not any(side) and ("please" if is_user else "your") not in text.lower():
                 continue
             listener = it.agent_name if is_user else (it.user or "the user")
-            for s in extract(speaker, text, at=it.ts, listener=listener, speaker_is_user=is_user):
+            made = extract(
+                speaker, text, at=it.ts, listener=listener, speaker_is_user=is_user, dated=bool(feats.anchors)
+            )
+            for s in made:
                 out.append(
                     FactDraft(
                         category=s.category,
