@@ -30,7 +30,7 @@ from datetime import datetime
 
 from tiermem.dates import human_date, resolve_relative_dates
 from tiermem.similarity import normalize, text_similarity
-from tiermem.text import any_word_pattern, content_words, fold, wordset
+from tiermem.text import WORD_RE, any_word_pattern, content_words, fold, wordset
 
 PREFERENCE_RE = re.compile(
     r"\b(i (?:really )?(?:love|like|enjoy|prefer|adore|hate|dislike|can't stand)|my fav(?:ou?rite)?|"
@@ -105,6 +105,11 @@ _MODIFIERS = re.compile(
     re.IGNORECASE,
 )
 _PENALTY = {"hedge": 0.3, "plan": 0.1, "joke": 0.3, "group": 0.1}
+# Words _MODIFIERS cannot match without: a clause with none of them is taken as said.
+_MODIFIER_WORDS = wordset(
+    "maybe might probably perhaps possibly think guess suppose sure kind sort if unless going gonna plan plans "
+    "planning will want wanna hope hoping would thinking someday lol haha hahaha jk kidding joking we our us ours"
+)
 _SMALL = wordset(
     "hi hey hello bye goodbye thanks thank ok okay cool nice yeah yes yep sure lol haha wow great good "
     "awesome see later talk soon take care night morning"
@@ -324,6 +329,8 @@ def topic_of(text: str) -> str:
 
 
 def _confidence(base: float, clause: str) -> float:
+    if _MODIFIER_WORDS.isdisjoint(WORD_RE.findall(fold(clause))):
+        return round(min(0.95, max(0.3, base)), 2)
     kinds = {m.lastgroup for m in _MODIFIERS.finditer(clause)}
     conf = base - sum(_PENALTY[k] for k in kinds if k)
     return round(min(0.95, max(0.3, conf)), 2)

@@ -24,7 +24,16 @@ from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Int
 
 from tiermem.dates import MONTHS, WEEKDAYS, anchor_relative_dates, human_day
 from tiermem.similarity import normalize
-from tiermem.text import WORD_RE, any_word_pattern, content_stems, content_words, fold, stem, wordset
+from tiermem.text import (
+    STOP_WORDS,
+    WORD_RE,
+    any_word_pattern,
+    content_stems,
+    content_words,
+    fold,
+    stem,
+    wordset,
+)
 
 MAX_EPISODE_TURNS = 8
 MAX_GAP = timedelta(hours=2)
@@ -142,13 +151,20 @@ _WEIGHTY_KINDS: tuple[tuple[float, str, tuple[str, ...]], ...] = (
 _RULE_WORDS = r"(?:^|[.!?]\s+|please\s+|\bi\s+)(?:always|never)\b"
 
 
+def _needed_word(phrase: str) -> str:
+    words = WORD_RE.findall(phrase.lower())
+    content = [w for w in words if w not in STOP_WORDS and len(w) > 2]
+    return content[-1] if content else max(words, key=len)
+
+
 def _weighty_kind(
     words: str, phrases: tuple[str, ...], extra: bool
 ) -> tuple[re.Pattern[str], frozenset[str]]:
     """The pattern of one kind, and the words it cannot match without (its cheap pre-check)."""
     alternatives = [*words.split(), *phrases]
-    # Each alternative needs its longest word: if none of those is in the text, nothing can match.
-    needs = {max(WORD_RE.findall(a), key=len) for a in alternatives}
+    # Each alternative needs each of its words; the pre-check asks for its rarest-looking one
+    # (the last that is not a function word, else the longest): none present, no match.
+    needs = {_needed_word(a) for a in alternatives}
     body = "|".join(re.escape(a) for a in sorted(alternatives, key=len, reverse=True))
     pattern = rf"\b(?:{body})\b"
     if extra:
