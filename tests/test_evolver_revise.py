@@ -74,7 +74,10 @@ def test_edit_by_id_records_editor_reason_before_and_after(
     )
     assert code == 0
     result = json.loads(out)
-    assert result["before"] == "alice moved to Lisbon." and result["after"] == "alice moved to Osaka in October 2026."
+    assert (
+        result["before"] == "alice moved to Lisbon."
+        and result["after"] == "alice moved to Osaka in October 2026."
+    )
     assert result["decided_by"] == "dana" and result["events_appended"] == 1
     row = _knowledge(settings, fact_id)
     assert row["content"] == "alice moved to Osaka in October 2026." and row["status"] == "active"
