@@ -6,17 +6,17 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from helpers_compressor import log_lines
-
 from tiermem.compressor.facts import extract, third_person, topic_of
 from tiermem.compressor.job import run_compress
 from tiermem.compressor.offline_scorer import OfflineScorer
 from tiermem.compressor.scoring import Interaction
-from tiermem.eventlog import EventLog
 from tiermem.evolver.job import run_evolve
-from tiermem.ids import derived_event_id, format_ts
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.projector import project
 from tiermem.runtime.scopes import list_facts
+
+from tiermem.eventlog import EventLog
+from tiermem.ids import derived_event_id, format_ts
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tiermem.compressor import offline_scorer as o
 from tiermem.compressor.calibration import agreement, load_labels, offline_scores, ranks, spearman
+
 from tiermem.text import WORD_RE, fold
 
 LABELS = Path(__file__).parent / "data" / "importance_labels.jsonl"

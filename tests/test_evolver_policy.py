@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from helpers_evolver import append_all, proposal
-
-from tiermem.app import samples
 from tiermem.compressor.job import run_compress
-from tiermem.eventlog import EventLog
 from tiermem.evolver.decide import decide, review_reason
 from tiermem.evolver.job import run_evolve
 from tiermem.evolver.queue import approve, list_proposals
 from tiermem.evolver.state import Proposal, load_state
 from tiermem.ingest.pipeline import ingest_file
+
+from tiermem.app import samples
+from tiermem.eventlog import EventLog
 from tiermem.settings import EvolverSettings, Settings, resolve_settings
 from tiermem.similarity import text_similarity
 

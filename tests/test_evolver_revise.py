@@ -6,15 +6,15 @@ import json
 
 import pytest
 from helpers_evolver import append_all, proposal
-
-from tiermem.app.cli import main
-from tiermem.eventlog import EventLog
 from tiermem.evolver.job import run_evolve
 from tiermem.evolver.revise import edit_fact, remove_fact
 from tiermem.evolver.state import load_state
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.projector import project
 from tiermem.runtime.scopes import list_facts
+
+from tiermem.app.cli import main
+from tiermem.eventlog import EventLog
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 
