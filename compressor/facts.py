@@ -90,7 +90,7 @@ DISCOURSE = re.compile(
     r"^(?:(?:actually|oh|well|so|also|yeah|yes|no|nope|ok|okay|hey|wow|haha|lol|honestly|anyway|btw|"
     r"by the way|oh wait|wait|correction|to be clear|hmm|um|and|but|plus|sorry|omg|yay|ugh|thanks|"
     r"thank you|great|cool|nice|sure|right|oops|alright|guess what|got it|noted|done|understood|"
-    r"sure thing|just so you know|fyi)\b[,:!.]?\s*)+",
+    r"sure thing|just so you know|fyi|of course|absolutely|certainly)\b[,:!.]?\s*)+",
     re.IGNORECASE,
 )
 _FIRST_PERSON = re.compile(r"\b(?:i|my|me|mine|myself)\b|\bI['’]", re.IGNORECASE)

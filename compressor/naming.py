@@ -124,12 +124,10 @@ def episode_name(
     if top_score <= SMALL_TALK_MAX:
         return f"Small talk with {who}"
     for it in ranked:
-        stated = sorted(
-            facts.get(it.event_id, ()),
-            key=lambda f: (f.category != "user", -f.confidence, -len(substance(f.content))),
-        )
+        stated = facts.get(it.event_id, ())
         if stated:
-            return shorten(stated[0].content)
+            best = min(stated, key=lambda f: (f.category != "user", -f.confidence, -len(f.content)))
+            return shorten(best.content)
         sentence = _sentence_name(it, 3)
         if sentence:
             return shorten(sentence)
