@@ -75,6 +75,9 @@ ranked AS (
     SELECT *,
            row_number() OVER (PARTITION BY fact_id ORDER BY ts DESC, revision DESC, event_id DESC) AS rn,
            min(ts) OVER (PARTITION BY fact_id) AS first_ts,
+           last_value(scope IGNORE NULLS) OVER (
+               PARTITION BY fact_id ORDER BY ts, revision, event_id
+               ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS last_scope,
            last_value(content IGNORE NULLS) OVER (
                PARTITION BY fact_id ORDER BY ts, revision, event_id
                ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS last_content
@@ -86,7 +89,9 @@ recalls AS (
           WHERE type = 'retrieval' AND event_id NOT IN ({_ERASED}))
     GROUP BY item
 )
-SELECT r.fact_id, r.agent_id, r.scope, r.category, r.topic, r.key,
+SELECT r.fact_id, r.agent_id,
+       -- A decision that never names a scope leaves the fact its agent's own.
+       coalesce(r.last_scope, 'agent') AS scope, r.category, r.topic, r.key,
        coalesce(r.content, r.last_content) AS content, r.status, r.source,
        r.first_ts AS created_at, r.ts AS updated_at, coalesce(c.recall_count, 0) AS recall_count,
        r.decision, r.note, r.previous_content, r.participant, r.project_id, r.agent_type,
