@@ -392,12 +392,26 @@ def _statement(
     return None
 
 
+def _resolved(content: str, at: datetime, time_phrases: tuple[str, ...] | None) -> str:
+    if time_phrases is not None and not any(p in content for p in time_phrases):
+        return content
+    return resolve_relative_dates(content, at)
+
+
 def extract(
-    speaker: str, text: str, *, at: datetime, listener: str, speaker_is_user: bool, dated: bool = True
+    speaker: str,
+    text: str,
+    *,
+    at: datetime,
+    listener: str,
+    speaker_is_user: bool,
+    time_phrases: tuple[str, ...] | None = None,
 ) -> list[Statement]:
     """The statements one side of a turn makes, strongest first, at most `MAX_PER_SPEAKER`.
 
-    `dated=False` says the text holds no relative time phrase (the caller looked): nothing to resolve.
+    `time_phrases`: the relative time phrases of the turn as written, when the caller
+    has found them already (`dates.anchor_relative_dates`); only a statement holding
+    one of them needs its dates resolved.
     """
     found: list[Statement] = []
     corrections: dict[str, bool] = {}
@@ -414,7 +428,7 @@ def extract(
         content, base, about_listener = made
         found.append(
             Statement(
-                content=_finish(resolve_relative_dates(content, at) if dated else content),
+                content=_finish(_resolved(content, at, time_phrases)),
                 category="user" if about_listener else "personal",
                 topic=topic_of(clause),
                 confidence=_confidence(base, clause),

@@ -36,6 +36,7 @@ from tiermem.text import (
 )
 
 MAX_EPISODE_TURNS = 8
+ANCHOR_LIMIT = 3  # relative time phrases anchored per turn (dates.anchor_relative_dates)
 MAX_GAP = timedelta(hours=2)
 QUOTE_MIN_IMPORTANCE = 2
 
@@ -227,7 +228,7 @@ class _Features:
         text = it.text
         low = fold(text)
         cwords = content_words(text)
-        anchors = anchor_relative_dates(text, it.ts, folded=low)
+        anchors = anchor_relative_dates(text, it.ts, ANCHOR_LIMIT, folded=low)
         return cls(
             cwords=cwords,
             informative=sum(1 for w in cwords if w not in _SMALL_TALK),
@@ -390,7 +391,15 @@ class OfflineScorer:
                 continue
             listener = it.agent_name if is_user else (it.user or "the user")
             made = extract(
-                speaker, text, at=it.ts, listener=listener, speaker_is_user=is_user, dated=bool(feats.anchors)
+                speaker,
+                text,
+                at=it.ts,
+                listener=listener,
+                speaker_is_user=is_user,
+                # Anchoring stops at a few phrases; past that, let every statement be resolved.
+                time_phrases=tuple(p for p, _ in feats.anchors)
+                if len(feats.anchors) < ANCHOR_LIMIT
+                else None,
             )
             for s in made:
                 out.append(
