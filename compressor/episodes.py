@@ -84,9 +84,11 @@ def fact_event(agent_id: str, fact: FactDraft, batch: dict[str, Interaction]) ->
         "is_correction": fact.is_correction,
         "evidence": [{"text": q.text, "event_id": q.event_id} for q in fact.evidence],
         "source_event_ids": sources,
-        "scope": "project" if project else "agent_type",
     }
+    # With a project the fact is the project's (every agent on it may use it);
+    # without one it stays the agent's own: an event that names no scope.
     if project:
+        event["scope"] = "project"
         event["project_id"] = project
     if not fact.participant:
         del event["participant"]

@@ -17,12 +17,26 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 
+from tiermem.compressor.facts import extract
+from tiermem.compressor.facts import signals as _signals
+from tiermem.compressor.naming import episode_name
 from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Interaction, Quote
 
-from tiermem.dates import anchor_relative_dates, human_date, human_day, human_range
-from tiermem.text import any_word_pattern, content_stems, content_words, fold, stem, wordset
+from tiermem.dates import MONTHS, WEEKDAYS, anchor_relative_dates, human_day
+from tiermem.similarity import normalize
+from tiermem.text import (
+    STOP_WORDS,
+    WORD_RE,
+    any_word_pattern,
+    content_stems,
+    content_words,
+    fold,
+    stem,
+    wordset,
+)
 
 MAX_EPISODE_TURNS = 8
+ANCHOR_LIMIT = 3  # relative time phrases anchored per turn (dates.anchor_relative_dates)
 MAX_GAP = timedelta(hours=2)
 QUOTE_MIN_IMPORTANCE = 2
 
@@ -31,23 +45,6 @@ _NUMBER_RE = re.compile(r"\b\d+(?:[.,:]\d+)?\b")
 _MONTH_RE = re.compile(
     r"\b(january|february|march|april|may|june|july|august|september|october|november|december|"
     r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|birthday|anniversary)\b",
-    re.IGNORECASE,
-)
-_PREFERENCE_RE = re.compile(
-    r"\b(i (?:really )?(?:love|like|enjoy|prefer|adore|hate|dislike|can't stand)|my fav(?:ou?rite)?|"
-    r"i'm (?:a big )?fan of|i'm into|i'm passionate about|i'd rather)\b",
-    re.IGNORECASE,
-)
-_DISCLOSURE_RE = re.compile(
-    r"\b(i am|i'm|i was|i have|i've|i had|i went|i got|i started|i finished|i just|i decided|i plan|"
-    r"i'm planning|i'm going to|i work|i live|i moved|i bought|i made|i joined|i signed|my (?:wife|husband|"
-    r"partner|kids?|son|daughter|mom|dad|mother|father|sister|brother|friend|family|dog|cat|job|boss|team|"
-    r"birthday|name|home|house))\b",
-    re.IGNORECASE,
-)
-_CORRECTION_RE = re.compile(
-    r"\b(actually|correction|i meant|to be clear|not quite|that's wrong|that's not right|no,|scratch that|"
-    r"i misspoke|changed my mind)\b",
     re.IGNORECASE,
 )
 _EMOTIONS: dict[str, str] = {
@@ -80,38 +77,121 @@ _COMMON_CAPS = wordset(
 )
 
 
+# Capitalised, but a day or a month is not someone or somewhere worth a first mention.
+_CALENDAR = frozenset((*MONTHS, *WEEKDAYS))
+
+
 def _names(text: str) -> list[str]:
-    return [n for n in _NAME_RE.findall(text) if n.split()[0] not in _COMMON_CAPS]
+    return [n for n in _NAME_RE.findall(text) if n.split()[0] not in _COMMON_CAPS and n not in _CALENDAR]
 
 
 def _emotions(text: str) -> list[str]:
     return [_EMOTIONS[w] for w in content_words(text) if w in _EMOTIONS]
 
 
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+# What makes a moment weigh more than its words: life events (births, deaths,
+# unions and partings, health, work, moves, milestones), closeness and trust,
+# rules the agent must keep, promises, who is who, and goals or identity. Each
+# kind counts once, with the weight it adds to the score.
+_WEIGHTY_KINDS: tuple[tuple[float, str, tuple[str, ...]], ...] = (
+    (
+        3.5,
+        "adopt adopted adopting adoption pregnant pregnancy newborn born died dies death funeral married marry "
+        "marriage wedding engaged divorce divorced divorcing breakup hospital hospitalized hospitalised "
+        "diagnosed diagnosis surgery cancer allergic allergy allergies accident hired fired promoted promotion "
+        "retire retired retiring retirement graduate graduated graduating graduation emergency",
+        (
+            "passed away", "broke up", "got the job", "new job", "laid off", "passed the", "passed my",
+            "first time", "first marathon", "first child", "first baby", "first job", "saved my life",
+            "lost my", "lost the",
+        ),
+    ),
+    (
+        3.0,
+        "scared afraid terrified lonely alone trust safe accepted belong sleep cry cried grief",
+        (
+            "wake up", "still be here", "miss you", "love you", "can't believe", "hold you", "holds you",
+            "stay with me", "stayed with me", "staying with me", "who are you",
+        ),
+    ),
+    (
+        2.5,
+        "must",
+        (
+            "from now on", "make sure", "don't ever", "please keep", "we use", "we don't use", "in this repo",
+            "our convention", "the rule",
+        ),
+    ),
+    (
+        2.0,
+        "promise",
+        (
+            "i'll be here", "i will be here", "i'll be there", "i'll wait", "i'd do it again", "will update you",
+            "i'll update you", "count on me", "i won't let",
+        ),
+    ),
+    (
+        2.0,
+        "approves",
+        (
+            "my name is", "call me", "i'm the new", "i am the new", "is responsible for", "in charge of",
+            "will take over", "takes over", "reports to",
+        ),
+    ),
+    (
+        2.0,
+        "career transgender trans lgbtq identity",
+        (
+            "i want to be", "i want to become", "i want to help", "i want to work", "my dream", "my goal",
+            "going into", "thinking of leaving", "leaving the team",
+        ),
+    ),
+)  # fmt: skip
+# "Always ..." or "never ..." said as a rule (at the start, after "please" or "I"),
+# not "nature always cheers me up".
+_RULE_WORDS = r"(?:^|[.!?]\s+|please\s+|\bi\s+)(?:always|never)\b"
 
 
-# Words each pattern cannot match without (see text.fold): skip the scan when absent.
-_PREFERENCE_WORDS = any_word_pattern(
-    ("love", "like", "enjoy", "prefer", "adore", "hate", "stand", "fav", "fan of", "into", "passionate", "rather")
-)  # fmt: skip
-_CORRECTION_WORDS = any_word_pattern(
-    ("actually", "correction", "meant", "clear", "quite", "wrong", "right", "no,", "scratch", "misspoke", "changed")
-)  # fmt: skip
+def _needed_word(phrase: str) -> str:
+    words = WORD_RE.findall(phrase.lower())
+    content = [w for w in words if w not in STOP_WORDS and len(w) > 2]
+    return content[-1] if content else max(words, key=len)
+
+
+def _weighty_kind(
+    words: str, phrases: tuple[str, ...], extra: bool
+) -> tuple[re.Pattern[str], frozenset[str]]:
+    """The pattern of one kind, and the words it cannot match without (its cheap pre-check)."""
+    alternatives = [*words.split(), *phrases]
+    # Each alternative needs each of its words; the pre-check asks for its rarest-looking one
+    # (the last that is not a function word, else the longest): none present, no match.
+    needs = {_needed_word(a) for a in alternatives}
+    body = "|".join(re.escape(a) for a in sorted(alternatives, key=len, reverse=True))
+    pattern = rf"\b(?:{body})\b"
+    if extra:
+        pattern += "|" + _RULE_WORDS
+        needs |= {"always", "never"}
+    return re.compile(pattern, re.IGNORECASE), frozenset(needs)
+
+
+_WEIGHTY = tuple(
+    (weight, *_weighty_kind(words, phrases, weight == 2.5)) for weight, words, phrases in _WEIGHTY_KINDS
+)
+WEIGHT_CAP = 5.0
+# "today" or "tonight" places nothing worth remembering the way "last May" does.
+_PRESENT_MOMENT = frozenset(("today", "tonight", "this morning", "this afternoon", "this evening"))
+
+
+def _gravity(text: str, present: set[str]) -> float:
+    """The weight of the kinds of moment `text` is; `present` are the words of `fold(text)`."""
+    total = sum(weight for weight, rx, needs in _WEIGHTY if not needs.isdisjoint(present) and rx.search(text))
+    return min(WEIGHT_CAP, total)
+
+
 _MONTH_WORDS = any_word_pattern(
     ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
     "november", "december", "day", "weekend", "anniversary")
 )  # fmt: skip
-
-
-def _signals(text: str) -> tuple[bool, bool, bool]:
-    """(states a preference, makes a correction, discloses something) anywhere in `text`."""
-    low = fold(text)
-    return (
-        _PREFERENCE_WORDS.search(low) is not None and _PREFERENCE_RE.search(text) is not None,
-        _CORRECTION_WORDS.search(low) is not None and _CORRECTION_RE.search(text) is not None,
-        _DISCLOSURE_RE.search(text) is not None,
-    )
 
 
 @dataclass(frozen=True)
@@ -126,6 +206,7 @@ class _Features:
     emotions: list[str]
     stems: frozenset[str]
     dated: bool
+    gravity: float
     # (preference, correction, disclosure) per side of it.spoken. No pattern can
     # span the newline joining the sides, so the turn matches iff a side does.
     sides: tuple[tuple[bool, bool, bool], ...]
@@ -147,7 +228,7 @@ class _Features:
         text = it.text
         low = fold(text)
         cwords = content_words(text)
-        anchors = anchor_relative_dates(text, it.ts, folded=low)
+        anchors = anchor_relative_dates(text, it.ts, ANCHOR_LIMIT, folded=low)
         return cls(
             cwords=cwords,
             informative=sum(1 for w in cwords if w not in _SMALL_TALK),
@@ -156,8 +237,11 @@ class _Features:
             emotions=[_EMOTIONS[w] for w in cwords if w in _EMOTIONS],
             stems=frozenset(stem(w) for w in cwords),
             dated=bool(
-                anchors or _NUMBER_RE.search(text) or (_MONTH_WORDS.search(low) and _MONTH_RE.search(text))
+                any(phrase.lower() not in _PRESENT_MOMENT for phrase, _ in anchors)
+                or _NUMBER_RE.search(text)
+                or (_MONTH_WORDS.search(low) and _MONTH_RE.search(text))
             ),
+            gravity=_gravity(text, set(WORD_RE.findall(low))),
             sides=tuple(_signals(side) for _speaker, side in it.spoken),
         )
 
@@ -187,6 +271,7 @@ class OfflineScorer:
         if f.correction:
             score += 1.5
         score += min(len(f.emotions) * 0.5, 1.5)
+        score += f.gravity
         if prev is not None and prev.text.rstrip().endswith("?") and informative >= 4:
             score += 0.5  # a question that got a real answer
         if informative <= 2:
@@ -203,9 +288,10 @@ class OfflineScorer:
             scores[it.event_id] = self.score_interaction(it, prev, seen, f)
             seen.update(n.lower() for n in f.names)
             prev = it
+        stated = {it.event_id: self.facts(it, scores[it.event_id], feats[it.event_id]) for it in batch}
         groups = self.group(batch, feats)
-        episodes = [self.episode(g, scores, feats) for g in groups]
-        facts = [f for it in batch for f in self.facts(it, scores[it.event_id], feats[it.event_id].sides)]
+        episodes = [self.episode(g, scores, feats, stated) for g in groups]
+        facts = merge_repeats([f for it in batch for f in stated[it.event_id]])
         return BatchResult(scores=scores, episodes=episodes, facts=facts, scorer=self.name)
 
     # ------------------------------------------------------------ grouping
@@ -240,10 +326,16 @@ class OfflineScorer:
 
     # ------------------------------------------------------------ episodes
     def episode(
-        self, group: list[Interaction], scores: dict[str, int], feats: dict[str, _Features] | None = None
+        self,
+        group: list[Interaction],
+        scores: dict[str, int],
+        feats: dict[str, _Features] | None = None,
+        stated: dict[str, list[FactDraft]] | None = None,
     ) -> EpisodeDraft:
         feats = feats or {it.event_id: _Features.of(it) for it in group}
-        start, end = group[0].ts, group[-1].ts
+        if stated is None:
+            stated = {it.event_id: self.facts(it, scores[it.event_id], feats[it.event_id]) for it in group}
+        start = group[0].ts
         participants = sorted({it.user for it in group if it.user})
         ranked = sorted(group, key=lambda it: (-scores[it.event_id], it.ts, it.event_id))
         keep = {it.event_id for it in ranked if scores[it.event_id] >= QUOTE_MIN_IMPORTANCE}
@@ -276,7 +368,7 @@ class OfflineScorer:
         strong = sum(1 for it in group if scores[it.event_id] >= 7)
         importance = max(1, min(10, top + (1 if strong >= 3 else 0)))
         lead = speakers[0] if speakers else (participants[0] if participants else "")
-        name = f"{lead}: {' '.join(topics[:3]) or 'a chat'} ({human_range(start, end)})"
+        name = episode_name(ranked, stated, participants, lead, top)
         return EpisodeDraft(
             name=name,
             summary=summary,
@@ -287,43 +379,55 @@ class OfflineScorer:
         )
 
     # ------------------------------------------------------------ facts
-    def facts(
-        self, it: Interaction, importance: int, sides: tuple[tuple[bool, bool, bool], ...] | None = None
-    ) -> list[FactDraft]:
+    def facts(self, it: Interaction, importance: int, feats: _Features | None = None) -> list[FactDraft]:
+        """Atomic third-person statements from each side of the turn (see `facts.extract`)."""
         out: list[FactDraft] = []
-        sides = sides or tuple(_signals(side) for _speaker, side in it.spoken)
-        for (speaker, text), side in zip(it.spoken, sides, strict=True):
-            # A sentence can only match where its whole side does (same characters, same boundaries).
-            if not any(side):
+        feats = feats or _Features.of(it)
+        sides = feats.sides
+        for i, ((speaker, text), side) in enumerate(zip(it.spoken, sides, strict=True)):
+            # Every statement needs one of the signals, or a "your ..." report by the agent.
+            is_user = i == 0 and bool(it.user_message.strip())  # the user's side is spoken first
+            if not any(side) and ("please" if is_user else "your") not in text.lower():
                 continue
-            sentences = _SENTENCE_SPLIT.split(text)
-            for sentence in sentences:
-                pref, corr, disc = side if len(sentences) == 1 else _signals(sentence)
-                if not (pref or corr or disc):
-                    continue
-                sentence_words = content_words(sentence)
-                if len(sentence_words) < 3:
-                    continue
-                is_user = speaker == it.user
-                category = "user" if is_user else "personal"
-                topic_words = [w for w in sentence_words if w not in _SMALL_TALK][:3]
+            listener = it.agent_name if is_user else (it.user or "the user")
+            made = extract(
+                speaker,
+                text,
+                at=it.ts,
+                listener=listener,
+                speaker_is_user=is_user,
+                # Anchoring stops at a few phrases; past that, let every statement be resolved.
+                time_phrases=tuple(p for p, _ in feats.anchors)
+                if len(feats.anchors) < ANCHOR_LIMIT
+                else None,
+            )
+            for s in made:
                 out.append(
                     FactDraft(
-                        category=category,
-                        content=f"{speaker} (on {human_date(it.ts)}): {sentence.strip()}",
-                        topic=" ".join(topic_words),
-                        participant=it.user if is_user else "",
-                        confidence=0.7 if (pref or corr) else 0.5,
+                        category=s.category,
+                        content=s.content,
+                        topic=s.topic,
+                        participant=it.user if s.about_listener else "",
+                        confidence=s.confidence,
                         importance=importance,
-                        is_correction=bool(corr),
-                        evidence=[Quote(text=sentence.strip(), event_id=it.event_id, speaker=speaker)],
+                        is_correction=s.is_correction,
+                        evidence=[Quote(text=s.quote, event_id=it.event_id, speaker=speaker)],
                     )
                 )
-        # One fact per speaker and turn: the strongest signal (correction > preference > disclosure).
-        best: dict[str, FactDraft] = {}
-        for f in out:
-            speaker = f.evidence[0].speaker
-            rank = (f.is_correction, f.confidence)
-            if speaker not in best or rank > (best[speaker].is_correction, best[speaker].confidence):
-                best[speaker] = f
-        return list(best.values())
+        return out
+
+
+def merge_repeats(facts: list[FactDraft]) -> list[FactDraft]:
+    """One draft per thing said: a statement repeated in the batch keeps every turn as evidence."""
+    first: dict[tuple[str, str, str], FactDraft] = {}
+    for f in facts:
+        key = (f.participant, f.category, normalize(f.content))
+        kept = first.get(key)
+        if kept is None:
+            first[key] = f
+            continue
+        kept.evidence.extend(f.evidence)
+        kept.confidence = max(kept.confidence, f.confidence)
+        kept.importance = max(kept.importance, f.importance)
+        kept.is_correction = kept.is_correction or f.is_correction
+    return list(first.values())

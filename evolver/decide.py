@@ -17,7 +17,11 @@ Rules (DESIGN, seeds 001 §8 and 002):
 - < 0.8: a new fact;
 - long content (> `summary_over_tokens`): the fact holds a summary for search
   and keeps the original beside it (seed 001 §9);
-- below `auto_apply_confidence` (and not said by the user): pending, for a person.
+- the approval policy (`review_reason`): not said by the user and below
+  `auto_apply_confidence`, or in a category or on a topic a person reviews →
+  pending, for a person; a proposal that says what a pending one already says
+  joins it (`duplicate`: one item in the queue, its sources added) instead of
+  queueing a second copy.
 """
 
 from __future__ import annotations
@@ -33,12 +37,15 @@ from tiermem.similarity import normalize, text_similarity
 
 TOPIC_CONTRADICTION_MIN = 0.5  # below this, a same-topic fact is about something else
 CORRECTION_TARGET_MIN = 0.5  # how close a fact must be to the text a correction names
+# A correction that names no fact may still retire a same-topic fact it contradicts,
+# but only one that shares some of its words: a topic is broad ("billing").
+TOPIC_CORRECTION_MIN = 0.3
 
 
 @dataclass(frozen=True)
 class Decision:
     proposal_id: str
-    action: str  # created|touched|merged|superseded|corrected|pending
+    action: str  # created|touched|merged|superseded|corrected|pending|duplicate
     changes: tuple[Fact, ...]
     target_fact_id: str | None = None
     similarity: float | None = None
@@ -141,8 +148,130 @@ def _correction_targets(
         # Every fact about as close as the best one goes: a wrong belief is often saved twice.
         return [f for s, _, f in scored if s >= max(CORRECTION_TARGET_MIN, best - 0.05)]
     if p.topic:
-        return [f for f in facts if f.topic == p.topic and contradicts(f.content, p.content)]
+        return [
+            f
+            for s, _, f in scored
+            if f.topic == p.topic and s >= TOPIC_CORRECTION_MIN and contradicts(f.content, p.content)
+        ]
     return []
+
+
+def review_reason(p: Proposal, settings: EvolverSettings) -> str | None:
+    """Why the approval policy keeps `p` for a person, or None when it may be applied as it is."""
+    if p.origin == "user":
+        return None  # the person the fact is about said it
+    if p.confidence < settings.auto_apply_confidence:
+        return f"confidence {p.confidence:.2f} < {settings.auto_apply_confidence:.2f}: waits for review"
+    if p.category and p.category in settings.review_categories:
+        return f"category {p.category!r} is reviewed by a person: waits for review"
+    if p.topic and p.topic in settings.review_topics:
+        return f"topic {p.topic!r} is sensitive: waits for review"
+    return None
+
+
+def _pending_twin(
+    p: Proposal,
+    text: str,
+    waiting: Iterable[Fact],
+    settings: EvolverSettings,
+    similarity: Callable[[str, str], float],
+) -> tuple[Fact, float] | None:
+    """The pending fact (same agent, owner and person) that already says what `p` says."""
+    best: tuple[Fact, float] | None = None
+    for f in waiting:
+        if f.agent_id != p.agent_id or f.status != PENDING or owner_of(f) != owner_of(p):
+            continue
+        if f.participant != p.participant or f.is_kv:
+            continue
+        score = similarity(text, f.content)
+        if score >= settings.related and (best is None or score > best[1]):
+            best = (f, score)
+    return best
+
+
+def _near_identical(
+    text: str, candidates: list[Fact], settings: EvolverSettings, similarity: Callable[[str, str], float]
+) -> tuple[Fact, float] | None:
+    """The active fact that says the same thing (similarity above `near_identical`), if any."""
+    best = max(((similarity(text, f.content), f) for f in candidates), key=lambda x: x[0], default=None)
+    if best is None or best[0] <= settings.near_identical:
+        return None
+    return best[1], best[0]
+
+
+def _for_review(
+    p: Proposal,
+    note: str,
+    text: str,
+    original: str | None,
+    waiting: Iterable[Fact],
+    settings: EvolverSettings,
+    now: str,
+    decided_by: str,
+    similarity: Callable[[str, str], float],
+) -> Decision:
+    """A proposal the policy holds for a person: join a pending twin, else wait on its own."""
+    twin = _pending_twin(p, text, waiting, settings, similarity)
+    if twin is not None:
+        fact, score = twin
+        joined = fact.with_changes(
+            updated_at=now,
+            revision=fact.revision + 1,
+            importance=max(fact.importance, p.importance),
+            confidence=max(fact.confidence, p.confidence),
+            seen_projects=_seen(fact, p),
+            source_event_ids=_merge_sources(fact.source_event_ids, _sources(p)),
+        )
+        said = f"says what pending {fact.fact_id} says: waits with it"
+        return Decision(p.proposal_id, "duplicate", (joined,), fact.fact_id, round(score, 6), said)
+    pending = _new_fact(p, now, text, original, decided_by, status=PENDING, decision="pending")
+    return Decision(p.proposal_id, "pending", (pending.with_changes(note=note),), note=note)
+
+
+def _correct(
+    p: Proposal,
+    candidates: list[Fact],
+    text: str,
+    original: str | None,
+    settings: EvolverSettings,
+    now: str,
+    decided_by: str,
+    similarity: Callable[[str, str], float],
+) -> Decision | None:
+    """A correction: the wrong facts inactive, the right one active (None: nothing to correct)."""
+    targets = _correction_targets(p, candidates, similarity)
+    if not targets:
+        return None
+    # The right fact may already exist among them (the agent saved it too): keep that one.
+    same = [t for t in targets if similarity(text, t.content) > settings.near_identical]
+    wrong = [t for t in targets if t not in same]
+    changes = [
+        _retire(t, p, now, "deactivated", f"corrected by {p.origin}: '{text}'", decided_by) for t in wrong
+    ]
+    if same:
+        keep = same[0]
+        changes.append(_touch(keep, p, now, decided_by, similarity(text, keep.content)))
+    else:
+        old = "; ".join(t.content for t in wrong)
+        changes.append(
+            _new_fact(
+                p,
+                now,
+                text,
+                original,
+                decided_by,
+                previous_content=old,
+                note=f"correction: replaces '{old}'",
+                source="user" if p.origin in ("user", "gap_fill") else p.origin,
+            )
+        )
+    return Decision(
+        p.proposal_id,
+        "corrected",
+        tuple(changes),
+        target_fact_id=wrong[0].fact_id if wrong else None,
+        note=changes[-1].note,
+    )
 
 
 def decide(
@@ -155,8 +284,12 @@ def decide(
     similarity: Callable[[str, str], float] = text_similarity,
     decided_by: str = "auto",
     require_approval: bool = True,
+    waiting: Iterable[Fact] = (),
 ) -> Decision:
-    """Decide what one proposal does to the facts of its agent (see module doc)."""
+    """Decide what one proposal does to the facts of its agent (see module doc).
+
+    `waiting`: the agent's pending facts, which a proposal for review may join.
+    """
     candidates = [
         f
         for f in facts
@@ -166,45 +299,20 @@ def decide(
     if estimate_tokens(text) > settings.summary_over_tokens:
         original, text = text, summarize_offline(text)
 
-    if require_approval and p.origin != "user" and p.confidence < settings.auto_apply_confidence:
-        pending = _new_fact(p, now, text, original, decided_by, status=PENDING, decision="pending")
-        note = f"confidence {p.confidence:.2f} < {settings.auto_apply_confidence:.2f}: waits for review"
-        return Decision(p.proposal_id, "pending", (pending.with_changes(note=note),), note=note)
-
-    if p.is_correction or p.corrects:
-        targets = _correction_targets(p, candidates, similarity)
-        if targets:
-            # The right fact may already exist among them (the agent saved it too): keep that one.
-            same = [t for t in targets if similarity(text, t.content) > settings.near_identical]
-            wrong = [t for t in targets if t not in same]
-            changes = [
-                _retire(t, p, now, "deactivated", f"corrected by {p.origin}: '{text}'", decided_by)
-                for t in wrong
-            ]
-            if same:
-                keep = same[0]
-                changes.append(_touch(keep, p, now, decided_by, similarity(text, keep.content)))
-            else:
-                old = "; ".join(t.content for t in wrong)
-                changes.append(
-                    _new_fact(
-                        p,
-                        now,
-                        text,
-                        original,
-                        decided_by,
-                        previous_content=old,
-                        note=f"correction: replaces '{old}'",
-                        source="user" if p.origin in ("user", "gap_fill") else p.origin,
-                    )
-                )
+    note = review_reason(p, settings) if require_approval else None
+    if note is not None:
+        # Saying again what an active fact already says adds a source, not content: no person needed.
+        same = _near_identical(text, candidates, settings, similarity)
+        if same is not None:
+            fact, score = same
             return Decision(
-                p.proposal_id,
-                "corrected",
-                tuple(changes),
-                target_fact_id=wrong[0].fact_id if wrong else None,
-                note=changes[-1].note,
+                p.proposal_id, "touched", (_touch(fact, p, now, decided_by, score),), fact.fact_id, score
             )
+        return _for_review(p, note, text, original, waiting, settings, now, decided_by, similarity)
+    if p.is_correction or p.corrects:
+        corrected = _correct(p, candidates, text, original, settings, now, decided_by, similarity)
+        if corrected is not None:
+            return corrected
 
     scored = sorted(((similarity(text, f.content), f.fact_id, f) for f in candidates), reverse=True)
     best_score, best = (scored[0][0], scored[0][2]) if scored else (0.0, None)

@@ -141,8 +141,16 @@ def extract_statements(message: str) -> list[tuple[str, str, str | None]]:
     return out
 
 
+# "No, thanks." declines an offer; a correction says what is right instead.
+_DECLINE = re.compile(
+    r"^\s*(?:no|nope)[,.!]?\s*(?:thanks|thank you|thx|that'?s all|that'?s it|i'?m good|all good|"
+    r"not now|not today|nothing else)?[.!]*\s*$",
+    re.IGNORECASE,
+)
+
+
 def is_correction(message: str) -> bool:
-    return bool(_CORRECTION.search(message))
+    return bool(_CORRECTION.search(message)) and not _DECLINE.match(message)
 
 
 def _session_events(

@@ -25,9 +25,10 @@ COMMON_FRACTION = 0.1
 
 
 class FactIndex:
-    """Active facts of one agent, indexed by content token, key and topic."""
+    """Active facts of one agent (or those of another `status`), indexed by content token, key and topic."""
 
-    def __init__(self, facts: Iterable[Fact] = ()) -> None:
+    def __init__(self, facts: Iterable[Fact] = (), *, status: str = ACTIVE) -> None:
+        self.status = status
         self.facts: dict[str, Fact] = {}
         self._tokens: dict[str, set[str]] = defaultdict(set)
         self._by_key: dict[str, set[str]] = defaultdict(set)
@@ -37,10 +38,10 @@ class FactIndex:
             self.put(fact)
 
     def put(self, fact: Fact) -> None:
-        """Insert or replace a fact; non-active facts leave the index (they are not candidates)."""
+        """Insert or replace a fact; facts of another status leave the index (they are not candidates)."""
         self._drop(fact.fact_id)
         self.facts[fact.fact_id] = fact
-        if fact.status != ACTIVE:
+        if fact.status != self.status:
             return
         tokens = set(content_tokens(fact.content))
         for t in tokens:

@@ -31,7 +31,7 @@ from tiermem.evolver.lifecycle import (
     promotions,
     same_owners,
 )
-from tiermem.evolver.state import Fact, KnowledgeState, Proposal, load_state
+from tiermem.evolver.state import AGENT_SCOPE, PENDING, Fact, KnowledgeState, Proposal, load_state
 
 from tiermem.eventlog import Checkpoints, EventLog
 from tiermem.ids import derived_event_id, format_ts, parse_ts, utcnow
@@ -55,6 +55,7 @@ class EvolveInfo:
     superseded_by_writes: int = 0  # learned facts overtaken by an explicit KV write with the same key
     corrected: int = 0
     pending: int = 0
+    joined_pending: int = 0  # proposals that said what a pending one says: one item in the queue
     promoted: int = 0
     promotions_held: int = 0  # candidates the policy keeps where they are (a user's data, low confidence)
     archived: int = 0
@@ -108,6 +109,26 @@ def decision_event(fact: Fact, *, ts: str, id_ts: datetime) -> dict[str, Any]:
         "origin": fact.source,
         "seen_projects": list(fact.seen_projects),
     }
+    if fact.scope == AGENT_SCOPE:
+        del event["scope"]  # the agent's own fact: the log names no scope
+    return {k: v for k, v in event.items() if v is not None}
+
+
+def duplicate_event(decision: Decision, agent_id: str, *, ts: str, id_ts: datetime) -> dict[str, Any]:
+    """The decision of a proposal that joined a pending one: it names no fact of its own."""
+    event: dict[str, Any] = {
+        "type": "knowledge_decided",
+        "event_id": derived_event_id(
+            id_ts, "knowledge_decided", decision.proposal_id, "duplicate", decision.target_fact_id or ""
+        ),
+        "ts": ts,
+        "agent_id": agent_id,
+        "proposal_id": decision.proposal_id,
+        "decision": "duplicate",
+        "decided_by": "auto",
+        "similarity": decision.similarity,
+        "note": decision.note,
+    }
     return {k: v for k, v in event.items() if v is not None}
 
 
@@ -129,7 +150,12 @@ def apply_changes(
         ev = decision_event(fact, ts=fact.updated_at, id_ts=id_ts)
         events.append(ev)
         state.facts[fact.fact_id] = fact.with_changes(event_id=ev["event_id"])
-    state.decided[decision.proposal_id] = decision.action if decision.action == "pending" else "applied"
+    if decision.action == "duplicate":
+        joined = decision.changes[0]
+        events.append(duplicate_event(decision, joined.agent_id, ts=joined.updated_at, id_ts=id_ts))
+    state.decided[decision.proposal_id] = (
+        decision.action if decision.action in ("pending", "duplicate") else "applied"
+    )
 
 
 def append_events(settings: Settings, events: list[dict[str, Any]]) -> tuple[int, int]:
@@ -177,17 +203,28 @@ def run_evolve(
         counts: Counter[str] = Counter()
         bar = Progress("evolve", total=len(queue), enabled=progress)
         indexes: dict[str, FactIndex] = {}
+        waiting: dict[str, FactIndex] = {}  # pending facts, which a proposal for review may join
         for fact in state.facts.values():
             indexes.setdefault(fact.agent_id, FactIndex()).put(fact)
+            waiting.setdefault(fact.agent_id, FactIndex(status=PENDING)).put(fact)
         for proposal in queue:
             index = indexes.setdefault(proposal.agent_id, FactIndex())
-            # Only facts of the same people: one user's words never merge into another's fact.
-            candidates = same_owners(index.candidates(proposal), proposal.owners)
-            decision = decide(proposal, candidates, settings.evolver, now=now_ts, merger=merger)
+            queued = waiting.setdefault(proposal.agent_id, FactIndex(status=PENDING))
+            # Only facts of the same people: one user's words never merge into another's fact,
+            # nor join another's item in the queue.
+            decision = decide(
+                proposal,
+                same_owners(index.candidates(proposal), proposal.owners),
+                settings.evolver,
+                now=now_ts,
+                merger=merger,
+                waiting=same_owners(queued.candidates(proposal, limit=5), proposal.owners),
+            )
             decision = with_owners(decision, proposal)
             apply_changes(state, decision, events, parse_ts(proposal.ts))
             for fact in decision.changes:
                 index.put(state.facts[fact.fact_id])
+                queued.put(state.facts[fact.fact_id])
             counts[decision.action] += 1
             if include_decisions:
                 info.decisions.append(_summary(decision, proposal))
@@ -235,6 +272,7 @@ def run_evolve(
         "superseded_by_writes",
     ):
         setattr(info, name, counts.get(name, 0))
+    info.joined_pending = counts.get("duplicate", 0)
     statuses = Counter(f.status for f in state.facts.values() if agent is None or f.agent_id == agent)
     info.active_facts, info.inactive_facts = statuses.get("active", 0), statuses.get("inactive", 0)
     info.archived_facts = statuses.get("archived", 0)

@@ -1,8 +1,10 @@
 """The review queue: proposals a person approves or rejects, with provenance and diffs.
 
-The approval policy lives in `decide.decide` (below
-`settings.evolver.auto_apply_confidence`, and not said by the user, a proposal
-waits as a `pending` decision on a placeholder fact `fact:<proposal_id>`).
+The approval policy lives in `decide.review_reason` (not said by the user, and
+below `settings.evolver.auto_apply_confidence`, or in a reviewed category, or
+on a sensitive topic: a proposal waits as a `pending` decision on a
+placeholder fact `fact:<proposal_id>`; one saying the same as a waiting one
+joins it as a `duplicate`, so the queue holds each thing once).
 Here a person looks at it — the quoted source turns it came from (looked up in
 the log by `source_event_ids` and its evidence), and for merges and corrections
 a diff against the current fact — and decides. Approval re-runs the decision
@@ -189,7 +191,13 @@ def approve(
         for fact in outcome.changes:
             fact = fact.with_changes(decided_by=by)
             if fact.fact_id == placeholder.fact_id:
-                fact = fact.with_changes(revision=placeholder.revision + 1, created_at=placeholder.created_at)
+                # Proposals that joined this one while it waited bring their sources along.
+                sources = tuple(dict.fromkeys((*fact.source_event_ids, *placeholder.source_event_ids)))
+                fact = fact.with_changes(
+                    revision=placeholder.revision + 1,
+                    created_at=placeholder.created_at,
+                    source_event_ids=sources,
+                )
                 touched_placeholder = True
             events.append(decision_event(fact, ts=now_ts, id_ts=now_dt))
         if not touched_placeholder:

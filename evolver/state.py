@@ -32,6 +32,9 @@ ACTIVE = "active"
 INACTIVE = "inactive"
 ARCHIVED = "archived"
 PENDING = "pending"
+# The scope private to the agent that learned the fact. On the log it is the
+# absence of a `scope` field (the runtime reads a fact without one as its writer's own).
+AGENT_SCOPE = "agent"
 
 
 @dataclass(frozen=True)
@@ -81,10 +84,13 @@ class Proposal:
 
     @property
     def effective_scope(self) -> str:
-        """The scope the proposal asks for; a user's data stays in the agent's own scope."""
+        """Named scope, else the project's, else the agent's own; a user's data stays in the
+        agent's own scope whatever was asked (never wider than what was said)."""
         if self.owners:
-            return "agent"
-        return self.scope or "agent"
+            return AGENT_SCOPE
+        if self.scope:
+            return self.scope
+        return "project" if self.project_id else AGENT_SCOPE
 
 
 @dataclass(frozen=True)
@@ -146,7 +152,7 @@ def fact_from_decision(ev: Mapping[str, Any], previous: Fact | None) -> Fact:
         agent_id=ev.get("agent_id") or (previous.agent_id if previous else ""),
         content=pick("content", ""),
         status=ev.get("status") or ACTIVE,
-        scope=pick("scope", "agent"),
+        scope=pick("scope", AGENT_SCOPE),
         created_at=previous.created_at if previous else ev["ts"],
         updated_at=ev["ts"],
         category=pick("category"),
@@ -248,7 +254,7 @@ class KnowledgeState:
                 self.last_recalled[item] = ev["ts"]
 
     def _apply_fact_set(self, ev: Mapping[str, Any]) -> None:
-        scope = ev.get("scope") or "agent"
+        scope = ev.get("scope") or AGENT_SCOPE
         fid = ev.get("fact_id") or kv_fact_id(
             ev.get("agent_id") or "",
             scope,

@@ -75,7 +75,7 @@ def render_markdown(r: dict[str, Any]) -> str:
     lines = [
         f"# Review: agent `{r['agent_id']}`, {r['day']}",
         "",
-        f"{r['interactions']} interactions; fully enriched (model, usage, selection_reason, approval_status): "
+        f"{r['interactions']} interactions; fully enriched ({', '.join(r['fully_enriched_fields'])}): "
         f"**{r['fully_enriched_fraction']:.0%}**.",
     ]
     if r["missing_fields"]:

@@ -38,7 +38,9 @@ COVERAGE_FIELDS: dict[str, str] = {
     "usage.input_tokens": "usage.input_tokens IS NOT NULL",
     "usage.output_tokens": "usage.output_tokens IS NOT NULL",
     "usage.tool_calls": "usage.tool_calls IS NOT NULL",
-    "tools_used": "tools_used IS NOT NULL",
+    # The log writes `tools_used = []` when a turn says nothing, so only a non-empty list or a
+    # recorded tool-call count shows that the runtime tracked tool use.
+    "tools_used": "len(coalesce(tools_used, [])) > 0 OR usage.tool_calls IS NOT NULL",
     "selection_reason": "nullif(trim(selection_reason), '') IS NOT NULL",
     "approval_status": "nullif(trim(approval_status), '') IS NOT NULL",
     "latency_ms": "latency_ms IS NOT NULL",
@@ -48,6 +50,15 @@ COVERAGE_FIELDS: dict[str, str] = {
     "channel": "nullif(trim(channel), '') IS NOT NULL",
     "agent_type": "nullif(trim(agent_type), '') IS NOT NULL",
 }
+
+# "Fully enriched": a turn carries the core enrichment (without model and token
+# usage a review can say nothing about cost or model choice: the seed's "0%
+# enriched"), and every other enrichment field that the agent's runtime records
+# at all that day. A deployment with no selection or approval step never sets
+# `selection_reason` or `approval_status`, which is not a gap; a runtime that
+# sets them on some turns and forgets them on others is.
+CORE_ENRICHMENT = ("model", "usage")
+WIRED_ENRICHMENT = ("selection_reason", "approval_status", "latency_ms", "usage.tool_calls")
 
 FLAGS = ("empty", "repeated", "truncated", "refusal", "very_long")
 
@@ -135,11 +146,10 @@ def compute(con: duckdb.DuckDBPyConnection, settings: Settings, day: str, agent:
         + f" FROM reviewed WHERE {where}",
         params,
     )[0]
+    required = [*CORE_ENRICHMENT, *(f for f in WIRED_ENRICHMENT if int(set_counts[f] or 0) > 0)]
     fully = con.execute(
         f"SELECT count(*) FROM reviewed WHERE {where} AND "
-        + " AND ".join(
-            f"({COVERAGE_FIELDS[f]})" for f in ("model", "usage", "selection_reason", "approval_status")
-        ),
+        + " AND ".join(f"({COVERAGE_FIELDS[f]})" for f in required),
         params,
     ).fetchone()[0]  # type: ignore[index]
 
@@ -237,6 +247,7 @@ def compute(con: duckdb.DuckDBPyConnection, settings: Settings, day: str, agent:
         "enrichment_set_counts": {k: int(v or 0) for k, v in set_counts.items()},
         "fully_enriched": int(fully),
         "fully_enriched_fraction": round(int(fully) / n, 6) if n else 0.0,
+        "fully_enriched_fields": required,
         "missing_fields": sorted(k for k, v in coverage.items() if v < 1.0),
         "tokens_by_model": models,
         "tokens": {

@@ -65,14 +65,15 @@ SIGNAL_WORDS = [
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.sampled_from(SIGNAL_WORDS), max_size=10))
 def test_signal_pre_checks_match_the_regexes(words: list[str]) -> None:
+    from tiermem.compressor import facts as f
     from tiermem.compressor import offline_scorer as o
 
     text = " ".join(words)
     expected = (
-        o._PREFERENCE_RE.search(text) is not None,
-        o._CORRECTION_RE.search(text) is not None,
-        o._DISCLOSURE_RE.search(text) is not None,
+        f.PREFERENCE_RE.search(text) is not None,
+        f.CORRECTION_RE.search(text) is not None,
+        f.DISCLOSURE_RE.search(text) is not None,
     )
-    assert o._signals(text) == expected
+    assert f.signals(text) == expected
     low = o.fold(text)
     assert bool(o._MONTH_WORDS.search(low) and o._MONTH_RE.search(text)) == bool(o._MONTH_RE.search(text))

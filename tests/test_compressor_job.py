@@ -91,7 +91,12 @@ def test_relationships_are_produced_per_participant(settings: Settings, event_lo
     con.close()
     assert len(rows) == 1
     participant, summary, rapport, trust, last_spoke = rows[0]
-    assert participant == "alice" and "alice" in summary and "last spoke" in summary
+    assert participant == "alice"
+    # A note a person would write, which does not start with the name (whoever shows it puts it first).
+    assert summary.startswith("Talked with agent-a 40 times, most recently on 1 March 2025")
+    assert not summary.lower().startswith("alice")
+    # What is known is in the third person, not pasted quotes.
+    assert "Known: alice" in summary and "(on " not in summary and " I " not in summary
     assert 0 <= rapport <= 1 and 0 <= trust <= 1 and last_spoke is not None
 
 

@@ -166,3 +166,58 @@ def test_claude_judged_sample_through_the_real_sdk(settings: Settings, event_log
         (ids["refusal"], 5),
         (ids["very_long"], 2),
     ]
+
+
+def test_a_runtime_without_selection_or_approval_steps_is_fully_enriched(
+    settings: Settings, event_log: EventLog
+) -> None:
+    """Turns recorded with model and usage only (what `record_turn(model=..., usage=...)` writes):
+    no selection or approval step exists, so their absence is no gap; a field wired on some turns
+    and forgotten on others is one."""
+    plain = [
+        interaction(
+            f"q{i}",
+            f"a{i}",
+            minute=i,
+            enriched=False,
+            model="claude-sonnet-4-5",
+            usage={"input_tokens": 900, "output_tokens": 90},
+        )
+        for i in range(4)
+    ]
+    append_all(event_log, plain)
+    info = run_review(settings, day="2026-11-20", agent="agent-1")
+    assert info.fully_enriched_fraction == 1.0
+    assert info.enrichment_coverage["selection_reason"] == 0.0  # still shown per field
+    report = orjson.loads(report_paths(settings, "2026-11-20", "agent-1")["json"].read_bytes())
+    assert report["fully_enriched_fields"] == ["model", "usage"]
+    # One more turn that sets selection_reason: now the runtime wires it, and the four that lack it are gaps.
+    append_all(
+        event_log,
+        [
+            interaction(
+                "q9",
+                "a9",
+                minute=9,
+                enriched=False,
+                model="claude-sonnet-4-5",
+                usage={"input_tokens": 900, "output_tokens": 90},
+                selection_reason="direct_mention",
+            )
+        ],
+    )
+    info = run_review(settings, day="2026-11-20", agent="agent-1")
+    assert info.fully_enriched_fraction == 0.2
+
+
+def test_tools_used_coverage_ignores_the_empty_default(settings: Settings, event_log: EventLog) -> None:
+    append_all(
+        event_log,
+        [
+            interaction("a", "b", minute=0, enriched=False),  # the log fills tools_used = []
+            interaction("c", "d", minute=1, enriched=False, tools_used=["recall_memory"]),
+            interaction("e", "f", minute=2, enriched=False, usage={"input_tokens": 1, "tool_calls": 0}),
+        ],
+    )
+    info = run_review(settings, day="2026-11-20", agent="agent-1")
+    assert round(info.enrichment_coverage["tools_used"], 4) == round(2 / 3, 4)

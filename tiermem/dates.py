@@ -222,14 +222,9 @@ _NEEDS = {kind: tuple(frozenset(g) for g in groups) for kind, groups in _NEEDS_W
 _NEEDED_WORDS = frozenset(w for groups in _NEEDS_WORDS.values() for g in groups for w in g)
 
 
-def anchor_relative_dates(
-    text: str, at: datetime, limit: int = 3, *, folded: str | None = None
-) -> list[tuple[str, str]]:
-    """[(phrase as written, what it points to)] for relative time phrases in `text` said at `at`.
-
-    `folded` is `fold(text)` when the caller already has it.
-    """
-    found: list[tuple[str, str]] = []
+def _matches(text: str, at: datetime, limit: int, folded: str | None) -> list[tuple[str, re.Match[str], str]]:
+    """(kind, match, what it points to) for the relative time phrases of `text`, at most `limit`."""
+    found: list[tuple[str, re.Match[str], str]] = []
     low = fold(text) if folded is None else folded
     present = {word for word in _NEEDED_WORDS if word in low}
     if not present:
@@ -247,7 +242,70 @@ def anchor_relative_dates(
             resolved = _resolve(kind, m, at)
             if resolved:
                 taken.append((m.start(), m.end()))
-                found.append((m.group(0), resolved))
+                found.append((kind, m, resolved))
             if len(found) >= limit:
                 return found
     return found
+
+
+def anchor_relative_dates(
+    text: str, at: datetime, limit: int = 3, *, folded: str | None = None
+) -> list[tuple[str, str]]:
+    """[(phrase as written, what it points to)] for relative time phrases in `text` said at `at`.
+
+    `folded` is `fold(text)` when the caller already has it.
+    """
+    return [(m.group(0), resolved) for _kind, m, resolved in _matches(text, at, limit, folded)]
+
+
+def _inline(kind: str, m: re.Match[str], at: datetime) -> str:
+    """The absolute phrase that can stand where the relative one was, preposition included."""
+    said = human_date(at)
+    if kind in ("yesterday", "tomorrow", "today"):
+        return f"on {_resolve(kind, m, at)}"
+    if kind == "recently":
+        return f"a few days before {said}"
+    if kind in ("last_weekday", "next_weekday", "this_weekday"):
+        resolved = _resolve(kind, m, at) or ""
+        day = resolved[resolved.rfind("(") + 1 : -1] if resolved.endswith(")") else resolved
+        return f"on {m.group(1).capitalize()}, {day}"
+    if kind == "ago":
+        unit = m.group(2).lower()
+        resolved = _resolve(kind, m, at) or ""
+        if unit == "day":
+            return f"on {resolved}"
+        if unit in ("week", "weekend"):
+            return f"around {resolved[resolved.rfind('around ') + 7 : -1]}"
+        return f"in {resolved}"
+    unit = m.group(1).lower()
+    resolved = _resolve(kind, m, at) or ""
+    if unit == "weekend":
+        return f"on {resolved}"
+    return f"in {resolved}"
+
+
+# A preposition before the phrase already says how it relates ("since last year"):
+# the absolute phrase then drops its own ("since 2022", not "since in 2022").
+_LEADING_PREPOSITION = re.compile(r"\b(since|from|until|till|by|before|after|in|on|during|around)\s+$", re.I)
+
+
+def resolve_relative_dates(text: str, at: datetime, *, limit: int = 5) -> str:
+    """`text` with each relative time phrase replaced by the absolute one it meant when said at `at`.
+
+    "I moved here last year" said on 8 May 2023 -> "I moved here in 2022".
+    """
+    found = _matches(text, at, limit, None)
+    if not found:
+        return text
+    out: list[str] = []
+    pos = 0
+    for kind, m, _resolved in sorted(found, key=lambda f: f[1].start()):
+        before = text[pos : m.start()]
+        phrase = _inline(kind, m, at)
+        if _LEADING_PREPOSITION.search(before):
+            phrase = phrase.split(" ", 1)[1]
+        out.append(before)
+        out.append(phrase)
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)

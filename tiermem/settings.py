@@ -100,7 +100,13 @@ class RuntimeSettings:
 class EvolverSettings:
     near_identical: float = 0.95
     related: float = 0.80
+    # The approval policy: a proposal not said by the user is applied without a
+    # person when its confidence reaches `auto_apply_confidence`, its category is
+    # not one a person reviews (claims about the world are served to everyone),
+    # and its topic is not sensitive (health, money, identity, beliefs).
     auto_apply_confidence: float = 0.7
+    review_categories: tuple[str, ...] = ("domain",)
+    review_topics: tuple[str, ...] = ("health", "finances", "identity", "beliefs")
     promote_min_projects: int = 2
     archive_after_days: int = 90
     archive_max_importance: int = 3
@@ -217,6 +223,8 @@ def _typed(value: Any, like: Any, name: str) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif isinstance(like, float):
         ok, value = number, float(value) if number else value
+    elif isinstance(like, tuple):
+        ok = isinstance(value, tuple) and all(isinstance(v, str) for v in value)
     elif isinstance(like, Mapping):
         ok = isinstance(value, dict) and all(
             isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
@@ -239,6 +247,8 @@ def _section(cls: type, raw: Any, where: str) -> Any:
     unknown = set(raw) - known
     if unknown:
         raise ConfigError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    # TOML arrays arrive as lists; the frozen settings hold tuples.
+    raw = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
     defaults = {f.name: getattr(cls(), f.name) for f in fields(cls)} if cls is not ModelPrice else {}
     checked = {k: _typed(v, defaults.get(k, 0.0), f"{where} {k}") for k, v in raw.items()}
     try:
@@ -281,6 +291,8 @@ def _coerce(value: str, like: object, name: str) -> object:
             return int(value)
         if isinstance(like, float):
             return float(value)
+        if isinstance(like, tuple):
+            return tuple(v.strip() for v in value.split(",") if v.strip())
     except ValueError as exc:
         raise ConfigError(f"{name}={value!r}: expected {type(like).__name__}") from exc
     return value

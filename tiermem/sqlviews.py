@@ -79,6 +79,9 @@ ranked AS (
     SELECT *,
            row_number() OVER (PARTITION BY fact_id ORDER BY ts DESC, revision DESC, event_id DESC) AS rn,
            min(ts) OVER (PARTITION BY fact_id) AS first_ts,
+           last_value(scope IGNORE NULLS) OVER (
+               PARTITION BY fact_id ORDER BY ts, revision, event_id
+               ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS last_scope,
            last_value(content IGNORE NULLS) OVER (
                PARTITION BY fact_id ORDER BY ts, revision, event_id
                ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS last_content
@@ -90,7 +93,9 @@ recalls AS (
           WHERE type = 'retrieval' AND event_id NOT IN ({_ERASED}))
     GROUP BY item
 )
-SELECT r.fact_id, r.agent_id, r.scope, r.category, r.topic, r.key,
+SELECT r.fact_id, r.agent_id,
+       -- A decision that never names a scope leaves the fact its agent's own.
+       coalesce(r.last_scope, 'agent') AS scope, r.category, r.topic, r.key,
        coalesce(r.content, r.last_content) AS content, r.status, r.source,
        r.first_ts AS created_at, r.ts AS updated_at, coalesce(c.recall_count, 0) AS recall_count,
        r.decision, r.note, r.previous_content, r.participant, r.project_id, r.agent_type,
@@ -111,7 +116,7 @@ WITH decisions AS (
 )
 SELECT p.event_id AS proposal_id, p.agent_id,
        CASE WHEN d.decision IS NULL THEN 'new'
-            WHEN d.decision IN ('pending', 'rejected') THEN d.decision
+            WHEN d.decision IN ('pending', 'rejected', 'duplicate') THEN d.decision
             WHEN d.decided_by = 'user' THEN 'approved'
             ELSE 'applied' END AS status,
        p.content, p.source_event_ids, p.ts, p.origin, p.confidence, p.importance, p.category, p.topic,

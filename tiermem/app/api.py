@@ -348,6 +348,26 @@ class Memory:
             out=str(path) if path else None,
         )
 
+    def edit_fact(
+        self, agent_id: str, fact_id: str, content: str, *, by: str = "user", reason: str | None = None
+    ) -> dict[str, Any]:
+        """An operator's edit of one fact by id, recorded with who, why, before and after."""
+        from tiermem.evolver.revise import edit_fact
+
+        out = edit_fact(self._settings, agent_id, fact_id, content, by=by, reason=reason)
+        self._wrote_log()
+        return out
+
+    def remove_fact(
+        self, agent_id: str, fact_id: str, *, by: str = "user", reason: str | None = None
+    ) -> dict[str, Any]:
+        """An operator's removal of one fact by id, recorded with who, why and what it said."""
+        from tiermem.evolver.revise import remove_fact
+
+        out = remove_fact(self._settings, agent_id, fact_id, by=by, reason=reason)
+        self._wrote_log()
+        return out
+
     def forget(
         self,
         *,

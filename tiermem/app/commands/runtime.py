@@ -79,7 +79,34 @@ def _recall(args: argparse.Namespace, memory: Memory) -> int:
 # ---------------------------------------------------------------- facts
 
 
+_FACT_ID_PREFIXES = ("fact:", "kv:")
+
+
+def _revise_fact(args: argparse.Namespace, memory: Memory) -> int:
+    """`facts edit|remove AGENT FACT_ID`: an operator's revision, recorded with who and why."""
+    if args.action == "edit":
+        if args.value is None:
+            raise ValidationError("CONTENT", "tiermem facts edit needs FACT_ID CONTENT")
+        out = memory.edit_fact(args.agent, args.key, args.value, by=args.by, reason=args.reason)
+    else:
+        out = memory.remove_fact(args.agent, args.key, by=args.by, reason=args.reason)
+    if args.json:
+        emit_json(out)
+    else:
+        print(
+            f"{out['action']} {out['fact_id']} (by {out['decided_by']}): {out['before']!r} -> {out['after']!r}"
+        )
+    return 0
+
+
 def _facts(args: argparse.Namespace, memory: Memory) -> int:
+    by_id = (args.key or "").startswith(_FACT_ID_PREFIXES)
+    if args.action == "edit" and not by_id:
+        raise ValidationError(
+            "FACT_ID", "tiermem facts edit needs a fact id (fact:... or kv:..., see `facts list`)"
+        )
+    if by_id and args.action in ("edit", "remove"):
+        return _revise_fact(args, memory)
     with _agent(args, memory, user=args.user) as agent:
         if args.action == "list":
             facts = agent.facts.list(limit=args.limit)
@@ -227,19 +254,23 @@ def register(sub: Any) -> None:
         sub,
         "facts",
         _facts,
-        "list, get, set or remove an agent's key-value facts (scope-resolved)",
+        "list, get, set or remove an agent's key-value facts (scope-resolved); edit or remove any fact by id",
         "  tiermem facts list support-bot\n"
         "  tiermem facts set support-bot deploy_branch main --scope project --project web\n"
         "  tiermem facts get support-bot deploy_branch --project web --json\n"
-        "  tiermem facts remove support-bot deploy_branch --scope project --project web\n",
+        "  tiermem facts remove support-bot deploy_branch --scope project --project web\n"
+        "  tiermem facts edit support-bot fact:01JD... 'alice moved to Osaka in October 2026' --by dana\n"
+        "  tiermem facts remove support-bot fact:01JD... --by dana --reason 'not true'\n",
     )
-    p.add_argument("action", choices=["list", "get", "set", "remove"])
+    p.add_argument("action", choices=["list", "get", "set", "remove", "edit"])
     p.add_argument("agent")
     p.add_argument("key", nargs="?")
     p.add_argument("value", nargs="?")
     p.add_argument("--scope", choices=["agent", "system", "agent_type", "project", "override"])
     p.add_argument("--user", help="the user the facts are about (none: agent-level and wider facts)")
     p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--by", default="user", help="edit/remove by id: who makes the change (recorded)")
+    p.add_argument("--reason", help="edit/remove by id: why (recorded)")
     _scope_flags(p)
     add_json_flag(p)
 
