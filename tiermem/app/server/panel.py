@@ -1,0 +1,5 @@
+"""placeholder replaced below"""
+
+from fastapi import APIRouter
+
+router = APIRouter()
