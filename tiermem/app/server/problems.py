@@ -114,27 +114,33 @@ class BodyLimit:
             await too_large(scope, receive, send)
             return
         seen = 0
-        started = False
+        exceeded = False
+        replaced = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, exceeded
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
+                    exceeded = True
                     raise _BodyTooLarge
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
+        async def guarded_send(message: Message) -> None:
+            # The framework may turn the interrupted read into its own 400: answer 413 instead.
+            nonlocal replaced
+            if exceeded:
+                if not replaced:
+                    replaced = True
+                    await too_large(scope, receive, send)
+                return
             await send(message)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, limited_receive, guarded_send)
         except _BodyTooLarge:
-            if not started:
+            if not replaced:
                 await too_large(scope, receive, send)
 
 
