@@ -122,6 +122,7 @@ class Seeded:
     proposal_ids: list[str]  # pending, for AGENT
     other_proposal_id: str  # pending, for OTHER_AGENT
     alice_turn: str
+    home_proposal_id: str  # pending, with a diff against an active fact
 
 
 def seed(data_dir: Path) -> Seeded:
@@ -183,11 +184,37 @@ def seed(data_dir: Path) -> Seeded:
                 ),
             ],
         )
+        (paris,) = append_all(
+            log, [proposal("Alice lives in Paris", agent=AGENT, minute=5, confidence=0.95, topic="home")]
+        )
+        home = append_all(
+            log,
+            [
+                proposal(
+                    "Alice lives in Berlin since October",
+                    agent=AGENT,
+                    minute=6,
+                    confidence=0.4,
+                    topic="home",
+                    is_correction=True,
+                    corrects=f"fact:{paris}",
+                    source_event_ids=[alice_turn],
+                )
+            ],
+        )
     with Memory(settings) as mem:
         mem.evolve()
+        agent = mem.agent(AGENT)
+        # what alice's next turn was given: a recall, then the turn (the panel links them)
+        agent.recall("locker code", "alice")
+        agent.record_turn(
+            "alice", "What was my locker code again?", f"It is {ALICE_CANARY}.", session_id="s-alice"
+        )
         mem.review(day=at(0)[:10])
         mem.review()
-    return Seeded(proposal_ids=pids[:3], other_proposal_id=pids[3], alice_turn=alice_turn)
+    return Seeded(
+        proposal_ids=pids[:3], other_proposal_id=pids[3], alice_turn=alice_turn, home_proposal_id=home[0]
+    )
 
 
 def cli_json(data_dir: Path, *args: str) -> Any:

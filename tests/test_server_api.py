@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from helpers_server import (
@@ -316,7 +315,7 @@ def test_body_limit_and_field_limits(env: Env) -> None:
             422,
         )
         assert_problem(c.get(f"/v1/agents/{AGENT}/context", params={"level": "galaxy"}), 422)
-        assert_problem(c.get(f"/v1/agents/bad%20agent/context"), 422)
+        assert_problem(c.get("/v1/agents/bad%20agent/context"), 422)
         assert_problem(c.get("/v1/nowhere"), 404)
 
 
