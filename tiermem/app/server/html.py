@@ -41,6 +41,7 @@ th { color:var(--muted); font-weight:600; font-size:13px; }
 .imp { display:inline-block; min-width:26px; text-align:center; border-radius:6px; color:#fff; font-weight:700; }
 .quote { border-left:3px solid var(--line); padding-left:10px; color:var(--muted); margin:4px 0; }
 pre.diff { background:#fbfbfc; border:1px solid var(--line); padding:8px; border-radius:6px; white-space:pre-wrap; }
+pre.diff span { display:block; }
 pre.diff .add { color:var(--ok); background:#e9f7ef; display:block; }
 pre.diff .del { color:var(--bad); background:#fdecea; display:block; }
 .actions { display:flex; gap:10px; flex-wrap:wrap; align-items:flex-start; margin-top:10px; }
@@ -114,8 +115,8 @@ def diff_block(diff_text: str) -> str:
     for line in diff_text.splitlines():
         cls = "add" if line.startswith("+") and not line.startswith("+++") else ""
         cls = "del" if line.startswith("-") and not line.startswith("---") else cls
-        lines.append(f"<span class='{cls}'>{esc(line)}</span>" if cls else esc(line))
-    return "<pre class='diff'>" + "\n".join(lines) + "</pre>"
+        lines.append(f"<span class='{cls or 'ctx'}'>{esc(line)}</span>")
+    return "<pre class='diff'>" + "".join(lines) + "</pre>"
 
 
 def flash(message: str | None, *, error: bool = False) -> str:

@@ -85,7 +85,7 @@ def agent_view(conn: sqlite3.Connection, agent_id: str) -> AgentView:
         "ORDER BY CASE status WHEN 'active' THEN 0 WHEN 'pending' THEN 1 ELSE 2 END, updated_at DESC",
         (agent_id,),
     ):
-        row["sources"] = _json_list(row.pop("source_event_ids"))
+        row["sources"] = list(dict.fromkeys(str(i) for i in _json_list(row.pop("source_event_ids"))))
         knowledge.setdefault(row["scope"], []).append(row)
     episodes = _rows(
         conn,

@@ -302,7 +302,7 @@ def proposal_page(agent: str, shown: dict[str, Any], csrf: str, message: str | N
     base = h.url("agents", agent, "proposals", pid)
     changes = shown["if_approved"]["changes"]
     diffs = "".join(
-        f"<p>{h.badge(c['decision'])} {h.esc(c['fact_id'])}</p>"
+        f"<p>{h.badge(c['decision'])} {h.esc(c['content'])} <span class='muted'>{h.esc(c['fact_id'])}</span></p>"
         + (h.diff_block(c["diff"]) if c.get("diff") else "")
         for c in changes
     )
@@ -335,7 +335,9 @@ def proposal_page(agent: str, shown: dict[str, Any], csrf: str, message: str | N
         f"<p><a href='{h.url('agents', agent)}#queue'>← {h.esc(agent)}</a></p>{h.flash(message)}"
         f"<h1>Proposal</h1><section><p style='font-size:17px'>{h.esc(p['content'])}</p>"
         f"<p class='muted'>{h.badge(shown['status'])} · origin {h.esc(p['origin'])} · confidence {h.esc(p['confidence'])} "
-        f"· topic {h.esc(p.get('topic'))} · about {h.esc(p.get('participant'))}</p>{actions}</section>"
+        f"· topic {h.esc(p.get('topic'))}"
+        + (f" · about {h.esc(p['participant'])}" if p.get("participant") else "")
+        + f"</p>{actions}</section>"
         f"<section><h2>If approved: {h.esc(shown['if_approved']['action'])}</h2>{diffs or '<p class=muted>no change</p>'}</section>"
         f"<section><h2>Where it came from</h2>{turns}</section>"
     )
