@@ -207,6 +207,13 @@ def test_facts_crud(env: Env) -> None:
         assert {"office_hours", "escalation_email"} <= keys
         assert c.delete(f"/v1/agents/{AGENT}/facts/office_hours").json()["removed"] is True
         assert_problem(c.get(f"/v1/agents/{AGENT}/facts/office_hours"), 404)
+        web = {"project_id": "web"}
+        put = c.put(
+            f"/v1/agents/{AGENT}/facts/branch", params=web, json={"value": "main", "scope": "project"}
+        )
+        assert put.status_code == 200 and put.json()["scope"] == "project"
+        assert c.get(f"/v1/agents/{AGENT}/facts/branch", params=web).json()["scope"] == "project"
+        assert_problem(c.get(f"/v1/agents/{AGENT}/facts/branch"), 404)  # not in this agent's own scope
     with env.server.client(env.operator) as c:
         assert (
             c.put(f"/v1/agents/{AGENT}/facts/tz", json={"value": "UTC", "scope": "system"}).status_code == 200

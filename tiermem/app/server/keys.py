@@ -77,12 +77,16 @@ class KeyStore:
 
     def __init__(self, settings: Settings) -> None:
         self._path = keys_path(settings)
+        self._ready = False  # schema created (once per store object: verify runs per request)
 
     def _connect(self) -> sqlite3.Connection:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._ready:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self._path, timeout=30, isolation_level=None)
         conn.row_factory = sqlite3.Row
-        conn.executescript(SCHEMA)
+        if not self._ready:
+            conn.executescript(SCHEMA)
+            self._ready = True
         return conn
 
     def create(

@@ -104,6 +104,9 @@ def bearer(request: Request) -> Principal | None:
 
 
 Caller = Annotated[Principal | None, Depends(bearer)]
+# The agent's type and project, for facts in the agent_type and project scopes.
+AgentType = Annotated[str | None, Query(max_length=ID_MAX, description="the agent's type (agent_type scope)")]
+ProjectId = Annotated[str | None, Query(max_length=ID_MAX, description="the agent's project (project scope)")]
 
 
 def service(request: Request) -> MemoryService:
@@ -230,25 +233,37 @@ async def post_tool(
 
 @router.get("/agents/{agent_id}/facts", tags=["facts"])
 async def list_facts(
-    agent_id: AgentId, caller: Caller, svc: Svc, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    agent_id: AgentId,
+    caller: Caller,
+    svc: Svc,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    agent_type: AgentType = None,
+    project_id: ProjectId = None,
 ) -> dict[str, Any]:
     """Every active fact the agent sees (the JSON of `tiermem facts list --json`)."""
     authorize(caller, agent_id=agent_id)
 
     def run() -> dict[str, Any]:
-        return {"facts": [f.to_json() for f in _read(svc, agent_id, None, None).facts.list(limit=limit)]}
+        facts = _read(svc, agent_id, agent_type, project_id).facts.list(limit=limit)
+        return {"facts": [f.to_json() for f in facts]}
 
     return await svc.run(run)
 
 
 @router.get("/agents/{agent_id}/facts/{key}", tags=["facts"])
 async def get_fact(
-    agent_id: AgentId, key: Annotated[str, Path(max_length=ID_MAX)], caller: Caller, svc: Svc
+    agent_id: AgentId,
+    key: Annotated[str, Path(max_length=ID_MAX)],
+    caller: Caller,
+    svc: Svc,
+    agent_type: AgentType = None,
+    project_id: ProjectId = None,
 ) -> dict[str, Any]:
+    """The fact a lookup of `key` returns (the most specific scope wins)."""
     authorize(caller, agent_id=agent_id)
 
     def run() -> dict[str, Any]:
-        fact = _read(svc, agent_id, None, None).facts.get(key)
+        fact = _read(svc, agent_id, agent_type, project_id).facts.get(key)
         if fact is None:
             raise NotFoundError(f"no fact {key!r} visible to agent {agent_id!r}")
         return {"fact_id": fact.fact_id, "key": fact.key, "value": fact.value, "scope": fact.scope}
@@ -258,11 +273,24 @@ async def get_fact(
 
 @router.put("/agents/{agent_id}/facts/{key}", tags=["facts"])
 async def put_fact(
-    agent_id: AgentId, key: Annotated[str, Path(max_length=ID_MAX)], body: FactIn, caller: Caller, svc: Svc
+    agent_id: AgentId,
+    key: Annotated[str, Path(max_length=ID_MAX)],
+    body: FactIn,
+    caller: Caller,
+    svc: Svc,
+    agent_type: AgentType = None,
+    project_id: ProjectId = None,
 ) -> dict[str, Any]:
     """Store `key = value` in a scope (agent keys: agent or project scope only)."""
     authorize(caller, agent_id=agent_id, scope=body.scope or "agent")
-    return await svc.run(lambda: svc.agent(agent_id).facts.set(key, body.value, body.scope).to_json())
+
+    def run() -> dict[str, Any]:
+        result: dict[str, Any] = (
+            svc.agent(agent_id, agent_type, project_id).facts.set(key, body.value, body.scope).to_json()
+        )
+        return result
+
+    return await svc.run(run)
 
 
 @router.delete("/agents/{agent_id}/facts/{key}", tags=["facts"])
@@ -272,13 +300,14 @@ async def delete_fact(
     caller: Caller,
     svc: Svc,
     scope: Scope | None = None,
+    agent_type: AgentType = None,
+    project_id: ProjectId = None,
 ) -> dict[str, Any]:
     authorize(caller, agent_id=agent_id, scope=scope or "agent")
 
     def run() -> dict[str, Any]:
-        result: dict[str, Any] = (
-            _read(svc, agent_id, None, None).facts.remove(key, scope, reason="removed over HTTP").to_json()
-        )
+        agent = _read(svc, agent_id, agent_type, project_id)
+        result: dict[str, Any] = agent.facts.remove(key, scope, reason="removed over HTTP").to_json()
         return result
 
     return await svc.run(run)
