@@ -120,6 +120,11 @@ def test_user_bound_key_cannot_name_another_user(env: Env) -> None:
             403,
         )
         assert_problem(c.post(f"/v1/agents/{AGENT}/tools/memory_fact_list", json={"user": "bob"}), 403)
+        # calls on the whole agent span every user
+        assert_problem(c.get(f"/v1/agents/{AGENT}/proposals"), 403)
+        assert_problem(c.get(f"/v1/agents/{AGENT}/export"), 403)
+        assert_problem(c.put(f"/v1/agents/{AGENT}/identity", json={"content": "I am alice's now"}), 403)
+        assert_problem(c.put(f"/v1/agents/{AGENT}/facts/k", json={"value": "v"}), 403)
         # naming no user acts for the key's own user
         assert c.get(f"/v1/agents/{AGENT}/context").json()["user"] == "alice"
 

@@ -163,14 +163,17 @@ def authorize(
     agent_id: str | None = None,
     user: str | None = None,
     operator_only: bool = False,
+    whole_agent: bool = False,
     scope: str | None = None,
 ) -> str | None:
     """The one authorisation decision of the server; returns the user the call acts for.
 
     No key → AuthError (401). An agent key reaching another agent, an
     operator-only endpoint, a wide fact scope, or (when bound to a user)
-    another user → ForbiddenError (403). A user-bound key that names no user
-    acts for its own user, so its reads are always that user's.
+    another user or a call on the whole agent (`whole_agent`: its review
+    queue, its export, its identity and facts writes, which span every user)
+    → ForbiddenError (403). A user-bound key that names no user acts for its
+    own user, so its reads are always that user's.
     """
     if principal is None:
         raise AuthError("missing or invalid API key (send `Authorization: Bearer <key>`)")
@@ -183,6 +186,8 @@ def authorize(
     if scope is not None and scope not in AGENT_WRITABLE_SCOPES:
         raise ForbiddenError(f"an agent key may not write the {scope!r} scope (operator only)")
     if principal.user is not None:
+        if whole_agent:
+            raise ForbiddenError(f"this key reaches only user {principal.user!r}, not the whole agent")
         if user is not None and user != principal.user:
             raise ForbiddenError(f"this key reaches only user {principal.user!r} of agent {agent_id!r}")
         return principal.user

@@ -185,7 +185,7 @@ async def home(request: Request) -> Response:
 
     def read() -> list[dict[str, Any]]:
         svc.refresh()
-        return data.agents(svc.agent("_panel").runtime.conn)
+        return data.agents(svc.hot())
 
     rows = await svc.run(read)
     return HTMLResponse(h.page("Agents", views.agents_list(rows), who=visitor.who, csrf=visitor.csrf))

@@ -34,7 +34,6 @@ def agents_list(rows: list[dict[str, Any]]) -> str:
                 h.short_ts(r["last_ts"]),
             ]
             for r in rows
-            if r["agent_id"] != "_panel"
         ),
         empty="no agent has memory yet: record a turn (POST /v1/agents/NAME/turns) or run `tiermem demo`",
     )

@@ -282,7 +282,7 @@ async def put_fact(
     project_id: ProjectId = None,
 ) -> dict[str, Any]:
     """Store `key = value` in a scope (agent keys: agent or project scope only)."""
-    authorize(caller, agent_id=agent_id, scope=body.scope or "agent")
+    authorize(caller, agent_id=agent_id, whole_agent=True, scope=body.scope or "agent")
 
     def run() -> dict[str, Any]:
         result: dict[str, Any] = (
@@ -303,7 +303,7 @@ async def delete_fact(
     agent_type: AgentType = None,
     project_id: ProjectId = None,
 ) -> dict[str, Any]:
-    authorize(caller, agent_id=agent_id, scope=scope or "agent")
+    authorize(caller, agent_id=agent_id, whole_agent=True, scope=scope or "agent")
 
     def run() -> dict[str, Any]:
         agent = _read(svc, agent_id, agent_type, project_id)
@@ -330,7 +330,7 @@ async def get_identity(agent_id: AgentId, caller: Caller, svc: Svc) -> dict[str,
 
 @router.put("/agents/{agent_id}/identity", tags=["identity"])
 async def put_identity(agent_id: AgentId, body: IdentityIn, caller: Caller, svc: Svc) -> dict[str, Any]:
-    authorize(caller, agent_id=agent_id)
+    authorize(caller, agent_id=agent_id, whole_agent=True)
 
     def run() -> dict[str, Any]:
         event_id = svc.agent(agent_id).set_identity(body.content)
@@ -344,7 +344,7 @@ async def put_identity(agent_id: AgentId, body: IdentityIn, caller: Caller, svc:
 
 async def _own_proposal(svc: MemoryService, caller: Principal | None, agent_id: str, proposal_id: str) -> Any:
     """The proposal, after checking that it belongs to the agent in the path."""
-    authorize(caller, agent_id=agent_id)
+    authorize(caller, agent_id=agent_id, whole_agent=True)
     shown = await svc.run(proposal_agent, svc, proposal_id)
     if shown["proposal"].get("agent_id") != agent_id:
         raise NotFoundError(f"no proposal {proposal_id!r} for agent {agent_id!r}")
@@ -359,7 +359,7 @@ async def list_proposals(
     status: Annotated[str, Query(max_length=40)] = "pending",
 ) -> list[dict[str, Any]]:
     """Knowledge proposals by status (the JSON of `tiermem proposals list --json`)."""
-    authorize(caller, agent_id=agent_id)
+    authorize(caller, agent_id=agent_id, whole_agent=True)
     return await svc.run(lambda: svc.memory.proposals(status=status, agent=agent_id))
 
 
@@ -416,7 +416,7 @@ async def export_agent(
     agent_id: AgentId, caller: Caller, svc: Svc, format: Literal["json", "md"] = "json"
 ) -> Response:
     """Everything held about the agent, with sources (the output of `tiermem export --agent`)."""
-    authorize(caller, agent_id=agent_id)
+    authorize(caller, agent_id=agent_id, whole_agent=True)
     info = await svc.run(lambda: svc.memory.export(agent=agent_id, format=format))
     return _export_response(info.text, format)
 

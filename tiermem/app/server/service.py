@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import sqlite3
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -22,6 +24,9 @@ from tiermem.settings import Settings
 
 T = TypeVar("T")
 
+# Open agent handles kept (each holds a hot-store connection); the least recently used closes first.
+MAX_HANDLES = 64
+
 
 class MemoryService:
     """Owns the `Memory` of the data root and one cached handle per (agent, type, project)."""
@@ -30,7 +35,8 @@ class MemoryService:
         self.settings = settings
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiermem-memory")
         self._memory: Memory | None = None
-        self._agents: dict[tuple[str, str | None, str | None], AgentMemory] = {}
+        self._agents: OrderedDict[tuple[str, str | None, str | None], AgentMemory] = OrderedDict()
+        self._hot: sqlite3.Connection | None = None
 
     # Everything below `_on_thread` runs on the worker thread only.
     def _mem(self) -> Memory:
@@ -46,7 +52,20 @@ class MemoryService:
         if handle is None:
             handle = self._mem().agent(agent_id, agent_type=agent_type, project_id=project_id)
             self._agents[key] = handle
+            while len(self._agents) > MAX_HANDLES:
+                _, oldest = self._agents.popitem(last=False)
+                oldest.close()
+        else:
+            self._agents.move_to_end(key)
         return handle
+
+    def hot(self) -> sqlite3.Connection:
+        """A read connection on the hot store, for views across agents (the panel's agent list)."""
+        if self._hot is None:
+            from tiermem.runtime.hotstore import open_hot_store
+
+            self._hot = open_hot_store(self.settings)
+        return self._hot
 
     @property
     def memory(self) -> Memory:
@@ -66,6 +85,9 @@ class MemoryService:
             with contextlib.suppress(Exception):
                 handle.close()
         self._agents.clear()
+        if self._hot is not None:
+            self._hot.close()
+            self._hot = None
         if self._memory is not None:
             self._memory.close()
             self._memory = None
