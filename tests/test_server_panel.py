@@ -91,7 +91,9 @@ def sign_in(page: Page, key: str) -> None:
 
 
 def test_sign_in_is_required_and_a_wrong_key_is_refused(page: Page, panel: Panel) -> None:
-    page.goto("/agents/" + AGENT)
+    response = page.goto("/agents/" + AGENT)
+    assert response is not None
+    assert "default-src 'none'" in response.headers["content-security-policy"]  # no script may run
     expect(page.locator("h1")).to_have_text("Sign in")
     page.fill("#key", "tmk_wrong")
     page.click("button[type=submit]")

@@ -32,6 +32,18 @@ from tiermem.errors import TiermemError
 
 COOKIE = "tiermem_panel"
 FORM_MAX = 64_000
+# The panel needs no script and no other origin: say so, so injected markup could do nothing.
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _html(content: str, status_code: int = 200) -> HTMLResponse:
+    return HTMLResponse(content, status_code=status_code, headers=HEADERS)
 
 
 @dataclass(frozen=True)
@@ -119,7 +131,7 @@ def _checked(visitor: Visitor | None, form: dict[str, str]) -> Visitor:
 
 def _error_page(status: int, message: str, visitor: Visitor | None) -> HTMLResponse:
     body = h.flash(message, error=True) + "<p><a href='/'>Back to the panel</a></p>"
-    return HTMLResponse(
+    return _html(
         h.page("Error", body, who=visitor.who if visitor else None, csrf=visitor.csrf if visitor else None),
         status_code=status,
     )
@@ -138,7 +150,7 @@ def _back(location: str, message: str) -> RedirectResponse:
 
 @router.get("/login", response_class=HTMLResponse)
 async def login_form(request: Request) -> HTMLResponse:
-    return HTMLResponse(views.login_page(request.query_params.get("msg")))
+    return _html(views.login_page(request.query_params.get("msg")))
 
 
 @router.post("/login")
@@ -148,9 +160,9 @@ async def login(request: Request) -> Response:
     store: KeyStore = request.app.state.keys
     principal = store.verify(token)
     if principal is None:
-        return HTMLResponse(views.login_page("That key is unknown or revoked.", error=True), status_code=401)
+        return _html(views.login_page("That key is unknown or revoked.", error=True), status_code=401)
     if principal.user is not None:
-        return HTMLResponse(
+        return _html(
             views.login_page("A key bound to one user is for the API only.", error=True), status_code=403
         )
     sid = _sessions(request).start(token)
@@ -188,7 +200,7 @@ async def home(request: Request) -> Response:
         return data.agents(svc.hot())
 
     rows = await svc.run(read)
-    return HTMLResponse(h.page("Agents", views.agents_list(rows), who=visitor.who, csrf=visitor.csrf))
+    return _html(h.page("Agents", views.agents_list(rows), who=visitor.who, csrf=visitor.csrf))
 
 
 @router.get("/agents/{agent_id}", response_class=HTMLResponse)
@@ -213,7 +225,7 @@ async def agent_page(request: Request, agent_id: str) -> Response:
     body = views.agent_page(
         view, pending, reports, visitor.csrf, visitor.principal.is_operator, request.query_params.get("msg")
     )
-    return HTMLResponse(h.page(agent_id, body, who=visitor.who, csrf=visitor.csrf))
+    return _html(h.page(agent_id, body, who=visitor.who, csrf=visitor.csrf))
 
 
 @router.get("/agents/{agent_id}/turns/{event_id}", response_class=HTMLResponse)
@@ -234,7 +246,7 @@ async def turn_page(request: Request, agent_id: str, event_id: str) -> Response:
     turn = await svc.run(read)
     if turn is None:
         return _error_page(404, f"no turn {event_id} of agent {agent_id} (erased, or not a turn)", visitor)
-    return HTMLResponse(h.page("Turn", views.turn_page(agent_id, turn), who=visitor.who, csrf=visitor.csrf))
+    return _html(h.page("Turn", views.turn_page(agent_id, turn), who=visitor.who, csrf=visitor.csrf))
 
 
 @router.get("/agents/{agent_id}/proposals/{proposal_id}", response_class=HTMLResponse)
@@ -258,7 +270,7 @@ async def proposal_page(request: Request, agent_id: str, proposal_id: str) -> Re
     except TiermemError as exc:
         return _error_page(404, str(exc), visitor)
     body = views.proposal_page(agent_id, shown, visitor.csrf, request.query_params.get("msg"))
-    return HTMLResponse(h.page("Proposal", body, who=visitor.who, csrf=visitor.csrf))
+    return _html(h.page("Proposal", body, who=visitor.who, csrf=visitor.csrf))
 
 
 @router.get("/agents/{agent_id}/reports/{day}.png")
