@@ -17,6 +17,10 @@ import pytest
 from helpers_server import AGENT, ALICE_CANARY, BOB_CANARY, Seeded, Server, make_key, running_server, seed
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+# Assertions wait for their condition; the bound only ends a broken run (forgetting a user
+# re-projects and regenerates reports, which can take seconds on a loaded machine).
+expect.set_options(timeout=60_000)
+
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "build" / "artifacts" / "panel"
 ARGS = [
@@ -74,6 +78,7 @@ def panel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Panel]:
 def page(browser: Browser, panel: Panel) -> Iterator[Page]:
     context = browser.new_context(base_url=panel.server.url, viewport={"width": 1280, "height": 900})
     p = context.new_page()
+    p.set_default_timeout(60_000)
     yield p
     context.close()
 
