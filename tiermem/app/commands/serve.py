@@ -67,7 +67,7 @@ def _keys(args: argparse.Namespace, memory: Memory) -> int:
 
 
 def register(sub: Any) -> None:
-    from tiermem.app.server.app import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT
+    from tiermem.app.server import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT
 
     p = command(
         sub,

@@ -8,15 +8,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from tiermem import __version__
-from tiermem.app.server import panel, routes
+from tiermem.app.server import DEFAULT_MAX_BODY, panel, routes
 from tiermem.app.server.keys import KeyStore
 from tiermem.app.server.problems import BodyLimit, install_handlers
 from tiermem.app.server.service import MemoryService
 from tiermem.settings import Settings
-
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
-DEFAULT_MAX_BODY = 1_048_576  # bytes; a turn of two 100,000-character texts fits
 
 
 def create_app(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) -> FastAPI:
