@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "tiermem.app.commands.evolver",
     "tiermem.app.commands.runtime",
     "tiermem.app.mcp_server",
+    "tiermem.app.commands.serve",
     "tiermem.app.scheduler",
     "tiermem.app.demo",
     "tiermem.app.benchmarks",
@@ -50,6 +51,7 @@ EPILOG = """examples:
   tiermem compress --json                       # derive episodes for every due agent
   tiermem context support-bot --user alice --query "refund status"
   tiermem recall support-bot "the outage last week" --participant alice
+  tiermem serve                                 # HTTP API and memory panel on 127.0.0.1:8765
 
 data root: --data-dir, else $TIERMEM_DATA_DIR, else ./data
 """

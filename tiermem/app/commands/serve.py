@@ -1,0 +1,108 @@
+"""CLI for the HTTP server: `tiermem serve` and `tiermem keys create|list|revoke`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tiermem.app.api import Memory
+from tiermem.app.cli import add_json_flag, command
+from tiermem.output import emit_json, format_table
+
+
+def _serve(args: argparse.Namespace, memory: Memory) -> int:
+    from tiermem.app.server.app import serve
+
+    serve(
+        memory.settings,
+        host=args.host,
+        port=args.port,
+        max_body_bytes=args.max_body_bytes,
+        log_level=args.log_level,
+    )
+    return 0
+
+
+def _keys(args: argparse.Namespace, memory: Memory) -> int:
+    from tiermem.app.server.keys import KeyStore
+
+    store = KeyStore(memory.settings)
+    if args.action == "create":
+        created = store.create(operator=args.operator, agent_id=args.agent, user=args.user, label=args.label)
+        if args.json:
+            emit_json(created)
+        else:
+            bound = (
+                "operator"
+                if args.operator
+                else f"agent {args.agent}" + (f", user {args.user}" if args.user else "")
+            )
+            print(created["key"])
+            print(f"({created['key_id']}, {bound}; shown once: keep it now)")
+        return 0
+    if args.action == "list":
+        rows = store.list()
+        if args.json:
+            emit_json(rows)
+        else:
+            print(
+                format_table(
+                    ["key_id", "kind", "agent", "user", "created", "revoked"],
+                    [
+                        [r["key_id"], r["kind"], r["agent_id"], r["user"], r["created_at"], r["revoked_at"]]
+                        for r in rows
+                    ],
+                )
+            )
+        return 0
+    if not args.key_id:
+        print("tiermem keys revoke: a KEY_ID is needed (see `tiermem keys list`)")
+        return 2
+    done = store.revoke(args.key_id)
+    if args.json:
+        emit_json(done)
+    else:
+        print(f"revoked {args.key_id}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    from tiermem.app.server import DEFAULT_HOST, DEFAULT_MAX_BODY, DEFAULT_PORT
+
+    p = command(
+        sub,
+        "serve",
+        _serve,
+        "serve the memory over HTTP (JSON API, OpenAPI at /docs, the memory panel at /)",
+        "  tiermem keys create --operator --json     # a key for the panel and the API\n"
+        "  tiermem serve                             # http://127.0.0.1:8765/\n"
+        "  tiermem serve --port 9000 --max-body-bytes 262144\n",
+    )
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY,
+        help=f"largest request body accepted (default {DEFAULT_MAX_BODY:,})",
+    )
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+    p = command(
+        sub,
+        "keys",
+        _keys,
+        "create, list or revoke the API keys of `tiermem serve` (stored hashed; shown once)",
+        "  tiermem keys create --operator --json\n"
+        "  tiermem keys create --agent support-bot --json\n"
+        "  tiermem keys create --agent support-bot --user alice --json   # only alice's memory\n"
+        "  tiermem keys list\n"
+        "  tiermem keys revoke key_0123456789ab\n",
+    )
+    p.add_argument("action", choices=["create", "list", "revoke"])
+    p.add_argument("key_id", nargs="?", help="for revoke: the key's id (from `keys list`)")
+    p.add_argument("--operator", action="store_true", help="a key for every agent and the operator endpoints")
+    p.add_argument("--agent", help="a key that reaches only this agent")
+    p.add_argument("--user", help="with --agent: a key that reaches only this user of the agent")
+    p.add_argument("--label", help="a note kept with the key (who it is for)")
+    add_json_flag(p)

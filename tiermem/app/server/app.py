@@ -1,0 +1,59 @@
+"""The ASGI application of `tiermem serve`, and running it under uvicorn."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from tiermem import __version__
+from tiermem.app.server import DEFAULT_MAX_BODY, panel, routes
+from tiermem.app.server.keys import KeyStore
+from tiermem.app.server.problems import BodyLimit, install_handlers
+from tiermem.app.server.service import MemoryService
+from tiermem.settings import Settings
+
+
+def create_app(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) -> FastAPI:
+    """The application over the data root of `settings` (opened at startup, closed at shutdown)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.service = MemoryService(settings)
+        # Open the hot store and catch up with the log before the first request.
+        await app.state.service.run(app.state.service.refresh)
+        try:
+            yield
+        finally:
+            app.state.service.close()
+
+    app = FastAPI(
+        title="tiermem",
+        version=__version__,
+        description="Tiered, event-sourced memory for LLM agents: the `Memory` API over HTTP. "
+        "Send `Authorization: Bearer <key>` (keys from `tiermem keys create`). "
+        "Errors are `application/problem+json`.",
+        lifespan=lifespan,
+    )
+    app.state.keys = KeyStore(settings)
+    app.state.settings = settings
+    install_handlers(app)
+    app.add_middleware(BodyLimit, limit=max_body_bytes)
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """Ready to serve (the hot store is open): no key needed."""
+        return {"status": "ok", "version": __version__}
+
+    app.include_router(routes.router)
+    app.include_router(panel.router)
+    return app
+
+
+def serve(settings: Settings, *, host: str, port: int, max_body_bytes: int, log_level: str = "info") -> None:
+    """Run the server in this process until interrupted."""
+    import uvicorn
+
+    app = create_app(settings, max_body_bytes=max_body_bytes)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, server_header=False)
