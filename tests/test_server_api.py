@@ -334,7 +334,6 @@ def test_body_limit_and_field_limits(env: Env) -> None:
 # ---------------------------------------------------------------- visibility
 
 
-@pytest.mark.xfail(strict=True, reason="visibility model lands with the isolation branch")
 def test_user_a_key_scoped_reads_never_show_user_b(env: Env) -> None:
     """Every read alice's key can make, with and without a query: no trace of bob's canary."""
     seen: list[str] = []

@@ -18,7 +18,7 @@ Design decisions:
   store). A pickled job store would outlive the code and settings that made it.
 - Exactly one scheduler per data root: it holds an exclusive flock on
   `<data>/locks/scheduler.lock` for its lifetime; a second one gets
-  AlreadyRunningError (exit 5). The kernel drops the lock when the process
+  AlreadyRunningError (exit 1). The kernel drops the lock when the process
   dies, so a crashed scheduler never leaves a stale lock behind.
 - One worker thread: the scheduler's own jobs never overlap each other; the
   per-job flocks (tiermem.app.jobs) keep them from overlapping manual runs.
