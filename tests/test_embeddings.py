@@ -150,3 +150,19 @@ def test_loads_offline_without_touching_the_network(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["384", "1.0"]
     assert not any(tmp_path.iterdir())  # no cache directory was created either
+
+
+def test_matrix_products_run_on_the_configured_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from threadpoolctl import threadpool_info
+
+    seen: list[int] = []
+    model = MiniLMEmbedder(threads=1)
+    forward = model._forward
+
+    def spy(batch: list[list[int]]) -> np.ndarray:
+        seen.extend(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
+        return forward(batch)
+
+    monkeypatch.setattr(model, "_forward", spy)
+    model.embed(["one thread, so a busy machine does not stall the other"])
+    assert seen and set(seen) == {1}
