@@ -20,7 +20,10 @@ sqlite-vec (vec0 table and a plain-table scan), after checking whether this inte
 can load extensions at all.
 
 Writes nothing into the repository; every timing is repeated and reported with its spread,
-because the machine is shared.
+because the machine is shared. The other candidate and sqlite-vec are not dependencies of the
+project; to measure them too: `.venv/bin/pip install --no-deps tokenlearn-static-model==0.1.1
+sqlite-vec==0.1.9 apsw==3.54.1.0` (apsw brings an SQLite that may load extensions). Without them
+the script says what it skipped.
 """
 
 from __future__ import annotations
@@ -254,10 +257,11 @@ def best_setting(tables: dict[str, Any], prefix: str) -> tuple[str, float]:
 
 
 COLD = r"""
-import json, sys, time, resource
-def rss():
+import json, sys, time
+def rss(field="VmRSS"):
+    # VmHWM, not getrusage: ru_maxrss survives fork and exec, so a child would report its parent's peak.
     for line in open('/proc/self/status'):
-        if line.startswith('VmRSS'):
+        if line.startswith(field):
             return int(line.split()[1]) / 1024
 t0 = time.perf_counter()
 import numpy
@@ -271,7 +275,7 @@ t2 = time.perf_counter()
 loaded = rss()
 texts = json.loads(sys.stdin.read())
 emb.embed(texts)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+peak = rss("VmHWM")
 print(json.dumps({"load_s": t1 - t0, "first_embed_s": t2 - t0, "rss_base_mb": base,
                   "rss_loaded_mb": loaded, "peak_mb": peak}))
 """

