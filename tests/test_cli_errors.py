@@ -40,9 +40,11 @@ MINIMAL: dict[str, list[str]] = {
     "schedule": ["--list"],
     "demo": ["--log-only", "--days", "1", "--per-day", "5"],
     "bench": ["locomo", "--data", "{missing}"],
+    "keys": ["list"],
+    "serve": ["--port", "0"],
 }
 # Commands that serve or converse until stopped: run only where they must fail before starting.
-LONG_RUNNING = {"mcp", "chat", "schedule", "demo", "bench"}
+LONG_RUNNING = {"mcp", "chat", "schedule", "demo", "bench", "serve"}
 
 BAD_ARGS: list[list[str]] = [
     ["ingest", "{missing}"],
@@ -101,6 +103,14 @@ BAD_ARGS: list[list[str]] = [
     ["bench", "locomo"],
     ["bench", "locomo", "--data", "{missing}"],
     ["bench", "locomo", "--data", "{dir}"],
+    ["keys", "create"],
+    ["keys", "create", "--operator", "--agent", "a"],
+    ["keys", "revoke"],
+    ["keys", "revoke", "key_000000000000"],
+    ["keys", "shred"],
+    ["serve", "--port", "http"],
+    ["serve", "--port", "99999"],
+    ["serve", "--max-body-bytes", "-1"],
     ["no-such-command"],
     ["--no-such-flag"],
 ]
@@ -207,7 +217,7 @@ def test_every_command_with_a_missing_or_wrong_data_root(
         code, out, err = run(capsys, argv)
         assert_clean(argv, code, err)
         if root == tmp / "mistyped-root":
-            reads = command not in ("ingest", "append", "demo", "mcp", "chat", "schedule", "bench")
+            reads = command not in ("ingest", "append", "demo", "mcp", "chat", "schedule", "bench", "serve")
             if reads:
                 assert code == 1 and "does not exist" in err, (argv, err)
                 assert not root.exists(), "a read command must not create the data root"

@@ -55,6 +55,9 @@ def test_bad_requests_are_one_line_errors(settings: Settings) -> None:
     code, _, err = cli(settings, "create", "--operator", "--user", "alice")
     assert code == 2 and "only an agent key" in err
     code, _, err = cli(settings, "revoke", "key_000000000000")
+    assert code == 1 and "does not exist" in err  # no data root yet: nothing to revoke
+    settings.data_dir.mkdir(parents=True)
+    code, _, err = cli(settings, "revoke", "key_000000000000")
     assert code == 1 and "no key" in err
 
 

@@ -75,6 +75,7 @@ NEEDS_EXISTING_DATA: dict[str, frozenset[str] | None] = {
     "rebuild": None,
     "facts": frozenset({"list", "get"}),
     "identity": frozenset({"show"}),
+    "keys": frozenset({"list", "revoke"}),
 }
 
 

@@ -7,12 +7,20 @@ from typing import Any
 
 from tiermem.app.api import Memory
 from tiermem.app.cli import add_json_flag, command
+from tiermem.errors import ValidationError
 from tiermem.output import emit_json, format_table
 
 
 def _serve(args: argparse.Namespace, memory: Memory) -> int:
     from tiermem.app.server.app import serve
 
+    # Checked here, before the server starts: uvicorn reports a bad port with a traceback.
+    if not 0 <= args.port <= 65535:
+        raise ValidationError("--port", f"{args.port} is not a port (0 to 65535)")
+    if args.max_body_bytes < 1:
+        raise ValidationError("--max-body-bytes", f"{args.max_body_bytes}: expected at least 1")
+    # A data root that cannot be made fails here, in one line, not inside the server's start-up.
+    memory.settings.data_dir.mkdir(parents=True, exist_ok=True)
     serve(
         memory.settings,
         host=args.host,
@@ -56,8 +64,7 @@ def _keys(args: argparse.Namespace, memory: Memory) -> int:
             )
         return 0
     if not args.key_id:
-        print("tiermem keys revoke: a KEY_ID is needed (see `tiermem keys list`)")
-        return 2
+        raise ValidationError("KEY_ID", "tiermem keys revoke needs a KEY_ID (see `tiermem keys list`)")
     done = store.revoke(args.key_id)
     if args.json:
         emit_json(done)
