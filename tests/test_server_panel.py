@@ -186,6 +186,57 @@ def test_edit_with_the_diff(page: Page, panel: Panel) -> None:
     shot(page, "06-edited")
 
 
+def _panel_pages(page: Page, agent_page: str) -> list[str]:
+    """The agent page and every panel page it links to (turns, proposals), as text."""
+    page.goto(agent_page)
+    expect(page.locator("h1")).to_have_text(AGENT)
+    links = page.eval_on_selector_all(
+        "main a[href^='/agents/']", "els => els.map(e => e.getAttribute('href'))"
+    )
+    texts = [page.content()]
+    for link in sorted({str(x).split("#")[0] for x in links if ".png" not in str(x)}):
+        response = page.goto(link)
+        assert response is not None and response.status == 200, link
+        texts.append(page.content())
+    return texts
+
+
+def test_bobs_canary_never_reaches_alices_key_nor_the_agent_level_view(page: Page, panel: Panel) -> None:
+    """Every page reached with alice's key, and every agent-level page, is free of bob's canary."""
+    sign_in(page, panel.alice_key)
+    expect(page.locator("h1")).to_have_text(AGENT)
+    expect(page.locator("#viewing")).to_contain_text("user alice")
+    expect(page.locator("#queue button")).to_have_count(0)  # her key reads the queue, does not decide it
+    alice_pages = _panel_pages(page, f"/agents/{AGENT}")
+    assert len(alice_pages) > 3  # turns and proposals were followed, not just the agent page
+    assert any(ALICE_CANARY in text for text in alice_pages)  # her own memory is there
+    assert not any(BOB_CANARY in text for text in alice_pages)
+    # naming bob in the address does not switch the user of a key bound to alice
+    page.goto(f"/agents/{AGENT}?user=bob")
+    expect(page.locator(".flash.error")).to_contain_text("reaches only user 'alice'")
+    assert BOB_CANARY not in page.content()
+    # a turn of bob's, asked for by id, is not there for alice
+    page.context.clear_cookies()
+    sign_in(page, panel.operator)
+    page.goto(f"/agents/{AGENT}?user=bob")
+    bob_turn = page.locator("#turns tr", has_text=BOB_CANARY).locator("a", has_text="memories used")
+    href = str(bob_turn.first.get_attribute("href")).split("?")[0]
+    page.goto(href)  # the operator without a user: agent-level only, so not found
+    expect(page.locator(".flash.error")).to_contain_text("visible here")
+    page.context.clear_cookies()
+    sign_in(page, panel.alice_key)
+    response = page.goto(href)
+    assert response is not None and response.status == 404
+    assert BOB_CANARY not in page.content()
+
+    for key in (panel.operator, panel.agent_key):
+        page.context.clear_cookies()
+        sign_in(page, key)
+        level_pages = _panel_pages(page, f"/agents/{AGENT}")
+        expect(page.locator("h1")).not_to_have_text("Sign in")
+        assert not any(BOB_CANARY in text or ALICE_CANARY in text for text in level_pages)
+
+
 def test_forget_a_user_behind_a_confirmation(page: Page, panel: Panel) -> None:
     sign_in(page, panel.operator)
     page.goto(f"/agents/{AGENT}#forget")
@@ -221,55 +272,9 @@ def test_agent_key_sees_its_agent_without_operator_actions(page: Page, panel: Pa
     sign_in(page, panel.agent_key)
     expect(page.locator("h1")).to_have_text(AGENT)
     expect(page.locator("#forget")).to_have_count(0)
+    expect(page.locator("#viewing")).to_contain_text("agent-level memory only")
+    page.goto(f"/agents/{AGENT}?user=alice")  # no user to pick: refused, nothing of alice shown
+    expect(page.locator(".flash.error")).to_contain_text("agent-level memory only")
+    assert ALICE_CANARY not in page.content()
     page.goto("/agents/billing-bot")
     expect(page.locator(".flash.error")).to_contain_text("reaches only agent")
-
-
-def _panel_pages(page: Page, agent_page: str) -> list[str]:
-    """The agent page and every panel page it links to (turns, proposals), as text."""
-    page.goto(agent_page)
-    expect(page.locator("h1")).to_have_text(AGENT)
-    links = page.eval_on_selector_all(
-        "main a[href^='/agents/']", "els => els.map(e => e.getAttribute('href'))"
-    )
-    texts = [page.content()]
-    for link in sorted({str(x).split("#")[0] for x in links if ".png" not in str(x)}):
-        response = page.goto(link)
-        assert response is not None and response.status == 200, link
-        texts.append(page.content())
-    return texts
-
-
-def test_bobs_canary_never_reaches_alices_key_nor_the_agent_level_view(page: Page, panel: Panel) -> None:
-    """Every page reached with alice's key, and every agent-level page, is free of bob's canary."""
-    sign_in(page, panel.alice_key)
-    expect(page.locator("h1")).to_have_text(AGENT)
-    expect(page.locator("#viewing")).to_contain_text("user alice")
-    alice_pages = _panel_pages(page, f"/agents/{AGENT}")
-    assert len(alice_pages) > 3  # turns and proposals were followed, not just the agent page
-    assert any(ALICE_CANARY in text for text in alice_pages)  # her own memory is there
-    assert not any(BOB_CANARY in text for text in alice_pages)
-    # naming bob in the address does not switch the user of a key bound to alice
-    page.goto(f"/agents/{AGENT}?user=bob")
-    expect(page.locator(".flash.error")).to_contain_text("reaches only user 'alice'")
-    assert BOB_CANARY not in page.content()
-    # a turn of bob's, asked for by id, is not there for alice
-    page.context.clear_cookies()
-    sign_in(page, panel.operator)
-    page.goto(f"/agents/{AGENT}?user=bob")
-    bob_turn = page.locator("#turns tr", has_text=BOB_CANARY).locator("a", has_text="memories used")
-    href = str(bob_turn.first.get_attribute("href")).split("?")[0]
-    page.goto(href)  # the operator without a user: agent-level only, so not found
-    expect(page.locator(".flash.error")).to_contain_text("visible here")
-    page.context.clear_cookies()
-    sign_in(page, panel.alice_key)
-    response = page.goto(href)
-    assert response is not None and response.status == 404
-    assert BOB_CANARY not in page.content()
-
-    for key in (panel.operator, panel.agent_key):
-        page.context.clear_cookies()
-        sign_in(page, key)
-        level_pages = _panel_pages(page, f"/agents/{AGENT}")
-        expect(page.locator("h1")).not_to_have_text("Sign in")
-        assert not any(BOB_CANARY in text or ALICE_CANARY in text for text in level_pages)

@@ -314,7 +314,10 @@ async def proposal_page(request: Request, agent_id: str, proposal_id: str) -> Re
         return _error_page(403, str(exc), visitor)
     except TiermemError as exc:
         return _error_page(404, str(exc), visitor)
-    body = views.proposal_page(agent_id, shown, visitor.csrf, request.query_params.get("msg"), user)
+    decide = visitor.principal.is_operator or visitor.principal.user is None
+    body = views.proposal_page(
+        agent_id, shown, visitor.csrf, request.query_params.get("msg"), user, decide=decide
+    )
     return _html(h.page("Proposal", body, who=visitor.who, csrf=visitor.csrf))
 
 

@@ -100,7 +100,8 @@ def agent_page(
         f"<nav class='sections'>{nav}</nav>",
         _viewer(agent, view, operator),
         _identity(view),
-        _queue(agent, pending, csrf, view.viewed_user),
+        # A key bound to one user reads the queue but does not decide it (it spans the agent's users).
+        _queue(agent, pending, csrf, view.viewed_user, decide=operator or view.viewed_user is None),
         _knowledge(agent, view),
         _episodes(view),
         _turns(agent, view),
@@ -136,18 +137,20 @@ def _identity(view: AgentView) -> str:
     return f"<section id='identity'><h2>Identity</h2>{text}<h3>Pinned facts</h3>{facts}</section>"
 
 
-def _queue(agent: str, pending: list[dict[str, Any]], csrf: str, user: str | None) -> str:
+def _queue(agent: str, pending: list[dict[str, Any]], csrf: str, user: str | None, *, decide: bool) -> str:
     rows = []
     for p in pending:
         pid = str(p["proposal_id"])
         link = h.url("agents", agent, "proposals", pid) + _as(user)
         base = h.url("agents", agent, "proposals", pid)
-        actions = (
-            "<div class='actions'>"
-            + h.post_form(f"{base}/approve", csrf, "Approve", cls="primary", fields=_user_field(user))
+        buttons = (
+            h.post_form(f"{base}/approve", csrf, "Approve", cls="primary", fields=_user_field(user))
             + h.post_form(f"{base}/reject", csrf, "Reject", fields=_user_field(user))
-            + f"<a href='{link}'>edit · diff · sources</a></div>"
+            if decide
+            else ""
         )
+        label = "edit · diff · sources" if decide else "diff · sources"
+        actions = f"<div class='actions'>{buttons}<a href='{link}'>{label}</a></div>"
         rows.append(
             [
                 f"<a href='{link}'>{h.esc(p['content'])}</a>" + actions,
@@ -326,7 +329,13 @@ def turn_page(agent: str, view: TurnView, user: str | None = None) -> str:
 
 
 def proposal_page(
-    agent: str, shown: dict[str, Any], csrf: str, message: str | None, user: str | None = None
+    agent: str,
+    shown: dict[str, Any],
+    csrf: str,
+    message: str | None,
+    user: str | None = None,
+    *,
+    decide: bool = True,
 ) -> str:
     p = shown["proposal"]
     pid = str(p["proposal_id"])
@@ -345,7 +354,7 @@ def proposal_page(
         ),
         empty="no source turns recorded",
     )
-    pending = shown["status"] == "pending"
+    pending = shown["status"] == "pending" and decide
     actions = ""
     if pending:
         edit_fields = (
