@@ -184,8 +184,20 @@ def seed(data_dir: Path) -> Seeded:
                 ),
             ],
         )
+        # Both facts about where Alice lives are hers (the correction cites her turn), so the
+        # correction is decided against the Paris fact: proposals meet only facts with the same owners.
         (paris,) = append_all(
-            log, [proposal("Alice lives in Paris", agent=AGENT, minute=5, confidence=0.95, topic="home")]
+            log,
+            [
+                proposal(
+                    "Alice lives in Paris",
+                    agent=AGENT,
+                    minute=5,
+                    confidence=0.95,
+                    topic="home",
+                    participant="alice",
+                )
+            ],
         )
         home = append_all(
             log,
@@ -198,6 +210,7 @@ def seed(data_dir: Path) -> Seeded:
                     topic="home",
                     is_correction=True,
                     corrects=f"fact:{paris}",
+                    participant="alice",
                     source_event_ids=[alice_turn],
                 )
             ],

@@ -7,7 +7,12 @@ SameSite=Strict cookie, so page scripts never see the key and other sites
 cannot send it. The key is checked again on every request (a revoked key ends
 its sessions). Every state-changing form carries the session's CSRF token,
 compared in constant time; sessions end with the server process or on sign out.
-Keys bound to a single user are for the API only.
+
+What a page shows is read as one principal (agent, user), through the hot
+store's visibility rule: a key bound to a user sees that user's memory and
+the agent-level memory; an agent key without a user sees agent-level memory
+only; an operator picks one of the agent's users with `?user=` and without
+one sees agent-level memory only.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from tiermem.app.server.keys import ForbiddenError, KeyStore, Principal, authori
 from tiermem.app.server.routes import edit_proposal
 from tiermem.app.server.service import MemoryService
 from tiermem.errors import TiermemError
+from tiermem.runtime.visibility import Principal as Reader
 
 COOKIE = "tiermem_panel"
 FORM_MAX = 64_000
@@ -96,9 +102,31 @@ def _visitor(request: Request) -> Visitor | None:
         return None
     store: KeyStore = request.app.state.keys
     principal = store.verify(session.token)
-    if principal is None or principal.user is not None:
+    if principal is None:
         return None
     return Visitor(principal, session.csrf)
+
+
+def _viewed_user(visitor: Visitor, request: Request, agent_id: str) -> str | None:
+    """The user whose memory the page shows: the key's own user, the operator's `?user=`, or nobody.
+
+    An agent key without a user sees agent-level memory only: it names no
+    person, so the panel does not let it browse people one by one.
+    """
+    asked = request.query_params.get("user") or None
+    if visitor.principal.is_operator:
+        return asked
+    if visitor.principal.user is not None:
+        return authorize(visitor.principal, agent_id=agent_id, user=asked)
+    if asked is not None:
+        raise ForbiddenError("an agent key without a user sees agent-level memory only")
+    return None
+
+
+def _reader(svc: MemoryService, agent_id: str, user: str | None) -> Reader:
+    """The runtime principal of a panel read (worker thread only)."""
+    handle = svc.agent(agent_id)
+    return Reader(agent_id, user, handle.agent_type, handle.project_id)
 
 
 def _svc(request: Request) -> MemoryService:
@@ -161,10 +189,6 @@ async def login(request: Request) -> Response:
     principal = store.verify(token)
     if principal is None:
         return _html(views.login_page("That key is unknown or revoked.", error=True), status_code=401)
-    if principal.user is not None:
-        return _html(
-            views.login_page("A key bound to one user is for the API only.", error=True), status_code=403
-        )
     sid = _sessions(request).start(token)
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/")
@@ -210,21 +234,34 @@ async def agent_page(request: Request, agent_id: str) -> Response:
         return RedirectResponse("/login", status_code=303)
     try:
         authorize(visitor.principal, agent_id=agent_id)
+        user = _viewed_user(visitor, request, agent_id)
     except TiermemError as exc:
         return _error_page(403, str(exc), visitor)
     svc = _svc(request)
+    operator = visitor.principal.is_operator
 
-    def read() -> tuple[data.AgentView, list[dict[str, Any]], list[dict[str, Any]]]:
+    def read() -> tuple[data.AgentView, list[dict[str, Any]], list[dict[str, Any]]] | None:
         svc.refresh()
         conn = svc.agent(agent_id).runtime.conn
-        view = data.agent_view(conn, agent_id)
-        pending = svc.memory.proposals(status="pending", agent=agent_id)
+        if operator:
+            users = data.users_of(conn, agent_id)
+            if user is not None and user not in users:
+                return None
+        else:
+            users = [user] if user else []
+        who = _reader(svc, agent_id, user)
+        view = data.agent_view(conn, who, users)
+        view.viewed_user = user
+        queued = svc.memory.proposals(status="pending", agent=agent_id)
+        visible = data.visible_proposals(conn, who, [str(p["proposal_id"]) for p in queued])
+        pending = [p for p in queued if p["proposal_id"] in visible]
         return view, pending, data.review_reports(svc.settings, agent_id)
 
-    view, pending, reports = await svc.run(read)
-    body = views.agent_page(
-        view, pending, reports, visitor.csrf, visitor.principal.is_operator, request.query_params.get("msg")
-    )
+    shown = await svc.run(read)
+    if shown is None:
+        return _error_page(404, f"agent {agent_id} has no user {user!r}", visitor)
+    view, pending, reports = shown
+    body = views.agent_page(view, pending, reports, visitor.csrf, operator, request.query_params.get("msg"))
     return _html(h.page(agent_id, body, who=visitor.who, csrf=visitor.csrf))
 
 
@@ -235,18 +272,23 @@ async def turn_page(request: Request, agent_id: str, event_id: str) -> Response:
         return RedirectResponse("/login", status_code=303)
     try:
         authorize(visitor.principal, agent_id=agent_id)
+        user = _viewed_user(visitor, request, agent_id)
     except TiermemError as exc:
         return _error_page(403, str(exc), visitor)
     svc = _svc(request)
 
     def read() -> data.TurnView | None:
         svc.refresh()
-        return data.turn_view(svc.agent(agent_id).runtime.conn, agent_id, event_id)
+        return data.turn_view(svc.agent(agent_id).runtime.conn, _reader(svc, agent_id, user), event_id)
 
     turn = await svc.run(read)
     if turn is None:
-        return _error_page(404, f"no turn {event_id} of agent {agent_id} (erased, or not a turn)", visitor)
-    return _html(h.page("Turn", views.turn_page(agent_id, turn), who=visitor.who, csrf=visitor.csrf))
+        return _error_page(
+            404,
+            f"no turn {event_id} of agent {agent_id} visible here (erased, not a turn, or another user's)",
+            visitor,
+        )
+    return _html(h.page("Turn", views.turn_page(agent_id, turn, user), who=visitor.who, csrf=visitor.csrf))
 
 
 @router.get("/agents/{agent_id}/proposals/{proposal_id}", response_class=HTMLResponse)
@@ -257,19 +299,25 @@ async def proposal_page(request: Request, agent_id: str, proposal_id: str) -> Re
     svc = _svc(request)
     try:
         authorize(visitor.principal, agent_id=agent_id)
+        user = _viewed_user(visitor, request, agent_id)
 
-        def read() -> dict[str, Any]:
+        def read() -> tuple[dict[str, Any], bool]:
             svc.refresh()
-            return svc.memory.proposal(proposal_id)
+            shown = svc.memory.proposal(proposal_id)
+            conn = svc.agent(agent_id).runtime.conn
+            return shown, bool(data.visible_proposals(conn, _reader(svc, agent_id, user), [proposal_id]))
 
-        shown = await svc.run(read)
-        if shown["proposal"].get("agent_id") != agent_id:
-            return _error_page(404, f"no proposal {proposal_id} for agent {agent_id}", visitor)
+        shown, visible = await svc.run(read)
+        if shown["proposal"].get("agent_id") != agent_id or not visible:
+            return _error_page(404, f"no proposal {proposal_id} for agent {agent_id} visible here", visitor)
     except ForbiddenError as exc:
         return _error_page(403, str(exc), visitor)
     except TiermemError as exc:
         return _error_page(404, str(exc), visitor)
-    body = views.proposal_page(agent_id, shown, visitor.csrf, request.query_params.get("msg"))
+    decide = visitor.principal.is_operator or visitor.principal.user is None
+    body = views.proposal_page(
+        agent_id, shown, visitor.csrf, request.query_params.get("msg"), user, decide=decide
+    )
     return _html(h.page("Proposal", body, who=visitor.who, csrf=visitor.csrf))
 
 
@@ -298,12 +346,20 @@ async def decide(request: Request, agent_id: str, proposal_id: str, action: str)
     try:
         form = await _form(request)
         visitor = _checked(visitor, form)
-        authorize(visitor.principal, agent_id=agent_id)
-        shown = await svc.run(svc.memory.proposal, proposal_id)
-        if shown["proposal"].get("agent_id") != agent_id:
-            raise _PanelError(404, f"no proposal {proposal_id} for agent {agent_id}")
+        # The review queue spans the agent's users: a key bound to one user does not decide it.
+        authorize(visitor.principal, agent_id=agent_id, whole_agent=True)
+        user = form.get("user") or None if visitor.principal.is_operator else None
+
+        def read() -> tuple[dict[str, Any], bool]:
+            shown = svc.memory.proposal(proposal_id)
+            conn = svc.agent(agent_id).runtime.conn
+            return shown, bool(data.visible_proposals(conn, _reader(svc, agent_id, user), [proposal_id]))
+
+        shown, visible = await svc.run(read)
+        if shown["proposal"].get("agent_id") != agent_id or not visible:
+            raise _PanelError(404, f"no proposal {proposal_id} for agent {agent_id} visible here")
         by = "operator (panel)" if visitor.principal.is_operator else f"{visitor.principal.key_id} (panel)"
-        back = h.url("agents", agent_id) + "#queue"
+        back = h.url("agents", agent_id) + (f"?user={quote(user)}" if user else "") + "#queue"
         if action == "approve":
             await svc.run(lambda: svc.memory.approve(proposal_id, by=by))
             return _back(back, f"Approved: {shown['proposal']['content']}")

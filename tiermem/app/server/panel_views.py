@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from tiermem.app.server import html as h
 from tiermem.app.server.panel_data import AgentView, TurnView
@@ -51,6 +52,34 @@ SECTIONS = [
 ]
 
 
+def _as(user: str | None) -> str:
+    """The query that keeps the viewed user on a link (the operator's `?user=` selector)."""
+    return f"?user={quote(user)}" if user else ""
+
+
+def _user_field(user: str | None) -> str:
+    return f"<input type='hidden' name='user' value='{h.esc(user)}'>" if user else ""
+
+
+def _viewer(agent: str, view: AgentView, operator: bool) -> str:
+    """Whose memory this page shows, and (for the operator) the selector of the agent's users."""
+    who = (
+        f"user {h.esc(view.viewed_user)} and agent-level memory"
+        if view.viewed_user
+        else "agent-level memory only"
+    )
+    if not operator:
+        return f"<p class='muted' id='viewing'>Showing {who}.</p>"
+    options = "<option value=''>agent-level only</option>" + "".join(
+        f"<option value='{h.esc(u)}'{' selected' if u == view.viewed_user else ''}>{h.esc(u)}</option>"
+        for u in view.users
+    )
+    return (
+        f"<form method='get' action='{h.url('agents', agent)}' id='viewing'><span class='muted'>Showing {who}.</span> "
+        f"<select name='user' id='view-user'>{options}</select> <button type='submit'>View</button></form>"
+    )
+
+
 def agent_page(
     view: AgentView,
     pending: list[dict[str, Any]],
@@ -69,8 +98,10 @@ def agent_page(
         f"knowledge item(s) · {len(view.episodes)} episode(s) · {len(pending)} waiting for approval</p>",
         h.flash(message),
         f"<nav class='sections'>{nav}</nav>",
+        _viewer(agent, view, operator),
         _identity(view),
-        _queue(agent, pending, csrf),
+        # A key bound to one user reads the queue but does not decide it (it spans the agent's users).
+        _queue(agent, pending, csrf, view.viewed_user, decide=operator or view.viewed_user is None),
         _knowledge(agent, view),
         _episodes(view),
         _turns(agent, view),
@@ -106,18 +137,20 @@ def _identity(view: AgentView) -> str:
     return f"<section id='identity'><h2>Identity</h2>{text}<h3>Pinned facts</h3>{facts}</section>"
 
 
-def _queue(agent: str, pending: list[dict[str, Any]], csrf: str) -> str:
+def _queue(agent: str, pending: list[dict[str, Any]], csrf: str, user: str | None, *, decide: bool) -> str:
     rows = []
     for p in pending:
         pid = str(p["proposal_id"])
-        link = h.url("agents", agent, "proposals", pid)
+        link = h.url("agents", agent, "proposals", pid) + _as(user)
         base = h.url("agents", agent, "proposals", pid)
-        actions = (
-            "<div class='actions'>"
-            + h.post_form(f"{base}/approve", csrf, "Approve", cls="primary")
-            + h.post_form(f"{base}/reject", csrf, "Reject")
-            + f"<a href='{link}'>edit · diff · sources</a></div>"
+        buttons = (
+            h.post_form(f"{base}/approve", csrf, "Approve", cls="primary", fields=_user_field(user))
+            + h.post_form(f"{base}/reject", csrf, "Reject", fields=_user_field(user))
+            if decide
+            else ""
         )
+        label = "edit · diff · sources" if decide else "diff · sources"
+        actions = f"<div class='actions'>{buttons}<a href='{link}'>{label}</a></div>"
         rows.append(
             [
                 f"<a href='{link}'>{h.esc(p['content'])}</a>" + actions,
@@ -132,7 +165,7 @@ def _queue(agent: str, pending: list[dict[str, Any]], csrf: str) -> str:
     return f"<section id='queue'><h2>Approval queue</h2>{table}</section>"
 
 
-def _sources(agent: str, ids: list[str], turn_ids: set[str]) -> str:
+def _sources(agent: str, ids: list[str], turn_ids: set[str], user: str | None) -> str:
     """Links to the source turns still held; other sources (events, erased turns) by id."""
     if not ids:
         return "<span class='muted'>—</span>"
@@ -140,7 +173,7 @@ def _sources(agent: str, ids: list[str], turn_ids: set[str]) -> str:
     for i in ids[:5]:
         if i in turn_ids:
             out.append(
-                f"<a href='{h.url('agents', agent, 'turns', i)}' title='{h.esc(i)}'>turn …{h.esc(i[-6:])}</a>"
+                f"<a href='{h.url('agents', agent, 'turns', i)}{_as(user)}' title='{h.esc(i)}'>turn …{h.esc(i[-6:])}</a>"
             )
         else:
             out.append(f"<span class='muted' title='{h.esc(i)}'>event …{h.esc(i[-6:])}</span>")
@@ -161,7 +194,7 @@ def _knowledge(agent: str, view: AgentView) -> str:
                     h.esc(f["topic"]),
                     h.esc(f["participant"]),
                     h.esc(f["source"]),
-                    _sources(agent, f["sources"], view.turn_ids),
+                    _sources(agent, f["sources"], view.turn_ids, view.viewed_user),
                     h.esc(f["recall_count"]),
                 ]
                 for f in facts
@@ -205,7 +238,7 @@ def _turns(agent: str, view: AgentView) -> str:
                     h.esc(t["user"]),
                     h.clip(t["user_message"]),
                     h.clip(t["agent_response"]),
-                    f"<a href='{h.url('agents', agent, 'turns', t['event_id'])}'>memories used</a>",
+                    f"<a href='{h.url('agents', agent, 'turns', t['event_id'])}{_as(view.viewed_user)}'>memories used</a>",
                 ]
                 for t in turns
             ),
@@ -278,7 +311,7 @@ def _forget(agent: str, users: list[str], csrf: str) -> str:
     )
 
 
-def turn_page(agent: str, view: TurnView) -> str:
+def turn_page(agent: str, view: TurnView, user: str | None = None) -> str:
     t = view.turn
     table = h.table(
         ["when", "tool", "query", "for", "memories delivered", "tokens"],
@@ -286,7 +319,7 @@ def turn_page(agent: str, view: TurnView) -> str:
         empty="no memory was retrieved for this turn",
     )
     return (
-        f"<p><a href='{h.url('agents', agent)}#turns'>← {h.esc(agent)}</a></p><h1>Turn</h1>"
+        f"<p><a href='{h.url('agents', agent)}{_as(user)}#turns'>← {h.esc(agent)}</a></p><h1>Turn</h1>"
         f"<section><p class='muted'>{h.short_ts(t['ts'])} · {h.esc(t['user'])} · session {h.esc(t['session_id'])} "
         f"· level {h.esc(t['level'])} · {h.esc(t['event_id'])}</p>"
         f"<p><b>{h.esc(t['user'])}:</b> {h.esc(t['user_message'])}</p><p><b>{h.esc(agent)}:</b> {h.esc(t['agent_response'])}</p></section>"
@@ -295,7 +328,15 @@ def turn_page(agent: str, view: TurnView) -> str:
     )
 
 
-def proposal_page(agent: str, shown: dict[str, Any], csrf: str, message: str | None) -> str:
+def proposal_page(
+    agent: str,
+    shown: dict[str, Any],
+    csrf: str,
+    message: str | None,
+    user: str | None = None,
+    *,
+    decide: bool = True,
+) -> str:
     p = shown["proposal"]
     pid = str(p["proposal_id"])
     base = h.url("agents", agent, "proposals", pid)
@@ -313,25 +354,28 @@ def proposal_page(agent: str, shown: dict[str, Any], csrf: str, message: str | N
         ),
         empty="no source turns recorded",
     )
-    pending = shown["status"] == "pending"
+    pending = shown["status"] == "pending" and decide
     actions = ""
     if pending:
-        edit_fields = f"<textarea name='content' id='edit-content'>{h.esc(p['content'])}</textarea>"
+        edit_fields = (
+            _user_field(user) + f"<textarea name='content' id='edit-content'>{h.esc(p['content'])}</textarea>"
+        )
         actions = (
             "<div class='actions'>"
-            + h.post_form(f"{base}/approve", csrf, "Approve", cls="primary")
+            + h.post_form(f"{base}/approve", csrf, "Approve", cls="primary", fields=_user_field(user))
             + h.post_form(
                 f"{base}/reject",
                 csrf,
                 "Reject",
-                fields="<input type='text' name='reason' placeholder='reason (optional)'>",
+                fields=_user_field(user)
+                + "<input type='text' name='reason' placeholder='reason (optional)'>",
             )
             + "</div><h3>Edit before saving</h3><p class='muted'>Saves your wording as a fact and rejects the proposal "
             "(kept for the audit trail).</p>"
             + h.post_form(f"{base}/edit", csrf, "Save edited version", fields=edit_fields)
         )
     return (
-        f"<p><a href='{h.url('agents', agent)}#queue'>← {h.esc(agent)}</a></p>{h.flash(message)}"
+        f"<p><a href='{h.url('agents', agent)}{_as(user)}#queue'>← {h.esc(agent)}</a></p>{h.flash(message)}"
         f"<h1>Proposal</h1><section><p style='font-size:17px'>{h.esc(p['content'])}</p>"
         f"<p class='muted'>{h.badge(shown['status'])} · origin {h.esc(p['origin'])} · confidence {h.esc(p['confidence'])} "
         f"· topic {h.esc(p.get('topic'))}"
