@@ -34,7 +34,8 @@ from tiermem.runtime.visibility import Principal, member_pattern
 
 from tiermem.settings import Settings
 
-SCHEMA_VERSION = 2  # 2: an `owner` on every row a user's data can reach (see visibility)
+# 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision`
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 
 SCHEMA = """
@@ -90,6 +91,7 @@ CREATE TABLE IF NOT EXISTS facts (
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
     event_id TEXT NOT NULL,          -- the event whose state this row shows
+    revision INTEGER NOT NULL DEFAULT 0, -- that event's revision: (ts, revision, event_id) orders versions
     source_event_ids TEXT NOT NULL DEFAULT '[]',
     recall_count INTEGER NOT NULL DEFAULT 0,
     owner TEXT                       -- the user(s) it was derived from; NULL: shared by its scope

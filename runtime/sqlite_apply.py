@@ -200,12 +200,26 @@ def _apply_identity(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
 def _upsert_fact(
     conn: sqlite3.Connection, fact_id: str, ev: Mapping[str, Any], values: dict[str, Any]
 ) -> None:
+    """Apply one version of a fact if it is newer than the stored one.
+
+    Versions are ordered exactly as the knowledge view orders them: by time,
+    then revision, then event id. The evolver writes several decisions about a
+    fact in one run with one timestamp and content-hashed event ids, so only
+    the revision says which of them is the latest.
+    """
     row = conn.execute(
-        "SELECT updated_at, event_id, created_at, owner FROM facts WHERE fact_id=?", (fact_id,)
+        "SELECT updated_at, revision, event_id, owner FROM facts WHERE fact_id=?", (fact_id,)
     ).fetchone()
-    if row is not None and (ev["ts"], ev["event_id"]) <= (row[0], row[1]):
+    revision = int(ev.get("revision") or 0)
+    if row is not None and (ev["ts"], revision, ev["event_id"]) <= (row[0], row[1], row[2]):
         return
-    values = {**values, "fact_id": fact_id, "updated_at": ev["ts"], "event_id": ev["event_id"]}
+    values = {
+        **values,
+        "fact_id": fact_id,
+        "updated_at": ev["ts"],
+        "revision": revision,
+        "event_id": ev["event_id"],
+    }
     # Owners only ever grow: a revision may add a user's words to a fact, never take them away.
     values["owner"] = merge_owners(values.get("owner"), row[3] if row is not None else None)
     if row is None:
