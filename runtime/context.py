@@ -5,7 +5,9 @@ relationship summary for this participant → recent interactions (last 5,
 filtered by memory level) → learned knowledge (top 20, this participant's
 first) → behavioural constraints → response instructions. Then, for the user
 message, the per-turn L1 retrieval for the query inside
-`<memory-context>…</memory-context>` (seed 002), each item with its id.
+`<memory-context>…</memory-context>`, each item with its id: facts, episodes,
+and the turns no episode covers yet (other than those the recent section
+shows), so a turn is reachable from the moment it is recorded.
 
 Budgets (tokens are `count_tokens`: ceil(chars / 4)):
 
@@ -296,8 +298,23 @@ def _candidates(
     return out
 
 
+def _turn_line(turn: Mapping[str, Any]) -> str:
+    """A turn no episode covers yet, as one memory-context line citing its event id."""
+    who = as_data(turn["user"] or "user")
+    return (
+        f"[{turn['event_id']}] {str(turn['ts'])[:10]} {who}: {as_data(turn['user_message'])}"
+        f" / you: {as_data(turn['agent_response'])}"
+    )
+
+
 def _retrieve(
-    memory: AgentMemory, query: str, who: Principal, fact_limit: int = 8, episode_limit: int = 5
+    memory: AgentMemory,
+    query: str,
+    who: Principal,
+    fact_limit: int = 8,
+    episode_limit: int = 5,
+    shown: frozenset[str] = frozenset(),
+    turn_limit: int = 5,
 ) -> tuple[list[ContextItem], dict[str, float]]:
     facts = memory.store.search_facts(
         who,
@@ -319,12 +336,16 @@ def _retrieve(
             f" Quotes: {quotes}" if quotes else ""
         )
         scored.append((float(e["score"]), str(e["episode_id"]), text))
-    # Interleave by rank so neither kind crowds the other out of a small budget.
+    # Turns since the last compression: no episode answers for them yet (those the recent
+    # section already shows are not repeated).
+    turns = memory.store.search_turns(who, query, None, turn_limit, shown)
+    turn_part = [(float(t["score"]), str(t["event_id"]), _turn_line(t)) for t in turns]
+    # Interleave by rank so no kind crowds the others out of a small budget.
     fact_part = [s for s in scored if s[1] in {f.fact_id for f in facts}]
     ep_part = [s for s in scored if s not in fact_part]
     ordered: list[tuple[float, str, str]] = []
-    for i in range(max(len(fact_part), len(ep_part))):
-        for part in (ep_part, fact_part):
+    for i in range(max(len(fact_part), len(ep_part), len(turn_part))):
+        for part in (ep_part, turn_part, fact_part):
             if i < len(part):
                 ordered.append(part[i])
     items = _items("memory_context", [(i, t) for _, i, t in ordered])
@@ -359,7 +380,8 @@ def assemble_context(
     }
     scores: dict[str, float] = {}
     if query and query.strip():
-        mc_items, scores = _retrieve(memory, query, who)
+        shown = frozenset(it.item_id for it in kept.get("recent", []))
+        mc_items, scores = _retrieve(memory, query, who, shown=shown)
         mc_budget = int(tiers.get("memory_context", 600))
         if budget is not None:
             used = sum(count_tokens(_render(n, its)) for n, its in kept.items() if its)

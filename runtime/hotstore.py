@@ -34,7 +34,7 @@ from tiermem.runtime.visibility import Principal, member_pattern
 
 from tiermem.settings import Settings
 
-# 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision`
+# 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision`, `folded_turns`
 SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 
@@ -62,6 +62,13 @@ CREATE TABLE IF NOT EXISTS wm_items (
 CREATE INDEX IF NOT EXISTS wm_agent_owner_level_order ON wm_items (agent_id, owner, level, ts, item_id);
 CREATE INDEX IF NOT EXISTS wm_agent_session ON wm_items (agent_id, session_id, ts);
 CREATE INDEX IF NOT EXISTS wm_owner ON wm_items (owner);
+
+-- Turns an episode covers (its source events): from then on the episode answers for them.
+CREATE TABLE IF NOT EXISTS folded_turns (
+    event_id TEXT PRIMARY KEY,
+    episode_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS folded_episode ON folded_turns (episode_id);
 
 CREATE TABLE IF NOT EXISTS identity (
     agent_id TEXT PRIMARY KEY,

@@ -363,6 +363,10 @@ def _apply_episode(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             _derived_owner(conn, ev, *(ev.get("participants") or ())),
         ),
     )
+    conn.executemany(
+        "INSERT OR IGNORE INTO folded_turns (event_id, episode_id) VALUES (?, ?)",
+        [(i, ev["event_id"]) for i in ev.get("source_event_ids") or () if i],
+    )
 
 
 def _apply_relationship(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
@@ -478,6 +482,11 @@ def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute(
         "DELETE FROM episodes WHERE episode_id IN (SELECT event_id FROM erased_ids)"
         " OR EXISTS (SELECT 1 FROM json_each(episodes.source_event_ids) j WHERE j.value IN (SELECT event_id FROM erased_ids))"
+    )
+    # A turn whose episode is gone is reachable as a turn again (if it is still there itself).
+    conn.execute(
+        "DELETE FROM folded_turns WHERE event_id IN (SELECT event_id FROM erased_ids)"
+        " OR episode_id NOT IN (SELECT episode_id FROM episodes)"
     )
 
 

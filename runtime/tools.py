@@ -20,6 +20,7 @@ for is narrowed to the agent's own, and the result says so.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,8 +48,6 @@ def merge_texts(old: str, new: str) -> tuple[str, str | None]:
 NEAR_IDENTICAL = 0.95
 RELATED = 0.80
 RECALL_LIMIT = 3
-# Tokens of dated remembered turns that recall_memory adds after its episodes (the seed: 300-500 in all).
-RECALL_TURNS_BUDGET = 300
 
 RECALL_MEMORY_DESCRIPTION = (
     "Search your own memories of past interactions. Use when someone references a previous "
@@ -183,57 +182,145 @@ def _cost(result: Any) -> int:
 # ---------------------------------------------------------------- handlers
 
 
+# Shares of the recall budget the kinds may fill, cumulatively, in this order: episodes first
+# (the summarised past), then turns no episode covers yet, then the best remembered turns.
+RECALL_STAGES = (("episodes", 0.75), ("unfolded", 0.9), ("quotes", 1.0))
+RECALL_QUOTES_SHOWN = 3
+# A remembered-turn line that resolves a relative date ends "(yesterday = 7 May 2023)".
+_ANCHORED = re.compile(r"\([^()]* = [^()]*\)$")
+
+
+def _episode_entry(ep: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """One recalled episode: its structured entry and its first-person line."""
+    when = str(ep.get("start_ts") or "")[:10]
+    end = str(ep.get("end_ts") or "")[:10]
+    if end and end != when:
+        when = f"{when} to {end}"
+    quotes = [q.get("text", "") for q in ep.get("key_quotes") or [] if isinstance(q, dict)]
+    quotes = quotes[:RECALL_QUOTES_SHOWN]
+    entry = {
+        "episode_id": ep["episode_id"],
+        "name": ep["name"],
+        "when": when,  # the dates, once: the first-person line repeats the rest
+        "summary": ep["summary"],
+        "key_quotes": quotes,
+        "emotional_context": ep.get("emotional_context"),
+        "participants": ep.get("participants") or [],
+        "importance": ep.get("importance"),
+        "score": ep.get("score"),
+    }
+    line = f'I remember "{ep["name"]}" ({when}): {ep["summary"]}'
+    if quotes:
+        line += " What was said: " + " / ".join(f'"{q}"' for q in quotes)
+    if ep.get("emotional_context"):
+        line += f" How it felt: {ep['emotional_context']}"
+    return entry, line
+
+
+def _unfolded_line(turn: Mapping[str, Any]) -> str:
+    return (
+        f"{str(turn['ts'])[:10]} {turn['user'] or 'someone'}: {turn['user_message']}"
+        f" / I said: {turn['agent_response']}"
+    )
+
+
+class _RecallResult:
+    """The recall result built item by item within a token budget: an item fits whole or not at all."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.memories: list[dict[str, Any]] = []
+        self.turns: list[dict[str, Any]] = []
+        self.episode_lines: list[str] = []
+        self.turn_lines: list[str] = []
+
+    def render(self) -> dict[str, Any]:
+        lines = list(self.episode_lines)
+        if self.turn_lines:
+            lines.append("What was said, as I remember it:")
+            lines.extend(self.turn_lines)
+        text = "\n".join(lines) if lines else "Nothing comes to mind about that."
+        return {"memories": self.memories, "turns": self.turns, "text": text}
+
+    def cost(self) -> int:
+        return _cost(self.render())
+
+    def try_add(
+        self,
+        cap: int,
+        *,
+        memory: tuple[dict[str, Any], str] | None = None,
+        turn: tuple[str, list[str]] | None = None,
+        header: str | None = None,
+    ) -> bool:
+        """Add one item (with its date header if it needs one) if the result stays within `cap`."""
+        added: list[tuple[list[Any], Any]] = []
+        if memory is not None:
+            added += [(self.memories, memory[0]), (self.episode_lines, memory[1])]
+        if header is not None and header not in self.turn_lines:
+            added += [(self.turn_lines, header), (self.turns, {"line": header, "event_ids": []})]
+        if turn is not None:
+            added += [(self.turn_lines, turn[0]), (self.turns, {"line": turn[0], "event_ids": turn[1]})]
+        for target, value in added:
+            target.append(value)
+        if self.cost() <= cap:
+            return True
+        for target, value in reversed(added):
+            target.remove(value)
+        return False
+
+
 def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    """Episodes, then turns no episode covers yet, then the best remembered turns, within the budget.
+
+    The budget (`runtime.recall_budget_tokens`) counts the result as the model
+    reads it (its JSON). Each kind may fill the budget up to its stage's share
+    (`RECALL_STAGES`), so episodes cannot crowd out the exact words; an item
+    that does not fit is left out whole and a smaller one after it may still
+    fit. Remembered turns already quoted by a recalled episode are not repeated,
+    unless their line resolves a relative date the quote leaves open.
+    """
     query, participant = args["query"], args.get("participant")
     who = memory.principal
+    budget = max(1, int(memory.settings.runtime.recall_budget_tokens))
+    caps = {name: int(budget * share) for name, share in RECALL_STAGES}
+    result = _RecallResult(budget)
     found = memory.store.search_episodes(who, query, participant, RECALL_LIMIT)
-    memories = []
-    lines = []
+    quoted: set[str] = set()
     for ep in found:
-        when = str(ep.get("start_ts") or "")[:10]
-        end = str(ep.get("end_ts") or "")[:10]
-        if end and end != when:
-            when = f"{when} to {end}"
-        quotes = [q.get("text", "") for q in ep.get("key_quotes") or [] if isinstance(q, dict)]
-        memories.append(
-            {
-                "episode_id": ep["episode_id"],
-                "name": ep["name"],
-                "when": when,
-                "start_ts": ep.get("start_ts"),
-                "end_ts": ep.get("end_ts"),
-                "summary": ep["summary"],
-                "key_quotes": quotes,
-                "emotional_context": ep.get("emotional_context"),
-                "participants": ep.get("participants") or [],
-                "importance": ep.get("importance"),
-                "score": ep.get("score"),
+        if result.try_add(caps["episodes"], memory=_episode_entry(ep)):
+            quoted |= {
+                str(q.get("event_id"))
+                for q in (ep.get("key_quotes") or [])[:RECALL_QUOTES_SHOWN]
+                if isinstance(q, dict) and q.get("event_id")
             }
-        )
-        line = f'I remember "{ep["name"]}" ({when}): {ep["summary"]}'
-        if quotes:
-            line += " What was said: " + " / ".join(f'"{q}"' for q in quotes[:3])
-        if ep.get("emotional_context"):
-            line += f" How it felt: {ep['emotional_context']}"
-        lines.append(line)
+    delivered: list[tuple[str, float]] = []
+    for turn in memory.store.search_turns(who, query, participant, RECALL_LIMIT):
+        header = "Since I last went over my memories:"
+        line = _unfolded_line(turn)
+        if result.try_add(caps["unfolded"], turn=(line, [str(turn["event_id"])]), header=header):
+            delivered.append((str(turn["event_id"]), float(turn["score"])))
     # The turns themselves, best match first, one dated line each with the ids they come from:
     # the exact words often answer what a summary cannot ("when", "how much", "what did she say").
-    recalled = memory.store.recall_lines(who, query, participant, budget=RECALL_TURNS_BUDGET)
-    turns = [{"line": line, "event_ids": list(ids)} for line, ids in recalled]
-    if recalled:
-        lines.append("What was said, as I remember it:")
-        lines.extend(line for line, _ in recalled)
-    text = "\n".join(lines) if memories else "Nothing comes to mind about that."
-    result = {"memories": memories, "turns": turns, "text": text}
+    room = max(0, budget - result.cost())
+    header: str | None = None
+    for line, ids in memory.store.recall_lines(who, query, participant, budget=room):
+        if not ids:
+            header = line
+            continue
+        if quoted.intersection(ids) and not _ANCHORED.search(line):
+            continue  # the episode already quotes it, and the line resolves no date the quote leaves open
+        result.try_add(caps["quotes"], turn=(line, list(ids)), header=header)
+    out = result.render()
     memory.record_retrieval(
         "recall_memory",
         query,
-        [m["episode_id"] for m in memories],
-        [float(m["score"] or 0.0) for m in memories],
-        _cost(result),
+        [m["episode_id"] for m in result.memories] + [i for i, _ in delivered],
+        [float(m["score"] or 0.0) for m in result.memories] + [score for _, score in delivered],
+        _cost(out),
         reason="agent reached for a memory" + (f" (about {participant})" if participant else ""),
     )
-    return result
+    return out
 
 
 def _fact_out(row: Any) -> dict[str, Any]:
