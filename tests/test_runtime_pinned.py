@@ -1,5 +1,6 @@
-"""Pinned memory: key-value facts and identity are never displaced by newer insights, and
-important episodes are preferred when the retrieval's budget is tight."""
+"""Pinned memory and completed work: key-value facts and identity are never displaced by newer
+insights, important episodes are preferred when the retrieval budget is tight, and finished
+tasks and projects leave their summary at the level above (a solo task: global)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,37 @@ def test_important_episodes_are_preferred_when_the_retrieval_budget_is_tight(mem
     with Memory.open(mem.data_dir, env={}, runtime={"tier_budgets": tiers}) as tight_mem:
         tight = tight_mem.agent("guide").context(query=QUERY).section("memory_context")
         assert tight is not None and tight.item_ids == (important,)
+
+
+def test_task_and_project_completion_write_their_summaries_at_the_level_above(mem: Memory) -> None:
+    worker = mem.agent("worker", project_id="chart", task_id="t1", session_id="s")
+    worker.record_turn(None, "plan the organisation chart", "planned", memory_level="project")
+    worker.record_turn(None, "move box 3 two pixels left", "moved", memory_level="task")
+    done = worker.finish_task("I finished drawing the chart's boxes.")
+    assert (done.finished, done.level) == ("task", "project")
+    recent = worker.context().section("recent")
+    assert recent is not None and "I finished drawing the chart's boxes." in recent.text
+    assert "plan the organisation chart" in recent.text and "two pixels" not in recent.text
+    finished = worker.finish_project("Delivered the organisation chart.")
+    assert (finished.finished, finished.level) == ("project", "global")
+    top = worker.context().section("recent")
+    assert top is not None and "Delivered the organisation chart." in top.text
+    assert "I finished drawing" not in top.text and "plan the organisation chart" not in top.text
+
+    # A solo task (no project) returns to the agent's global level, where its summary stays.
+    solo = mem.agent("solo", task_id="t9")
+    solo.record_turn(None, "tidy the notes", "tidied", memory_level="task")
+    alone = solo.finish_task("I tidied the notes.")
+    assert (alone.finished, alone.level) == ("task", "global")
+    assert "I tidied the notes." in solo.context(level="global").section("recent").text
+
+    # Each completion is one `memory_transition` in the log, with the levels it crossed.
+    rows = mem.sql(
+        "SELECT agent_id, from_level, to_level, summary, task_id FROM transitions_events"
+        " WHERE type = 'memory_transition' ORDER BY ts, event_id"
+    ).to_pylist()
+    assert [(r["agent_id"], r["from_level"], r["to_level"], r["task_id"]) for r in rows] == [
+        ("worker", "task", "project", "t1"),
+        ("worker", "project", "global", None),
+        ("solo", "task", "global", "t9"),
+    ]
