@@ -34,7 +34,7 @@ from tiermem.runtime.visibility import Principal, member_pattern
 
 from tiermem.settings import Settings
 
-# 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision`, `folded_turns`
+# 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision` and `original`, `folded_turns`, a turn's `topic`
 SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 
@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS wm_items (
     user_message TEXT,
     agent_response TEXT,
     text TEXT,                       -- transition/summary message
-    owner TEXT                       -- the user(s) it belongs to (visibility.owner_key); NULL: agent-level
+    owner TEXT,                      -- the user(s) it belongs to (visibility.owner_key); NULL: agent-level
+    topic TEXT                       -- detected from the turn's words (tiermem.topics); NULL: none
 );
 CREATE INDEX IF NOT EXISTS wm_agent_owner_level_order ON wm_items (agent_id, owner, level, ts, item_id);
 CREATE INDEX IF NOT EXISTS wm_agent_session ON wm_items (agent_id, session_id, ts);
@@ -101,7 +102,8 @@ CREATE TABLE IF NOT EXISTS facts (
     revision INTEGER NOT NULL DEFAULT 0, -- that event's revision: (ts, revision, event_id) orders versions
     source_event_ids TEXT NOT NULL DEFAULT '[]',
     recall_count INTEGER NOT NULL DEFAULT 0,
-    owner TEXT                       -- the user(s) it was derived from; NULL: shared by its scope
+    owner TEXT,                      -- the user(s) it was derived from; NULL: shared by its scope
+    original TEXT                    -- the full text behind a summarised content (NULL: content is it)
 );
 CREATE INDEX IF NOT EXISTS facts_agent ON facts (agent_id, status);
 CREATE INDEX IF NOT EXISTS facts_owner ON facts (owner);

@@ -27,6 +27,8 @@ from tiermem.runtime import hotstore
 from tiermem.runtime.store import ProjectionInfo, kv_fact_id
 from tiermem.runtime.visibility import merge_owners, owner_key
 
+from tiermem.topics import detect_topic
+
 OWNER_LOOKUP_CHUNK = 400  # ids per lookup query (well under SQLite's variable limit)
 
 TRANSITION_MESSAGES = {
@@ -124,7 +126,8 @@ def _derived_owner(conn: sqlite3.Connection, ev: Mapping[str, Any], *direct: str
 def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO wm_items (item_id, event_id, agent_id, ts, kind, level, user, session_id,"
-        " project_id, task_id, user_message, agent_response, text, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?)",
+        " project_id, task_id, user_message, agent_response, text, owner, topic)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?,?)",
         (
             ev["event_id"],
             ev["event_id"],
@@ -139,6 +142,7 @@ def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             ev.get("user_message"),
             ev.get("agent_response"),
             ev.get("user") or None,
+            detect_topic(ev.get("user_message"), ev.get("agent_response")),
         ),
     )
 
@@ -255,7 +259,7 @@ def _apply_fact_set(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             "key": ev["key"],
             "content": ev["value"],
             "category": "kv",
-            "topic": None,
+            "topic": detect_topic(ev["key"].replace("_", " "), ev["value"]),
             "participant": ev.get("participant"),
             "status": "active",
             "source": ev.get("source") or "agent",
@@ -328,9 +332,22 @@ def _apply_decided(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     decided_by = ev.get("decided_by") or "auto"
     source = "user" if decided_by == "user" or origin == "user" else origin or decided_by
     values: dict[str, Any] = {"status": status, "source": source, "is_correction": is_correction}
-    for name in ("content", "scope", "category", "topic", "key", "participant", "project_id", "agent_type"):
+    for name in (
+        "content",
+        "original",
+        "scope",
+        "category",
+        "topic",
+        "key",
+        "participant",
+        "project_id",
+        "agent_type",
+    ):
         if ev.get(name) is not None:
             values[name] = ev[name]
+    if ev.get("topic") is None and ev.get("content"):
+        # A decision that names no topic: the one its words suggest (the same on every rebuild).
+        values["topic"] = detect_topic(ev["content"])
     ids = [i for i in (ev.get("proposal_id"), *(ev.get("source_event_ids") or ())) if i]
     values["source_event_ids"] = _j(ids)
     values["owner"] = merge_owners(ev.get("participant"), *_owners_of(conn, ids))

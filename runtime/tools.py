@@ -35,9 +35,10 @@ from tiermem.runtime.visibility import (
 
 from tiermem.errors import NotFoundError, ValidationError
 from tiermem.ids import utcnow
-from tiermem.merging import merge_offline
+from tiermem.merging import estimate_tokens, merge_offline, summarize_offline
 from tiermem.similarity import text_similarity
 from tiermem.tokens import count_tokens
+from tiermem.topics import detect_topic
 
 
 def merge_texts(old: str, new: str) -> tuple[str, str | None]:
@@ -109,7 +110,12 @@ def tool_specs() -> list[dict[str, Any]]:
             "memory_idea_save",
             "Save an insight or learning as a declarative fact. Near-duplicates of what you already "
             "know are merged, not repeated; the result says what happened (created/merged/deduplicated).",
-            {"content": _s("The insight, as a declarative statement"), "topic": _s("Optional topic")},
+            {
+                "content": _s("The insight, as a declarative statement"),
+                "topic": _s("Optional topic (detected from the words when not given)"),
+                "tags": {"type": "array", "items": {"type": "string"}, "description": "Optional tags"},
+                "scope": _s("Who shares it: agent (only you, default) or project", enum=["agent", "project"]),
+            },
             ["content"],
         ),
         _spec(
@@ -426,19 +432,34 @@ def _fact_list(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _idea_save(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
-    content, topic = args["content"].strip(), args.get("topic")
-    if not content:
+    """Save an insight: deduplicated or merged into what the agent already knows, else created.
+
+    A long idea is kept as a short summary (what search and the prompt show)
+    with the original beside it; tags are recorded with the proposal; the
+    topic is the given one, else the one its words suggest.
+    """
+    original, tags = args["content"].strip(), args.get("tags") or []
+    if not original:
         raise ValidationError("content", "empty")
+    who = memory.principal
+    check_scope_write(who, args.get("scope"), "save")
+    scope, note = _narrowed(memory, args.get("scope"))
+    long = estimate_tokens(original) > memory.settings.evolver.summary_over_tokens
+    content = summarize_offline(original) if long else original
+    kept_original = original if long else None
+    topic = args.get("topic") or detect_topic(original)
     # Candidates: the agent's own knowledge that shares words with the new idea (dedup in the target
     # scope), written for the same user: an idea merges only into what belongs to the same person.
-    found = memory.store.search_facts(memory.principal, content, limit=20, kinds=("knowledge",), now=utcnow())
+    found = memory.store.search_facts(who, content, limit=20, kinds=("knowledge",), now=utcnow())
     best, best_sim = None, 0.0
     for f in found:
-        if f.scope != "agent" or f.owner != owner_key([memory.user]):
+        if f.scope != (scope or "agent") or f.owner != owner_key([memory.user]):
             continue
         sim = text_similarity(f.content, content)
         if sim > best_sim:
             best, best_sim = f, sim
+    extra: dict[str, Any] = {"tags": tags or None, "scope": scope, "original": kept_original}
+    result: dict[str, Any]
     if best is not None and best_sim > NEAR_IDENTICAL:
         memory.add_knowledge(
             best.content,
@@ -448,23 +469,34 @@ def _idea_save(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
             decision="touched",
             similarity=best_sim,
             note="near-identical idea saved again",
+            **extra,
         )
-        return {"action": "deduplicated", "fact_id": best.fact_id, "similarity": best_sim}
-    if best is not None and best_sim >= RELATED:
-        merged, note = merge_texts(best.content, content)
+        result = {"action": "deduplicated", "fact_id": best.fact_id, "similarity": best_sim}
+    elif best is not None and best_sim >= RELATED:
+        merged, merge_note = merge_texts(best.content, content)
         memory.add_knowledge(
             merged,
             category=best.category or "insight",
-            topic=topic or best.topic,
+            topic=args.get("topic") or best.topic or topic,
             fact_id=best.fact_id,
             decision="merged",
             previous_content=best.content,
             similarity=best_sim,
-            note=note,
+            note=merge_note,
+            **extra,
         )
-        return {"action": "merged", "fact_id": best.fact_id, "similarity": best_sim, "content": merged}
-    fact_id = memory.add_knowledge(content, category="insight", topic=topic)
-    return {"action": "created", "fact_id": fact_id, "similarity": round(best_sim, 6)}
+        result = {"action": "merged", "fact_id": best.fact_id, "similarity": best_sim, "content": merged}
+    else:
+        fact_id = memory.add_knowledge(content, category="insight", topic=topic, **extra)
+        result = {"action": "created", "fact_id": fact_id, "similarity": round(best_sim, 6)}
+    result.update(scope=scope or "agent", topic=topic)
+    if tags:
+        result["tags"] = tags
+    if kept_original is not None:
+        result["summary"] = content
+    if note:
+        result["note"] = note
+    return result
 
 
 def _idea_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
