@@ -192,6 +192,7 @@ def _cost(result: Any) -> int:
 # (the summarised past), then turns no episode covers yet, then the best remembered turns.
 RECALL_STAGES = (("episodes", 0.75), ("unfolded", 0.9), ("quotes", 1.0))
 RECALL_QUOTES_SHOWN = 3
+UNFOLDED_HEADER = "Since I last went over my memories:"
 # A remembered-turn line that resolves a relative date ends "(yesterday = 7 May 2023)".
 _ANCHORED = re.compile(r"\([^()]* = [^()]*\)$")
 
@@ -302,9 +303,8 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
             }
     delivered: list[tuple[str, float]] = []
     for turn in memory.store.search_turns(who, query, participant, RECALL_LIMIT):
-        header = "Since I last went over my memories:"
         line = _unfolded_line(turn)
-        if result.try_add(caps["unfolded"], turn=(line, [str(turn["event_id"])]), header=header):
+        if result.try_add(caps["unfolded"], turn=(line, [str(turn["event_id"])]), header=UNFOLDED_HEADER):
             delivered.append((str(turn["event_id"]), float(turn["score"])))
     # The turns themselves, best match first, one dated line each with the ids they come from:
     # the exact words often answer what a summary cannot ("when", "how much", "what did she say").
