@@ -234,8 +234,7 @@ def _unfolded_line(turn: Mapping[str, Any]) -> str:
 class _RecallResult:
     """The recall result built item by item within a token budget: an item fits whole or not at all."""
 
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
+    def __init__(self) -> None:
         self.memories: list[dict[str, Any]] = []
         self.turns: list[dict[str, Any]] = []
         self.episode_lines: list[str] = []
@@ -272,8 +271,8 @@ class _RecallResult:
             target.append(value)
         if self.cost() <= cap:
             return True
-        for target, value in reversed(added):
-            target.remove(value)
+        for target, _ in reversed(added):
+            target.pop()  # each list got its values appended last, in this order
         return False
 
 
@@ -291,7 +290,7 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
     who = memory.principal
     budget = max(1, int(memory.settings.runtime.recall_budget_tokens))
     caps = {name: int(budget * share) for name, share in RECALL_STAGES}
-    result = _RecallResult(budget)
+    result = _RecallResult()
     found = memory.store.search_episodes(who, query, participant, RECALL_LIMIT)
     quoted: set[str] = set()
     for ep in found:

@@ -1,5 +1,6 @@
-"""Topics detected at write time, topic filters that keep untagged memories, and ideas saved
-with tags, a scope and a summary beside the original."""
+"""Worth the tokens: topics detected at write time, topic filters that keep untagged memories,
+ideas saved with tags, a scope and a summary beside the original, and recall_memory within
+its token budget."""
 
 from __future__ import annotations
 
@@ -105,3 +106,49 @@ def test_idea_save_takes_tags_and_scope_and_keeps_a_summary_beside_a_long_origin
         "memory_idea_save", {"content": "Ines prefers morning launches", "scope": "project"}
     )
     assert narrowed["scope"] == "agent" and "note" in narrowed
+
+
+def _long_episode(n: int) -> dict[str, object]:
+    return {
+        "type": "episode",
+        "agent_id": "keeper",
+        "name": f"Harbour night {n}",
+        "summary": f"Night {n} at the harbour: the keeper and the fishermen mended nets. " * 4,
+        "start_ts": f"2026-02-{n + 10:02d}T20:00:00Z",
+        "end_ts": f"2026-02-{n + 10:02d}T23:00:00Z",
+        "importance": 6,
+        "source_event_ids": [f"src-{n}"],
+        "participants": [],
+        "key_quotes": [
+            {
+                "text": f"The nets at the harbour tore again on night {n}, said the keeper.",
+                "event_id": f"q{n}-{k}",
+            }
+            for k in range(4)
+        ],
+    }
+
+
+@pytest.mark.parametrize("budget", [150, 300, 500])
+def test_recall_memory_stays_within_its_token_budget_and_never_cuts_an_item(
+    tmp_path: Path, budget: int
+) -> None:
+    import orjson
+
+    from tiermem.tokens import count_tokens
+
+    with Memory.open(tmp_path / "data", env={}, runtime={"recall_budget_tokens": budget}) as mem:
+        for n in range(6):
+            mem.append(_long_episode(n))
+        agent = mem.agent("keeper")
+        out = agent.call_tool("recall_memory", {"query": "harbour nets keeper"})
+        assert count_tokens(orjson.dumps(out).decode()) <= budget
+        stored = {f"Harbour night {n}": _long_episode(n)["summary"] for n in range(6)}
+        for m in out["memories"]:
+            assert m["summary"] == stored[m["name"]]  # whole, never half
+            assert m["name"] in out["text"] and m["summary"] in out["text"]
+        for t in out["turns"]:
+            assert t["line"] in out["text"]
+        assert out["memories"] or out["turns"]
+        recorded = agent.runtime.conn.execute("SELECT tokens FROM retrievals").fetchone()[0]
+        assert recorded <= budget
