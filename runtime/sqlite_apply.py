@@ -354,6 +354,12 @@ def _apply_decided(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     if exists is None:
         values.setdefault("scope", "agent")
         values.update(agent_id=ev["agent_id"], kind="knowledge")
+    if (values.get("scope") == "agent_type" and not ev.get("agent_type")) or (
+        values.get("scope") in ("project", "override") and not ev.get("project_id")
+    ):
+        # A shared scope without its owner (an agent with no type, work outside a project) is one
+        # no reader resolves: the fact would be invisible. It stays the agent's own instead.
+        values["scope"] = "agent"
     _upsert_fact(conn, fact_id, ev, values)
 
 

@@ -118,3 +118,27 @@ def test_knowledge_view_and_hot_store_agree_per_fact(draw: list[tuple[int, int, 
         # And what the runtime reads as active is exactly what the view says is active.
         listed = {r["fact_id"] for r in agent.runtime.store.list_facts(agent.runtime.principal, limit=100)}
         assert listed == {f for f, (s, _) in view.items() if s == "active"}
+
+
+def test_a_fact_filed_under_a_scope_without_its_owner_stays_visible_to_its_agent(tmp_path: Path) -> None:
+    with Memory.open(tmp_path / "data", env={}) as mem:
+        for n, scope in enumerate(("agent_type", "project")):
+            mem.append(
+                {
+                    "type": "knowledge_decided",
+                    "agent_id": "loner",
+                    "fact_id": f"fact:loner-{n}",
+                    "decision": "created",
+                    "status": "active",
+                    "scope": scope,
+                    "content": f"Loner learned thing {n}",
+                    "decided_by": "auto",
+                }
+            )
+        agent = mem.agent("loner")
+        ids = {f.fact_id for f in agent.facts.list()}
+        assert {"fact:loner-0", "fact:loner-1"} <= ids
+        knowledge = agent.context().section("knowledge")
+        assert knowledge is not None and {"fact:loner-0", "fact:loner-1"} <= set(knowledge.item_ids)
+        # Another agent does not see them: they are the loner's own.
+        assert not {"fact:loner-0", "fact:loner-1"} & {f.fact_id for f in mem.agent("other").facts.list()}
