@@ -2,10 +2,12 @@
 
 Order (the system prompt): base context → identity (L0) → scope rules →
 relationship summary for this participant → recent interactions (last 5,
-filtered by memory level) → learned knowledge (top 20, this participant's
-first) → behavioural constraints → response instructions. Then, for the user
+filtered by memory level) → learned knowledge (top 20: key-value facts pinned
+first, then insights, this participant's first) → behavioural constraints → response instructions. Then, for the user
 message, the per-turn L1 retrieval for the query inside
-`<memory-context>…</memory-context>` (seed 002), each item with its id.
+`<memory-context>…</memory-context>`, each item with its id: facts, episodes,
+and the turns no episode covers yet (other than those the recent section
+shows), so a turn is reachable from the moment it is recorded.
 
 Budgets (tokens are `count_tokens`: ceil(chars / 4)):
 
@@ -15,7 +17,10 @@ Budgets (tokens are `count_tokens`: ceil(chars / 4)):
 2. Overall cap: `budget` if given, else `settings.runtime.total_budget_tokens`.
    While the total is over the cap, the lowest-value item anywhere is dropped
    (value = section value x 0.9^rank: older recent turns and the tail of the
-   knowledge list go first, identity and instructions last).
+   knowledge list go first, identity and instructions last; pinned key-value
+   facts and important episodes just before those).
+   When the retrieval does not fit its budget whole, important episodes are
+   fitted first.
 3. When `budget` is given, the memory-context tier may use whatever part of
    the budget the other sections leave (at least its own tier budget): a
    caller that asks "what fits in N tokens for this question" gets the
@@ -86,6 +91,8 @@ SECTION_VALUE = {
     "knowledge": 40.0,
 }
 RANK_DECAY = 0.9
+# Pinned key-value facts and important episodes: what the overall cap drops last.
+PINNED_VALUE = 97.0
 NON_KNOWLEDGE_CATEGORIES = ("constraint", "rule")
 
 DEFAULT_CONSTRAINTS = (
@@ -270,10 +277,20 @@ def _candidates(
     out["recent"] = _items("recent", [(it.item_id, _render_turn(it)) for it in reversed(recent)])
 
     facts = store.list_facts(who, participant_first=user, limit=settings_top + 20)
-    knowledge = [
-        f for f in facts if f["category"] not in NON_KNOWLEDGE_CATEGORIES and f["scope"] != "override"
-    ][:settings_top]
-    out["knowledge"] = _items(
+    # Key-value facts are pinned: they come first and newer insights fill only the room left,
+    # so a stream of learned insights never pushes a stated fact (a name, a setting) out.
+    pinned = [
+        f
+        for f in store.list_facts(who, kinds=("kv",), participant_first=user, limit=settings_top)
+        if f["scope"] != "override" and f["category"] != "rule"
+    ]
+    learned = [
+        f
+        for f in facts
+        if f["kind"] != "kv" and f["category"] not in NON_KNOWLEDGE_CATEGORIES and f["scope"] != "override"
+    ]
+    knowledge = [*pinned, *learned][:settings_top]
+    items = _items(
         "knowledge",
         [
             (
@@ -285,6 +302,9 @@ def _candidates(
             for f in knowledge
         ],
     )
+    for item in items[: len(pinned)]:
+        item.value = PINNED_VALUE  # dropped for the overall cap only after everything but identity
+    out["knowledge"] = items
     constraints = [
         (str(f["fact_id"]), f"- [{f['fact_id']}] {as_data(f['content'])}")
         for f in facts
@@ -296,8 +316,23 @@ def _candidates(
     return out
 
 
+def _turn_line(turn: Mapping[str, Any]) -> str:
+    """A turn no episode covers yet, as one memory-context line citing its event id."""
+    who = as_data(turn["user"] or "user")
+    return (
+        f"[{turn['event_id']}] {str(turn['ts'])[:10]} {who}: {as_data(turn['user_message'])}"
+        f" / you: {as_data(turn['agent_response'])}"
+    )
+
+
 def _retrieve(
-    memory: AgentMemory, query: str, who: Principal, fact_limit: int = 8, episode_limit: int = 5
+    memory: AgentMemory,
+    query: str,
+    who: Principal,
+    fact_limit: int = 8,
+    episode_limit: int = 5,
+    shown: frozenset[str] = frozenset(),
+    turn_limit: int = 5,
 ) -> tuple[list[ContextItem], dict[str, float]]:
     facts = memory.store.search_facts(
         who,
@@ -308,6 +343,7 @@ def _retrieve(
     )
     episodes = memory.store.search_episodes(who, query, None, episode_limit)
     scored: list[tuple[float, str, str]] = []
+    important: set[str] = set()
     for f in facts:
         scored.append((f.score, f.fact_id, f"[{f.fact_id}] {as_data(f.content)}"))
     for e in episodes:
@@ -319,16 +355,34 @@ def _retrieve(
             f" Quotes: {quotes}" if quotes else ""
         )
         scored.append((float(e["score"]), str(e["episode_id"]), text))
-    # Interleave by rank so neither kind crowds the other out of a small budget.
+        if e.get("important"):
+            important.add(str(e["episode_id"]))
+    # Turns since the last compression: no episode answers for them yet (those the recent
+    # section already shows are not repeated).
+    turns = memory.store.search_turns(who, query, None, turn_limit, shown)
+    turn_part = [(float(t["score"]), str(t["event_id"]), _turn_line(t)) for t in turns]
+    # Interleave by rank so no kind crowds the others out of a small budget.
     fact_part = [s for s in scored if s[1] in {f.fact_id for f in facts}]
     ep_part = [s for s in scored if s not in fact_part]
     ordered: list[tuple[float, str, str]] = []
-    for i in range(max(len(fact_part), len(ep_part))):
-        for part in (ep_part, fact_part):
+    for i in range(max(len(fact_part), len(ep_part), len(turn_part))):
+        for part in (ep_part, turn_part, fact_part):
             if i < len(part):
                 ordered.append(part[i])
     items = _items("memory_context", [(i, t) for _, i, t in ordered])
+    for item in items:
+        if item.item_id in important:
+            item.value = PINNED_VALUE
     return items, {i: round(s, 6) for s, i, _ in ordered}
+
+
+def _fit_retrieval(items: list[ContextItem], budget: int) -> list[ContextItem]:
+    """The retrieval within its budget; when not everything fits, important episodes go first."""
+    kept = _fit("memory_context", items, budget)
+    if len(kept) == len(items):
+        return kept
+    first = [it for it in items if it.value == PINNED_VALUE]
+    return _fit("memory_context", [*first, *(it for it in items if it.value != PINNED_VALUE)], budget)
 
 
 def assemble_context(
@@ -359,12 +413,13 @@ def assemble_context(
     }
     scores: dict[str, float] = {}
     if query and query.strip():
-        mc_items, scores = _retrieve(memory, query, who)
+        shown = frozenset(it.item_id for it in kept.get("recent", []))
+        mc_items, scores = _retrieve(memory, query, who, shown=shown)
         mc_budget = int(tiers.get("memory_context", 600))
         if budget is not None:
             used = sum(count_tokens(_render(n, its)) for n, its in kept.items() if its)
             mc_budget = max(mc_budget, cap - used)
-        kept["memory_context"] = _fit("memory_context", mc_items, mc_budget)
+        kept["memory_context"] = _fit_retrieval(mc_items, mc_budget)
 
     def total() -> int:
         return sum(count_tokens(_render(n, its)) for n, its in kept.items() if its)

@@ -230,7 +230,7 @@ def search_episodes(
     agent_id = who.agent_id
     terms = query_terms(query)
     overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
-    cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context"
+    cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context, e.important"
     weights = ", ".join(str(w) for w in COLUMN_WEIGHTS)
     rows = _candidate_rows(
         conn, who, cols, f"bm25(episodes_fts, {weights})", terms, overall, participant, CANDIDATES, limit
@@ -289,6 +289,7 @@ def search_episodes(
                     "when": human_range(start, end),
                     "importance": int(row[7] or 0),
                     "emotional_context": row[8] or "",
+                    "important": bool(row[9]),
                     "score": round(score, 4) if math.isfinite(score) else 0.0,
                 },
             )

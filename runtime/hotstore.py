@@ -34,7 +34,8 @@ from tiermem.runtime.visibility import Principal, member_pattern
 
 from tiermem.settings import Settings
 
-SCHEMA_VERSION = 2  # 2: an `owner` on every row a user's data can reach (see visibility)
+# 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision` and `original`, `folded_turns`, a turn's `topic`
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 
 SCHEMA = """
@@ -56,11 +57,19 @@ CREATE TABLE IF NOT EXISTS wm_items (
     user_message TEXT,
     agent_response TEXT,
     text TEXT,                       -- transition/summary message
-    owner TEXT                       -- the user(s) it belongs to (visibility.owner_key); NULL: agent-level
+    owner TEXT,                      -- the user(s) it belongs to (visibility.owner_key); NULL: agent-level
+    topic TEXT                       -- detected from the turn's words (tiermem.topics); NULL: none
 );
 CREATE INDEX IF NOT EXISTS wm_agent_owner_level_order ON wm_items (agent_id, owner, level, ts, item_id);
 CREATE INDEX IF NOT EXISTS wm_agent_session ON wm_items (agent_id, session_id, ts);
 CREATE INDEX IF NOT EXISTS wm_owner ON wm_items (owner);
+
+-- Turns an episode covers (its source events): from then on the episode answers for them.
+CREATE TABLE IF NOT EXISTS folded_turns (
+    event_id TEXT PRIMARY KEY,
+    episode_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS folded_episode ON folded_turns (episode_id);
 
 CREATE TABLE IF NOT EXISTS identity (
     agent_id TEXT PRIMARY KEY,
@@ -90,9 +99,11 @@ CREATE TABLE IF NOT EXISTS facts (
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL,
     event_id TEXT NOT NULL,          -- the event whose state this row shows
+    revision INTEGER NOT NULL DEFAULT 0, -- that event's revision: (ts, revision, event_id) orders versions
     source_event_ids TEXT NOT NULL DEFAULT '[]',
     recall_count INTEGER NOT NULL DEFAULT 0,
-    owner TEXT                       -- the user(s) it was derived from; NULL: shared by its scope
+    owner TEXT,                      -- the user(s) it was derived from; NULL: shared by its scope
+    original TEXT                    -- the full text behind a summarised content (NULL: content is it)
 );
 CREATE INDEX IF NOT EXISTS facts_agent ON facts (agent_id, status);
 CREATE INDEX IF NOT EXISTS facts_owner ON facts (owner);

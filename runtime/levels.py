@@ -16,7 +16,9 @@ user's turns never appear in another's recent interactions; each owner class
 is its own index range (agent, owner, level, ts).
 
 Transitions: finishing a task or a project appends a `memory_transition`
-event whose `to_level` is the level the agent returns to; the projector turns
+event whose `to_level` is the level the agent returns to (a task: its
+project's level, or global for a solo task without a project; a project:
+global); the projector turns
 it into a transition item ("[ACTIONS]: <Task actions filtered for brevity>")
 and a summary item, both at that level, so the finished detail drops out of
 what the higher level sees.
@@ -36,8 +38,16 @@ from tiermem.events import MEMORY_LEVELS
 
 T = TypeVar("T")
 
-# Finishing work at a level returns the agent to the level above it.
+# Finishing work at a level returns the agent to the level above it; a task outside any
+# project (a solo task) has no project level to return to, so it returns to global.
 RETURN_LEVEL = {"task": "project", "project": "global"}
+
+
+def return_level(finished_level: str, project_id: str | None) -> str:
+    """The level an agent returns to when it finishes work at `finished_level`."""
+    if finished_level == "task" and not project_id:
+        return "global"
+    return RETURN_LEVEL[finished_level]
 
 
 def check_level(level: str) -> str:
@@ -197,7 +207,7 @@ def transition_event(
         "type": "memory_transition",
         "agent_id": agent_id,
         "from_level": finished_level,
-        "to_level": RETURN_LEVEL[finished_level],
+        "to_level": return_level(finished_level, project_id),
         "summary": summary,
     }
     for name, value in (

@@ -35,6 +35,7 @@ from tiermem.events import SCOPES, validate
 from tiermem.ids import new_event_id
 from tiermem.settings import Settings
 from tiermem.tokens import count_tokens
+from tiermem.topics import detect_topic
 
 FACT_SCOPES = ("agent", *SCOPES)  # "agent" = private to the writing agent (no scope field)
 
@@ -270,14 +271,18 @@ class AgentMemory:
         similarity: float | None = None,
         is_correction: bool = False,
         note: str | None = None,
+        original: str | None = None,
     ) -> str:
         """An agent-written fact: `knowledge_proposed` + `knowledge_decided` (decided_by agent).
 
         Written about `participant`, else about the user the memory serves (what is
-        learned in a user's session is theirs).
+        learned in a user's session is theirs). Without a topic, the one its words
+        suggest (`tiermem.topics`). `original`: the full text behind a summarised
+        `content`, kept beside it.
         """
         if not content.strip():
             raise ValidationError("content", "empty")
+        topic = topic or detect_topic(original or content)
         participant = self._about(participant, scope)
         scope_fields = self._scope_record(scope)
         proposal: dict[str, Any] = {
@@ -315,6 +320,7 @@ class AgentMemory:
             ("previous_content", previous_content),
             ("similarity", similarity),
             ("note", note),
+            ("original", original),
         )
         for name, value in optional:
             if value is not None:

@@ -22,8 +22,10 @@ scope: score = relevance (FTS5 BM25) x scope weight (override/project/own
 1.0, agent type 0.7, system 0.4; `settings.runtime.scope_weights`) x time
 decay (slight: 1.0 now, towards 0.8 for old facts) x source trust (user or a
 correction 1.0, agent 0.9, system/batch 0.8). With a topic, the search first
-keeps only facts with that topic and falls back to all topics when that
-finds fewer than 3.
+keeps only facts with that topic (case-insensitive) or with no topic at all
+(an untagged memory may be about anything, so a filter must not hide it),
+and falls back to all topics when that finds fewer than 3. Listing by topic
+keeps the untagged ones the same way.
 """
 
 from __future__ import annotations
@@ -222,7 +224,7 @@ def _search(
     where, params = fact_clause(who, "f")
     extra = ""
     if topic:
-        extra += " AND f.topic = ?"
+        extra += " AND (lower(f.topic) = lower(?) OR f.topic IS NULL)"  # untagged ones stay in
         params.append(topic)
     if kinds:
         extra += f" AND f.kind IN ({','.join('?' * len(kinds))})"
@@ -278,7 +280,7 @@ def list_facts(
         extra += f" AND f.kind IN ({','.join('?' * len(kinds))})"
         params.extend(kinds)
     if topic:
-        extra += " AND f.topic = ?"
+        extra += " AND (lower(f.topic) = lower(?) OR f.topic IS NULL)"  # untagged ones stay in
         params.append(topic)
     return conn.execute(
         f"SELECT f.* FROM facts f WHERE f.status = 'active' AND {where}{extra}"

@@ -28,6 +28,7 @@ from tiermem.runtime.store import ProjectionInfo, kv_fact_id
 from tiermem.runtime.visibility import merge_owners, owner_key
 
 from tiermem.registry import EVENT_TYPES
+from tiermem.topics import detect_topic
 
 OWNER_LOOKUP_CHUNK = 400  # ids per lookup query (well under SQLite's variable limit)
 
@@ -126,7 +127,8 @@ def _derived_owner(conn: sqlite3.Connection, ev: Mapping[str, Any], *direct: str
 def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO wm_items (item_id, event_id, agent_id, ts, kind, level, user, session_id,"
-        " project_id, task_id, user_message, agent_response, text, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?)",
+        " project_id, task_id, user_message, agent_response, text, owner, topic)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?,?)",
         (
             ev["event_id"],
             ev["event_id"],
@@ -141,6 +143,7 @@ def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             ev.get("user_message"),
             ev.get("agent_response"),
             ev.get("user") or None,
+            detect_topic(ev.get("user_message"), ev.get("agent_response")),
         ),
     )
 
@@ -202,12 +205,26 @@ def _apply_identity(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
 def _upsert_fact(
     conn: sqlite3.Connection, fact_id: str, ev: Mapping[str, Any], values: dict[str, Any]
 ) -> None:
+    """Apply one version of a fact if it is newer than the stored one.
+
+    Versions are ordered exactly as the knowledge view orders them: by time,
+    then revision, then event id. The evolver writes several decisions about a
+    fact in one run with one timestamp and content-hashed event ids, so only
+    the revision says which of them is the latest.
+    """
     row = conn.execute(
-        "SELECT updated_at, event_id, created_at, owner FROM facts WHERE fact_id=?", (fact_id,)
+        "SELECT updated_at, revision, event_id, owner FROM facts WHERE fact_id=?", (fact_id,)
     ).fetchone()
-    if row is not None and (ev["ts"], ev["event_id"]) <= (row[0], row[1]):
+    revision = int(ev.get("revision") or 0)
+    if row is not None and (ev["ts"], revision, ev["event_id"]) <= (row[0], row[1], row[2]):
         return
-    values = {**values, "fact_id": fact_id, "updated_at": ev["ts"], "event_id": ev["event_id"]}
+    values = {
+        **values,
+        "fact_id": fact_id,
+        "updated_at": ev["ts"],
+        "revision": revision,
+        "event_id": ev["event_id"],
+    }
     # Owners only ever grow: a revision may add a user's words to a fact, never take them away.
     values["owner"] = merge_owners(values.get("owner"), row[3] if row is not None else None)
     if row is None:
@@ -243,7 +260,7 @@ def _apply_fact_set(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             "key": ev["key"],
             "content": ev["value"],
             "category": "kv",
-            "topic": None,
+            "topic": detect_topic(ev["key"].replace("_", " "), ev["value"]),
             "participant": ev.get("participant"),
             "status": "active",
             "source": ev.get("source") or "agent",
@@ -316,15 +333,34 @@ def _apply_decided(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     decided_by = ev.get("decided_by") or "auto"
     source = "user" if decided_by == "user" or origin == "user" else origin or decided_by
     values: dict[str, Any] = {"status": status, "source": source, "is_correction": is_correction}
-    for name in ("content", "scope", "category", "topic", "key", "participant", "project_id", "agent_type"):
+    for name in (
+        "content",
+        "original",
+        "scope",
+        "category",
+        "topic",
+        "key",
+        "participant",
+        "project_id",
+        "agent_type",
+    ):
         if ev.get(name) is not None:
             values[name] = ev[name]
+    if ev.get("topic") is None and ev.get("content"):
+        # A decision that names no topic: the one its words suggest (the same on every rebuild).
+        values["topic"] = detect_topic(ev["content"])
     ids = [i for i in (ev.get("proposal_id"), *(ev.get("source_event_ids") or ())) if i]
     values["source_event_ids"] = _j(ids)
     values["owner"] = merge_owners(ev.get("participant"), *_owners_of(conn, ids))
     if exists is None:
         values.setdefault("scope", "agent")
         values.update(agent_id=ev["agent_id"], kind="knowledge")
+    if (values.get("scope") == "agent_type" and not ev.get("agent_type")) or (
+        values.get("scope") in ("project", "override") and not ev.get("project_id")
+    ):
+        # A shared scope without its owner (an agent with no type, work outside a project) is one
+        # no reader resolves: the fact would be invisible. It stays the agent's own instead.
+        values["scope"] = "agent"
     _upsert_fact(conn, fact_id, ev, values)
 
 
@@ -350,6 +386,10 @@ def _apply_episode(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             _j(ev.get("source_event_ids")),
             _derived_owner(conn, ev, *(ev.get("participants") or ())),
         ),
+    )
+    conn.executemany(
+        "INSERT OR IGNORE INTO folded_turns (event_id, episode_id) VALUES (?, ?)",
+        [(i, ev["event_id"]) for i in ev.get("source_event_ids") or () if i],
     )
 
 
@@ -466,6 +506,11 @@ def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute(
         "DELETE FROM episodes WHERE episode_id IN (SELECT event_id FROM erased_ids)"
         " OR EXISTS (SELECT 1 FROM json_each(episodes.source_event_ids) j WHERE j.value IN (SELECT event_id FROM erased_ids))"
+    )
+    # A turn whose episode is gone is reachable as a turn again (if it is still there itself).
+    conn.execute(
+        "DELETE FROM folded_turns WHERE event_id IN (SELECT event_id FROM erased_ids)"
+        " OR episode_id NOT IN (SELECT episode_id FROM episodes)"
     )
 
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tiermem.runtime import episode_search, hotstore, levels, scopes, sqlite_apply
+from tiermem.runtime import episode_search, hotstore, levels, scopes, sqlite_apply, unfolded
 from tiermem.runtime.levels import WorkingItem
 from tiermem.runtime.scopes import ScoredFact
 from tiermem.runtime.store import ProjectionInfo, Row
@@ -177,3 +177,13 @@ class SQLiteHotStore:
         self, who: Principal, query: str, participant: str | None = None, budget: int | None = None
     ) -> list[tuple[str, tuple[str, ...]]]:
         return episode_search.recall_lines(self.conn, who, query, participant, budget)
+
+    def search_turns(
+        self,
+        who: Principal,
+        query: str,
+        participant: str | None = None,
+        limit: int = 5,
+        exclude: frozenset[str] = frozenset(),
+    ) -> list[Row]:
+        return unfolded.search_unfolded(self.conn, who, query, participant, limit, exclude)

@@ -176,6 +176,20 @@ class HotStore(Protocol):
         """The best visible remembered turns as dated lines (text, cited event ids)."""
         ...
 
+    def search_turns(
+        self,
+        who: Principal,
+        query: str,
+        participant: str | None = None,
+        limit: int = 5,
+        exclude: frozenset[str] = frozenset(),
+    ) -> list[Row]:
+        """Visible turns no episode covers yet, matching `query`, best first (not those in `exclude`).
+
+        Each row: event_id, ts, user, user_message, agent_response, score.
+        """
+        ...
+
 
 def open_store(settings: Settings) -> HotStore:
     """The configured hot store (the embedded SQLite one)."""

@@ -20,6 +20,7 @@ for is narrowed to the agent's own, and the result says so.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,9 +35,10 @@ from tiermem.runtime.visibility import (
 
 from tiermem.errors import NotFoundError, ValidationError
 from tiermem.ids import utcnow
-from tiermem.merging import merge_offline
+from tiermem.merging import estimate_tokens, merge_offline, summarize_offline
 from tiermem.similarity import text_similarity
 from tiermem.tokens import count_tokens
+from tiermem.topics import detect_topic
 
 
 def merge_texts(old: str, new: str) -> tuple[str, str | None]:
@@ -47,8 +49,6 @@ def merge_texts(old: str, new: str) -> tuple[str, str | None]:
 NEAR_IDENTICAL = 0.95
 RELATED = 0.80
 RECALL_LIMIT = 3
-# Tokens of dated remembered turns that recall_memory adds after its episodes (the seed: 300-500 in all).
-RECALL_TURNS_BUDGET = 300
 
 RECALL_MEMORY_DESCRIPTION = (
     "Search your own memories of past interactions. Use when someone references a previous "
@@ -110,7 +110,12 @@ def tool_specs() -> list[dict[str, Any]]:
             "memory_idea_save",
             "Save an insight or learning as a declarative fact. Near-duplicates of what you already "
             "know are merged, not repeated; the result says what happened (created/merged/deduplicated).",
-            {"content": _s("The insight, as a declarative statement"), "topic": _s("Optional topic")},
+            {
+                "content": _s("The insight, as a declarative statement"),
+                "topic": _s("Optional topic (detected from the words when not given)"),
+                "tags": {"type": "array", "items": {"type": "string"}, "description": "Optional tags"},
+                "scope": _s("Who shares it: agent (only you, default) or project", enum=["agent", "project"]),
+            },
             ["content"],
         ),
         _spec(
@@ -183,57 +188,144 @@ def _cost(result: Any) -> int:
 # ---------------------------------------------------------------- handlers
 
 
+# Shares of the recall budget the kinds may fill, cumulatively, in this order: episodes first
+# (the summarised past), then turns no episode covers yet, then the best remembered turns.
+RECALL_STAGES = (("episodes", 0.75), ("unfolded", 0.9), ("quotes", 1.0))
+RECALL_QUOTES_SHOWN = 3
+UNFOLDED_HEADER = "Since I last went over my memories:"
+# A remembered-turn line that resolves a relative date ends "(yesterday = 7 May 2023)".
+_ANCHORED = re.compile(r"\([^()]* = [^()]*\)$")
+
+
+def _episode_entry(ep: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """One recalled episode: its structured entry and its first-person line."""
+    when = str(ep.get("start_ts") or "")[:10]
+    end = str(ep.get("end_ts") or "")[:10]
+    if end and end != when:
+        when = f"{when} to {end}"
+    quotes = [q.get("text", "") for q in ep.get("key_quotes") or [] if isinstance(q, dict)]
+    quotes = quotes[:RECALL_QUOTES_SHOWN]
+    entry = {
+        "episode_id": ep["episode_id"],
+        "name": ep["name"],
+        "when": when,  # the dates, once: the first-person line repeats the rest
+        "summary": ep["summary"],
+        "key_quotes": quotes,
+        "emotional_context": ep.get("emotional_context"),
+        "participants": ep.get("participants") or [],
+        "importance": ep.get("importance"),
+        "score": ep.get("score"),
+    }
+    line = f'I remember "{ep["name"]}" ({when}): {ep["summary"]}'
+    if quotes:
+        line += " What was said: " + " / ".join(f'"{q}"' for q in quotes)
+    if ep.get("emotional_context"):
+        line += f" How it felt: {ep['emotional_context']}"
+    return entry, line
+
+
+def _unfolded_line(turn: Mapping[str, Any]) -> str:
+    return (
+        f"{str(turn['ts'])[:10]} {turn['user'] or 'someone'}: {turn['user_message']}"
+        f" / I said: {turn['agent_response']}"
+    )
+
+
+class _RecallResult:
+    """The recall result built item by item within a token budget: an item fits whole or not at all."""
+
+    def __init__(self) -> None:
+        self.memories: list[dict[str, Any]] = []
+        self.turns: list[dict[str, Any]] = []
+        self.episode_lines: list[str] = []
+        self.turn_lines: list[str] = []
+
+    def render(self) -> dict[str, Any]:
+        lines = list(self.episode_lines)
+        if self.turn_lines:
+            lines.append("What was said, as I remember it:")
+            lines.extend(self.turn_lines)
+        text = "\n".join(lines) if lines else "Nothing comes to mind about that."
+        return {"memories": self.memories, "turns": self.turns, "text": text}
+
+    def cost(self) -> int:
+        return _cost(self.render())
+
+    def try_add(
+        self,
+        cap: int,
+        *,
+        memory: tuple[dict[str, Any], str] | None = None,
+        turn: tuple[str, list[str]] | None = None,
+        header: str | None = None,
+    ) -> bool:
+        """Add one item (with its date header if it needs one) if the result stays within `cap`."""
+        added: list[tuple[list[Any], Any]] = []
+        if memory is not None:
+            added += [(self.memories, memory[0]), (self.episode_lines, memory[1])]
+        if header is not None and header not in self.turn_lines:
+            added += [(self.turn_lines, header), (self.turns, {"line": header, "event_ids": []})]
+        if turn is not None:
+            added += [(self.turn_lines, turn[0]), (self.turns, {"line": turn[0], "event_ids": turn[1]})]
+        for target, value in added:
+            target.append(value)
+        if self.cost() <= cap:
+            return True
+        for target, _ in reversed(added):
+            target.pop()  # each list got its values appended last, in this order
+        return False
+
+
 def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
+    """Episodes, then turns no episode covers yet, then the best remembered turns, within the budget.
+
+    The budget (`runtime.recall_budget_tokens`) counts the result as the model
+    reads it (its JSON). Each kind may fill the budget up to its stage's share
+    (`RECALL_STAGES`), so episodes cannot crowd out the exact words; an item
+    that does not fit is left out whole and a smaller one after it may still
+    fit. Remembered turns already quoted by a recalled episode are not repeated,
+    unless their line resolves a relative date the quote leaves open.
+    """
     query, participant = args["query"], args.get("participant")
     who = memory.principal
+    budget = max(1, int(memory.settings.runtime.recall_budget_tokens))
+    caps = {name: int(budget * share) for name, share in RECALL_STAGES}
+    result = _RecallResult()
     found = memory.store.search_episodes(who, query, participant, RECALL_LIMIT)
-    memories = []
-    lines = []
+    quoted: set[str] = set()
     for ep in found:
-        when = str(ep.get("start_ts") or "")[:10]
-        end = str(ep.get("end_ts") or "")[:10]
-        if end and end != when:
-            when = f"{when} to {end}"
-        quotes = [q.get("text", "") for q in ep.get("key_quotes") or [] if isinstance(q, dict)]
-        memories.append(
-            {
-                "episode_id": ep["episode_id"],
-                "name": ep["name"],
-                "when": when,
-                "start_ts": ep.get("start_ts"),
-                "end_ts": ep.get("end_ts"),
-                "summary": ep["summary"],
-                "key_quotes": quotes,
-                "emotional_context": ep.get("emotional_context"),
-                "participants": ep.get("participants") or [],
-                "importance": ep.get("importance"),
-                "score": ep.get("score"),
+        if result.try_add(caps["episodes"], memory=_episode_entry(ep)):
+            quoted |= {
+                str(q.get("event_id"))
+                for q in (ep.get("key_quotes") or [])[:RECALL_QUOTES_SHOWN]
+                if isinstance(q, dict) and q.get("event_id")
             }
-        )
-        line = f'I remember "{ep["name"]}" ({when}): {ep["summary"]}'
-        if quotes:
-            line += " What was said: " + " / ".join(f'"{q}"' for q in quotes[:3])
-        if ep.get("emotional_context"):
-            line += f" How it felt: {ep['emotional_context']}"
-        lines.append(line)
+    delivered: list[tuple[str, float]] = []
+    for turn in memory.store.search_turns(who, query, participant, RECALL_LIMIT):
+        line = _unfolded_line(turn)
+        if result.try_add(caps["unfolded"], turn=(line, [str(turn["event_id"])]), header=UNFOLDED_HEADER):
+            delivered.append((str(turn["event_id"]), float(turn["score"])))
     # The turns themselves, best match first, one dated line each with the ids they come from:
     # the exact words often answer what a summary cannot ("when", "how much", "what did she say").
-    recalled = memory.store.recall_lines(who, query, participant, budget=RECALL_TURNS_BUDGET)
-    turns = [{"line": line, "event_ids": list(ids)} for line, ids in recalled]
-    if recalled:
-        lines.append("What was said, as I remember it:")
-        lines.extend(line for line, _ in recalled)
-    text = "\n".join(lines) if memories else "Nothing comes to mind about that."
-    result = {"memories": memories, "turns": turns, "text": text}
+    room = max(0, budget - result.cost())
+    header: str | None = None
+    for line, ids in memory.store.recall_lines(who, query, participant, budget=room):
+        if not ids:
+            header = line
+            continue
+        if quoted.intersection(ids) and not _ANCHORED.search(line):
+            continue  # the episode already quotes it, and the line resolves no date the quote leaves open
+        result.try_add(caps["quotes"], turn=(line, list(ids)), header=header)
+    out = result.render()
     memory.record_retrieval(
         "recall_memory",
         query,
-        [m["episode_id"] for m in memories],
-        [float(m["score"] or 0.0) for m in memories],
-        _cost(result),
+        [m["episode_id"] for m in result.memories] + [i for i, _ in delivered],
+        [float(m["score"] or 0.0) for m in result.memories] + [score for _, score in delivered],
+        _cost(out),
         reason="agent reached for a memory" + (f" (about {participant})" if participant else ""),
     )
-    return result
+    return out
 
 
 def _fact_out(row: Any) -> dict[str, Any]:
@@ -339,19 +431,34 @@ def _fact_list(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _idea_save(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
-    content, topic = args["content"].strip(), args.get("topic")
-    if not content:
+    """Save an insight: deduplicated or merged into what the agent already knows, else created.
+
+    A long idea is kept as a short summary (what search and the prompt show)
+    with the original beside it; tags are recorded with the proposal; the
+    topic is the given one, else the one its words suggest.
+    """
+    original, tags = args["content"].strip(), args.get("tags") or []
+    if not original:
         raise ValidationError("content", "empty")
+    who = memory.principal
+    check_scope_write(who, args.get("scope"), "save")
+    scope, note = _narrowed(memory, args.get("scope"))
+    long = estimate_tokens(original) > memory.settings.evolver.summary_over_tokens
+    content = summarize_offline(original) if long else original
+    kept_original = original if long else None
+    topic = args.get("topic") or detect_topic(original)
     # Candidates: the agent's own knowledge that shares words with the new idea (dedup in the target
     # scope), written for the same user: an idea merges only into what belongs to the same person.
-    found = memory.store.search_facts(memory.principal, content, limit=20, kinds=("knowledge",), now=utcnow())
+    found = memory.store.search_facts(who, content, limit=20, kinds=("knowledge",), now=utcnow())
     best, best_sim = None, 0.0
     for f in found:
-        if f.scope != "agent" or f.owner != owner_key([memory.user]):
+        if f.scope != (scope or "agent") or f.owner != owner_key([memory.user]):
             continue
         sim = text_similarity(f.content, content)
         if sim > best_sim:
             best, best_sim = f, sim
+    extra: dict[str, Any] = {"tags": tags or None, "scope": scope, "original": kept_original}
+    result: dict[str, Any]
     if best is not None and best_sim > NEAR_IDENTICAL:
         memory.add_knowledge(
             best.content,
@@ -361,23 +468,34 @@ def _idea_save(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
             decision="touched",
             similarity=best_sim,
             note="near-identical idea saved again",
+            **extra,
         )
-        return {"action": "deduplicated", "fact_id": best.fact_id, "similarity": best_sim}
-    if best is not None and best_sim >= RELATED:
-        merged, note = merge_texts(best.content, content)
+        result = {"action": "deduplicated", "fact_id": best.fact_id, "similarity": best_sim}
+    elif best is not None and best_sim >= RELATED:
+        merged, merge_note = merge_texts(best.content, content)
         memory.add_knowledge(
             merged,
             category=best.category or "insight",
-            topic=topic or best.topic,
+            topic=args.get("topic") or best.topic or topic,
             fact_id=best.fact_id,
             decision="merged",
             previous_content=best.content,
             similarity=best_sim,
-            note=note,
+            note=merge_note,
+            **extra,
         )
-        return {"action": "merged", "fact_id": best.fact_id, "similarity": best_sim, "content": merged}
-    fact_id = memory.add_knowledge(content, category="insight", topic=topic)
-    return {"action": "created", "fact_id": fact_id, "similarity": round(best_sim, 6)}
+        result = {"action": "merged", "fact_id": best.fact_id, "similarity": best_sim, "content": merged}
+    else:
+        fact_id = memory.add_knowledge(content, category="insight", topic=topic, **extra)
+        result = {"action": "created", "fact_id": fact_id, "similarity": round(best_sim, 6)}
+    result.update(scope=scope or "agent", topic=topic)
+    if tags:
+        result["tags"] = tags
+    if kept_original is not None:
+        result["summary"] = content
+    if note:
+        result["note"] = note
+    return result
 
 
 def _idea_recall(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:

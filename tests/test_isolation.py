@@ -130,7 +130,7 @@ def test_a_task_summary_written_in_a_users_session_is_theirs(tmp_path: Path) -> 
     with open_memory(settings, "helpdesk", user="alice", session_id="sa", level="task") as m:
         record_turn(m, "Please refund order 7", "Refunding.")
         m.finish_task(f"Refunded order 7 for alice ({ALICE[0]}).")
-        own = assemble_context(m, level="project").section("recent")
+        own = assemble_context(m, level="global").section("recent")  # a solo task returns to global
         assert own is not None and ALICE[0] in own.text
     for user in ("bob", None):
         with open_memory(settings, "helpdesk", user=user) as other:
@@ -141,5 +141,5 @@ def test_a_task_summary_written_in_a_users_session_is_theirs(tmp_path: Path) -> 
     with open_memory(settings, "helpdesk", level="task") as ops:
         ops.finish_task("Rotated the printer toner.")
     with open_memory(settings, "helpdesk", user="bob") as bob:
-        recent = assemble_context(bob, level="project").section("recent")
+        recent = assemble_context(bob, level="global").section("recent")
         assert recent is not None and "printer toner" in recent.text

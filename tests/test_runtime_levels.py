@@ -91,7 +91,7 @@ def test_seed_scenario_orchestrator_sees_16_items_instead_of_70(settings: Settin
 
 
 def test_transition_items_carry_the_summary_at_the_level_returned_to(settings: Settings) -> None:
-    with open_memory(settings, "worker", level="task") as memory:
+    with open_memory(settings, "worker", project_id="drawing", level="task") as memory:
         record_turn(memory, "draw a box", "drawn")
         memory.finish_task("Drew the box.")
         items = recent_items(memory.conn, memory.principal, "project", 10)

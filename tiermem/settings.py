@@ -80,6 +80,8 @@ class RuntimeSettings:
     top_knowledge: int = 20
     identity_max_chars: int = 1000
     total_budget_tokens: int = 4000
+    # What one recall_memory result may cost the model (its JSON, as the model reads it).
+    recall_budget_tokens: int = 500
     tier_budgets: Mapping[str, int] = field(
         default_factory=lambda: {
             "base": 400,

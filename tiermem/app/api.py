@@ -40,6 +40,7 @@ from tiermem.app.results import (
     FactWrite,
     Recall,
     RecalledEpisode,
+    RecalledTurn,
     Transition,
 )
 from tiermem.errors import ConfigError
@@ -548,15 +549,19 @@ class AgentMemory:
         principal = memory.as_user(user or participant)
         found = memory.store.search_episodes(principal, query, participant, limit)
         episodes = tuple(RecalledEpisode.from_row(e) for e in found)
-        recall = Recall(query, participant, episodes)
-        if not episodes:
+        # Turns recorded since the last compression: no episode answers for them yet.
+        turns = tuple(
+            RecalledTurn.from_row(t) for t in memory.store.search_turns(principal, query, participant, limit)
+        )
+        recall = Recall(query, participant, episodes, turns=turns)
+        if not recall:
             return recall
-        tokens = count_tokens(orjson.dumps(recall.to_json()["results"]).decode())
+        tokens = count_tokens(orjson.dumps(recall.to_json()).decode())
         event_id = memory.record_retrieval(
             "recall",
             query,
-            [e.episode_id for e in episodes],
-            [float(e.score) for e in episodes],
+            [e.episode_id for e in episodes] + [t.event_id for t in turns],
+            [float(e.score) for e in episodes] + [t.score for t in turns],
             tokens,
             reason=reason,
             participant=principal.user,

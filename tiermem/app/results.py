@@ -9,6 +9,7 @@ can switch between the CLI and Python without changing its parsing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -154,21 +155,52 @@ class RecalledEpisode:
 
 
 @dataclass(frozen=True)
+class RecalledTurn:
+    """A turn no episode covers yet (recorded since the last compression) that matches the query."""
+
+    event_id: str
+    ts: str
+    user: str | None
+    user_message: str
+    agent_response: str
+    score: float
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RecalledTurn:
+        return cls(
+            event_id=str(row["event_id"]),
+            ts=str(row["ts"]),
+            user=row.get("user"),
+            user_message=str(row.get("user_message") or ""),
+            agent_response=str(row.get("agent_response") or ""),
+            score=float(row.get("score") or 0.0),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class Recall:
-    """The episodes an agent remembers for a query (most relevant first), and the retrieval record."""
+    """The episodes an agent remembers for a query (most relevant first), the turns no episode
+    covers yet that match it, and the retrieval record."""
 
     query: str
     participant: str | None
     episodes: tuple[RecalledEpisode, ...]
     tokens: int = 0
     retrieval_event_id: str | None = None  # the `retrieval` event, when something was delivered
+    turns: tuple[RecalledTurn, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.episodes)
+        return bool(self.episodes or self.turns)
 
     def to_json(self) -> dict[str, Any]:
-        """The `tiermem recall --json` object."""
-        return {"results": [e.to_json() for e in self.episodes]}
+        """The `tiermem recall --json` object (`turns` only when there are some)."""
+        out: dict[str, Any] = {"results": [e.to_json() for e in self.episodes]}
+        if self.turns:
+            out["turns"] = [t.to_json() for t in self.turns]
+        return out
 
 
 FACT_KEYS = (
