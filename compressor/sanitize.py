@@ -170,62 +170,109 @@ def _quote(
     return None  # not verbatim anywhere: a paraphrase is not a quote
 
 
+_Index = dict[str, Interaction]
+
+
 def sanitize_batch(raw: Any, batch: list[Interaction], *, scorer: str) -> BatchResult:
     """Turn the model's tool input into a complete, trustworthy BatchResult (or raise MalformedOutput)."""
+    answer = _answer_object(raw)
+    labels = labels_for(batch)
+    by_id = {it.event_id: it for it in batch}
+    scores = _read_scores(answer, labels, by_id)
+    episodes, assigned = _read_episodes(answer, labels, by_id)
+    # Every interaction gets a score and an episode; a half-covered batch is completed, not dropped.
+    _complete_scores(scores, batch)
+    _assign_leftovers(batch, episodes, assigned)
+    _finish_episodes(episodes, batch, scores, by_id)
+    facts = _read_facts(answer, labels, by_id)
+    return BatchResult(scores=scores, episodes=episodes, facts=facts, scorer=scorer)
+
+
+def _answer_object(raw: Any) -> dict[str, Any]:
+    """The tool input as an object (a string answer is repaired and parsed first)."""
     if isinstance(raw, str):
         raw = repair_json(raw)
     if not isinstance(raw, dict):
         raise MalformedOutput(f"expected an object, got {type(raw).__name__}")
-    labels = labels_for(batch)
-    by_id = {it.event_id: it for it in batch}
+    return raw
 
+
+def _read_scores(answer: dict[str, Any], labels: _Index, by_id: _Index) -> dict[str, int]:
+    """The importance the model gave each interaction it named (the first score for an id wins)."""
     scores: dict[str, int] = {}
-    for item in raw.get("interactions") or []:
+    for item in answer.get("interactions") or []:
         if not isinstance(item, dict):
             continue
         it = _resolve(item.get("id"), labels, by_id)
         if it is not None and it.event_id not in scores:
             scores[it.event_id] = clamp_importance(item.get("importance"))
+    return scores
 
+
+def _read_episodes(
+    answer: dict[str, Any], labels: _Index, by_id: _Index
+) -> tuple[list[EpisodeDraft], dict[str, int]]:
+    """The model's episodes with at least one member, and the episode index each member went to."""
     episodes: list[EpisodeDraft] = []
     assigned: dict[str, int] = {}
-    for ep in raw.get("episodes") or []:
+    for ep in answer.get("episodes") or []:
         if not isinstance(ep, dict):
             continue
-        members = []
-        for label in ep.get("interaction_ids") or []:
-            it = _resolve(label, labels, by_id)
-            if it is not None and it.event_id not in assigned and it not in members:
-                members.append(it)
+        members = _episode_members(ep, labels, by_id, assigned)
         if not members:
             continue
         index = len(episodes)
         for it in members:
             assigned[it.event_id] = index
-        quotes = [q for q in (_quote(r, None, labels, by_id) for r in ep.get("key_quotes") or []) if q]
-        name = _text(ep.get("name"), 200)
-        summary = _text(ep.get("summary"), 2000)
-        if not name and not summary:
-            raise MalformedOutput("an episode without name and summary")
-        episodes.append(
-            EpisodeDraft(
-                name=name or summary[:80],
-                summary=summary or name,
-                member_ids=[it.event_id for it in members],
-                key_quotes=quotes,
-                emotional_context=_text(ep.get("emotional_context"), 300),
-                importance=clamp_importance(ep.get("importance"), default=0),
-            )
-        )
+        episodes.append(_episode_draft(ep, members, labels, by_id))
     if not episodes:
         raise MalformedOutput("no usable episode in the answer")
+    return episodes, assigned
 
-    # Every interaction gets a score and an episode; a half-covered batch is completed, not dropped.
+
+def _episode_members(
+    ep: dict[str, Any], labels: _Index, by_id: _Index, assigned: dict[str, int]
+) -> list[Interaction]:
+    """The interactions an episode names that no earlier episode took (each once)."""
+    members: list[Interaction] = []
+    for label in ep.get("interaction_ids") or []:
+        it = _resolve(label, labels, by_id)
+        if it is not None and it.event_id not in assigned and it not in members:
+            members.append(it)
+    return members
+
+
+def _episode_draft(
+    ep: dict[str, Any], members: list[Interaction], labels: _Index, by_id: _Index
+) -> EpisodeDraft:
+    quotes = [q for q in (_quote(r, None, labels, by_id) for r in ep.get("key_quotes") or []) if q]
+    name = _text(ep.get("name"), 200)
+    summary = _text(ep.get("summary"), 2000)
+    if not name and not summary:
+        raise MalformedOutput("an episode without name and summary")
+    return EpisodeDraft(
+        name=name or summary[:80],
+        summary=summary or name,
+        member_ids=[it.event_id for it in members],
+        key_quotes=quotes,
+        emotional_context=_text(ep.get("emotional_context"), 300),
+        importance=clamp_importance(ep.get("importance"), default=0),
+    )
+
+
+def _complete_scores(scores: dict[str, int], batch: list[Interaction]) -> None:
+    """Unscored interactions get the lowest importance; an answer that scored none is refused."""
     missing_scores = [it for it in batch if it.event_id not in scores]
     if len(missing_scores) == len(batch):
         raise MalformedOutput("no usable importance score in the answer")
     for it in missing_scores:
         scores[it.event_id] = 1
+
+
+def _assign_leftovers(
+    batch: list[Interaction], episodes: list[EpisodeDraft], assigned: dict[str, int]
+) -> None:
+    """An interaction no episode took joins a neighbour's episode (else the last one)."""
     for i, it in enumerate(batch):
         if it.event_id in assigned:
             continue
@@ -233,6 +280,12 @@ def sanitize_batch(raw: Any, batch: list[Interaction], *, scorer: str) -> BatchR
         target = next((assigned[n] for n in neighbours if n in assigned), len(episodes) - 1)
         assigned[it.event_id] = target
         episodes[target].member_ids.append(it.event_id)
+
+
+def _finish_episodes(
+    episodes: list[EpisodeDraft], batch: list[Interaction], scores: dict[str, int], by_id: _Index
+) -> None:
+    """Members in batch order; a missing importance or key quote taken from the best-scored member."""
     order = {it.event_id: k for k, it in enumerate(batch)}
     for ep in episodes:
         ep.member_ids.sort(key=order.__getitem__)
@@ -242,37 +295,43 @@ def sanitize_batch(raw: Any, batch: list[Interaction], *, scorer: str) -> BatchR
             top = max(ep.member_ids, key=lambda m: (scores[m], -order[m]))
             ep.key_quotes = [Quote(text=t, event_id=top, speaker=s) for s, t in by_id[top].lines()]
 
+
+def _read_facts(answer: dict[str, Any], labels: _Index, by_id: _Index) -> list[FactDraft]:
     facts: list[FactDraft] = []
-    for f in raw.get("facts") or []:
-        if not isinstance(f, dict):
-            continue
-        content = _text(f.get("content"), 1000)
-        if not content:
-            continue
-        category = _text(f.get("category")).lower()
-        if category not in FACT_CATEGORIES:
-            category = "domain"
-        evidence = []
-        for label in f.get("evidence_ids") or []:
-            it = _resolve(label, labels, by_id)
-            if it is not None:
-                evidence.append(Quote(text=it.text[:500], event_id=it.event_id))
-        if not evidence:
-            continue  # a fact nobody said is not evidence-backed: dropped
-        confidence = coerce_number(f.get("confidence"))
-        facts.append(
-            FactDraft(
-                category=category,
-                content=content,
-                topic=_text(f.get("topic"), 100),
-                participant=_text(f.get("participant"), 200),
-                confidence=0.5 if confidence is None else max(0.0, min(1.0, confidence)),
-                importance=clamp_importance(f.get("importance"), default=5),
-                is_correction=coerce_bool(f.get("is_correction")),
-                evidence=evidence,
-            )
-        )
-    return BatchResult(scores=scores, episodes=episodes, facts=facts, scorer=scorer)
+    for f in answer.get("facts") or []:
+        if isinstance(f, dict):
+            fact = _fact_draft(f, labels, by_id)
+            if fact is not None:
+                facts.append(fact)
+    return facts
+
+
+def _fact_draft(f: dict[str, Any], labels: _Index, by_id: _Index) -> FactDraft | None:
+    """One fact, or None when it has no content or no evidence in the batch."""
+    content = _text(f.get("content"), 1000)
+    if not content:
+        return None
+    category = _text(f.get("category")).lower()
+    if category not in FACT_CATEGORIES:
+        category = "domain"
+    evidence = []
+    for label in f.get("evidence_ids") or []:
+        it = _resolve(label, labels, by_id)
+        if it is not None:
+            evidence.append(Quote(text=it.text[:500], event_id=it.event_id))
+    if not evidence:
+        return None  # a fact nobody said is not evidence-backed: dropped
+    confidence = coerce_number(f.get("confidence"))
+    return FactDraft(
+        category=category,
+        content=content,
+        topic=_text(f.get("topic"), 100),
+        participant=_text(f.get("participant"), 200),
+        confidence=0.5 if confidence is None else max(0.0, min(1.0, confidence)),
+        importance=clamp_importance(f.get("importance"), default=5),
+        is_correction=coerce_bool(f.get("is_correction")),
+        evidence=evidence,
+    )
 
 
 def check_complete(result: BatchResult, batch: list[Interaction]) -> None:

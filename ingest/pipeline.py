@@ -361,27 +361,11 @@ def _ingest_stream(
         for block, size in encoded_blocks(blocks, default_ts, ingest_workers(workers), limits):
             info.lines += block.lines
             info.blank_lines += block.blank_lines
-            for index, line, fname, reason in block.rejects:
-                record: bytes = line if len(line) <= limits.max_record_bytes else line[:HEAD_BYTES]
-                bad.append(
-                    Rejected(record, ValidationError(fname, reason), file=name, line=next_line + index)
-                )
-                fields[fname.split("[")[0]] += 1
+            _collect_rejects(block, name, next_line, limits.max_record_bytes, bad, fields)
             next_line += block.lines
             info.rejected += len(block.rejects)
-            streams = block.streams
-            if streams and streams.count(streams[0]) == len(streams):  # the usual case: one stream
-                ids, partitions, lines = good.setdefault(streams[0], ([], [], []))
-                ids.extend(block.ids)
-                partitions.extend(block.partitions)
-                lines.extend(block.stored)
-            else:
-                for k, stream in enumerate(streams):
-                    ids, partitions, lines = good.setdefault(stream, ([], [], []))
-                    ids.append(block.ids[k])
-                    partitions.append(block.partitions[k])
-                    lines.append(block.stored[k])
-            waiting += len(streams) + len(block.rejects)
+            _queue_by_stream(block, good)
+            waiting += len(block.streams) + len(block.rejects)
             waiting_bytes += size
             if waiting >= batch_records or waiting_bytes >= BATCH_BYTES:
                 flush()
@@ -392,6 +376,42 @@ def _ingest_stream(
             gc.enable()
         log.close()
         bar.close()
+    _finish_info(info, fields, started)
+    return info
+
+
+def _collect_rejects(
+    block: EncodedBlock,
+    name: str,
+    first_line: int,
+    max_record_bytes: int,
+    bad: list[Rejected],
+    fields: Counter[str],
+) -> None:
+    """A block's refused lines, numbered in the file and cut to their head when oversized."""
+    for index, line, fname, reason in block.rejects:
+        record: bytes = line if len(line) <= max_record_bytes else line[:HEAD_BYTES]
+        bad.append(Rejected(record, ValidationError(fname, reason), file=name, line=first_line + index))
+        fields[fname.split("[")[0]] += 1
+
+
+def _queue_by_stream(block: EncodedBlock, good: dict[str, tuple[list[str], list[str], list[bytes]]]) -> None:
+    """A block's accepted lines added, in file order, to what waits for the next flush of their stream."""
+    streams = block.streams
+    if streams and streams.count(streams[0]) == len(streams):  # the usual case: one stream
+        ids, partitions, lines = good.setdefault(streams[0], ([], [], []))
+        ids.extend(block.ids)
+        partitions.extend(block.partitions)
+        lines.extend(block.stored)
+    else:
+        for k, stream in enumerate(streams):
+            ids, partitions, lines = good.setdefault(stream, ([], [], []))
+            ids.append(block.ids[k])
+            partitions.append(block.partitions[k])
+            lines.append(block.stored[k])
+
+
+def _finish_info(info: IngestInfo, fields: Counter[str], started: float) -> None:
     info.reject_fields = dict(fields.most_common())
     info.elapsed_s = round(time.perf_counter() - started, 3)
     info.rate_per_s = (
@@ -399,4 +419,3 @@ def _ingest_stream(
         if info.elapsed_s
         else 0.0
     )
-    return info

@@ -203,22 +203,7 @@ def check_json_value(name: str, value: Any, limits: LimitSettings, depth: int = 
     if kind is str:
         _check_text(name, value, limits)
     elif kind is dict:
-        limit = limits.max_field_chars
-        for key, item in value.items():
-            # Names for error messages are only built when there is an error (this runs per key).
-            if type(key) is not str:
-                raise ValidationError(name, f"object key {_shown(key)} is not a string")
-            if len(key) > limit or "\x00" in key or not key.isascii():
-                _check_text(f"{name}.<key>", key, limits)
-            kind = type(item)
-            if kind is str:
-                if len(item) > limit or "\x00" in item or not item.isascii():
-                    _check_text(f"{name}.{key}", item, limits)
-            elif kind is int:
-                if not -_INT64 <= item < _INT64:
-                    raise ValidationError(f"{name}.{key}", "integer out of 64-bit range")
-            elif item is not None and kind is not bool:
-                check_json_value(f"{name}.{key}", item, limits, depth + 1)
+        _check_json_object(name, value, limits, depth)
     elif kind is list or kind is tuple:
         for i, item in enumerate(value):
             check_json_value(f"{name}[{i}]", item, limits, depth + 1)
@@ -230,6 +215,26 @@ def check_json_value(name: str, value: Any, limits: LimitSettings, depth: int = 
             raise ValidationError(name, f"expected a finite number, got {value!r}")
     elif value is not None and kind is not bool:
         raise ValidationError(name, f"{kind.__name__} is not a JSON value")
+
+
+def _check_json_object(name: str, value: dict[Any, Any], limits: LimitSettings, depth: int) -> None:
+    """An object's keys and values; scalar values are checked here, nested ones by `check_json_value`."""
+    limit = limits.max_field_chars
+    for key, item in value.items():
+        # Names for error messages are only built when there is an error (this runs per key).
+        if type(key) is not str:
+            raise ValidationError(name, f"object key {_shown(key)} is not a string")
+        if len(key) > limit or "\x00" in key or not key.isascii():
+            _check_text(f"{name}.<key>", key, limits)
+        kind = type(item)
+        if kind is str:
+            if len(item) > limit or "\x00" in item or not item.isascii():
+                _check_text(f"{name}.{key}", item, limits)
+        elif kind is int:
+            if not -_INT64 <= item < _INT64:
+                raise ValidationError(f"{name}.{key}", "integer out of 64-bit range")
+        elif item is not None and kind is not bool:
+            check_json_value(f"{name}.{key}", item, limits, depth + 1)
 
 
 def _check_json(name: str, value: Any, limits: LimitSettings) -> Any:
@@ -358,14 +363,30 @@ def validate_full(
     limits: LimitSettings = DEFAULT_LIMITS,
 ) -> dict[str, Any]:
     """The general validation path (every type, every version); `validate` may take a shortcut."""
+    _check_field_names(record)
+    rec = upcast(record)
+    spec = _type_of(rec, writer)
+    out, extra = _checked_fields(rec, spec, limits)
+    _check_present(out, spec)
+    _stamp(out, now)
+    _check_type_rules(out, spec)
+    if extra:
+        out["extra"] = extra
+    return _id_first(out)
+
+
+def _check_field_names(record: Any) -> None:
     if not isinstance(record, Mapping):
         raise ValidationError("<record>", f"expected a JSON object, got {type(record).__name__}")
     for key in record:
         if not isinstance(key, str):
             raise ValidationError("<record>", f"field name {_shown(key)} is not a string")
-    rec = upcast(record)
-    spec = _type_of(rec, writer)
 
+
+def _checked_fields(
+    rec: dict[str, Any], spec: EventType, limits: LimitSettings
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The declared fields checked and normalised, and `extra`: the caller's own plus every unknown field."""
     out: dict[str, Any] = {"type": spec.name, "schema_version": spec.version}
     if "extra" in rec and not isinstance(rec["extra"], dict | type(None)):
         raise ValidationError("extra", "expected an object")
@@ -385,7 +406,11 @@ def validate_full(
         if value is None:
             continue
         out[name] = CHECKERS[kind](name, value, limits)
+    return out, extra
 
+
+def _check_present(out: dict[str, Any], spec: EventType) -> None:
+    """A non-blank agent (where the type needs one) and every required field."""
     if "agent_id" not in out:
         if spec.agent_required:
             raise ValidationError("agent_id", "missing")
@@ -395,6 +420,9 @@ def validate_full(
         if name not in out:
             raise ValidationError(name, "missing")
 
+
+def _stamp(out: dict[str, Any], now: datetime | None) -> None:
+    """A given event id checked; the time (now when missing) normalised; a missing id made from it."""
     if "event_id" in out:
         eid = out["event_id"]
         if not eid or len(eid) > 128 or any(not c.isprintable() or c.isspace() or c in "/\\" for c in eid):
@@ -404,6 +432,9 @@ def validate_full(
     if "event_id" not in out:
         out["event_id"] = new_event_id(stamp)
 
+
+def _check_type_rules(out: dict[str, Any], spec: EventType) -> None:
+    """What a type asks beyond field types: interaction enrichment, levels, importance range, scope."""
     if spec.name == "interaction":
         _enrich_interaction(out)
     elif spec.name == "memory_transition":
@@ -416,8 +447,9 @@ def validate_full(
         raise ValidationError("importance", f"must be 1-10, got {out['importance']}")
     if "scope" in out and out["scope"] not in SCOPES:
         raise ValidationError("scope", f"expected one of {', '.join(SCOPES)}, got {_shown(out['scope'])}")
-    if extra:
-        out["extra"] = extra
+
+
+def _id_first(out: dict[str, Any]) -> dict[str, Any]:
     # The id goes first on the stored line so that readers of raw lines (the id
     # index, seal verification) can find it without parsing the record.
     eid = out.pop("event_id")
@@ -493,49 +525,77 @@ def _fast_interaction(
                 return None
             out[name] = value
             continue
-        if value is None:
-            if name not in _FAST_KINDS:  # an unknown field (kept in `extra`, even when null)
-                return None
+        value = _fast_value(name, value, limits)
+        if value is _SKIP:
             continue
-        kind = _FAST_KINDS.get(name)
-        if kind is INT:
-            if type(value) is not int or not -_INT64 <= value < _INT64:
-                return None
-            if name == "schema_version":
-                if value != _INTERACTION_VERSION:
-                    return None
-                continue
-        elif kind is FLOAT:
-            if type(value) is int and -_INT64 <= value < _INT64:
-                value = float(value)
-            elif type(value) is not float or not math.isfinite(value):
-                return None
-        elif kind is STRLIST:
-            if type(value) is not list:
-                return None
-            for item in value:
-                if type(item) is not str or "\x00" in item or len(item) > limit:
-                    return None
-                if not item.isascii() and _SURROGATE.search(item):
-                    return None
-            value = list(value)
-        elif kind is USAGE:
-            if type(value) is not dict:
-                return None
-            for key, n in value.items():
-                if key not in USAGE_FIELDS or type(n) is not int or n < 0 or n >= _INT64:
-                    return None
-            value = dict(value)
-        elif kind is JSON:
-            if type(value) is not dict and type(value) is not list:
-                return None
-            try:
-                check_json_value(name, value, limits)
-            except ValidationError:
-                return None
-        else:  # unknown field (goes to `extra`), or a value of an unexpected type
+        if value is None:
             return None
         out[name] = value
+    return _fast_finish(out, now)
+
+
+# What `_fast_value` returns for a field that is valid but not stored (a null, or
+# the schema version already in the output); None means "take the full path".
+_SKIP: Any = object()
+
+
+def _fast_value(name: str, value: Any, limits: LimitSettings) -> Any:
+    """A field that is not a string, normalised as the full path would; None when that path must decide."""
+    if value is None:
+        # A known field left null is skipped; an unknown one is kept in `extra`, even when null.
+        return _SKIP if name in _FAST_KINDS else None
+    kind = _FAST_KINDS.get(name)
+    if kind is INT:
+        if type(value) is not int or not -_INT64 <= value < _INT64:
+            return None
+        if name == "schema_version":
+            return _SKIP if value == _INTERACTION_VERSION else None
+        return value
+    if kind is FLOAT:
+        if type(value) is int and -_INT64 <= value < _INT64:
+            return float(value)
+        return value if type(value) is float and math.isfinite(value) else None
+    if kind is STRLIST:
+        return _fast_strlist(value, limits.max_field_chars)
+    if kind is USAGE:
+        return _fast_usage(value)
+    if kind is JSON:
+        return _fast_json(name, value, limits)
+    return None  # unknown field (goes to `extra`), or a value of an unexpected type
+
+
+def _fast_strlist(value: Any, limit: int) -> list[str] | None:
+    if type(value) is not list:
+        return None
+    for item in value:
+        if type(item) is not str or "\x00" in item or len(item) > limit:
+            return None
+        if not item.isascii() and _SURROGATE.search(item):
+            return None
+    return list(value)
+
+
+def _fast_usage(value: Any) -> dict[str, int] | None:
+    if type(value) is not dict:
+        return None
+    for key, n in value.items():
+        if key not in USAGE_FIELDS or type(n) is not int or n < 0 or n >= _INT64:
+            return None
+    return dict(value)
+
+
+def _fast_json(name: str, value: Any, limits: LimitSettings) -> Any:
+    if type(value) is not dict and type(value) is not list:
+        return None
+    try:
+        check_json_value(name, value, limits)
+    except ValidationError:
+        return None
+    return value
+
+
+def _fast_finish(out: dict[str, Any], now: datetime | None) -> dict[str, Any] | None:
+    """The record-level rules of the full path: both texts given, a non-blank agent, time, id, enrichment."""
     if "user_message" not in out or "agent_response" not in out:
         return None
     agent = out.get("agent_id")
@@ -550,5 +610,4 @@ def _fast_interaction(
         _enrich_interaction(out)
     except ValidationError:
         return None
-    eid = out.pop("event_id")
-    return {"event_id": eid, **out}
+    return _id_first(out)
