@@ -248,8 +248,8 @@ def test_llm_settings_from_toml_and_their_checks(tmp_path: Path) -> None:
     s = resolve_settings(data_dir=root, env={})
     assert s.llm_provider == "openai" and s.llm.model == "qwen3" and s.llm.base_url.endswith("/v1")
     assert s.llm.connect_timeout_seconds <= 10
-    with pytest.raises(ConfigError, match="llm.provider"):
+    with pytest.raises(ConfigError, match=r"llm\.provider"):
         resolve_settings(data_dir=root, env={"TIERMEM_LLM__PROVIDER": "gpt"})
     (root / "tiermem.toml").write_text('[llm]\nprovider = "openai"\n', encoding="utf-8")
-    with pytest.raises(ConfigError, match="needs llm.model"):
+    with pytest.raises(ConfigError, match=r"needs llm\.model"):
         resolve_settings(data_dir=root, env={})
