@@ -253,3 +253,38 @@ def test_llm_settings_from_toml_and_their_checks(tmp_path: Path) -> None:
     (root / "tiermem.toml").write_text('[llm]\nprovider = "openai"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match=r"needs llm\.model"):
         resolve_settings(data_dir=root, env={})
+
+
+def test_openai_merger_and_an_unreachable_one(settings: Settings) -> None:
+    from tiermem.merging import OpenAIMerger, make_merger
+
+    seen: list[dict[str, Any]] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        seen.append(orjson.loads(request.content))
+        args = orjson.dumps({"content": "Alice lives in Bern.", "contradiction": True, "note": "moved"})
+        return completion(args.decode())
+
+    s = openai_settings(settings)
+    merger, path = make_merger(s, openai_sdk(answer))
+    assert isinstance(merger, OpenAIMerger) and path == "openai"
+    result = merger("Alice lives in Zurich.", "Alice lives in Bern.")
+    assert (result.content, result.contradiction, result.note, result.path) == (
+        "Alice lives in Bern.",
+        True,
+        "moved",
+        "openai",
+    )
+    assert seen[0]["tool_choice"]["function"]["name"] == "merged_memory"
+
+    refused: list[int] = []
+
+    def down(request: httpx2.Request) -> httpx2.Response:
+        refused.append(1)
+        raise httpx2.ConnectError("refused", request=request)
+
+    merger, _ = make_merger(s, openai_sdk(down))
+    for _ in range(5):
+        assert merger("Alice lives in Zurich.", "Alice lives in Bern.").path == "offline"
+    assert len(refused) == 2  # one retry for the whole run, then every merge is offline at once
+    assert isinstance(merger, OpenAIMerger) and merger.path.startswith("offline (llm unreachable:")
