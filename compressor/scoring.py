@@ -105,7 +105,8 @@ class BatchResult:
 
 
 class Scorer(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def score_batch(self, agent_id: str, batch: list[Interaction]) -> BatchResult: ...
 
@@ -127,7 +128,7 @@ class OfflineWhenUnreachable:
 
         if self.online.reach.unreachable is None:
             try:
-                return self.online.score_batch(agent_id, batch)  # type: ignore[no-any-return]
+                return self.online.score_batch(agent_id, batch)
             except LlmUnreachable:
                 pass
         return self.offline.score_batch(agent_id, batch)
@@ -138,7 +139,7 @@ class OfflineWhenUnreachable:
 
         if self.online.name == "claude" and self.online.reach.unreachable is None:
             try:
-                return self.online.score_many(agent_id, batches)  # type: ignore[no-any-return]
+                return self.online.score_many(agent_id, batches)
             except LlmUnreachable:
                 pass
         return [self.score_batch(agent_id, b) for b in batches]
