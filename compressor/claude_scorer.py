@@ -5,10 +5,14 @@
   is read from the prompt cache.
 - `tool_choice` forces the `record_memories` tool: the answer is JSON that
   the sanitiser (`tiermem.compressor.sanitize`) checks against the batch.
-- Transient failures (429, 529 overloaded, other 5xx, connection errors and
-  timeouts) are retried with exponential backoff (honouring `retry-after`);
-  a malformed answer is retried as a whole. After `max_attempts` the batch
-  raises `TransientError` and nothing of it is written.
+- Transient failures (429, 529 overloaded, other 5xx) are retried with
+  exponential backoff (honouring `retry-after`); a malformed answer is
+  retried as a whole. After `max_attempts` the batch raises `TransientError`
+  and nothing of it is written.
+- Connection failures and timeouts follow `tiermem.llm.Reachability`: one
+  short retry, and an endpoint that never answered raises `LlmUnreachable`,
+  on which the job scores with the offline scorer and says so.
+- `OpenAIScorer` (in `openai_scorer`) reuses this loop over chat completions.
 - `score_many` can send many batches through the Message Batches API
   (`client.messages.batches`) at half the price when latency does not matter.
 """
@@ -25,6 +29,7 @@ from tiermem.compressor.scoring import BatchResult, Interaction
 
 from tiermem.dates import human_day
 from tiermem.errors import TerminalError, TransientError
+from tiermem.llm import LlmUnreachable, Reachability, anthropic_client, model_name
 from tiermem.settings import Settings
 
 TOOL_NAME = "record_memories"
@@ -117,7 +122,7 @@ TOOL_SCHEMA: dict[str, Any] = {
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     anthropic.RateLimitError,
     anthropic.InternalServerError,  # includes 529 OverloadedError, 503, 504
-    anthropic.APIConnectionError,  # includes timeouts
+    TransientError,  # a connection failure after the endpoint had answered (Reachability)
 )
 
 
@@ -173,12 +178,15 @@ class ClaudeScorer:
     """Scores batches with Claude; see the module docstring for the failure policy."""
 
     name = "claude"
+    transient_errors: tuple[type[BaseException], ...] = TRANSIENT_ERRORS
+    rejected_errors: tuple[type[BaseException], ...] = (anthropic.APIStatusError,)
 
     def __init__(
         self,
         settings: Settings,
         *,
         client: Any = None,
+        reach: Reachability | None = None,
         max_attempts: int = 5,
         base_delay: float = 1.0,
         max_delay: float = 30.0,
@@ -186,12 +194,33 @@ class ClaudeScorer:
     ) -> None:
         self.settings = settings
         # The SDK's own retries are off: this loop retries, so it can also retry malformed answers.
-        self.client: Any = client or anthropic.Anthropic(api_key=settings.anthropic_api_key, max_retries=0)
-        self.model = settings.anthropic_model
+        self.client: Any = client or self._default_client(settings)
+        self.model = model_name(settings)
+        self.reach = reach or Reachability(settings, sleep=sleep)
         self.max_attempts = max_attempts
         self.base_delay = base_delay
         self.max_delay = max_delay
         self.sleep = sleep
+
+    def _default_client(self, settings: Settings) -> Any:
+        return anthropic_client(settings)
+
+    def _params(self, agent_id: str, batch: list[Interaction]) -> dict[str, Any]:
+        return request_params(self.model, agent_id, batch)
+
+    def _send(self, params: dict[str, Any]) -> tuple[Any, tuple[int, int, int]]:
+        """One request: the raw tool input and (input, output, cache-read) tokens."""
+        message = self.reach.call(lambda: self.client.messages.create(**params))
+        usage = getattr(message, "usage", None)
+        tokens = (
+            int(getattr(usage, "input_tokens", 0) or 0),
+            int(getattr(usage, "output_tokens", 0) or 0),
+            int(getattr(usage, "cache_read_input_tokens", 0) or 0),
+        )
+        return message, tokens
+
+    def _answer(self, message: Any) -> Any:
+        return tool_input(message)
 
     def _delay(self, attempt: int, exc: BaseException | None) -> float:
         hinted = _retry_after(exc) if exc is not None else None
@@ -199,7 +228,7 @@ class ClaudeScorer:
         return min(self.max_delay, max(delay, hinted or 0.0))
 
     def score_batch(self, agent_id: str, batch: list[Interaction]) -> BatchResult:
-        params = request_params(self.model, agent_id, batch)
+        params = self._params(agent_id, batch)
         requests = retries = input_tokens = output_tokens = cache_read = 0
         last: BaseException | None = None
         for attempt in range(self.max_attempts):
@@ -208,18 +237,19 @@ class ClaudeScorer:
                 self.sleep(self._delay(attempt - 1, last))
             requests += 1
             try:
-                message = self.client.messages.create(**params)
-            except TRANSIENT_ERRORS as exc:
+                message, (tin, tout, tcache) = self._send(params)
+            except LlmUnreachable:
+                raise
+            except self.transient_errors as exc:
                 last = exc
                 continue
-            except anthropic.APIStatusError as exc:
-                raise TerminalError(f"Claude rejected the compression request: {exc}") from exc
-            usage = getattr(message, "usage", None)
-            input_tokens += int(getattr(usage, "input_tokens", 0) or 0)
-            output_tokens += int(getattr(usage, "output_tokens", 0) or 0)
-            cache_read += int(getattr(usage, "cache_read_input_tokens", 0) or 0)
+            except self.rejected_errors as exc:
+                raise TerminalError(f"the model rejected the compression request: {exc}") from exc
+            input_tokens += tin
+            output_tokens += tout
+            cache_read += tcache
             try:
-                result = sanitize_batch(tool_input(message), batch, scorer=self.name)
+                result = sanitize_batch(self._answer(message), batch, scorer=self.name)
             except MalformedOutput as exc:
                 last = exc
                 continue
@@ -239,7 +269,7 @@ class ClaudeScorer:
             {"custom_id": f"b{i}", "params": request_params(self.model, agent_id, b)}
             for i, b in enumerate(batches)
         ]
-        job = self.client.messages.batches.create(requests=requests)
+        job = self.reach.call(lambda: self.client.messages.batches.create(requests=requests))
         while getattr(job, "processing_status", "ended") != "ended":
             self.sleep(poll_seconds)
             job = self.client.messages.batches.retrieve(job.id)

@@ -267,6 +267,7 @@ def run_compress(
         if due_rel:
             _append(log, prepared.check(relationship_events(settings, due_rel)), info)
             state.relationships_done(due_rel)
+    info.scorer = scorer.name  # a model scorer that fell back says so here
     info.elapsed_s = round(time.monotonic() - started, 4)
     info.interactions_per_s = round(info.interactions_scored / info.elapsed_s, 1) if info.elapsed_s else 0.0
     return info
@@ -284,5 +285,5 @@ def compress_due(settings: Settings, *, progress: bool | None = False) -> Compre
                 state.take_in(log, keep_parsed=False)
         except AlreadyRunningError:
             pass  # the running compress takes it in
-        return CompressInfo(scorer="claude" if settings.claude_available else "offline")
+        return CompressInfo(scorer={"anthropic": "claude"}.get(settings.llm_provider, settings.llm_provider))
     return run_compress(settings, progress=progress)

@@ -3,7 +3,10 @@
 A scorer takes one batch of interactions (at most `batch_size`, oldest first)
 and returns importance per interaction, the episodes it groups them into and
 the facts it learned. Two implementations: `OfflineScorer` (deterministic, no
-network) and `ClaudeScorer` (the anthropic SDK). The job never trusts a
+network), `ClaudeScorer` (the anthropic SDK) and `OpenAIScorer` (any
+OpenAI-compatible endpoint); `make_scorer` picks one from `llm.provider` and
+wraps a model scorer so that an unreachable endpoint leaves the run on the
+offline scorer, named in the job's `scorer` field. The job never trusts a
 scorer's output blindly: `tiermem.compressor.sanitize` checks every result
 against the batch before anything is written.
 """
@@ -102,17 +105,60 @@ class BatchResult:
 
 
 class Scorer(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def score_batch(self, agent_id: str, batch: list[Interaction]) -> BatchResult: ...
 
 
-def make_scorer(settings: Settings, *, client: Any = None) -> Scorer:
-    """Claude when a key (or a test client) is there, else the offline scorer: never silently."""
-    if client is not None or settings.claude_available:
-        from tiermem.compressor.claude_scorer import ClaudeScorer
+class OfflineWhenUnreachable:
+    """A model scorer that hands every batch to the offline scorer once its endpoint proved unreachable."""
 
-        return ClaudeScorer(settings, client=client)
+    def __init__(self, online: Any, offline: Scorer) -> None:
+        self.online = online
+        self.offline = offline
+
+    @property
+    def name(self) -> str:
+        """The model scorer's name, or "offline (llm unreachable: ...)" once it fell back."""
+        return str(self.online.reach.path_name(self.online.name))
+
+    def score_batch(self, agent_id: str, batch: list[Interaction]) -> BatchResult:
+        from tiermem.llm import LlmUnreachable
+
+        if self.online.reach.unreachable is None:
+            try:
+                return self.online.score_batch(agent_id, batch)
+            except LlmUnreachable:
+                pass
+        return self.offline.score_batch(agent_id, batch)
+
+    def score_many(self, agent_id: str, batches: list[list[Interaction]]) -> list[BatchResult]:
+        """The Message Batches API (Claude only); any other scorer answers batch by batch."""
+        from tiermem.llm import LlmUnreachable
+
+        if self.online.name == "claude" and self.online.reach.unreachable is None:
+            try:
+                return self.online.score_many(agent_id, batches)
+            except LlmUnreachable:
+                pass
+        return [self.score_batch(agent_id, b) for b in batches]
+
+
+def make_scorer(settings: Settings, *, client: Any = None) -> Scorer:
+    """The model scorer for `llm.provider` (or a test client), else the offline scorer: never silently.
+
+    A given `client` is an `anthropic.Anthropic` unless the provider is `openai`.
+    """
     from tiermem.compressor.offline_scorer import OfflineScorer
 
+    provider = settings.llm_provider
+    if provider == "openai" or (client is not None and settings.llm.provider == "openai"):
+        from tiermem.compressor.openai_scorer import OpenAIScorer
+
+        return OfflineWhenUnreachable(OpenAIScorer(settings, client=client), OfflineScorer())
+    if provider == "anthropic" or (client is not None and settings.llm.provider != "offline"):
+        from tiermem.compressor.claude_scorer import ClaudeScorer
+
+        return OfflineWhenUnreachable(ClaudeScorer(settings, client=client), OfflineScorer())
     return OfflineScorer()

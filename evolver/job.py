@@ -191,6 +191,7 @@ def run_evolve(
     now_dt = now or utcnow()
     now_ts = format_ts(now_dt)
     info = EvolveInfo(agent=agent)
+    built = merger is None
     if merger is None:
         merger, info.path = make_merger(settings, claude_client)
     else:
@@ -278,6 +279,8 @@ def run_evolve(
     info.archived_facts = statuses.get("archived", 0)
     if hasattr(merger, "failures"):
         info.claude_merge_failures = int(merger.failures)
+    if built and hasattr(merger, "path"):  # a model merger whose endpoint was unreachable says so
+        info.path = str(merger.path)
     info.elapsed_s = round(time.monotonic() - started, 3)
     return info
 

@@ -4,7 +4,10 @@ A small, deterministic sample of one day of one agent (the flagged interactions
 first, then evenly spaced ones) is sent in one request; Claude returns a score
 1–5 and a one-line reason per interaction through a tool, and the output is
 sanitised (unknown ids dropped, scores coerced and clamped). Any failure
-returns None: the offline report stands on its own.
+returns None: the offline report stands on its own. With `llm.provider =
+"openai"` the same request goes to the OpenAI-compatible endpoint as a forced
+function call. The review passes one `Reachability` to every call, so an
+unreachable endpoint costs one short retry for the whole review.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 import duckdb
 
+from tiermem.llm import Reachability, anthropic_client, model_name, openai_client
 from tiermem.settings import Settings
 
 JUDGE_TOOL: dict[str, Any] = {
@@ -60,6 +64,43 @@ def _sample(con: duckdb.DuckDBPyConnection, day: str, agent: str, n: int) -> lis
     return [(r[0], r[1], r[2]) for r in picked]
 
 
+def _ask_claude(settings: Settings, api: Any, reach: Reachability, prompt: str) -> Any:
+    response = reach.call(
+        lambda: api.messages.create(
+            model=model_name(settings),
+            max_tokens=1200,
+            tools=[JUDGE_TOOL],
+            tool_choice={"type": "tool", "name": "judgements"},
+            messages=[{"role": "user", "content": prompt}],
+        )
+    )
+    return next((b.input for b in response.content if getattr(b, "type", None) == "tool_use"), None)
+
+
+def _ask_openai(settings: Settings, api: Any, reach: Reachability, prompt: str) -> Any:
+    import orjson
+
+    tool = {
+        "type": "function",
+        "function": {
+            "name": JUDGE_TOOL["name"],
+            "description": JUDGE_TOOL["description"],
+            "parameters": JUDGE_TOOL["input_schema"],
+        },
+    }
+    completion = reach.call(
+        lambda: api.chat.completions.create(
+            model=model_name(settings),
+            max_tokens=1200,
+            tools=[tool],
+            tool_choice={"type": "function", "function": {"name": "judgements"}},
+            messages=[{"role": "user", "content": prompt}],
+        )
+    )
+    calls = completion.choices[0].message.tool_calls or []
+    return orjson.loads(calls[0].function.arguments) if calls else None
+
+
 def judge_sample(
     settings: Settings,
     con: duckdb.DuckDBPyConnection,
@@ -68,30 +109,26 @@ def judge_sample(
     n: int = 5,
     *,
     client: Any | None = None,
+    reach: Reachability | None = None,
 ) -> dict[str, Any] | None:
     sample = _sample(con, day, agent, n)
     if not sample:
         return None
-    api: Any = client
-    if api is None:
-        import anthropic
-
-        api = anthropic.Anthropic(api_key=settings.anthropic_api_key, max_retries=3)
+    reach = reach or Reachability(settings)
+    if reach.unreachable is not None:
+        return None
     items = "\n\n".join(
         f'<interaction id="{eid}">\n<user>{user[:1500]}</user>\n<agent>{reply[:3000]}</agent>\n</interaction>'
         for eid, user, reply in sample
     )
+    prompt = PROMPT.format(items=items)
     try:
-        response = api.messages.create(
-            model=settings.anthropic_model,
-            max_tokens=1200,
-            tools=[JUDGE_TOOL],
-            tool_choice={"type": "tool", "name": "judgements"},
-            messages=[{"role": "user", "content": PROMPT.format(items=items)}],
-        )
-    except Exception:  # the judge is optional: a failed call leaves the offline report as it is
+        if settings.llm.provider == "openai":
+            payload = _ask_openai(settings, client or openai_client(settings), reach, prompt)
+        else:
+            payload = _ask_claude(settings, client or anthropic_client(settings), reach, prompt)
+    except Exception:  # LlmUnreachable included: the judge is optional: the offline report stands as it is
         return None
-    payload = next((b.input for b in response.content if getattr(b, "type", None) == "tool_use"), None)
     known = {eid for eid, _u, _r in sample}
     out = []
     for item in (payload or {}).get("items", []) if isinstance(payload, dict) else []:

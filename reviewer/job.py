@@ -20,6 +20,7 @@ from tiermem.reviewer import report as rep
 from tiermem.reviewer.charts import overview_png
 
 from tiermem.errors import ValidationError
+from tiermem.llm import Reachability
 from tiermem.settings import Settings
 from tiermem.sqlviews import open_catalog
 
@@ -171,17 +172,20 @@ def run_review(
     info = ReviewInfo()
     con = open_catalog(settings)
     reports: list[dict[str, Any]] = []
+    reach = Reachability(settings)  # one per review: an outage costs one short retry in all
     try:
         rep.prepare(con)
         for d, a in rep.groups(con, day, agent):
             r = rep.compute(con, settings, d, a)
-            if judge_client is not None or settings.claude_available:
+            if (judge_client is not None and settings.llm.provider != "offline") or settings.llm_available:
                 from tiermem.reviewer.claude_judge import judge_sample as run_judge
 
-                r["judge"] = run_judge(settings, con, d, a, judge_sample, client=judge_client)
+                r["judge"] = run_judge(settings, con, d, a, judge_sample, client=judge_client, reach=reach)
                 if r["judge"]:
-                    info.path = "claude"
+                    info.path = "openai" if settings.llm.provider == "openai" else "claude"
                     info.judged += r["judge"]["n"]
+            if reach.unreachable is not None:
+                info.path = reach.path_name(info.path)
             info.files += [str(p) for p in write_report(settings, r)]
             reports.append(r)
     finally:

@@ -44,12 +44,13 @@ def make_client(memory: AgentMemory) -> Any:
     """An `anthropic.Anthropic` client from settings, or a clear error when no key is set."""
     if not memory.settings.claude_available:
         raise ConfigError(
-            "no Anthropic API key: set ANTHROPIC_API_KEY (or anthropic_api_key in tiermem.toml) "
-            "to talk to Claude; every other command works offline"
+            "no model to talk to: set ANTHROPIC_API_KEY (or anthropic_api_key in tiermem.toml) for Claude, "
+            "or llm.provider = 'openai' with llm.base_url and llm.model; every other command works offline"
         )
-    import anthropic
+    from tiermem.llm import anthropic_client
 
-    return anthropic.Anthropic(api_key=memory.settings.anthropic_api_key)
+    # A short connect timeout and `llm.max_retries` SDK retries: no network fails in seconds.
+    return anthropic_client(memory.settings).with_options(max_retries=memory.settings.llm.max_retries)
 
 
 def _create(client: Any, **kwargs: Any) -> Any:
@@ -81,7 +82,20 @@ def run_turn(
     budget: int | None = None,
     selection_reason: str | None = None,
 ) -> TurnResult:
-    """Run one agent turn against Claude with the memory tools, then record it."""
+    """Run one agent turn against Claude (or the OpenAI-compatible endpoint) with the memory tools."""
+    if memory.settings.llm.provider == "openai":
+        from tiermem.runtime.openai_turn import run_turn_openai
+
+        return run_turn_openai(
+            memory,
+            user_message,
+            client,
+            model=model,
+            max_tokens=max_tokens,
+            max_tool_rounds=max_tool_rounds,
+            budget=budget,
+            selection_reason=selection_reason,
+        )
     client = client or make_client(memory)
     model = model or memory.settings.anthropic_model
     started = time.perf_counter()

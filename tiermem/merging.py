@@ -7,9 +7,12 @@ implementations share that contract:
 - `merge_offline`: deterministic clause-level merge; a contradiction (one side
   negated, or a different number/value for the same clause) keeps the newer
   clause and says so in the note.
-- `ClaudeMerger`: one cheap tool-use call through the `anthropic` SDK, output
+- `ClaudeMerger`: one cheap tool-use call through the `anthropic` SDK (or, as
+  `OpenAIMerger`, a function call on any OpenAI-compatible endpoint), output
   sanitised; any failure falls back to the offline merge, and the result says
-  which path produced it.
+  which path produced it. An endpoint that cannot be reached costs one short
+  retry for the whole run (`tiermem.llm.Reachability`); every later merge of
+  the run is offline at once, and `path` names the reason.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tiermem.llm import Reachability, anthropic_client, model_name, openai_client
 from tiermem.settings import Settings
 from tiermem.similarity import content_tokens, text_similarity
 
@@ -164,28 +168,40 @@ Merger = Callable[[str, str], MergeResult]
 class ClaudeMerger:
     """Merge with Claude (tool use, sanitised), falling back to the offline merge on any failure."""
 
-    def __init__(self, settings: Settings, client: Any | None = None, max_tokens: int = 400) -> None:
-        self.model = settings.anthropic_model
-        self.max_tokens = max_tokens
-        if client is None:
-            import anthropic
+    online = "claude"
 
-            client = anthropic.Anthropic(api_key=settings.anthropic_api_key, max_retries=3)
-        self.client: Any = client
+    def __init__(self, settings: Settings, client: Any | None = None, max_tokens: int = 400) -> None:
+        self.model = model_name(settings)
+        self.max_tokens = max_tokens
+        self.client: Any = client if client is not None else self._default_client(settings)
+        self.reach = Reachability(settings)
         self.failures = 0
 
-    def __call__(self, old: str, new: str) -> MergeResult:
-        try:
-            response = self.client.messages.create(
+    def _default_client(self, settings: Settings) -> Any:
+        return anthropic_client(settings)
+
+    @property
+    def path(self) -> str:
+        return self.reach.path_name(self.online)
+
+    def _ask(self, old: str, new: str) -> Any:
+        """The merged_memory tool input (a dict), or None."""
+        response = self.reach.call(
+            lambda: self.client.messages.create(
                 model=self.model,
                 max_tokens=self.max_tokens,
                 tools=[MERGE_TOOL],
                 tool_choice={"type": "tool", "name": "merged_memory"},
                 messages=[{"role": "user", "content": MERGE_PROMPT.format(old=old, new=new)}],
             )
-            payload = next(
-                (b.input for b in response.content if getattr(b, "type", None) == "tool_use"), None
-            )
+        )
+        return next((b.input for b in response.content if getattr(b, "type", None) == "tool_use"), None)
+
+    def __call__(self, old: str, new: str) -> MergeResult:
+        if self.reach.unreachable is not None:
+            return merge_offline(old, new)
+        try:
+            payload = self._ask(old, new)
             content = str(payload.get("content") or "").strip() if isinstance(payload, dict) else ""
             if not content:
                 raise ValueError("empty merge")
@@ -194,15 +210,49 @@ class ClaudeMerger:
             note_text = str(note).strip() if note else None
             if contradiction and not note_text:
                 note_text = f"changed: '{old.strip()}' → '{new.strip()}' (newer wins)"
-            return MergeResult(content[:4000], contradiction, note_text, "claude")
+            return MergeResult(content[:4000], contradiction, note_text, self.online)
         except Exception:  # the merge must never fail a run: degrade to the deterministic path
             self.failures += 1
             return merge_offline(old, new)
 
 
+class OpenAIMerger(ClaudeMerger):
+    """The same merge as a forced function call on an OpenAI-compatible endpoint."""
+
+    online = "openai"
+
+    def _default_client(self, settings: Settings) -> Any:
+        return openai_client(settings)
+
+    def _ask(self, old: str, new: str) -> Any:
+        import orjson
+
+        tool = {
+            "type": "function",
+            "function": {
+                "name": MERGE_TOOL["name"],
+                "description": MERGE_TOOL["description"],
+                "parameters": MERGE_TOOL["input_schema"],
+            },
+        }
+        completion = self.reach.call(
+            lambda: self.client.chat.completions.create(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                tools=[tool],
+                tool_choice={"type": "function", "function": {"name": "merged_memory"}},
+                messages=[{"role": "user", "content": MERGE_PROMPT.format(old=old, new=new)}],
+            )
+        )
+        calls = completion.choices[0].message.tool_calls or []
+        return orjson.loads(calls[0].function.arguments) if calls else None
+
+
 def make_merger(settings: Settings, client: Any | None = None) -> tuple[Merger, str]:
-    """The merger to use and its path name: Claude when a key (or a client) is given, else offline."""
-    if client is not None or settings.claude_available:
+    """The merger to use and its path name: the provider's model (or a given client), else offline."""
+    if settings.llm_provider == "openai" or (client is not None and settings.llm.provider == "openai"):
+        return OpenAIMerger(settings, client), "openai"
+    if settings.claude_available or (client is not None and settings.llm.provider != "offline"):
         return ClaudeMerger(settings, client), "claude"
     return merge_offline, "offline"
 

@@ -24,6 +24,10 @@ TOML layout (every key optional)::
     timeout_seconds = 60
     [retrieval]
     mode = "hybrid"             # lexical (default) | hybrid
+    [llm]                       # which model scores, merges, judges and chats
+    provider = "auto"           # auto | anthropic | openai | offline
+    base_url = "http://localhost:11434/v1"   # openai: any OpenAI-compatible server
+    model = "llama3.1"
 """
 
 from __future__ import annotations
@@ -186,6 +190,31 @@ class SqlSettings:
     memory_limit: str = "2GB"  # DuckDB's own syntax: "512MB", "2GB", ...
 
 
+LLM_PROVIDERS: tuple[str, ...] = ("auto", "anthropic", "openai", "offline")
+
+
+@dataclass(frozen=True)
+class LlmSettings:
+    """Which language model the batch jobs and `chat` call, and how patiently.
+
+    `auto` takes Claude when an Anthropic key is set and the offline path
+    otherwise; `openai` talks to any OpenAI-compatible server (`base_url` +
+    `model`: Ollama, vLLM, llama.cpp, a hosted one); `offline` never calls a
+    model even when a key is set. An endpoint that cannot be reached costs at
+    most `max_retries` short retries (each bounded by `connect_timeout_seconds`),
+    then the run takes the offline path and says so.
+    """
+
+    provider: str = "auto"
+    base_url: str = ""  # openai: e.g. http://localhost:11434/v1 (empty: the SDK's default, api.openai.com)
+    model: str = ""  # empty: anthropic_model for Claude; required for openai
+    api_key_env: str = ""  # the variable holding the key (empty: ANTHROPIC_API_KEY / OPENAI_API_KEY)
+    connect_timeout_seconds: float = 5.0  # reaching the endpoint: short, so an outage is found at once
+    timeout_seconds: float = 120.0  # one whole answer: a local model may take a while to write it
+    max_retries: int = 1  # connection failures retried before the offline path runs
+    retry_delay_seconds: float = 0.5
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path("data")
@@ -201,6 +230,7 @@ class Settings:
     limits: LimitSettings = field(default_factory=LimitSettings)
     sql: SqlSettings = field(default_factory=SqlSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+    llm: LlmSettings = field(default_factory=LlmSettings)
     prices: Mapping[str, ModelPrice] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     config_file: Path | None = None
 
@@ -243,8 +273,23 @@ class Settings:
         return self.data_dir / "locks"
 
     @property
+    def llm_provider(self) -> str:
+        """The provider this run uses: "anthropic", "openai" or "offline" (`auto` resolved)."""
+        chosen = self.llm.provider
+        if chosen == "auto":
+            return "anthropic" if self.anthropic_api_key else "offline"
+        if chosen == "anthropic" and not self.anthropic_api_key:
+            return "offline"
+        return chosen
+
+    @property
     def claude_available(self) -> bool:
-        return bool(self.anthropic_api_key)
+        return self.llm_provider == "anthropic"
+
+    @property
+    def llm_available(self) -> bool:
+        """A model is to be called (Claude or an OpenAI-compatible endpoint)."""
+        return self.llm_provider != "offline"
 
     def with_data_dir(self, data_dir: Path | str) -> Settings:
         return replace(self, data_dir=Path(data_dir))
@@ -309,6 +354,15 @@ def _check_ranges(settings: Settings) -> None:
         )
     if not settings.sql.timeout_seconds > 0:
         problems.append(f"sql.timeout_seconds = {settings.sql.timeout_seconds}: expected more than 0")
+    llm = settings.llm
+    if llm.provider not in LLM_PROVIDERS:
+        problems.append(f"llm.provider = {llm.provider!r}: expected one of {', '.join(LLM_PROVIDERS)}")
+    if llm.provider == "openai" and not llm.model:
+        problems.append("llm.provider = 'openai' needs llm.model (the model name the server knows)")
+    if not (llm.connect_timeout_seconds > 0 and llm.timeout_seconds > 0):
+        problems.append("llm timeouts: expected more than 0 seconds")
+    if not 0 <= llm.max_retries <= 10 or llm.retry_delay_seconds < 0:
+        problems.append(f"llm.max_retries = {llm.max_retries}: expected 0 to 10 (and a delay >= 0)")
     if settings.segment_max_bytes < 1024:
         problems.append(f"segment_max_bytes = {settings.segment_max_bytes}: expected at least 1024")
     if problems:
@@ -342,6 +396,7 @@ _SECTIONS: Mapping[str, type] = {
     "limits": LimitSettings,
     "sql": SqlSettings,
     "retrieval": RetrievalSettings,
+    "llm": LlmSettings,
 }
 # Top-level settings a file or a variable may set (sections and prices have their own rules).
 _SCALARS = frozenset({f.name for f in fields(Settings)} - set(_SECTIONS) - {"prices", "config_file"})

@@ -142,7 +142,7 @@ def process_pending_sessions(
     session without moving past it.
     """
     start = time.monotonic()
-    info = SessionsJobInfo(path="claude" if settings.claude_available else "offline")
+    info = SessionsJobInfo(path={"anthropic": "claude"}.get(settings.llm_provider, settings.llm_provider))
     checkpoints = Checkpoints(settings)
     position: dict[str, int] = dict(checkpoints.load(SESSIONS_CONSUMER))
     with EventLog(settings) as log:

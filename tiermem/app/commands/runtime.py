@@ -187,10 +187,11 @@ def _rebuild(args: argparse.Namespace, memory: Memory) -> int:
 def _chat(args: argparse.Namespace, memory: Memory) -> int:
     from tiermem.ids import new_event_id
 
-    if not memory.settings.claude_available:
+    if not memory.settings.llm_available:
         print(
-            "tiermem chat: needs an Anthropic API key. Set ANTHROPIC_API_KEY (or anthropic_api_key in "
-            "<data-dir>/tiermem.toml) and run again. Offline, use `tiermem context` and `tiermem recall`.",
+            "tiermem chat: needs a model. Set ANTHROPIC_API_KEY (or anthropic_api_key in "
+            '<data-dir>/tiermem.toml), or [llm] provider = "openai" with base_url and model for an '
+            "OpenAI-compatible server, and run again. Offline, use `tiermem context` and `tiermem recall`.",
             file=sys.stderr,
         )
         return 2
@@ -299,11 +300,11 @@ def register(sub: Any) -> None:
         sub,
         "chat",
         _chat,
-        "talk to an agent through Claude with its memory tools (needs ANTHROPIC_API_KEY)",
+        "talk to an agent through Claude or an OpenAI-compatible server with its memory tools",
         "  ANTHROPIC_API_KEY=... tiermem chat --agent support-bot --user alice\n",
     )
     p.add_argument("--agent", required=True)
     p.add_argument("--user", default="user")
     p.add_argument("--session", help="session id (default: a new one)")
-    p.add_argument("--model", help="Claude model (default: settings.anthropic_model)")
+    p.add_argument("--model", help="model name (default: llm.model, else anthropic_model)")
     _scope_flags(p)
