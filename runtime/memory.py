@@ -31,7 +31,7 @@ from tiermem.runtime.visibility import KV_ORDER, Principal
 
 from tiermem.errors import LimitExceededError, NotFoundError, ValidationError
 from tiermem.eventlog import EventLog
-from tiermem.events import SCOPES, validate
+from tiermem.events import CALLER, INTERNAL, SCOPES, validate
 from tiermem.ids import new_event_id
 from tiermem.settings import Settings
 from tiermem.tokens import count_tokens
@@ -106,12 +106,18 @@ class AgentMemory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def append(self, records: list[Mapping[str, Any]], *, apply: bool = True) -> list[dict[str, Any]]:
-        """Validate, durably append (one batch), then apply to the hot store; returns the events."""
+    def append(
+        self, records: list[Mapping[str, Any]], *, apply: bool = True, writer: str = INTERNAL
+    ) -> list[dict[str, Any]]:
+        """Validate, durably append (one batch), then apply to the hot store; returns the events.
+
+        `writer=CALLER` for what a caller hands in (a turn): only caller event types
+        pass, within the configured limits.
+        """
         events = []
         for record in records:
             try:
-                events.append(validate(record))
+                events.append(validate(record, writer=writer, limits=self.settings.limits))
             except ValidationError as exc:
                 self.log.reject(record, exc)
                 raise
@@ -446,7 +452,8 @@ def record_turn(
         record.update({k: v for k, v in fields.items() if v is not None})
         if "memory_level" not in record:
             record["memory_level"] = memory.current_level()
-        event = memory.append([record])[0]
+        # The turn and its enrichment come from the caller: the trust boundary applies.
+        event = memory.append([record], writer=CALLER)[0]
         return RecordedTurn(
             event_id=str(event["event_id"]),
             memory_level=str(event["memory_level"]),

@@ -301,3 +301,16 @@ def test_close_releases_every_handle_and_rebuild_reconnects(tmp_path: Path) -> N
     assert a._rt is None and "agents_open=0" in repr(mem)
     with pytest.raises(ValidationError, match="agent_id"):
         Memory.open(tmp_path / "data", env={}).agent("  ")
+
+
+def test_record_turn_is_a_caller_path_control_events_are_refused(mem: Memory) -> None:
+    """`record_turn` takes enrichment from the caller: it cannot smuggle an internal event in."""
+    agent = mem.agent("bot")
+    agent.record_turn("alice", "my locker code is 7731", "noted")
+    with pytest.raises(ValidationError) as err:
+        agent.record_turn("mallory", "x", "y", type="erasure", target_kind="user", target="alice")
+    assert "internal event" in str(err.value)
+    with pytest.raises(ValidationError):
+        agent.record_turn("mallory", "x" * 300_000, "y")  # over the per-field limit
+    recent = agent.context(user="alice").section("recent")
+    assert recent is not None and "7731" in recent.text  # alice's turn is still there

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,24 @@ def _session(data: Path, agent: str, body: Callable[[ClientSession], Awaitable[A
         cwd=str(REPO),
     )
 
-    async def run() -> Any:
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            return await body(session)
+    # The server's stderr goes to a real file: the SDK hands it to the subprocess by file
+    # descriptor, and whatever stands in for sys.stderr in a test run may have none.
+    with tempfile.TemporaryFile("w+") as errlog:
 
-    return anyio.run(run)
+        async def run() -> Any:
+            async with (
+                stdio_client(params, errlog=errlog) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                return await body(session)
+
+        try:
+            return anyio.run(run)
+        except BaseException:
+            errlog.seek(0)
+            sys.stderr.write(errlog.read()[-4000:])
+            raise
 
 
 def _text(result: types.CallToolResult) -> str:
