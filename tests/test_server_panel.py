@@ -184,6 +184,9 @@ def test_edit_with_the_diff(page: Page, panel: Panel) -> None:
     expect(page.locator("#identity")).to_contain_text("Alice lives in Berlin (Kreuzberg) since October")
     expect(page.locator("#queue")).not_to_contain_text("Alice lives in Berlin")
     shot(page, "06-edited")
+    # The edited words stay alice's: the agent-level view (what every user shares) has none of them.
+    page.goto(f"/agents/{AGENT}")
+    expect(page.locator("main")).not_to_contain_text("Kreuzberg")
 
 
 def _panel_pages(page: Page, agent_page: str) -> list[str]:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tiermem.app.server.keys import KeyStore, Principal, authorize
 from tiermem.app.server.service import MemoryService
-from tiermem.errors import NotFoundError
+from tiermem.errors import NotFoundError, ValidationError
 
 # Field limits (the body as a whole is limited by the server's --max-body-bytes).
 ID_MAX = 200
@@ -138,9 +138,21 @@ def edit_proposal(
     shown = svc.memory.proposal(proposal_id)
     p = shown["proposal"]
     fact_key = key or p.get("key") or p.get("topic") or f"note-{proposal_id[-8:]}"
+    # The edited words stay as private as the proposal: a proposal about a user becomes a fact
+    # about that user, never an agent-level one every user would see.
+    owners = sorted(set(p.get("owners") or ()) | ({p["participant"]} if p.get("participant") else set()))
+    if len(owners) > 1:
+        raise ValidationError(
+            "proposal_id", f"it is about several users ({', '.join(owners)}): approve or reject it instead"
+        )
     rejected = svc.memory.reject(proposal_id, by=by, reason="replaced by an edited version")
-    written = svc.agent(agent_id).facts.set(fact_key, content, source="user")
-    return {"proposal_id": proposal_id, "rejected": rejected, "fact": written.to_json()}
+    if owners:
+        runtime = svc.agent(agent_id).runtime
+        fact_id = runtime.store_fact(fact_key, content, "agent", source="user", user=owners[0])
+        written = {"fact_id": fact_id, "key": fact_key, "scope": "agent", "value": content, "user": owners[0]}
+    else:
+        written = svc.agent(agent_id).facts.set(fact_key, content, source="user").to_json()
+    return {"proposal_id": proposal_id, "rejected": rejected, "fact": written}
 
 
 router = APIRouter(prefix="/v1")
