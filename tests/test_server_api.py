@@ -65,7 +65,13 @@ def assert_problem(response: object, status: int) -> dict[str, object]:
 def test_health_and_openapi_docs_need_no_key(env: Env) -> None:
     with env.server.client() as c:
         assert c.get("/healthz").json()["status"] == "ok"
-        assert "swagger" in c.get("/docs").text.lower()
+        page = c.get("/docs").text
+        assert "swagger" in page.lower()
+        # Its JavaScript and CSS come from this server, not a CDN: the page works offline.
+        assert "/docs-assets/swagger-ui-bundle.js" in page and "cdn" not in page.lower()
+        asset = c.get("/docs-assets/swagger-ui-bundle.js")
+        assert asset.status_code == 200 and len(asset.content) > 100_000
+        assert c.get("/docs-assets/swagger-ui.css").status_code == 200
         paths = c.get("/openapi.json").json()["paths"]
     assert "/v1/agents/{agent_id}/turns" in paths and "/v1/sql" in paths and "/v1/forget" in paths
 

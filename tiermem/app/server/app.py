@@ -35,6 +35,8 @@ def create_app(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) ->
         "Send `Authorization: Bearer <key>` (keys from `tiermem keys create`). "
         "Errors are `application/problem+json`.",
         lifespan=lifespan,
+        docs_url=None,  # served below with local assets: the default page loads them from a CDN
+        redoc_url=None,
     )
     app.state.keys = KeyStore(settings)
     app.state.settings = settings
@@ -46,9 +48,30 @@ def create_app(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) ->
         """Ready to serve (the hot store is open): no key needed."""
         return {"status": "ok", "version": __version__}
 
+    _mount_docs(app)
     app.include_router(routes.router)
     app.include_router(panel.router)
     return app
+
+
+def _mount_docs(app: FastAPI) -> None:
+    """OpenAPI's try-it page at /docs, its JavaScript and CSS served from the installed package."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+    from fastapi.staticfiles import StaticFiles
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount("/docs-assets", StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="tiermem API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon-32x32.png",
+        )
 
 
 def serve(settings: Settings, *, host: str, port: int, max_body_bytes: int, log_level: str = "info") -> None:
