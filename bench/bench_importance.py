@@ -4,7 +4,7 @@
 
 Prints Spearman's rank correlation between the offline scorer and the labels,
 on the whole set and on its two interleaved halves (a rough check that the
-agreement is not carried by a few turns), the seed's own examples, and with
+agreement is not carried by a few turns), the hand-picked reference examples, and with
 `--show` every turn whose score is two or more away from its label.
 """
 
@@ -26,7 +26,7 @@ def main() -> None:
     turns = load_labels(args.labels)
     scores = offline_scores(turns)
     labels = [t.label for t in turns]
-    print(f"{len(turns)} labelled turns ({sum(t.source.startswith('seed') for t in turns)} from the seeds)")
+    print(f"{len(turns)} labelled turns ({sum(t.source.startswith('seed') for t in turns)} hand-picked)")
     print(f"Spearman rank correlation, offline scorer vs labels: {spearman(scores, labels):.3f}")
     for name, part in (("even", range(0, len(turns), 2)), ("odd", range(1, len(turns), 2))):
         rho = spearman([scores[i] for i in part], [labels[i] for i in part])

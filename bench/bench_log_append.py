@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_log_append.py
 
-Targets (DESIGN.md): one at a time >= 4,000/s (>= 80% of the fsync limit);
+Targets: one at a time >= 4,000/s (>= 80% of the fsync limit);
 group commit, 8 callers: >= 100,000/s with p99 append latency <= 2 ms.
 Group commit is measured twice: callers appending one record per call, and
 callers appending small batches (append_validated of 32 records per call).

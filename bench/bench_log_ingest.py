@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_log_ingest.py [RECORDS]
 
-Target (DESIGN.md): >= 150,000 records/s. Measured with fsync=always (one
+Target: >= 150,000 records/s. Measured with fsync=always (one
 fsync per 20,000-record batch and day) and fsync=none, with the default
 encoding workers (one per core, up to 4) and with everything in one process
 (workers=0), then a re-run of the same file (every record a duplicate: the

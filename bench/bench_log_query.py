@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_log_query.py [ROWS_PER_DAY]
 
-Targets (DESIGN.md): GROUP BY over 30 days x 100k rows <= 1 s; one day <= 0.1 s.
+Targets: GROUP BY over 30 days x 100k rows <= 1 s; one day <= 0.1 s.
 One day of realistic turns is generated, ingested and sealed by tiermem; the
 other 29 days are copies of it with shifted timestamps and ids (DuckDB COPY),
 in the same Hive layout. Each query is run 5 times on a fresh catalog

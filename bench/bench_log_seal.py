@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_log_seal.py [RECORDS]
 
-Target (DESIGN.md): <= 6 s, peak memory <= 1.5 GB. The day is loaded with
+Target: <= 6 s, peak memory <= 1.5 GB. The day is loaded with
 `ingest --fsync none` (its rate is printed too); the seal runs in a child
 process so that its peak RSS (ru_maxrss) is the seal's alone.
 """

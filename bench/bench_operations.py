@@ -10,7 +10,7 @@
 4. MCP tool calls over stdio against a real `tiermem mcp` subprocess:
    start-up to first `initialize`, then p50/p99 of `memory_fact_recall`.
 
-No target in DESIGN.md covers these; they show the scheduler's frequent check
+No performance target covers these; they show the scheduler's frequent check
 is cheap enough to run every minute and the MCP layer adds little to the tools.
 """
 

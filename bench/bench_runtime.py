@@ -4,7 +4,7 @@
     .venv/bin/python bench/bench_runtime.py --only levels   # one part: context | recall | record | levels
     .venv/bin/python bench/bench_runtime.py --big 200000    # a smaller "big" log for a quick run
 
-Targets (DESIGN.md): context assembly p99 <= 2 ms and within 1.5x from 10k to 1M
+Targets: context assembly p99 <= 2 ms and within 1.5x from 10k to 1M
 logged interactions; recall_memory p99 <= 10 ms with 100k episodes in the store.
 """
 
@@ -277,7 +277,7 @@ def bench_record(root: Path, n: int) -> dict[str, Any]:
 
 
 def bench_levels(root: Path) -> dict[str, Any]:
-    print("memory levels: seed 000 scenario", flush=True)
+    print("memory levels: multi-task scenario", flush=True)
     settings = fresh(root, "levels")
     with open_memory(settings, "orchestrator", project_id="chart") as m:
         m.level = "global"

@@ -1,4 +1,4 @@
-"""The sanitisation layer between a model's output and the log (seed 003's lesson).
+"""The sanitisation layer between a model's output and the log.
 
 Models reference ids that do not exist, write numbers as strings, go out of
 range, paraphrase when asked for verbatim quotes, and stop mid-JSON. Each of

@@ -19,8 +19,8 @@ transaction (new pending rows + the new position): killed anywhere, it is
 either done or not.
 
 Per agent, the pending interactions are ordered by (ts, event_id). An agent is
-due when it has more than `min_unprocessed` (seed: "more than 15
-accumulated"); the newest `keep_recent` stay verbatim in working memory and
+due when it has more than `min_unprocessed` (by default more
+than 15); the newest `keep_recent` stay verbatim in working memory and
 pending; the rest is compressed, oldest first. That rule is one DuckDB query
 (`SELECTION_SQL`, window functions over the pending set). Pending rows are deleted in the
 same transaction that records a committed group (see `job`).

@@ -16,7 +16,7 @@ Rules (DESIGN, seeds 001 §8 and 002):
   the change is noted);
 - < 0.8: a new fact;
 - long content (> `summary_over_tokens`): the fact holds a summary for search
-  and keeps the original beside it (seed 001 §9);
+  and keeps the original beside it;
 - the approval policy (`review_reason`): not said by the user and below
   `auto_apply_confidence`, or in a category or on a topic a person reviews →
   pending, for a person; a proposal that says what a pending one already says

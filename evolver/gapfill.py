@@ -1,6 +1,6 @@
-"""Session-end gap-fill (seed 002, "Channel 2: system gap-fill extraction").
+"""Session-end gap-fill (docs/evolver.md, "Session-end gap-fill").
 
-A narrow extraction, not a full one (the seed warns a full one floods the store
+A narrow extraction, not a full one (a full one floods the store
 with low-quality duplicates). At the end of a session:
 
 1. the user corrected the agent but the agent did not write it → a correction

@@ -1,4 +1,4 @@
-"""Promotion and archiving (seed 001 §10, the reflection playbook).
+"""Promotion and archiving (docs/evolver.md).
 
 Pure functions over the folded state: which facts move to the agent-type
 scope because they were seen in several projects, and which are archived
@@ -107,7 +107,7 @@ def archivals(
 def kv_supersessions(facts: Iterable[Fact], now: str) -> list[Fact]:
     """Learned facts that an explicit KV write (`fact_set`) with the same key has overtaken.
 
-    An explicit write is the most direct statement there is (seed 002: user
+    An explicit write is the most direct statement there is (user
     correction > agent > system), so an older learned fact with the same key and
     scope owner becomes inactive, with a note naming the write.
     """

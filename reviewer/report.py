@@ -1,8 +1,8 @@
 """The behavioural review of one day of one agent, computed with DuckDB over the log.
 
-Seed 004's lesson: the logging code supported model, usage, selection reason
-and approval status, but nobody wired them, and the first review found "0%
-enriched". So the first thing a report shows is enrichment coverage per field:
+Logging code can support model, usage, selection reason and approval status
+without anyone wiring them, leaving every record unenriched. So the first
+thing a report shows is enrichment coverage per field:
 the fraction of interactions that carry it. Then tokens and estimated cost by
 model (`settings.prices`), the response-length distribution, tool use,
 approval status, and flagged interactions (empty, repeated, truncated,
@@ -31,7 +31,7 @@ REFUSAL_PATTERN = (
     r"i won't be able|i'm not able to|i am not able to|i must decline|as an ai(,| language model))"
 )
 
-# Enrichment fields and the SQL predicate that says "set" for each (seed 004's log line).
+# Enrichment fields and the SQL predicate that says "set" for each.
 COVERAGE_FIELDS: dict[str, str] = {
     "model": "nullif(trim(model), '') IS NOT NULL",
     "usage": "usage IS NOT NULL AND (usage.input_tokens IS NOT NULL OR usage.output_tokens IS NOT NULL)",
@@ -52,8 +52,8 @@ COVERAGE_FIELDS: dict[str, str] = {
 }
 
 # "Fully enriched": a turn carries the core enrichment (without model and token
-# usage a review can say nothing about cost or model choice: the seed's "0%
-# enriched"), and every other enrichment field that the agent's runtime records
+# usage a review can say nothing about cost or model choice), and every other
+# enrichment field that the agent's runtime records
 # at all that day. A deployment with no selection or approval step never sets
 # `selection_reason` or `approval_status`, which is not a gap; a runtime that
 # sets them on some turns and forgets them on others is.

@@ -1,4 +1,4 @@
-"""Context assembly: the prompt sections in seed 004's order, within budgets.
+"""Context assembly: the prompt sections in a fixed order, within budgets (docs/runtime.md).
 
 Order (the system prompt): base context → identity (L0) → scope rules →
 relationship summary for this participant → recent interactions (last 5,
@@ -158,7 +158,7 @@ class AssembledContext:
         return "\n\n".join(s.text for s in self.sections if s.name != "memory_context")
 
     def user_message(self, message: str) -> str:
-        """The user's message with the per-turn retrieval injected before it (seed 002)."""
+        """The user's message with the per-turn retrieval injected before it."""
         mc = self.section("memory_context")
         return f"{mc.text}\n\n{message}" if mc else message
 

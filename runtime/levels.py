@@ -1,6 +1,6 @@
-"""Memory levels (seed 000): global | project | task, the seed's fairy | project | task.
+"""Memory levels: global | project | task (docs/runtime.md, "Memory levels").
 
-`filter_by_level` is the seed's `filterChatHistoryByMode`, line for line:
+`filter_by_level` keeps, per level:
 
 - global: every global item, nothing else;
 - project: walk back from the newest item collecting project items, skipping

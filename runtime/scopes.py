@@ -1,4 +1,4 @@
-"""Scopes and ranking (seed 001): who sees which fact, and in what order.
+"""Scopes and ranking (docs/runtime.md, "Scopes"): who sees which fact, and in what order.
 
 Scopes, broadest to most specific: system → agent type → project → project
 override (project + agent type). Each fact also may be private to the agent

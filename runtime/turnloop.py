@@ -5,8 +5,8 @@
 injects the per-turn retrieval into the user message, offers the memory
 tools, executes every `tool_use` with `call_tool` until the model ends its
 turn, and then records the turn with the enrichment taken from the responses
-(model, usage including cache-read tokens, tools used, latency): the seed's
-"0% enriched" lesson, wired by construction.
+(model, usage including cache-read tokens, tools used, latency), so no turn
+is logged without its enrichment.
 """
 
 from __future__ import annotations

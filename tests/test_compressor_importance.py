@@ -37,7 +37,7 @@ def test_the_seeds_own_examples_are_ranked_as_the_seed_ranks_them() -> None:
     sleep, hello, remember = offline_scores(
         [turns["seed004-sleep"], turns["seed004-hello"], turns["seed004-remember"]]
     )
-    assert sleep >= 8 > remember > hello  # 9, 7 and 2 in the seed's judgement
+    assert sleep >= 8 > remember > hello  # labelled 9, 7 and 2
     assert sleep >= 7  # important at the default threshold: kept with its exact quote
 
 

@@ -33,7 +33,7 @@ def test_story_sessions_then_a_claude_answer_today(settings: Settings) -> None:
     with EventLog(settings) as log:
         turns = [ev for _, _, ev in log.read("interactions")]
     assert len(turns) == info.turns_recorded
-    # Every turn went through the runtime with its enrichment (seed 004's lesson).
+    # Every turn went through the runtime with its enrichment.
     assert all(t.get("model") and t.get("usage", {}).get("input_tokens") for t in turns)
     project(settings)
 

@@ -22,7 +22,7 @@ def test_samples_are_reproducible_varied_and_all_valid(settings: Settings, tmp_p
     assert len({r["user"] for r in modern}) == len(samples.USERS)
     assert len({r["ts"][:10] for r in modern}) == 3
     assert any("model" not in r for r in modern)  # some turns lack enrichment
-    assert any("agentId" in r for r in a)  # some in the seed's v0 format
+    assert any("agentId" in r for r in a)  # some in the v0 camelCase format
     assert any("recall_memory" in r.get("tools_used", []) for r in modern)
     src = samples.write_jsonl(tmp_path / "s.jsonl", iter(a))
     assert src == 900

@@ -88,7 +88,7 @@ def test_client_lists_tools_and_round_trips_a_fact_and_an_idea(tmp_path: Path) -
         assert tool.input_schema["type"] == "object"
         assert "agent_id" not in tool.input_schema.get("properties", {})
     assert "query" in tools["recall_memory"].input_schema["required"]
-    assert "your own memor" in tools["recall_memory"].description.lower()  # seed 004: first person
+    assert "your own memor" in tools["recall_memory"].description.lower()  # first person
 
     assert not out["store"].is_error, _text(out["store"])
     assert not out["recall"].is_error and "release/7" in _text(out["recall"])

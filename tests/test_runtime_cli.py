@@ -1,4 +1,4 @@
-"""The runtime CLI: context, recall, facts, identity, rebuild, chat; --json shapes of DESIGN.md."""
+"""The runtime CLI: context, recall, facts, identity, rebuild, chat; --json shapes of docs/runtime.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Memory levels: seed 000's filter semantics exactly, transitions, and the seed's scenario."""
+"""Memory levels: the filter semantics of docs/runtime.md, transitions, and a multi-task scenario."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_project_level_with_no_global_item_takes_every_project_item() -> None:
 
 
 def _seed_scenario(memory: AgentMemory) -> None:
-    """Seed 000: an orchestrator's project with 10 project actions and 3 tasks of 20 actions each."""
+    """An orchestrator's project with 10 project actions and 3 tasks of 20 actions each."""
     memory.level = "global"
     record_turn(memory, "Please build an organisation chart", "I will plan it as a project.")
     memory.level = "project"
@@ -118,7 +118,7 @@ LEVEL_STRINGS = st.lists(
 def test_store_query_equals_the_seed_filter(
     tmp_path_factory: object, turns: list[tuple[str, str | None]], limit: int
 ) -> None:
-    """For every principal, the store's answer is the seed's filter over the history it may read."""
+    """For every principal, the store's answer is the level filter over the history it may read."""
     from tiermem.settings import resolve_settings
 
     root = tmp_path_factory.mktemp("lv")  # type: ignore[attr-defined]

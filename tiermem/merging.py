@@ -1,6 +1,6 @@
-"""Merging two related memories into one (seed 001 §8).
+"""Merging two related memories into one (docs/evolver.md).
 
-The instruction from the seed: "Combine these into a single memory. If they
+The instruction: "Combine these into a single memory. If they
 contradict, prefer the newer information but note the change." Two merger
 implementations share that contract:
 
@@ -258,7 +258,7 @@ def make_merger(settings: Settings, client: Any | None = None) -> tuple[Merger, 
 
 
 def summarize_offline(text: str, max_words: int = 60) -> str:
-    """A short extractive summary for a long memory (seed 001 §9): the leading sentences, capped."""
+    """A short extractive summary for a long memory: the leading sentences, capped."""
     sentences = _clauses(text)
     out: list[str] = []
     words = 0

@@ -1,4 +1,4 @@
-"""`tiermem forget`: the user owns the data (seed 002, "User control").
+"""`tiermem forget`: the user owns the data (docs/evolver.md, "Erasure and export").
 
 One call appends one `erasure` event naming the target (agent, user or event)
 and listing the ids of every event that held content about it — the events

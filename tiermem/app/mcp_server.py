@@ -1,7 +1,7 @@
 """`tiermem mcp --agent A`: the memory tools over MCP (stdio), with the official `mcp` SDK.
 
-Seed 001: "Agents interact with memory through MCP tools, not direct file
-access." The server is bound to one agent at start (`--agent`, plus an
+Agents reach their memory through MCP tools, never by direct file access.
+The server is bound to one agent at start (`--agent`, plus an
 optional project, agent type and user), so no tool argument ever names the
 agent or the user: a model cannot read or write another agent's memory, or
 another user's, by choosing an argument. With `--user U` the server serves

@@ -4,9 +4,9 @@ Used by the demo, the tests and the benchmarks. Records look like what a real
 runtime logs: different agent types (a support bot, an RPG NPC, a coding
 assistant), users who come back across days, sessions, channels, models with
 token usage, tool use (including `recall_memory`), approval statuses and
-latencies; and, like the seed's first review that found "0% enriched", a
+latencies; and, so that a review has unenriched turns to find, a
 share of records written by an older runtime that forgot the enrichment
-fields (no model, no usage), some in the seed's original camelCase format.
+fields (no model, no usage), some in the original v0 camelCase format.
 Everything is seeded: the same arguments give the same bytes.
 """
 

@@ -1,8 +1,8 @@
 """`tiermem schedule`: the daemon that runs the batch jobs so nobody has to remember to.
 
-Seed 004: "The compressor should run automatically … a post-session hook or a
-threshold-based trigger that fires when any agent exceeds the interaction
-limit would close this gap." The scheduler runs, per data root:
+The compressor runs automatically, from a post-session hook or a threshold
+trigger when an agent exceeds its interaction limit (docs/operations.md).
+The scheduler runs, per data root:
 
 - threshold_check  every `threshold_check_seconds`: compress any agent over its limit
 - sessions         every `sessions_check_seconds`: gap-fill + compress for ended sessions

@@ -1,6 +1,6 @@
 """Session-end processing: gap-fill, and compression when the agent is over its limit.
 
-Seed 004 asks for "a post-session hook". `tiermem.runtime.end_session` appends
+Session end is a post-session hook (docs/operations.md). `tiermem.runtime.end_session` appends
 a `session_ended` event (stream `sessions`) and calls `handle_session_end`,
 which takes one of two paths:
 
@@ -50,7 +50,7 @@ def _default_gap_fill(settings: Settings, agent_id: str, session_id: str) -> Any
 
 
 def _default_compress_agent(settings: Settings, agent_id: str) -> Any:
-    # run_compress selects only agents over their limit (seed 004: "more than 15"),
+    # run_compress selects only agents over their limit (by default more than 15),
     # so calling it for one agent is the threshold check for that agent.
     from tiermem.compressor.job import run_compress  # local: batch code off the turn path
 
