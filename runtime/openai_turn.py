@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 from tiermem.runtime.context import assemble_context
-from tiermem.runtime.memory import AgentMemory, record_turn
+from tiermem.runtime.memory import AgentMemory
 from tiermem.runtime.tools import call_tool, tool_specs
-from tiermem.runtime.turnloop import DEFAULT_MAX_TOKENS, MAX_TOOL_ROUNDS, TurnResult
+from tiermem.runtime.turnloop import DEFAULT_MAX_TOKENS, MAX_TOOL_ROUNDS, TurnResult, record_finished_turn
 
 from tiermem.errors import TerminalError, TiermemError, TransientError
 from tiermem.llm import Reachability, model_name, openai_client
@@ -138,31 +138,17 @@ def run_turn_openai(
             messages.append(
                 {"role": "tool", "tool_call_id": call.id, "content": orjson.dumps(output).decode()}
             )
-    text = text.strip()
-    latency_ms = round((time.perf_counter() - started) * 1000, 3)
-    used_model = str(getattr(completion, "model", None) or model)
-    mc = ctx.section("memory_context")
-    recorded = record_turn(
+    return record_finished_turn(
         memory,
+        ctx,
         user_message,
-        text,
-        model=used_model,
-        usage=usage,
-        tools_used=tools_used,
-        latency_ms=latency_ms,
+        text.strip(),
+        str(getattr(completion, "model", None) or model),
+        usage,
+        tools_used,
+        tool_results,
+        started=started,
         selection_reason=selection_reason,
-        approval_status="auto_approved",
-        metadata={"memory_items": mc.item_ids if mc else [], "context_tokens": ctx.total_tokens},
-    )
-    return TurnResult(
-        text=text,
-        model=used_model,
-        usage=usage,
-        tools_used=tools_used,
-        latency_ms=latency_ms,
-        event_id=recorded.event_id,
         stop_reason=finish,
-        context=ctx,
-        tool_results=tool_results,
         path="openai",
     )

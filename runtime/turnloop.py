@@ -144,8 +144,39 @@ def run_turn(
             )
         messages.append({"role": "user", "content": results})
     text = "\n".join(texts).strip()
+    return record_finished_turn(
+        memory,
+        ctx,
+        user_message,
+        text,
+        str(getattr(response, "model", None) or model),
+        usage,
+        tools_used,
+        tool_results,
+        started=started,
+        selection_reason=selection_reason,
+        stop_reason=getattr(response, "stop_reason", None),
+    )
+
+
+def record_finished_turn(
+    memory: AgentMemory,
+    ctx: AssembledContext,
+    user_message: str,
+    text: str,
+    used_model: str,
+    usage: dict[str, int],
+    tools_used: list[str],
+    tool_results: list[dict[str, Any]],
+    *,
+    started: float,
+    selection_reason: str | None,
+    stop_reason: str | None,
+    path: str = "claude",
+) -> TurnResult:
+    """Log the finished turn with its enrichment (which memories it was given, its cost) and
+    describe it: the last step of a turn whichever provider answered."""
     latency_ms = round((time.perf_counter() - started) * 1000, 3)
-    used_model = str(getattr(response, "model", None) or model)
     mc = ctx.section("memory_context")
     recorded = record_turn(
         memory,
@@ -166,7 +197,8 @@ def run_turn(
         tools_used=tools_used,
         latency_ms=latency_ms,
         event_id=recorded.event_id,
-        stop_reason=getattr(response, "stop_reason", None),
+        stop_reason=stop_reason,
         context=ctx,
         tool_results=tool_results,
+        path=path,
     )
