@@ -11,8 +11,9 @@ group commit with 1-16 callers as threads of one process and as separate
 processes (one record per call, validation included, ~400 B records); 8 thread
 callers at record sizes from 0.4 to 10 kB; callers appending 32 pre-validated
 records per call. Every rate is also given as a ratio to the reference taken in
-the same run (single appends to the fsync rate, group commit to the batched
-rate). Writes `bench/results/log_append.json` and `bench/results/log_append.png`.
+the same run: single appends to the raw fsync rate; group commit to the batched
+rate and to its ceiling with N one-record callers, N x the raw fsync rate (each
+fsync can carry at most one record per caller). Writes `bench/results/log_append.json` and `bench/results/log_append.png`.
 """
 
 from __future__ import annotations
@@ -174,6 +175,10 @@ def chart(res: dict[str, Any], path: Path) -> None:
         ax2.plot(xs, [r["p99_ms"] for r in rows], style, label=f"p99, {kind}")
     ref = res["reference"]
     ax1.axhline(ref["fsync_rate"], color="grey", ls=":", label="raw fsync rate (1 record/fsync)")
+    ax1.axhline(ref["batched_rate"], color="black", ls=":", label="batched fsync (500 records/fsync)")
+    xs = [r["callers"] for r in res["threads"]]
+    ceiling = [min(x * ref["fsync_rate"], ref["batched_rate"]) for x in xs]
+    ax1.plot(xs, ceiling, color="green", ls="-.", label="ceiling: callers x raw fsync rate")
     ax1.axhline(100_000, color="red", ls="--", label="target 100k/s")
     ax1.set(xscale="log", yscale="log", xlabel="callers (1 record per call)", ylabel="appends/s")
     ax2.axhline(2.0, color="red", ls="--", label="target p99 2 ms")
@@ -215,7 +220,8 @@ def main() -> None:
             r = {"callers": callers, **run(callers, max(200, n * 2 // callers))}
             res[kind].append(r)
             print(
-                f"group, {callers:2d} {kind:9s}: {r['rate']:9,.0f}/s ({r['rate'] / batched:.3f} of batched fsync) "
+                f"group, {callers:2d} {kind:9s}: {r['rate']:9,.0f}/s ({r['rate'] / batched:.3f} of batched fsync, "
+                f"{r['rate'] / min(callers * rate, batched):.2f} of {callers} x raw fsync) "
                 f"p50 {r['p50_ms']:.2f} p99 {r['p99_ms']:.2f} ms, {r['records_per_fsync']:.1f} records/fsync"
                 + (f", {r['cpu_us_per_record']:.0f} us CPU/record" if kind == "threads" else "")
             )
