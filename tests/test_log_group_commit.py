@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import orjson
 import pytest
 from helpers_log import PYTHON, REPO, interaction, segment_files
 
+from tiermem.errors import StorageError
 from tiermem.eventlog import EventLog
 from tiermem.groupcommit import SharedSync, SyncPoint
 from tiermem.settings import Settings
@@ -88,6 +90,7 @@ def test_a_fsync_by_one_process_covers_what_another_wrote_before_it(tmp_path: Pa
 
 WRITER = """
 import sys, threading
+from tiermem.errors import StorageError
 from tiermem.eventlog import EventLog
 from tiermem.settings import resolve_settings
 settings = resolve_settings(data_dir=sys.argv[1], env={}, fsync="group")
@@ -152,3 +155,23 @@ def test_sigkilled_group_commit_writers_lose_no_acknowledged_record(
     counts = Counter(orjson.loads(x)["event_id"] for x in lines)  # every line parses: none torn
     assert max(counts.values()) == 1
     assert {f"p0-{t}-{k}" for t in range(4) for k in range(n)} <= set(counts)
+
+
+def test_a_failed_fsync_reaches_the_caller_and_the_next_group_still_commits(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_fsync = os.fsync
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with EventLog(replace(settings, fsync="group")) as log:
+        log.append(interaction(0, event_id="first"))
+        monkeypatch.setattr(os, "fsync", broken)
+        with pytest.raises(StorageError, match="may not be durable"):
+            log.append(interaction(0, event_id="unsynced"))
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        # No leader is left behind: the next caller writes and syncs, and the record the failed
+        # call wrote is already in the log (a retry of it is a duplicate, now durable).
+        assert log.append(interaction(0, event_id="next")).line == 2
+        assert log.append(interaction(0, event_id="unsynced")).duplicate

@@ -108,13 +108,14 @@ class SharedSync:
         return record[0] == key and record[1] == ino and record[2] >= end
 
 
-@dataclass
+@dataclass(eq=False)
 class GroupRequest:
     """One caller's events, waiting for a leader to write them and for their bytes to be durable."""
 
     events: list[dict[str, Any]]
     results: list[Any] | None = None
     error: BaseException | None = None
+    taken: bool = False  # a leader has it
     done: bool = False
 
 
@@ -145,11 +146,13 @@ def group_commit(
     with cond:
         queue.waiting.append(req)
         while not req.done:
-            if queue.leader or req not in queue.waiting:
-                cond.wait()  # another leader has it, or has taken it and is syncing it
+            if queue.leader or req.taken:
+                cond.wait()  # another leader is writing, or has taken this request and is syncing it
                 continue
             queue.leader = True
             batch, queue.waiting = queue.waiting, []
+            for r in batch:
+                r.taken = True
             cond.release()
             try:
                 _commit(batch, sync, write, queue)
