@@ -175,3 +175,26 @@ def test_a_failed_fsync_reaches_the_caller_and_the_next_group_still_commits(
         # call wrote is already in the log (a retry of it is a duplicate, now durable).
         assert log.append(interaction(0, event_id="next")).line == 2
         assert log.append(interaction(0, event_id="unsynced")).duplicate
+
+
+def test_group_commit_across_segment_rollovers_keeps_every_position(settings: Settings) -> None:
+    """Segments roll over while groups still wait for their fsync (each group syncs its own copy of the fd)."""
+    results = []
+    lock = threading.Lock()
+    with EventLog(replace(settings, fsync="group", segment_max_bytes=3_000)) as log:
+
+        def worker(t: int) -> None:
+            for k in range(60):
+                r = log.append(interaction(0, event_id=f"t{t}-{k}"))
+                with lock:
+                    results.append(r)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert len({r.segment for r in results}) > 5
+    for r in results:
+        lines = (settings.log_dir / f"{r.segment}.jsonl").read_bytes().split(b"\n")
+        assert orjson.loads(lines[r.line])["event_id"] == r.event_id

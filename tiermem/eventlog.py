@@ -263,14 +263,18 @@ class _StreamWriter:
 
     def _drop(self, partition: str) -> None:
         fd = self.fds.pop(partition, None)
-        if fd is not None:
-            if self.sync is not None:
-                # A caller told "duplicate" of a record in this segment returns at once;
-                # the segment this process leaves behind must then be durable already.
-                os.fsync(fd)
-            os.close(fd)
         self.active.pop(partition, None)
         self.paths.pop(partition, None)
+        if fd is not None:
+            try:
+                if self.sync is not None:
+                    # A caller told "duplicate" of a record in this segment returns at
+                    # once; the segment this process leaves behind must be durable already.
+                    os.fsync(fd)
+            except OSError as exc:
+                raise StorageError(f"syncing a finished segment of {self.stream}: {os_reason(exc)}") from exc
+            finally:
+                os.close(fd)
 
     def _choose_segment(self, part_dir: Path) -> str:
         if part_dir.exists():
