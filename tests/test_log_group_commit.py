@@ -198,3 +198,27 @@ def test_group_commit_across_segment_rollovers_keeps_every_position(settings: Se
     for r in results:
         lines = (settings.log_dir / f"{r.segment}.jsonl").read_bytes().split(b"\n")
         assert orjson.loads(lines[r.line])["event_id"] == r.event_id
+
+
+def test_a_cut_torn_tail_clears_the_shared_record_so_new_bytes_below_it_get_their_fsync(
+    settings: Settings,
+) -> None:
+    with EventLog(replace(settings, fsync="group")) as log:
+        first = log.append(interaction(0, event_id="first"))
+        path = settings.log_dir / f"{first.segment}.jsonl"
+        with open(path, "ab") as fh:  # a writer killed mid-write: a long partial line
+            fh.write(b'{"event_id":"torn","agent_response":"' + b"x" * 2_000)
+        other = SharedSync(path.parent.parent / ".sync")  # another process syncs, partial line included
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            assert other.make_durable(SyncPoint(first.segment, fd, os.fstat(fd).st_size))
+        finally:
+            os.close(fd)
+            other.close()
+        [writer] = log._writers.values()
+        assert writer.sync is not None
+        before = writer.sync.fsyncs
+        second = log.append(interaction(0, event_id="second"))  # cuts the tail, then lands below it
+        assert second.segment == first.segment and second.line == 1
+        assert path.stat().st_size < 2_000  # the new record lies inside the range once recorded
+        assert writer.sync.fsyncs == before + 1  # so it was fsynced, not taken as covered

@@ -32,7 +32,7 @@ import orjson
 
 from tiermem.errors import StorageError, ValidationError, os_reason
 from tiermem.events import CALLER, INTERNAL, STREAMS, stream_of, upcast, validate
-from tiermem.groupcommit import GroupQueue, SharedSync, SyncPoint, group_commit
+from tiermem.groupcommit import GroupQueue, SharedSync, SyncPoint, forget_synced, group_commit
 from tiermem.ids import format_ts, new_event_id, utcnow
 from tiermem.rejects import Rejected, write_rejects
 from tiermem.settings import Settings
@@ -404,6 +404,7 @@ class EventLog:
                 os.fsync(qf.fileno())
             os.ftruncate(fd, cut)
             os.fsync(fd)
+            forget_synced(self.root / stream / ".sync")  # its "durable up to" may count the cut bytes
         self._reconcile(segment, fd)
 
     # --------------------------------------------------------------- rejects

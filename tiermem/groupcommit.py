@@ -60,7 +60,6 @@ class SharedSync:
     def __init__(self, path: Path) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self.lock = threading.Lock()  # flock does not exclude threads sharing one descriptor
-        self._known: tuple[bytes, int, int] = (b"", 0, 0)  # the last record this process saw
         self.fsyncs = 0  # how many fsyncs this process issued here (for benchmarks and tests)
 
     def close(self) -> None:
@@ -73,19 +72,14 @@ class SharedSync:
     def make_durable(self, point: SyncPoint) -> bool:
         """Return once bytes [0, point.end) of the segment are on disk; True if this call fsynced."""
         key, ino = self._key(point.segment), os.fstat(point.fd).st_ino
-        if self._covers(self._known, key, ino, point.end):
-            return False
+        # Always the shared record, never a copy kept in this process: a torn tail cut
+        # off by another process (`forget_synced`) makes an older record wrong.
         with self.lock:
-            if self._covers(self._known, key, ino, point.end):
-                return False
             fcntl.flock(self.fd, fcntl.LOCK_EX)
             try:
                 raw = os.pread(self.fd, _SLOT.size, 0)
-                if len(raw) == _SLOT.size:
-                    shared = _SLOT.unpack(raw)
-                    self._known = shared
-                    if self._covers(shared, key, ino, point.end):
-                        return False
+                if len(raw) == _SLOT.size and self._covers(_SLOT.unpack(raw), key, ino, point.end):
+                    return False
                 # Everything written before this moment is below `size` and is
                 # flushed by the fsync that follows, whoever wrote it.
                 size = os.fstat(point.fd).st_size
@@ -97,7 +91,6 @@ class SharedSync:
                         "the records of this write may not be durable"
                     ) from exc
                 self.fsyncs += 1
-                self._known = (key, ino, size)
                 os.pwrite(self.fd, _SLOT.pack(key, ino, size), 0)
                 return True
             finally:
@@ -106,6 +99,24 @@ class SharedSync:
     @staticmethod
     def _covers(record: tuple[bytes, int, int], key: bytes, ino: int, end: int) -> bool:
         return record[0] == key and record[1] == ino and record[2] >= end
+
+
+def forget_synced(path: Path) -> None:
+    """Clear a stream's shared record, if it has one: a segment was cut shorter (a torn tail
+    removed), so bytes below the recorded size may be written again and need their own fsync.
+
+    Any writer may cut a tail, whatever its fsync policy, so this opens the file itself; its
+    `flock` (a new open file description) also waits for a fsync running in this process.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.pwrite(fd, bytes(_SLOT.size), 0)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @dataclass(eq=False)
