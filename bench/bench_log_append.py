@@ -1,29 +1,45 @@
-"""Durable appends: one caller with fsync each, and group commit from 8 concurrent callers.
+"""Durable appends next to the disk's own limits, measured in the same run.
 
-    .venv/bin/python bench/bench_log_append.py
+    .venv/bin/python bench/bench_log_append.py [--quick]
 
-Targets: one at a time >= 4,000/s (>= 80% of the fsync limit);
-group commit, 8 callers: >= 100,000/s with p99 append latency <= 2 ms.
-Group commit is measured twice: callers appending one record per call, and
-callers appending small batches (append_validated of 32 records per call).
+Targets: one at a time >= 4,000/s (>= 80% of the fsync limit); group commit,
+8 callers of one record each: >= 100,000/s with p99 append latency <= 2 ms.
+
+Each run measures first the physical references (one 400 B append + fsync at a
+time; 500 records per fsync), then the log: one caller with `fsync = "always"`;
+group commit with 1-16 callers as threads of one process and as separate
+processes (one record per call, validation included, ~400 B records); 8 thread
+callers at record sizes from 0.4 to 10 kB; callers appending 32 pre-validated
+records per call. Every rate is also given as a ratio to the reference taken in
+the same run: single appends to the raw fsync rate; group commit to the batched
+rate and to its ceiling with N one-record callers, N x the raw fsync rate (each
+fsync can carry at most one record per caller). Writes `bench/results/log_append.json` and `bench/results/log_append.png`.
 """
 
 from __future__ import annotations
 
+import json
+import multiprocessing
+import os
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+from bench_log_reference import batched_fsync_rate, fsync_rate
 
 from tiermem.eventlog import EventLog
 from tiermem.events import validate
-from tiermem.settings import resolve_settings
+from tiermem.settings import Settings, resolve_settings
 
 ROOT = Path(__file__).resolve().parent.parent / "data"
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def record(i: int, who: str = "a") -> dict[str, object]:
+def record(i: int, who: str = "a", size: int = 0) -> dict[str, object]:
     return {
         "type": "interaction",
         "agent_id": f"agent-{who}",
@@ -31,7 +47,7 @@ def record(i: int, who: str = "a") -> dict[str, object]:
         "event_id": f"{who}-{i}",
         "ts": "2026-03-01T10:00:00.000Z",
         "user_message": "What did we decide about the refund for order 4471?",
-        "agent_response": "We refunded the duplicate $49.00 charge; ticket #4471 is closed.",
+        "agent_response": "We refunded the duplicate $49.00 charge; ticket #4471 is closed." + "x" * size,
         "model": "claude-sonnet-4-5",
         "usage": {"input_tokens": 2100, "output_tokens": 340, "tool_calls": 1},
         "tools_used": ["recall_memory"],
@@ -44,68 +60,187 @@ def pct(lat: list[float], q: float) -> float:
     return lat[min(len(lat) - 1, int(len(lat) * q))] * 1e3
 
 
-def one_at_a_time(n: int = 4000) -> None:
-    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
-        settings = resolve_settings(data_dir=tmp, env={}, fsync="always")
+def _settings(tmp: str, fsync: str) -> Settings:
+    return replace(resolve_settings(data_dir=tmp, env={}), fsync=fsync)  # type: ignore[arg-type]
+
+
+def one_at_a_time(n: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=ROOT) as tmp, EventLog(_settings(tmp, "always")) as log:
+        log.append(record(-1))  # open the segment and the index
         lat = []
-        with EventLog(settings) as log:
-            log.append(record(-1))  # open the segment and the index
-            start = time.perf_counter()
-            for i in range(n):
-                t = time.perf_counter()
-                log.append(record(i))
-                lat.append(time.perf_counter() - t)
-            elapsed = time.perf_counter() - start
-    print(
-        f"durable appends, one caller, fsync each: {n / elapsed:,.0f}/s  p50 {pct(lat, 0.5):.3f} ms  p99 {pct(lat, 0.99):.3f} ms  (n={n})"
-    )
+        start = time.perf_counter()
+        for i in range(n):
+            t = time.perf_counter()
+            log.append(record(i))
+            lat.append(time.perf_counter() - t)
+        elapsed = time.perf_counter() - start
+    return {"rate": n / elapsed, "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99), "n": n}
 
 
-def group(threads: int = 8, per_thread: int = 3000, batch: int = 1) -> None:
-    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
-        settings = replace(resolve_settings(data_dir=tmp, env={}), fsync="group")
+def _calls(log: EventLog, who: str, n: int, batch: int, size: int) -> list[float]:
+    lat = []
+    events = [validate(record(i, who, size)) for i in range(n)] if batch > 1 else []
+    for k in range(0, n, batch):
+        s = time.perf_counter()
+        if batch == 1:
+            log.append(record(k, who, size))
+        else:
+            log.append_validated(events[k : k + batch])
+        lat.append(time.perf_counter() - s)
+    return lat
+
+
+def _fsyncs(log: EventLog) -> int:
+    return sum(w.sync.fsyncs for w in log._writers.values() if w.sync is not None)
+
+
+def threads(callers: int, per_caller: int, batch: int = 1, size: int = 0) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=ROOT) as tmp, EventLog(_settings(tmp, "group")) as log:
+        log.append(record(-1))
+        before = _fsyncs(log)
         lat: list[float] = []
         lock = threading.Lock()
-        with EventLog(settings) as log:
-            log.append(record(-1))
-            prepared = {t: [validate(record(i, f"t{t}")) for i in range(per_thread)] for t in range(threads)}
-            barrier = threading.Barrier(threads + 1)
+        barrier = threading.Barrier(callers + 1)
 
-            def worker(t: int) -> None:
-                mine: list[float] = []
-                events = prepared[t]
-                barrier.wait()
-                for k in range(0, per_thread, batch):
-                    s = time.perf_counter()
-                    if batch == 1:
-                        log.append(record(k, f"t{t}"))
-                    else:
-                        log.append_validated(events[k : k + batch])
-                    mine.append(time.perf_counter() - s)
-                with lock:
-                    lat.extend(mine)
-
-            pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
-            for th in pool:
-                th.start()
+        def worker(t: int) -> None:
             barrier.wait()
-            start = time.perf_counter()
-            for th in pool:
-                th.join()
-            elapsed = time.perf_counter() - start
-        total = threads * per_thread
-        what = (
-            "one record per call (validate included)"
-            if batch == 1
-            else f"{batch} pre-validated records per call"
-        )
-        print(
-            f"group commit, {threads} concurrent callers, {what}: {total / elapsed:,.0f} records/s  "
-            f"call latency p50 {pct(lat, 0.5):.3f} ms  p99 {pct(lat, 0.99):.3f} ms  (n={total})"
-        )
+            mine = _calls(log, f"t{t}", per_caller, batch, size)
+            with lock:
+                lat.extend(mine)
+
+        pool = [threading.Thread(target=worker, args=(t,)) for t in range(callers)]
+        for th in pool:
+            th.start()
+        barrier.wait()
+        start, cpu = time.perf_counter(), time.process_time()
+        for th in pool:
+            th.join()
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        fsyncs = _fsyncs(log) - before
+    total = callers * per_caller
+    return {**_summary(total, elapsed, lat, fsyncs, batch), "cpu_us_per_record": cpu / total * 1e6}
+
+
+def _proc(tmp: str, who: str, n: int, barrier: Any, out: Any) -> None:
+    with EventLog(_settings(tmp, "group")) as log:
+        log.append(record(-1, who))
+        before = _fsyncs(log)
+        barrier.wait()
+        lat = _calls(log, who, n, 1, 0)
+        out.put((lat, _fsyncs(log) - before))
+
+
+def processes(callers: int, per_caller: int) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+        barrier, out = ctx.Barrier(callers + 1), ctx.Queue()
+        pool = [
+            ctx.Process(target=_proc, args=(tmp, f"p{i}", per_caller, barrier, out)) for i in range(callers)
+        ]
+        for p in pool:
+            p.start()
+        barrier.wait()
+        start = time.perf_counter()
+        got = [out.get() for _ in pool]
+        elapsed = time.perf_counter() - start
+        for p in pool:
+            p.join()
+    lat = [x for lats, _f in got for x in lats]
+    return _summary(callers * per_caller, elapsed, lat, sum(f for _l, f in got), 1)
+
+
+def _summary(total: int, elapsed: float, lat: list[float], fsyncs: int, batch: int) -> dict[str, Any]:
+    return {
+        "rate": total / elapsed,
+        "p50_ms": pct(lat, 0.5),
+        "p99_ms": pct(lat, 0.99),
+        "n": total,
+        "fsyncs": fsyncs,
+        "records_per_fsync": total / max(1, fsyncs),
+        "per_call": batch,
+    }
+
+
+def chart(res: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.5))
+    for kind, style in (("threads", "o-"), ("processes", "s-")):
+        rows = res[kind]
+        xs = [r["callers"] for r in rows]
+        ax1.plot(xs, [r["rate"] for r in rows], style, label=f"group commit, {kind}")
+        ax2.plot(xs, [r["p99_ms"] for r in rows], style, label=f"p99, {kind}")
+    ref = res["reference"]
+    ax1.axhline(ref["fsync_rate"], color="grey", ls=":", label="raw fsync rate (1 record/fsync)")
+    ax1.axhline(ref["batched_rate"], color="black", ls=":", label="batched fsync (500 records/fsync)")
+    xs = [r["callers"] for r in res["threads"]]
+    ceiling = [min(x * ref["fsync_rate"], ref["batched_rate"]) for x in xs]
+    ax1.plot(xs, ceiling, color="green", ls="-.", label="ceiling: callers x raw fsync rate")
+    ax1.axhline(100_000, color="red", ls="--", label="target 100k/s")
+    ax1.set(xscale="log", yscale="log", xlabel="callers (1 record per call)", ylabel="appends/s")
+    ax2.axhline(2.0, color="red", ls="--", label="target p99 2 ms")
+    ax2.set(xscale="log", xlabel="callers", ylabel="append latency p99 (ms)")
+    sizes = res["sizes"]
+    ax3.plot([r["bytes"] for r in sizes], [r["rate"] for r in sizes], "o-", label="8 thread callers")
+    ax3.set(xscale="log", xlabel="record size (bytes)", ylabel="appends/s")
+    for ax in (ax1, ax2, ax3):
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"durable appends ({res['when']}, load {res['load']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    n = 400 if quick else 1500
+    ROOT.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+        rate, p50, p99 = fsync_rate(Path(tmp) / "f", n=1000)
+        batched = batched_fsync_rate(Path(tmp) / "b", batches=100)
+    res: dict[str, Any] = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": round(os.getloadavg()[0], 1),
+        "reference": {"fsync_rate": rate, "fsync_p50_ms": p50, "fsync_p99_ms": p99, "batched_rate": batched},
+    }
+    print(
+        f"reference: raw fsync {rate:,.0f}/s (p50 {p50:.3f} ms, p99 {p99:.3f} ms); 500/fsync {batched:,.0f}/s"
+    )
+    one = one_at_a_time(n)
+    res["one_at_a_time"] = one
+    print(
+        f"one caller, fsync each: {one['rate']:,.0f}/s ({one['rate'] / rate:.2f} of raw fsync) p99 {one['p99_ms']:.2f} ms"
+    )
+    res["threads"], res["processes"] = [], []
+    for callers in (1, 2, 4, 8, 16):
+        for kind, run in (("threads", threads), ("processes", processes)):
+            r = {"callers": callers, **run(callers, max(200, n * 2 // callers))}
+            res[kind].append(r)
+            print(
+                f"group, {callers:2d} {kind:9s}: {r['rate']:9,.0f}/s ({r['rate'] / batched:.3f} of batched fsync, "
+                f"{r['rate'] / min(callers * rate, batched):.2f} of {callers} x raw fsync) "
+                f"p50 {r['p50_ms']:.2f} p99 {r['p99_ms']:.2f} ms, {r['records_per_fsync']:.1f} records/fsync"
+                + (f", {r['cpu_us_per_record']:.0f} us CPU/record" if kind == "threads" else "")
+            )
+    res["sizes"] = []
+    for size in (0, 1_000, 4_000, 10_000):
+        r = threads(8, max(200, n // 4), size=size)
+        r["bytes"] = len(json.dumps(validate(record(0, "t", size))))
+        res["sizes"].append(r)
+        print(f"group, 8 threads, {r['bytes']:,} B records: {r['rate']:,.0f}/s p99 {r['p99_ms']:.2f} ms")
+    r = threads(8, 32 * (50 if quick else 200), batch=32)
+    res["batch32"] = r
+    print(
+        f"group, 8 threads x 32 records per call: {r['rate']:,.0f}/s ({r['rate'] / batched:.3f}) p99 {r['p99_ms']:.2f} ms"
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "log_append.json").write_text(json.dumps(res, indent=1))
+    chart(res, RESULTS / "log_append.png")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}; wrote {RESULTS / 'log_append.png'}")
 
 
 if __name__ == "__main__":
-    one_at_a_time()
-    group(batch=1)
-    group(batch=32, per_thread=32 * 400)
+    main()

@@ -1,6 +1,7 @@
 """Bulk ingest rate of a JSONL file of realistic turns (tiermem.app.samples).
 
     .venv/bin/python bench/bench_log_ingest.py [RECORDS]
+    .venv/bin/python bench/bench_log_ingest.py --curve   # rate vs file size, PNG + JSON in bench/results/
 
 Target: >= 150,000 records/s. Measured with fsync=always (one
 fsync per 20,000-record batch and day) and fsync=none, with the default
@@ -13,6 +14,7 @@ with other work the rate follows the free cores, the CPU cost does not.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import sys
@@ -20,12 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_log_reference import batched_fsync_rate, buffered_rate
 from tiermem.ingest.pipeline import IngestInfo, ingest_file, ingest_workers
 
 from tiermem.app import samples
 from tiermem.settings import FsyncPolicy, resolve_settings
 
 ROOT = Path(__file__).resolve().parent.parent / "data"
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _cpu_s() -> float:
@@ -66,5 +70,59 @@ def main(n: int) -> None:
         print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
+def curve(sizes: tuple[int, ...] = (10_000, 30_000, 100_000, 300_000)) -> None:
+    """Ingest rate and CPU per record vs file size, next to the disk's references of the same run."""
+    ROOT.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+        buffered = buffered_rate(Path(tmp) / "w", n=200_000)
+        batched = batched_fsync_rate(Path(tmp) / "b", batches=100)
+        res: dict[str, object] = {
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "load": round(os.getloadavg()[0], 1),
+            "reference": {"buffered_rate": buffered, "batched_rate": batched},
+        }
+        print(f"reference: buffered 400 B writes {buffered:,.0f}/s; 500 records per fsync {batched:,.0f}/s")
+        rows = []
+        for n in sizes:
+            src = Path(tmp) / f"turns-{n}.jsonl"
+            samples.write_jsonl(src, samples.generate(days=5, per_day=n // 5, seed=1))
+            settings = resolve_settings(data_dir=Path(tmp) / f"d{n}", env={})
+            cpu = _cpu_s()
+            info = ingest_file(settings, src, progress=False, fsync="always")
+            used = _cpu_s() - cpu
+            row = {"records": n, "rate": info.rate_per_s, "cpu_us_per_record": used / n * 1e6}
+            rows.append(row)
+            print(
+                f"{n:>9,} records: {info.rate_per_s:,.0f}/s ({info.rate_per_s / batched:.2f} of batched fsync, "
+                f"{info.rate_per_s / buffered:.3f} of buffered writes), CPU {row['cpu_us_per_record']:.1f} us/record"
+            )
+        res["rows"] = rows
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "log_ingest.json").write_text(json.dumps(res, indent=1))
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    xs = [r["records"] for r in rows]
+    ax1.plot(xs, [r["rate"] for r in rows], "o-", label="bulk ingest, fsync=always, workers auto")
+    ax1.axhline(150_000, color="red", ls="--", label="target 150k/s")
+    ax1.axhline(batched, color="black", ls=":", label="batched fsync (same run)")
+    ax1.set(xscale="log", yscale="log", xlabel="records in the file", ylabel="records/s")
+    ax2.plot(xs, [r["cpu_us_per_record"] for r in rows], "o-", label="CPU per record (all processes)")
+    ax2.set(xscale="log", xlabel="records in the file", ylabel="us of CPU per record")
+    for ax in (ax1, ax2):
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"bulk ingest ({res['when']}, load {res['load']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "log_ingest.png", dpi=90)
+    print(f"load after: {os.getloadavg()[0]:.1f}; wrote {RESULTS / 'log_ingest.png'}")
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300_000)
+    if "--curve" in sys.argv:
+        curve()
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 300_000)

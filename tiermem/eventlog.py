@@ -32,6 +32,7 @@ import orjson
 
 from tiermem.errors import StorageError, ValidationError, os_reason
 from tiermem.events import CALLER, INTERNAL, STREAMS, stream_of, upcast, validate
+from tiermem.groupcommit import GroupQueue, SharedSync, SyncPoint, forget_synced, group_commit
 from tiermem.ids import format_ts, new_event_id, utcnow
 from tiermem.rejects import Rejected, write_rejects
 from tiermem.settings import Settings
@@ -202,17 +203,18 @@ class _StreamWriter:
         self.active: dict[str, str] = {}  # partition -> active segment stem
         # partition -> (its .jsonl, its .parquet twin, the seal's "being sealed" mark)
         self.paths: dict[str, tuple[str, str, str]] = {}
-        # Group commit: callers queue their events; one of them (the leader) writes
-        # everything queued with one lock and one fsync while the others wait.
-        self.group_cond = threading.Condition()
-        self.group_queue: list[_GroupRequest] = []
-        self.group_leader = False
+        # Group commit (`fsync = "group"`, see `tiermem.groupcommit`): this process's
+        # callers queue here; the fsync is shared with other processes through `.sync`.
+        self.group = GroupQueue()
+        self.sync = SharedSync(self.root / ".sync") if log.settings.fsync == "group" else None
 
     def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
         os.close(self.lock_fd)
+        if self.sync is not None:
+            self.sync.close()
 
     # Called with both locks held.
     def segment_for(self, partition: str) -> tuple[str, int]:
@@ -261,10 +263,18 @@ class _StreamWriter:
 
     def _drop(self, partition: str) -> None:
         fd = self.fds.pop(partition, None)
-        if fd is not None:
-            os.close(fd)
         self.active.pop(partition, None)
         self.paths.pop(partition, None)
+        if fd is not None:
+            try:
+                if self.sync is not None:
+                    # A caller told "duplicate" of a record in this segment returns at
+                    # once; the segment this process leaves behind must be durable already.
+                    os.fsync(fd)
+            except OSError as exc:
+                raise StorageError(f"syncing a finished segment of {self.stream}: {os_reason(exc)}") from exc
+            finally:
+                os.close(fd)
 
     def _choose_segment(self, part_dir: Path) -> str:
         if part_dir.exists():
@@ -278,16 +288,6 @@ class _StreamWriter:
             if open_segments:
                 return open_segments[-1]
         return "seg-" + new_event_id()
-
-
-@dataclass
-class _GroupRequest:
-    """One caller's events waiting for the group-commit leader."""
-
-    events: list[dict[str, Any]]
-    results: list[AppendResult] | None = None
-    error: BaseException | None = None
-    done: bool = False
 
 
 class EventLog:
@@ -368,7 +368,11 @@ class EventLog:
             return
         row = self._index().execute("SELECT offset FROM indexed WHERE segment = ?", (segment,)).fetchone()
         done = row[0] if row else 0
-        if done > st.st_size:  # the file was rewritten (erasure): its ids are still indexed
+        if done > st.st_size:
+            # Shorter than indexed: rewritten by an erasure (every id kept, as a tombstone),
+            # or cut by a power loss before a group commit's fsync (the index, which moves
+            # before that fsync, names ids the file lost). Index the file as it is.
+            self._index().execute("DELETE FROM event_ids WHERE segment = ?", (segment,))
             done = 0
         if st.st_size > done:
             done = self._index_lines(segment, self.root / f"{segment}.jsonl", done)
@@ -400,6 +404,7 @@ class EventLog:
                 os.fsync(qf.fileno())
             os.ftruncate(fd, cut)
             os.fsync(fd)
+            forget_synced(self.root / stream / ".sync")  # its "durable up to" may count the cut bytes
         self._reconcile(segment, fd)
 
     # --------------------------------------------------------------- rejects
@@ -480,8 +485,8 @@ class EventLog:
 
     def _append_stream(self, stream: str, events: list[dict[str, Any]]) -> list[AppendResult]:
         w = self._writer(stream)
-        if self.settings.fsync == "group":
-            return self._group_commit(w, events)
+        if w.sync is not None:
+            return group_commit(w.group, w.sync, events, lambda evs: self._write_group(w, evs))
         with w.thread_lock:
             return self._append_flocked(w, events)
 
@@ -492,48 +497,31 @@ class EventLog:
         finally:
             fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
 
-    def _group_commit(self, w: _StreamWriter, events: list[dict[str, Any]]) -> list[AppendResult]:
-        """Leader/follower group commit: whoever finds no leader writes every queued request.
+    def _write_group(
+        self, w: _StreamWriter, events: list[dict[str, Any]]
+    ) -> tuple[list[Any], list[SyncPoint]]:
+        """Group commit's write stage: write and index under the lock, fsync left to the caller.
 
-        While a leader is inside its write+fsync, new callers queue up; the next
-        leader takes them all at once, so N concurrent callers share one fsync.
+        The id index moves before the bytes are durable (the next writer's duplicate
+        check must see them); after a power loss the index is cut back to the
+        segments as they are (see `_reconcile`).
         """
-        req = _GroupRequest(events)
-        cond = w.group_cond
-        with cond:
-            w.group_queue.append(req)
-            while not req.done:
-                if w.group_leader:
-                    cond.wait()
-                    continue
-                w.group_leader = True
-                batch, w.group_queue = w.group_queue, []
-                cond.release()
-                try:
-                    self._commit_group(w, batch)
-                finally:
-                    cond.acquire()
-                    w.group_leader = False
-                    cond.notify_all()
-        if req.error is not None:
-            raise req.error
-        assert req.results is not None
-        return req.results
-
-    def _commit_group(self, w: _StreamWriter, batch: list[_GroupRequest]) -> None:
-        combined = [ev for req in batch for ev in req.events]
-        try:
-            with w.thread_lock:
-                results = self._append_flocked(w, combined)
-        except BaseException as exc:  # every waiting caller must hear about it
-            for req in batch:
-                req.error, req.done = exc, True
-            return
-        pos = 0
-        for req in batch:
-            req.results = results[pos : pos + len(req.events)]
-            pos += len(req.events)
-            req.done = True
+        with w.thread_lock:
+            fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
+            try:
+                results = self._append_locked(w, events, sync=False)
+                points = []
+                segments = {r.segment for r in results if not r.duplicate}
+                if any(r.duplicate for r in results):
+                    # A duplicate's first copy may still be waiting for its fsync.
+                    segments.update(f"{w.stream}/{p}/{stem}" for p, stem in w.active.items())
+                for segment in sorted(segments):
+                    partition = segment.split("/")[1]
+                    fd = w.fds[partition]
+                    points.append(SyncPoint(segment, os.dup(fd), os.fstat(fd).st_size))
+                return results, points
+            finally:
+                fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
 
     def append_encoded(
         self, stream: str, ids: list[str], partitions: list[str], lines: list[bytes]
@@ -561,13 +549,16 @@ class EventLog:
                 fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
         return sum(len(keep) for _segment, _first, keep in written), len(duplicates)
 
-    def _append_locked(self, w: _StreamWriter, events: list[dict[str, Any]]) -> list[AppendResult]:
+    def _append_locked(
+        self, w: _StreamWriter, events: list[dict[str, Any]], *, sync: bool = True
+    ) -> list[AppendResult]:
         ids = [ev["event_id"] for ev in events]
         written, duplicates = self._append_lines_locked(
             w,
             ids,
             [partition_of(ev) for ev in events],
             lambda keep: [orjson.dumps(events[i]) + b"\n" for i in keep],
+            sync=sync,
         )
         results: list[AppendResult | None] = [None] * len(events)
         for i in duplicates:
@@ -583,6 +574,8 @@ class EventLog:
         ids: list[str],
         partitions: list[str],
         lines_of: Callable[[list[int]], list[bytes]],
+        *,
+        sync: bool = True,
     ) -> tuple[list[tuple[str, int, list[int]]], list[int]]:
         """Write the non-duplicate events (stream lock held): ([(segment, first line, indexes)], duplicates)."""
         by_partition: dict[str, list[int]] = {}
@@ -603,12 +596,12 @@ class EventLog:
         for partition, keep in kept.items():
             stem, fd = targets[partition] if partition in targets else w.segment_for(partition)
             pending.append((f"{w.stream}/{partition}/{stem}", fd, b"".join(lines_of(keep)), keep))
-        written = self._write_durably(pending)
+        written = self._write_durably(pending, sync=sync)
         self._index_written(conn, written, ids)
         return [(segment, first_line, keep) for segment, _fd, _end, first_line, keep in written], duplicates
 
     def _write_durably(
-        self, pending: list[tuple[str, int, bytes, list[int]]]
+        self, pending: list[tuple[str, int, bytes, list[int]]], *, sync: bool = True
     ) -> list[tuple[str, int, int, int, list[int]]]:
         """Write each segment's payload, then one fsync each: a batch spanning days costs one
         fsync per day touched, not per record. Returns (segment, fd, end, first line, indexes)."""
@@ -625,7 +618,7 @@ class EventLog:
                     f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
                 ) from exc
             written.append((segment, fd, start_size + len(payload), first_line, keep))
-        if self.settings.fsync != "none":
+        if sync and self.settings.fsync != "none":
             for segment, fd, *_ in written:
                 try:
                     os.fsync(fd)

@@ -1,0 +1,224 @@
+"""Group commit (`fsync = "group"`): callers share fsyncs, and none returns before its bytes are durable."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import threading
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+import pytest
+from helpers_log import PYTHON, REPO, interaction, segment_files
+
+from tiermem.errors import StorageError
+from tiermem.eventlog import EventLog
+from tiermem.groupcommit import SharedSync, SyncPoint
+from tiermem.settings import Settings
+
+
+def test_no_append_returns_before_an_fsync_covering_its_line(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_fsync = os.fsync
+    durable: dict[int, int] = {}  # inode -> bytes known durable (size taken before the fsync)
+    lock = threading.Lock()
+
+    def recording_fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        real_fsync(fd)
+        with lock:
+            durable[st.st_ino] = max(durable.get(st.st_ino, 0), st.st_size)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    seen: list[tuple[str, int, int]] = []  # (segment, line, durable bytes when append returned)
+    with EventLog(replace(settings, fsync="group")) as log:
+
+        def worker(t: int) -> None:
+            for k in range(150):
+                r = log.append(interaction(k, event_id=f"t{t}-{k}", agent_response="r" * (k % 40)))
+                ino = os.stat(log.root / f"{r.segment}.jsonl").st_ino
+                with lock:
+                    seen.append((r.segment, r.line, durable.get(ino, 0)))
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        fsyncs = sum(w.sync.fsyncs for w in log._writers.values() if w.sync is not None)
+    ends: dict[str, list[int]] = {}  # segment -> byte offset just past each of its lines
+    for segment in {s for s, _line, _d in seen}:  # the records span five days: five segments
+        pos, ends[segment] = 0, []
+        for line in (settings.log_dir / f"{segment}.jsonl").read_bytes().split(b"\n")[:-1]:
+            pos += len(line) + 1
+            ends[segment].append(pos)
+    assert len(ends) == 5 and sum(len(e) for e in ends.values()) == len(seen) == 900
+    late = [(s, line, synced) for s, line, synced in seen if ends[s][line] > synced]
+    assert late == []  # every caller returned after an fsync that covered its whole line
+    assert fsyncs <= len(seen)
+
+
+def test_a_fsync_by_one_process_covers_what_another_wrote_before_it(tmp_path: Path) -> None:
+    """Two `SharedSync`s on one `.sync` file stand for two processes (each has its own flock)."""
+    seg = tmp_path / "seg.jsonl"
+    fd_a = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    fd_b = os.open(seg, os.O_RDWR | os.O_APPEND)
+    a, b = SharedSync(tmp_path / ".sync"), SharedSync(tmp_path / ".sync")
+    try:
+        os.write(fd_a, b"a" * 10 + b"\n")  # A's record: bytes [0, 11)
+        os.write(fd_b, b"b" * 10 + b"\n")  # B's record: bytes [11, 22)
+        assert b.make_durable(SyncPoint("s/date=x/seg", fd_b, 22)) is True
+        # A's bytes were below the size B fsynced: A returns without an fsync of its own.
+        assert a.make_durable(SyncPoint("s/date=x/seg", fd_a, 11)) is False
+        os.write(fd_a, b"c\n")
+        assert a.make_durable(SyncPoint("s/date=x/seg", fd_a, 24)) is True  # beyond it: A syncs
+        assert b.make_durable(SyncPoint("s/date=x/seg", fd_b, 24)) is False
+        # Another segment (same inode numbers could recur after a rewrite) is never taken as covered.
+        assert b.make_durable(SyncPoint("s/date=x/other", fd_b, 1)) is True
+        assert (a.fsyncs, b.fsyncs) == (1, 2)
+    finally:
+        for fd in (fd_a, fd_b):
+            os.close(fd)
+        a.close()
+        b.close()
+
+
+WRITER = """
+import sys, threading
+from tiermem.errors import StorageError
+from tiermem.eventlog import EventLog
+from tiermem.settings import resolve_settings
+settings = resolve_settings(data_dir=sys.argv[1], env={}, fsync="group")
+who, n = sys.argv[2], int(sys.argv[3])
+out = threading.Lock()
+with EventLog(settings) as log:
+    def caller(t):
+        for k in range(n):
+            eid = f"{who}-{t}-{k}"
+            log.append({"type": "interaction", "agent_id": who, "event_id": eid,
+                        "ts": "2026-03-01T10:00:00.000Z", "user_message": "m" * (1 + k % 50),
+                        "agent_response": "r" * (k % 700)})
+            with out:  # acknowledged: append returned
+                sys.stdout.write(eid + "\\n")
+                sys.stdout.flush()
+    threads = [threading.Thread(target=caller, args=(t,)) for t in range(4)]
+    for th in threads: th.start()
+    for th in threads: th.join()
+"""
+
+
+@pytest.mark.slow
+def test_sigkilled_group_commit_writers_lose_no_acknowledged_record(
+    settings: Settings, tmp_path: Path
+) -> None:
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def start(who: str, n: int, out: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [str(PYTHON), str(script), str(settings.data_dir), who, str(n)], env=env, stdout=out
+        )
+
+    # Far more records than they can write before the kill: the kill always lands mid-run.
+    procs = {who: start(who, 10**6, subprocess.PIPE) for who in ("p0", "p1", "p2")}
+    acked: list[str] = []
+    for proc in procs.values():  # wait for real acknowledgements, then kill mid-run
+        assert proc.stdout is not None
+        for _ in range(150):
+            acked.append(proc.stdout.readline().decode().strip())
+    for proc in procs.values():
+        proc.send_signal(signal.SIGKILL)
+    for proc in procs.values():
+        assert proc.stdout is not None
+        acked.extend(x for x in proc.stdout.read().decode().split("\n") if x)  # acked before the kill
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    stored = [
+        orjson.loads(x)["event_id"]
+        for p in segment_files(settings.data_dir)
+        for x in p.read_bytes().split(b"\n")
+        if x.endswith(b"}")  # a torn last line is not a stored record
+    ]
+    assert all(x for x in acked)
+    assert set(acked) <= set(stored)  # nothing acknowledged is missing
+    # A re-run of one writer over its first ids: the torn tail (if any) is quarantined, every record
+    # it had stored counts as a duplicate, and each id ends up stored exactly once.
+    n = 100
+    rerun = start("p0", n, subprocess.DEVNULL)
+    assert rerun.wait(timeout=120) == 0
+    lines = [x for p in segment_files(settings.data_dir) for x in p.read_bytes().split(b"\n") if x]
+    counts = Counter(orjson.loads(x)["event_id"] for x in lines)  # every line parses: none torn
+    assert max(counts.values()) == 1
+    assert {f"p0-{t}-{k}" for t in range(4) for k in range(n)} <= set(counts)
+
+
+def test_a_failed_fsync_reaches_the_caller_and_the_next_group_still_commits(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_fsync = os.fsync
+
+    def broken(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    with EventLog(replace(settings, fsync="group")) as log:
+        log.append(interaction(0, event_id="first"))
+        monkeypatch.setattr(os, "fsync", broken)
+        with pytest.raises(StorageError, match="may not be durable"):
+            log.append(interaction(0, event_id="unsynced"))
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        # No leader is left behind: the next caller writes and syncs, and the record the failed
+        # call wrote is already in the log (a retry of it is a duplicate, now durable).
+        assert log.append(interaction(0, event_id="next")).line == 2
+        assert log.append(interaction(0, event_id="unsynced")).duplicate
+
+
+def test_group_commit_across_segment_rollovers_keeps_every_position(settings: Settings) -> None:
+    """Segments roll over while groups still wait for their fsync (each group syncs its own copy of the fd)."""
+    results = []
+    lock = threading.Lock()
+    with EventLog(replace(settings, fsync="group", segment_max_bytes=3_000)) as log:
+
+        def worker(t: int) -> None:
+            for k in range(60):
+                r = log.append(interaction(0, event_id=f"t{t}-{k}"))
+                with lock:
+                    results.append(r)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert len({r.segment for r in results}) > 5
+    for r in results:
+        lines = (settings.log_dir / f"{r.segment}.jsonl").read_bytes().split(b"\n")
+        assert orjson.loads(lines[r.line])["event_id"] == r.event_id
+
+
+def test_a_cut_torn_tail_clears_the_shared_record_so_new_bytes_below_it_get_their_fsync(
+    settings: Settings,
+) -> None:
+    with EventLog(replace(settings, fsync="group")) as log:
+        first = log.append(interaction(0, event_id="first"))
+        path = settings.log_dir / f"{first.segment}.jsonl"
+        with open(path, "ab") as fh:  # a writer killed mid-write: a long partial line
+            fh.write(b'{"event_id":"torn","agent_response":"' + b"x" * 2_000)
+        other = SharedSync(path.parent.parent / ".sync")  # another process syncs, partial line included
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            assert other.make_durable(SyncPoint(first.segment, fd, os.fstat(fd).st_size))
+        finally:
+            os.close(fd)
+            other.close()
+        [writer] = log._writers.values()
+        assert writer.sync is not None
+        before = writer.sync.fsyncs
+        second = log.append(interaction(0, event_id="second"))  # cuts the tail, then lands below it
+        assert second.segment == first.segment and second.line == 1
+        assert path.stat().st_size < 2_000  # the new record lies inside the range once recorded
+        assert writer.sync.fsyncs == before + 1  # so it was fsynced, not taken as covered
