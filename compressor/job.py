@@ -62,6 +62,7 @@ class CompressInfo:
     important: int = 0
     proposals: int = 0  # knowledge_proposed events appended (new)
     relationships: int = 0  # relationship_updated events appended (new)
+    notes: int = 0  # derived_note events appended (new)
     duplicates: int = 0  # derived events computed again and dropped by the log
     replayed_pending: int = 0  # groups finished from a pending file left by a killed run
     requests: int = 0
@@ -168,6 +169,8 @@ def _append(log: EventLog, events: list[dict[str, Any]], info: CompressInfo) -> 
             info.proposals += 1
         elif ev["type"] == "relationship_updated":
             info.relationships += 1
+        elif ev["type"] == "derived_note":
+            info.notes += 1
 
 
 def _replay_pending(
@@ -245,6 +248,7 @@ def run_compress(
                 batch = scored.batch
                 events.extend(scored.episodes)
                 events.extend(scored.facts)
+                events.extend(scored.notes)
                 done.setdefault(scored.agent_id, []).extend(it.event_id for it in batch)
                 info.batches += 1
                 info.interactions_scored += len(batch)

@@ -57,10 +57,14 @@ def check_attachments(value: Any) -> list[dict[str, str]]:
             raise ValidationError(name, f"expected an object, got {type(item).__name__}")
         unknown = sorted(str(k) for k in item if k not in ATTACHMENT_FIELDS)
         if unknown:
-            raise ValidationError(f"{name}.{unknown[0]}", f"unknown field; allowed: {', '.join(ATTACHMENT_FIELDS)}")
+            raise ValidationError(
+                f"{name}.{unknown[0]}", f"unknown field; allowed: {', '.join(ATTACHMENT_FIELDS)}"
+            )
         kind = item.get("kind", "image")
         if kind not in ATTACHMENT_KINDS:
-            raise ValidationError(f"{name}.kind", f"expected one of {', '.join(ATTACHMENT_KINDS)}, got {kind!r}"[:200])
+            raise ValidationError(
+                f"{name}.kind", f"expected one of {', '.join(ATTACHMENT_KINDS)}, got {kind!r}"[:200]
+            )
         checked = {"kind": str(kind)}
         caption = _text(f"{name}.caption", item.get("caption", ""), MAX_CAPTION_CHARS).strip()
         url = _text(f"{name}.url", item.get("url", ""), MAX_URL_CHARS, single_line=True).strip()
@@ -68,7 +72,9 @@ def check_attachments(value: Any) -> list[dict[str, str]]:
             raise ValidationError(f"{name}.url", "expected a URL or a path without spaces")
         mime = _text(f"{name}.mime", item.get("mime", ""), 200, single_line=True).strip()
         if mime and not _MIME.fullmatch(mime):
-            raise ValidationError(f"{name}.mime", f"expected a media type such as image/jpeg, got {mime[:40]!r}")
+            raise ValidationError(
+                f"{name}.mime", f"expected a media type such as image/jpeg, got {mime[:40]!r}"
+            )
         query = _text(f"{name}.query", item.get("query", ""), MAX_QUERY_CHARS).strip()
         if not caption and not url:
             raise ValidationError(name, "needs a caption or a url")
