@@ -31,7 +31,7 @@ MAX_QUERY_CHARS = 500
 ATTACHMENT_FIELDS = ("kind", "caption", "url", "mime", "query")
 _MIME = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}", re.I)
 _URL = re.compile(r"(?:https?|file|s3)://\S+|[^\s:]+", re.I)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _text(name: str, value: Any, limit: int, *, single_line: bool = False) -> str:
