@@ -521,9 +521,7 @@ def search_quotes(
     for row, quotes in zip(rows, parsed, strict=True):
         if not quotes:
             continue
-        texts = [
-            f"{q['text']} {note_words(notes.get(str(q.get('event_id') or ''), []))}".lower() for q in quotes
-        ]
+        texts = [f"{q['text']} {note_words(notes.get(_note_key(q), []))}".lower() for q in quotes]
         counts = [_term_counts(t, rx, n_groups) for t in texts]
         own = [_bm25(c, t.count(" ") + 1, weights) for c, t in zip(counts, texts, strict=True)]
         head_text = f"{row[1] or ''} {row[2] or ''}".lower()
@@ -561,7 +559,7 @@ def search_quotes(
                         "text": text,
                         "speaker": speaker,
                         "event_id": eid,
-                        "notes": shown_notes(notes.get(eid, [])),
+                        "notes": shown_notes(notes.get(_note_key(q), [])),
                         "episode_id": row[0],
                         "ts": row[4],
                         "date": human_date(start),
@@ -585,6 +583,10 @@ def search_quotes(
         if len(out) >= limit:
             break
     return out
+
+
+def _note_key(quote: dict[str, Any]) -> tuple[str, str]:
+    return str(quote.get("event_id") or ""), str(quote.get("speaker") or "")
 
 
 def render_quote_block(

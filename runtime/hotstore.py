@@ -165,6 +165,7 @@ CREATE TABLE IF NOT EXISTS notes (
     note_id TEXT PRIMARY KEY,
     agent_id TEXT NOT NULL,
     source_event_id TEXT NOT NULL,
+    speaker TEXT NOT NULL,           -- the side of the turn it was derived from
     kind TEXT NOT NULL,
     text TEXT NOT NULL,
     ts TEXT NOT NULL,

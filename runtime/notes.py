@@ -21,10 +21,14 @@ LOOKUP_CHUNK = 500  # ids per query (well under SQLite's variable limit)
 
 def notes_for(
     conn: sqlite3.Connection, who: Principal, event_ids: Iterable[str]
-) -> dict[str, list[tuple[str, str]]]:
-    """{turn event id: [(kind, text), ...]} for the turns that have notes, in note order."""
+) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """{(turn event id, speaker): [(kind, text), ...]} for the turns that have notes, in note order.
+
+    A turn has two sides (the user's message, the agent's answer); a note
+    belongs to the side it was derived from.
+    """
     wanted = sorted({e for e in event_ids if e})
-    out: dict[str, list[tuple[str, str]]] = {}
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
     if not wanted:
         return out
     visible, params = item_clause(who, "n")
@@ -32,12 +36,12 @@ def notes_for(
         chunk = wanted[start : start + LOOKUP_CHUNK]
         marks = ",".join("?" * len(chunk))
         rows = conn.execute(
-            f"SELECT n.source_event_id, n.kind, n.text FROM notes n"
+            f"SELECT n.source_event_id, n.speaker, n.kind, n.text FROM notes n"
             f" WHERE n.source_event_id IN ({marks}) AND {visible} ORDER BY n.source_event_id, n.note_id",
             (*chunk, *params),
         )
-        for source, kind, text in rows:
-            out.setdefault(str(source), []).append((str(kind), str(text)))
+        for source, speaker, kind, text in rows:
+            out.setdefault((str(source), str(speaker)), []).append((str(kind), str(text)))
     return out
 
 

@@ -406,12 +406,14 @@ def _apply_note(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     if not sources:
         return
     conn.execute(
-        "INSERT INTO notes (note_id, agent_id, source_event_id, kind, text, ts, owner) VALUES (?,?,?,?,?,?,?)"
+        "INSERT INTO notes (note_id, agent_id, source_event_id, speaker, kind, text, ts, owner)"
+        " VALUES (?,?,?,?,?,?,?,?)"
         " ON CONFLICT (note_id) DO NOTHING",
         (
             ev["event_id"],
             ev["agent_id"],
             sources[0],
+            ev.get("speaker") or "",
             ev["kind"],
             ev["text"],
             ev["ts"],
