@@ -241,7 +241,9 @@ def run_compress(
             todo = sel.to_compress
             batches = [todo[i : i + cfg.batch_size] for i in range(0, len(todo), cfg.batch_size)]
             for g in range(0, len(batches), GROUP_BATCHES):
-                chunks.append(Chunk(sel.agent_id, threshold, batches[g : g + GROUP_BATCHES]))
+                chunks.append(
+                    Chunk(sel.agent_id, threshold, batches[g : g + GROUP_BATCHES], cfg.derived_notes)
+                )
         info.agents = len({c.agent_id for c in chunks})
         with Progress("compress", total=sum(len(s.to_compress) for s in selections), enabled=progress) as bar:
             for scored in scored_batches(scorer, chunks, use_bulk=cfg.use_batches_api):

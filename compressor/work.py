@@ -40,6 +40,7 @@ class Chunk:
     agent_id: str
     threshold: int
     batches: list[list[Interaction]]
+    notes: bool = True  # derive notes from the turns (CompressorSettings.derived_notes)
 
 
 def score_chunk(scorer: Scorer, chunk: Chunk, use_bulk: bool) -> list[ScoredBatch]:
@@ -61,7 +62,7 @@ def score_chunk(scorer: Scorer, chunk: Chunk, use_bulk: bool) -> list[ScoredBatc
                 batch,
                 episodes,
                 facts,
-                batch_notes(chunk.agent_id, batch),
+                batch_notes(chunk.agent_id, batch) if chunk.notes else [],
                 result.requests,
                 result.retries,
                 result.input_tokens,

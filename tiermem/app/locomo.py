@@ -27,7 +27,8 @@ until the budget (tokens = ceil(len(text)/4) over the whole delivered text).
 Scores (micro-averaged, overall and per category):
 - evidence_recall_verbatim: a gold evidence turn's text appears whole;
 - evidence_recall_cited: a delivered item lists the turn's event id and the
-  item's delivered text contains at least half of the turn's content words;
+  item's delivered text contains at least half of the turn's content words
+  (with or without its image caption);
 - evidence_recall: either;
 - answer_recall / answer_full: share of the gold answer's content tokens
   (lower-case alphanumerics minus stop words) present in the delivered text,
@@ -188,7 +189,7 @@ def load_locomo(path: Path | str) -> list[Conversation]:
     return convs
 
 
-def interaction_events(conv: Conversation) -> list[dict[str, Any]]:
+def interaction_events(conv: Conversation, *, captions: bool = True) -> list[dict[str, Any]]:
     out = []
     for t in conv.turns:
         by_agent = t.speaker == conv.speaker_a
@@ -207,7 +208,7 @@ def interaction_events(conv: Conversation) -> list[dict[str, Any]]:
                 "metadata": {"dia_id": t.dia_id, "speaker": t.speaker, "agent_name": conv.speaker_a},
             }
         )
-        if t.attachments:
+        if t.attachments and captions:
             out[-1]["attachments"] = [dict(a) for a in t.attachments]
     return out
 
@@ -255,12 +256,13 @@ def score_question(items: list[Item], q: Question, turns: dict[str, Turn]) -> di
     verbatim = any(t.text.strip() and t.text.strip() in text for t in gold)
     cited = False
     for t in gold:
-        words = set(answer_tokens(t.full_text))
-        for item in items:
-            if t.event_id in item.ids and words:
-                have = words & set(tokens(item.text))
-                if len(have) >= 0.5 * len(words):
-                    cited = True
+        # The caption is part of its turn: stating the words or the words with the caption both count.
+        for words in {frozenset(answer_tokens(t.text)), frozenset(answer_tokens(t.full_text))}:
+            for item in items:
+                if t.event_id in item.ids and words:
+                    have = words & set(tokens(item.text))
+                    if len(have) >= 0.5 * len(words):
+                        cited = True
     ans = answer_tokens(q.answer)
     hit = sum(1 for a in ans if a in present)
     return {
@@ -405,14 +407,14 @@ class TiermemContext:
 # ------------------------------------------------------------------ the run
 
 
-def prepare(settings: Settings, convs: list[Conversation]) -> dict[str, Any]:
+def prepare(settings: Settings, convs: list[Conversation], *, captions: bool = True) -> dict[str, Any]:
     """Ingest, compress, evolve and project, as a user would; returns what each step did."""
     from tiermem.compressor.job import run_compress
     from tiermem.eventlog import EventLog
 
     steps: dict[str, Any] = {}
     with EventLog(settings) as log:
-        res = log.append_many(e for c in convs for e in interaction_events(c))
+        res = log.append_many(e for c in convs for e in interaction_events(c, captions=captions))
         steps["ingested"] = res.accepted
     info = run_compress(settings, progress=False)
     steps["compress"] = {
@@ -443,14 +445,28 @@ def run_locomo(
     work_dir: Path | None = None,
     progress: bool | None = None,
     limit_conversations: int | None = None,
+    captions: bool = True,
+    notes: bool = True,
 ) -> dict[str, Any]:
-    """The whole protocol in a temporary data root; returns {"tiermem": M, "baseline": M, ...}."""
+    """The whole protocol in a temporary data root; returns {"tiermem": M, "baseline": M, ...}.
+
+    `captions=False` ingests the turns without their images' captions (for both
+    systems), `notes=False` compresses without derived notes: what each adds is
+    measured with the same harness.
+    """
     convs = load_locomo(data)[:limit_conversations]
+    if not captions:
+        convs = [replace(c, turns=[replace(t, attachments=()) for t in c.turns]) for c in convs]
     with tempfile.TemporaryDirectory(prefix="tiermem-locomo-", dir=work_dir) as tmp:
         base = resolve_settings(data_dir=Path(tmp) / "data", env={})
         # Offline by construction; bulk load that can be replayed needs no fsync per append.
-        settings = replace(base, anthropic_api_key=None, fsync="none")
-        steps = prepare(settings, convs)
+        settings = replace(
+            base,
+            anthropic_api_key=None,
+            fsync="none",
+            compressor=replace(base.compressor, derived_notes=notes),
+        )
+        steps = prepare(settings, convs, captions=captions)
 
         ours: list[tuple[str, dict[str, float], float]] = []
         theirs: list[tuple[str, dict[str, float], float]] = []
@@ -479,6 +495,8 @@ def run_locomo(
         "per_category": per_category(mine, base),
         "budget": budget,
         "conversations": len(convs),
+        "captions": captions,
+        "derived_notes": notes,
         "context_path": "recall_memory (episode_search.recall_lines, dated turn block) + runtime.context.assemble_context",
         "pipeline": steps,
     }
