@@ -208,7 +208,7 @@ def _resolve_ago(kind: str, m: re.Match[str], at: datetime) -> str:
     return str(at.year - n)
 
 
-_RESOLVERS: dict[str, Callable[[str, re.Match[str], datetime], str]] = {
+_RESOLVERS: dict[str, Callable[[str, re.Match[str], datetime], str | None]] = {
     "yesterday": _resolve_day,
     "tomorrow": _resolve_day,
     "today": _resolve_day,

@@ -190,7 +190,7 @@ def load_locomo(path: Path | str) -> list[Conversation]:
 
 
 def interaction_events(conv: Conversation, *, captions: bool = True) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for t in conv.turns:
         by_agent = t.speaker == conv.speaker_a
         out.append(
@@ -488,11 +488,11 @@ def run_locomo(
                     )
             finally:
                 system.close()
-    mine, base = aggregate(ours), aggregate(theirs)
+    mine, bm25_m = aggregate(ours), aggregate(theirs)
     return {
         "tiermem": mine,
-        "baseline": base,
-        "per_category": per_category(mine, base),
+        "baseline": bm25_m,
+        "per_category": per_category(mine, bm25_m),
         "budget": budget,
         "conversations": len(convs),
         "captions": captions,
