@@ -521,7 +521,9 @@ def search_quotes(
     for row, quotes in zip(rows, parsed, strict=True):
         if not quotes:
             continue
-        texts = [f"{q['text']} {note_words(notes.get(_note_key(q), []))}".lower() for q in quotes]
+        texts = [
+            f"{q['text']} {note_words(notes.get(_note_key(q), []), str(q['text']))}".lower() for q in quotes
+        ]
         counts = [_term_counts(t, rx, n_groups) for t in texts]
         own = [_bm25(c, t.count(" ") + 1, weights) for c, t in zip(counts, texts, strict=True)]
         head_text = f"{row[1] or ''} {row[2] or ''}".lower()

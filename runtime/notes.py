@@ -10,6 +10,7 @@ owned by its user.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterable
 
@@ -45,9 +46,21 @@ def notes_for(
     return out
 
 
-def note_words(notes: list[tuple[str, str]]) -> str:
-    """The notes' text, to be scored with their turn's."""
-    return " ".join(text for _kind, text in notes)
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def note_words(notes: list[tuple[str, str]], turn_text: str) -> str:
+    """The words the notes add to their turn (absolute dates, names), to be scored with it.
+
+    Only words the turn does not already say: a who-did-what note restates the
+    turn, and counting its words twice would rank every turn that mentions a
+    time above the others for any question it shares a word with.
+    """
+    if not notes:
+        return ""
+    said = set(_WORD.findall(turn_text.lower()))
+    added = dict.fromkeys(w for _kind, text in notes for w in _WORD.findall(text.lower()) if w not in said)
+    return " ".join(added)
 
 
 def shown_notes(notes: list[tuple[str, str]], kinds: tuple[str, ...] = ("dates",)) -> list[str]:

@@ -72,7 +72,7 @@ def test_caption_is_shown_in_context_searched_and_kept_in_both_log_formats(setti
     # Before compression: the turn is in working memory with its caption.
     with open_memory(settings, "potter", user="ana") as m:
         text = "\n".join(s.text for s in assemble_context(m, query="bowl", budget=2000).sections)
-    assert "Look at what I made this weekend! [image: a photo of a ceramic bowl with cobalt glaze]" in text
+    assert "Look at what I made this weekend! [image: a ceramic bowl with cobalt glaze]" in text
 
     run_compress(settings)
     project(settings)
@@ -155,3 +155,19 @@ def test_notes_are_deterministic_and_only_for_turns_that_say_when() -> None:
     quiet = Interaction("e2", "a", DAY, "ana", "s", "", "global", "I like cats.", "Me too.")
     assert turn_notes("a", quiet) == []
     assert third_person("I'm sure my dog likes me", "Bo") == "Bo is sure Bo's dog likes Bo"
+
+
+def test_notes_add_only_new_words_to_their_turn_and_captions_drop_boilerplate() -> None:
+    from tiermem.runtime.notes import note_words
+
+    from tiermem.attachments import describe, with_attachments
+
+    notes = [("dates", "for 3 years = since about 2020"), ("who_did_what", "Ana has run since about 2020.")]
+    assert note_words(notes, "I have run for 3 years") == "since about 2020 ana has"
+    assert note_words([], "anything") == ""
+    assert (
+        describe([{"kind": "image", "caption": "a photo of a dog on a beach"}]) == "[image: a dog on a beach]"
+    )
+    assert describe([{"kind": "link", "url": "https://x.org"}]) == "[link]"  # an address is not memory
+    assert with_attachments("", [{"kind": "audio", "caption": "a lullaby"}]) == "[audio: a lullaby]"
+    assert with_attachments("hi", None) == "hi"

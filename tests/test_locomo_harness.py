@@ -239,7 +239,7 @@ def test_captions_are_attachments_and_count_as_part_of_their_turn(tmp_path: Path
     assert "attachments" not in interaction_events(conv, captions=False)[0]
 
     turns = {t.dia_id: t for t in conv.turns}
-    only_caption = [Item("a photo of a watercolor painting of a lighthouse", (first.event_id,))]
+    only_caption = [Item("[image: a watercolor painting of a lighthouse]", (first.event_id,))]
     # An item stating the caption cites the turn: the caption is part of it.
     assert score_question(only_caption, conv.questions[0], turns)["evidence_recall_cited"] == 1.0
 

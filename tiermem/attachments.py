@@ -32,6 +32,8 @@ ATTACHMENT_FIELDS = ("kind", "caption", "url", "mime", "query")
 _MIME = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}", re.I)
 _URL = re.compile(r"(?:https?|file|s3)://\S+|[^\s:]+", re.I)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Image captioners start with "a photo of"; after "[image: " it says nothing.
+_BOILERPLATE = re.compile(r"^(?:an? )?(?:photo|picture|image|close up|closeup) of (?=\S)", re.I)
 
 
 def _text(name: str, value: Any, limit: int, *, single_line: bool = False) -> str:
@@ -88,6 +90,8 @@ def check_attachments(value: Any) -> list[dict[str, str]]:
 def describe(attachments: Sequence[Mapping[str, Any]] | None) -> str:
     """The attachments as words that can follow the turn's text: `[image: a sunset over a lake]`.
 
+    A captioner's opening ("a photo of") is dropped: the kind already says it.
+
     Only the caption is words about the content; an attachment without one is
     named by its kind alone (a url is an address, not memory).
     """
@@ -95,7 +99,7 @@ def describe(attachments: Sequence[Mapping[str, Any]] | None) -> str:
     for item in attachments or ():
         if not isinstance(item, Mapping):
             continue
-        caption = str(item.get("caption") or "").strip()
+        caption = _BOILERPLATE.sub("", str(item.get("caption") or "").strip())
         kind = str(item.get("kind") or "image")
         parts.append(f"[{kind}: {caption}]" if caption else f"[{kind}]")
     return " ".join(parts)
