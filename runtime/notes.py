@@ -17,19 +17,24 @@ from collections.abc import Iterable
 from tiermem.runtime.hotstore import item_clause
 from tiermem.runtime.visibility import Principal
 
+from tiermem.dates import MONTHS
+
 LOOKUP_CHUNK = 500  # ids per query (well under SQLite's variable limit)
+
+
+Note = tuple[str, str, str]  # (kind, text, ts of the turn it was derived from)
 
 
 def notes_for(
     conn: sqlite3.Connection, who: Principal, event_ids: Iterable[str]
-) -> dict[tuple[str, str], list[tuple[str, str]]]:
-    """{(turn event id, speaker): [(kind, text), ...]} for the turns that have notes, in note order.
+) -> dict[tuple[str, str], list[Note]]:
+    """{(turn event id, speaker): [(kind, text, ts), ...]} for the turns that have notes, in note order.
 
     A turn has two sides (the user's message, the agent's answer); a note
     belongs to the side it was derived from.
     """
     wanted = sorted({e for e in event_ids if e})
-    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    out: dict[tuple[str, str], list[Note]] = {}
     if not wanted:
         return out
     visible, params = item_clause(who, "n")
@@ -37,12 +42,12 @@ def notes_for(
         chunk = wanted[start : start + LOOKUP_CHUNK]
         marks = ",".join("?" * len(chunk))
         rows = conn.execute(
-            f"SELECT n.source_event_id, n.speaker, n.kind, n.text FROM notes n"
+            f"SELECT n.source_event_id, n.speaker, n.kind, n.text, n.ts FROM notes n"
             f" WHERE n.source_event_id IN ({marks}) AND {visible} ORDER BY n.source_event_id, n.note_id",
             (*chunk, *params),
         )
-        for source, speaker, kind, text in rows:
-            out.setdefault((str(source), str(speaker)), []).append((str(kind), str(text)))
+        for source, speaker, kind, text, ts in rows:
+            out.setdefault((str(source), str(speaker)), []).append((str(kind), str(text), str(ts)))
     return out
 
 
@@ -52,21 +57,27 @@ _WORD = re.compile(r"[a-z0-9]+")
 SCORED_KINDS = ("dates",)
 
 
-def note_words(notes: list[tuple[str, str]], turn_text: str) -> str:
-    """The words the date notes add to their turn (the absolute dates), to be scored with it.
+def note_words(notes: list[Note], turn_text: str) -> str:
+    """The words the date notes add to their turn, to be scored with it.
 
-    Only words the turn does not already say, and not the who-did-what notes:
-    those restate the turn with the speaker's name, which questions nearly
-    always contain, so scoring them ranked every turn that mentions a time
-    above the others (measured on LoCoMo: answer_recall -1.5 points at 500
-    tokens). The speaker is matched by the search itself.
+    Only what the turn and its own date do not already say: the year and month
+    it was said in are left out (every note of a turn said in May 2023 names
+    them, and scoring them ranked every turn with a relative date above the
+    turns without one for "what happened in 2023?"), so what remains is the
+    other dates: "since about 2020", "2022", "7". The who-did-what notes are
+    left out too: they restate the turn with the speaker's name, which nearly
+    every question contains (scoring them: LoCoMo answer_recall -1.5 points at
+    500 tokens); the search matches the speaker itself.
     """
     if not notes:
         return ""
     said = set(_WORD.findall(turn_text.lower()))
+    for _kind, _text, ts in notes:
+        if len(ts) >= 7 and ts[:4].isdigit() and ts[5:7].isdigit() and 1 <= int(ts[5:7]) <= 12:
+            said.update((ts[:4], MONTHS[int(ts[5:7]) - 1].lower()))
     added = dict.fromkeys(
         w
-        for kind, text in notes
+        for kind, text, _ts in notes
         if kind in SCORED_KINDS
         for w in _WORD.findall(text.lower())
         if w not in said
@@ -74,6 +85,6 @@ def note_words(notes: list[tuple[str, str]], turn_text: str) -> str:
     return " ".join(added)
 
 
-def shown_notes(notes: list[tuple[str, str]], kinds: tuple[str, ...] = ("dates",)) -> list[str]:
+def shown_notes(notes: list[Note], kinds: tuple[str, ...] = ("dates",)) -> list[str]:
     """The notes shown after their turn (the dates; a who-did-what note restates the turn itself)."""
-    return [text for kind, text in notes if kind in kinds]
+    return [text for kind, text, _ts in notes if kind in kinds]

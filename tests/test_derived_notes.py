@@ -162,8 +162,13 @@ def test_notes_add_only_new_words_to_their_turn_and_captions_drop_boilerplate() 
 
     from tiermem.attachments import describe, with_attachments
 
-    notes = [("dates", "for 3 years = since about 2020"), ("who_did_what", "Ana has run since about 2020.")]
-    assert note_words(notes, "I have run for 3 years") == "since about 2020"
+    ts = "2023-05-08T13:00:00.000Z"
+    notes = [
+        ("dates", "for 3 years = since about 2020; yesterday = 7 May 2023", ts),
+        ("who_did_what", "Ana has run since about 2020.", ts),
+    ]
+    # The turn's own year and month are not news; the start of the duration and the day are.
+    assert note_words(notes, "I have run for 3 years, yesterday too") == "since about 2020 7"
     assert note_words([], "anything") == ""
     assert (
         describe([{"kind": "image", "caption": "a photo of a dog on a beach"}]) == "[image: a dog on a beach]"
