@@ -62,6 +62,7 @@ class CompressInfo:
     important: int = 0
     proposals: int = 0  # knowledge_proposed events appended (new)
     relationships: int = 0  # relationship_updated events appended (new)
+    notes: int = 0  # derived_note events appended (new)
     duplicates: int = 0  # derived events computed again and dropped by the log
     replayed_pending: int = 0  # groups finished from a pending file left by a killed run
     requests: int = 0
@@ -168,6 +169,8 @@ def _append(log: EventLog, events: list[dict[str, Any]], info: CompressInfo) -> 
             info.proposals += 1
         elif ev["type"] == "relationship_updated":
             info.relationships += 1
+        elif ev["type"] == "derived_note":
+            info.notes += 1
 
 
 def _replay_pending(
@@ -238,13 +241,16 @@ def run_compress(
             todo = sel.to_compress
             batches = [todo[i : i + cfg.batch_size] for i in range(0, len(todo), cfg.batch_size)]
             for g in range(0, len(batches), GROUP_BATCHES):
-                chunks.append(Chunk(sel.agent_id, threshold, batches[g : g + GROUP_BATCHES]))
+                chunks.append(
+                    Chunk(sel.agent_id, threshold, batches[g : g + GROUP_BATCHES], cfg.derived_notes)
+                )
         info.agents = len({c.agent_id for c in chunks})
         with Progress("compress", total=sum(len(s.to_compress) for s in selections), enabled=progress) as bar:
             for scored in scored_batches(scorer, chunks, use_bulk=cfg.use_batches_api):
                 batch = scored.batch
                 events.extend(scored.episodes)
                 events.extend(scored.facts)
+                events.extend(scored.notes)
                 done.setdefault(scored.agent_id, []).extend(it.event_id for it in batch)
                 info.batches += 1
                 info.interactions_scored += len(batch)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from tiermem.attachments import with_attachments
 from tiermem.settings import Settings
 
 FACT_CATEGORIES = ("user", "domain", "personal")
@@ -36,6 +37,8 @@ class Interaction:
     user_message: str
     agent_response: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Media shared with the turn; their captions are words of the side that shared them.
+    attachments: tuple[dict[str, Any], ...] = ()
 
     # Derived once at construction: every scorer reads them several times per
     # turn (functools.cached_property takes a lock on each first access).
@@ -55,10 +58,13 @@ class Interaction:
     def lines(self) -> list[tuple[str, str]]:
         """(speaker, text) of the non-empty sides of the turn, in spoken order."""
         out = []
-        if self.user_message.strip():
-            out.append((self.user or "user", self.user_message))
-        if self.agent_response.strip():
-            out.append((self.agent_name, self.agent_response))
+        user_side = bool(self.user_message.strip()) or not self.agent_response.strip()
+        user_text = with_attachments(self.user_message, self.attachments if user_side else ())
+        if user_text.strip():
+            out.append((self.user or "user", user_text))
+        agent_text = with_attachments(self.agent_response, () if user_side else self.attachments)
+        if agent_text.strip():
+            out.append((self.agent_name, agent_text))
         return out
 
 

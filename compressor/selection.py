@@ -89,7 +89,14 @@ def interaction_of(row: dict[str, Any]) -> Interaction:
         user_message=str(row.get("user_message") or ""),
         agent_response=str(row.get("agent_response") or ""),
         metadata=meta if isinstance(meta, dict) else {},
+        attachments=_attachments_of(row.get("attachments")),
     )
+
+
+def _attachments_of(value: Any) -> tuple[dict[str, Any], ...]:
+    if isinstance(value, str):
+        value = orjson.loads(value)
+    return tuple(a for a in value or () if isinstance(a, dict))
 
 
 class CompressorState:

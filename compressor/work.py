@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tiermem.compressor.episodes import batch_events
+from tiermem.compressor.notes import batch_notes
 from tiermem.compressor.sanitize import check_complete
 from tiermem.compressor.scoring import Interaction, Scorer
 
@@ -26,6 +27,7 @@ class ScoredBatch:
     batch: list[Interaction]
     episodes: list[dict[str, Any]]
     facts: list[dict[str, Any]]
+    notes: list[dict[str, Any]]
     requests: int = 0
     retries: int = 0
     input_tokens: int = 0
@@ -38,6 +40,7 @@ class Chunk:
     agent_id: str
     threshold: int
     batches: list[list[Interaction]]
+    notes: bool = True  # derive notes from the turns (CompressorSettings.derived_notes)
 
 
 def score_chunk(scorer: Scorer, chunk: Chunk, use_bulk: bool) -> list[ScoredBatch]:
@@ -59,6 +62,7 @@ def score_chunk(scorer: Scorer, chunk: Chunk, use_bulk: bool) -> list[ScoredBatc
                 batch,
                 episodes,
                 facts,
+                batch_notes(chunk.agent_id, batch) if chunk.notes else [],
                 result.requests,
                 result.retries,
                 result.input_tokens,

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies
 from tiermem.runtime.hotstore import item_clause
+from tiermem.runtime.notes import note_words, notes_for, shown_notes
 from tiermem.runtime.visibility import Principal
 
 from tiermem.dates import MONTHS, human_range
@@ -512,11 +513,17 @@ def search_quotes(
     named = _names_in(query)
     asks_when = bool(_ASKS_WHEN.search(query))
     scored: list[tuple[float, dict[str, Any]]] = []
-    for row in rows:
-        quotes = [q for q in orjson.loads(row[3] or "[]") if isinstance(q, dict) and q.get("text")]
+    parsed = [
+        [q for q in orjson.loads(row[3] or "[]") if isinstance(q, dict) and q.get("text")] for row in rows
+    ]
+    # Notes derived from a turn (absolute dates, who did what) are scored as part of it.
+    notes = notes_for(conn, who, (str(q.get("event_id") or "") for qs in parsed for q in qs))
+    for row, quotes in zip(rows, parsed, strict=True):
         if not quotes:
             continue
-        texts = [str(q["text"]).lower() for q in quotes]
+        texts = [
+            f"{q['text']} {note_words(notes.get(_note_key(q), []), str(q['text']))}".lower() for q in quotes
+        ]
         counts = [_term_counts(t, rx, n_groups) for t in texts]
         own = [_bm25(c, t.count(" ") + 1, weights) for c, t in zip(counts, texts, strict=True)]
         head_text = f"{row[1] or ''} {row[2] or ''}".lower()
@@ -546,13 +553,15 @@ def search_quotes(
                 score *= WHEN_BOOST
             score += 0.01 * int(row[6] or 0)
             text = str(q["text"])
+            eid = str(q.get("event_id") or "")
             scored.append(
                 (
                     score,
                     {
                         "text": text,
                         "speaker": speaker,
-                        "event_id": str(q.get("event_id") or ""),
+                        "event_id": eid,
+                        "notes": shown_notes(notes.get(_note_key(q), [])),
                         "episode_id": row[0],
                         "ts": row[4],
                         "date": human_date(start),
@@ -569,11 +578,17 @@ def search_quotes(
         if any(len(key & k) >= DUPLICATE_JACCARD * len(key | k) for k in keys):
             continue
         keys.append(key)
-        item["anchors"] = anchor_relative_dates(item["text"], item.pop("at"))
+        at = item.pop("at")
+        # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
+        item["anchors"] = [] if item["notes"] else anchor_relative_dates(item["text"], at)
         out.append(item)
         if len(out) >= limit:
             break
     return out
+
+
+def _note_key(quote: dict[str, Any]) -> tuple[str, str]:
+    return str(quote.get("event_id") or ""), str(quote.get("speaker") or "")
 
 
 def render_quote_block(
@@ -610,7 +625,9 @@ def render_quote_block(
 
 
 def _quote_body(quote: dict[str, Any]) -> str:
-    anchors = "; ".join(f"{phrase} = {when}" for phrase, when in quote.get("anchors") or [])
+    anchors = "; ".join(
+        [*(quote.get("notes") or []), *(f"{phrase} = {when}" for phrase, when in quote.get("anchors") or [])]
+    )
     tail = f" ({anchors})" if anchors else ""
     speaker = f"{quote['speaker']}: " if quote.get("speaker") else ""
     return f"{speaker}{quote['text']}{tail}"

@@ -35,7 +35,7 @@ from tiermem.runtime.visibility import Principal, member_pattern
 from tiermem.settings import Settings
 
 # 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision` and `original`, `folded_turns`, a turn's `topic`
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 30_000
 
 SCHEMA = """
@@ -160,6 +160,20 @@ CREATE TRIGGER IF NOT EXISTS episodes_au AFTER UPDATE OF name, summary, key_quot
         (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]'))));
 END;
 
+-- Notes derived from one turn (absolute dates, who did what), shown and scored with that turn.
+CREATE TABLE IF NOT EXISTS notes (
+    note_id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    source_event_id TEXT NOT NULL,
+    speaker TEXT NOT NULL,           -- the side of the turn it was derived from
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    ts TEXT NOT NULL,
+    owner TEXT                       -- the users of its source turn
+);
+CREATE INDEX IF NOT EXISTS notes_source ON notes (source_event_id);
+CREATE INDEX IF NOT EXISTS notes_owner ON notes (owner);
+
 CREATE TABLE IF NOT EXISTS relationships (
     agent_id TEXT NOT NULL,
     participant TEXT NOT NULL,
@@ -225,6 +239,7 @@ DIGEST_TABLES: dict[str, str] = {
     "identity": "agent_id",
     "facts": "fact_id",
     "episodes": "episode_id",
+    "notes": "note_id",
     "relationships": "agent_id, participant",
     "retrievals": "event_id",
     "sessions": "agent_id, session_id",

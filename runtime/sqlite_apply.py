@@ -27,6 +27,7 @@ from tiermem.runtime import hotstore
 from tiermem.runtime.store import ProjectionInfo, kv_fact_id
 from tiermem.runtime.visibility import merge_owners, owner_key
 
+from tiermem.attachments import with_attachments
 from tiermem.registry import EVENT_TYPES
 from tiermem.topics import detect_topic
 
@@ -125,6 +126,13 @@ def _derived_owner(conn: sqlite3.Connection, ev: Mapping[str, Any], *direct: str
 
 
 def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
+    user_message, agent_response = ev.get("user_message") or "", ev.get("agent_response") or ""
+    # Shared media are read with the side that shared them (see tiermem.attachments).
+    if ev.get("attachments"):
+        if user_message.strip() or not agent_response.strip():
+            user_message = with_attachments(user_message, ev["attachments"])
+        else:
+            agent_response = with_attachments(agent_response, ev["attachments"])
     conn.execute(
         "INSERT OR IGNORE INTO wm_items (item_id, event_id, agent_id, ts, kind, level, user, session_id,"
         " project_id, task_id, user_message, agent_response, text, owner, topic)"
@@ -140,10 +148,10 @@ def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             ev.get("session_id"),
             ev.get("project_id"),
             ev.get("task_id"),
-            ev.get("user_message"),
-            ev.get("agent_response"),
+            user_message,
+            agent_response,
             ev.get("user") or None,
-            detect_topic(ev.get("user_message"), ev.get("agent_response")),
+            detect_topic(user_message, agent_response),
         ),
     )
 
@@ -393,6 +401,27 @@ def _apply_episode(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     )
 
 
+def _apply_note(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
+    sources = [i for i in ev.get("source_event_ids") or () if i]
+    if not sources:
+        return
+    conn.execute(
+        "INSERT INTO notes (note_id, agent_id, source_event_id, speaker, kind, text, ts, owner)"
+        " VALUES (?,?,?,?,?,?,?,?)"
+        " ON CONFLICT (note_id) DO NOTHING",
+        (
+            ev["event_id"],
+            ev["agent_id"],
+            sources[0],
+            ev.get("speaker") or "",
+            ev["kind"],
+            ev["text"],
+            ev["ts"],
+            _derived_owner(conn, ev, ev.get("user")),
+        ),
+    )
+
+
 def _apply_relationship(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     key = (ev["agent_id"], ev["participant"])
     newer = _newer(
@@ -472,6 +501,7 @@ def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
             "identity",
             "facts",
             "episodes",
+            "notes",
             "relationships",
             "retrievals",
             "sessions",
@@ -482,7 +512,7 @@ def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
         # Everything the user owns, alone or with others: turns, what was derived from them,
         # what was saved while the agent talked to them.
         owned, params = hotstore.owned_by_clause(target)
-        for table in ("wm_items", "facts", "episodes", "relationships", "retrievals", "proposals"):
+        for table in ("wm_items", "facts", "episodes", "notes", "relationships", "retrievals", "proposals"):
             conn.execute(f"DELETE FROM {table} WHERE {owned}", params)
         conn.execute("DELETE FROM wm_items WHERE user=?", (target,))
         conn.execute("DELETE FROM facts WHERE participant=?", (target,))
@@ -507,6 +537,10 @@ def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
         "DELETE FROM episodes WHERE episode_id IN (SELECT event_id FROM erased_ids)"
         " OR EXISTS (SELECT 1 FROM json_each(episodes.source_event_ids) j WHERE j.value IN (SELECT event_id FROM erased_ids))"
     )
+    conn.execute(
+        "DELETE FROM notes WHERE note_id IN (SELECT event_id FROM erased_ids)"
+        " OR source_event_id IN (SELECT event_id FROM erased_ids)"
+    )
     # A turn whose episode is gone is reachable as a turn again (if it is still there itself).
     conn.execute(
         "DELETE FROM folded_turns WHERE event_id IN (SELECT event_id FROM erased_ids)"
@@ -524,6 +558,7 @@ HANDLERS = {
     "proposal": _apply_proposed,
     "decision": _apply_decided,
     "episode": _apply_episode,
+    "note": _apply_note,
     "relationship": _apply_relationship,
     "retrieval": _apply_retrieval,
     "session_end": _apply_session_ended,

@@ -4,7 +4,7 @@
 - `coder` (agent type `coding`, project `acme`) works alone, and once with alice;
 - every party leaves distinct canary words in turns, ideas, key-value facts,
   preferences (gap-fill and compressor proposals, decisions), episodes,
-  relationship summaries, retrievals (their own queries), reports, a saved
+  relationship summaries, derived notes, retrievals (their own queries), reports, a saved
   export and a rejected record, through the public write paths.
 
 `visible_to(...)` lists which canaries a principal may see; everything else
@@ -86,7 +86,8 @@ def _conversation(
     lines = [
         (f"Hi, I'm {user}. My locker code word is {a}.", f"Welcome {user}, I'll remember {a}."),
         (f"I prefer my tea with {b} honey every morning.", "Noted, tea with honey."),
-        (f"My cat is called {c} and she is very old.", f"{c} sounds lovely."),
+        # A duration: the compressor writes a derived note (with the canary) beside this turn.
+        (f"My cat is called {c} and I have had her for 12 years now.", f"{c} sounds lovely."),
         ("The printer on floor 2 jams again.", "I'll send someone."),
         (f"No, actually my locker code word is {a} not the old one.", "Corrected."),
     ]

@@ -15,7 +15,8 @@ WORDS = [
     "last", "LAST", "laſt", "paſt", "past", "this", "THIS", "next", "coming", "on", "the", "other", "day",
     "Monday", "friday", "SATURDAY", "ſunday", "week", "weekend", "month", "year", "summer", "ago", "AGO",
     "3", "two", "a", "few", "couple", "of", "days", "weeks", "yesterday", "Yeſterday", "tomorrow", "today",
-    "tonight", "morning", "İ", "ı", "K", "went", "to", "Paris", ",", ".", "!",
+    "tonight", "morning", "İ", "ı", "K", "went", "to", "Paris", ",", ".", "!", "for", "have", "been",
+    "years", "now", "in", "since", "May", "MAY", "may", "June", "early", "2021",
 ]  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 """`forget` reaches every copy: every read path at once, every file under the data root after `seal`.
 
-The world of helpers_isolation: alice's words are in turns, episodes, ideas
+The world of helpers_isolation: alice's words are in turns, episodes, derived notes, ideas
 and key-value facts saved during her sessions (with no participant on the
 idea), gap-fill and compressor proposals and their decisions, relationship
 summaries, retrievals, saved exports, reports, a rejected record, the hot
@@ -36,11 +36,11 @@ GONE = ALICE + CODER_ALICE  # everything alice said, to either agent
 def _sql_text(settings: Settings) -> str:
     """Every analyst view, and a raw read of every open JSONL file, through `tiermem sql`."""
     texts = []
-    for view in ("interactions", "events", "episodes", "knowledge", "proposals", "retrievals"):
+    for view in ("interactions", "events", "episodes", "knowledge", "proposals", "retrievals", "notes"):
         code, out = cli(settings, "sql", "--json", f"SELECT * FROM {view}")
         assert code == 0, out
         texts.append(out)
-    for stream in ("interactions", "knowledge", "episodes", "retrievals", "relationships"):
+    for stream in ("interactions", "knowledge", "episodes", "notes", "retrievals", "relationships"):
         files = sorted(str(p) for p in (settings.log_dir / stream).rglob("*.jsonl"))
         if files:
             code, out = cli(settings, "sql", "--json", f"SELECT * FROM read_json_auto({files!r})")
@@ -88,12 +88,14 @@ def test_forget_user_then_seal_and_rebuild_leaves_no_copy(settings: Settings) ->
     assert "hot/hot.sqlite" in before and any(f.startswith("exports/") for f in before)
     assert any(f.startswith("log/_rejects/") for f in before)
     assert found(_every_read(settings), GONE)  # the reads find her words before
+    code, notes = cli(settings, "sql", "--json", "SELECT text FROM notes WHERE kind = 'who_did_what'")
+    assert code == 0 and ALICE[2] in notes  # a derived note restates her turn
 
     code, out = cli(settings, "forget", "--user", "alice", "--json")
     assert code == 0, out
     info = json.loads(out)
     removed = info["removed"]
-    assert {"wm_items", "facts", "episodes", "proposals", "retrievals", "relationships"} <= set(
+    assert {"wm_items", "facts", "episodes", "notes", "proposals", "retrievals", "relationships"} <= set(
         removed["hot_store_rows"]
     )
     assert removed["log_files_rewritten"] and removed["log_files_pending_seal"]

@@ -12,6 +12,8 @@ from tiermem.app.locomo import (
     Question,
     aggregate,
     answer_tokens,
+    format_report,
+    interaction_events,
     load_locomo,
     normalize_evidence,
     pack,
@@ -172,3 +174,79 @@ def test_end_to_end_on_the_fixture(tmp_path: Path) -> None:
     assert result["tiermem"]["all"]["evidence_recall"] == 1.0
     assert result["baseline"]["4"]["answer_full"] == 1.0
     assert not list(tmp_path.glob("tiermem-locomo-*"))  # the temporary data root is gone
+
+
+def test_evidence_ids_written_with_spaces_are_read() -> None:
+    assert normalize_evidence(["D1:3 D1:4"]) == ["D1:3", "D1:4"]
+    assert normalize_evidence(["D1: 3", "D 2:5", "D8:6; D9:17", "D:11:26", "D30:05"]) == [
+        "D1:3",
+        "D2:5",
+        "D8:6",
+        "D9:17",
+        "D11:26",
+        "D30:5",
+    ]
+    assert normalize_evidence(["D", "", "1:2"]) == []
+
+
+IMAGE_FIXTURE = [
+    {
+        **FIXTURE[0],
+        "sample_id": "img",
+        "conversation": {
+            **FIXTURE[0]["conversation"],
+            "session_1": [
+                {
+                    "speaker": "Ava",
+                    "dia_id": "D1:1",
+                    "text": "Look what I finished this morning!",
+                    "img_url": ["https://example.org/p.jpg"],
+                    "blip_caption": "a photo of a watercolor painting of a lighthouse",
+                    "query": "lighthouse watercolor",
+                },
+                *FIXTURE[0]["conversation"]["session_1"][1:],
+            ],
+        },
+        "qa": [
+            {
+                "question": "What did Ava paint?",
+                "answer": "a lighthouse",
+                "evidence": ["D1:1 D1:3"],
+                "category": 1,
+            }
+        ],
+    }
+]
+
+
+def test_captions_are_attachments_and_count_as_part_of_their_turn(tmp_path: Path) -> None:
+    path = tmp_path / "img.json"
+    path.write_bytes(orjson.dumps(IMAGE_FIXTURE))
+    (conv,) = load_locomo(path)
+    assert conv.questions[0].evidence == ["D1:1", "D1:3"]
+    first = conv.turns[0]
+    assert first.attachments == (
+        {
+            "kind": "image",
+            "caption": "a photo of a watercolor painting of a lighthouse",
+            "url": "https://example.org/p.jpg",
+            "query": "lighthouse watercolor",
+        },
+    )
+    events = interaction_events(conv)
+    assert events[0]["attachments"] == [dict(first.attachments[0])]
+    assert "attachments" not in events[1]
+    assert "attachments" not in interaction_events(conv, captions=False)[0]
+
+    turns = {t.dia_id: t for t in conv.turns}
+    only_caption = [Item("[image: a watercolor painting of a lighthouse]", (first.event_id,))]
+    # An item stating the caption cites the turn: the caption is part of it.
+    assert score_question(only_caption, conv.questions[0], turns)["evidence_recall_cited"] == 1.0
+
+    result = run_locomo(path, 200, work_dir=tmp_path)
+    assert result["tiermem"]["all"]["answer_full"] == 1.0  # "lighthouse" is only in the caption
+    assert result["per_category"]["1"]["name"] == "multi-hop"
+    assert result["per_category"]["1"]["tiermem"]["answer_full"] == 1.0
+    without = run_locomo(path, 200, work_dir=tmp_path, captions=False)
+    assert without["tiermem"]["all"]["answer_full"] == 0.0 and without["captions"] is False
+    assert "multi-hop" in format_report(result)

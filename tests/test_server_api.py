@@ -151,6 +151,7 @@ def test_post_turn_is_201_after_the_durable_append_and_idempotent(env: Env) -> N
         "latency_ms": 12.5,
         "channel": "web",
         "event_id": "dave-turn-0001",
+        "attachments": [{"kind": "image", "caption": "a dented parcel on a doorstep"}],
     }
     with env.server.client(env.agent) as c:
         first = c.post(f"/v1/agents/{AGENT}/turns", json=body)
@@ -162,10 +163,12 @@ def test_post_turn_is_201_after_the_durable_append_and_idempotent(env: Env) -> N
         rows = c.post(
             "/v1/sql",
             json={
-                "query": "SELECT count(*) AS n, any_value(channel) AS ch FROM interactions WHERE user = 'dave'"
+                "query": "SELECT count(*) AS n, any_value(channel) AS ch,"
+                " any_value(attachments) AS media FROM interactions WHERE user = 'dave'"
             },
         ).json()
-    assert rows == [{"n": 1, "ch": "web"}]
+    assert len(rows) == 1 and rows[0]["n"] == 1 and rows[0]["ch"] == "web"
+    assert "a dented parcel on a doorstep" in str(rows[0]["media"])
 
 
 # ---------------------------------------------------------------- reads: the CLI's JSON
@@ -322,6 +325,10 @@ def test_body_limit_and_field_limits(env: Env) -> None:
         )
         long_user = {"user": "u" * 201, "user_message": "a", "agent_response": "b"}
         assert assert_problem(c.post(f"/v1/agents/{AGENT}/turns", json=long_user), 422)["field"] == "user"
+        long_caption = {"user": "a", "user_message": "a", "agent_response": "b"}
+        long_caption["attachments"] = [{"kind": "image", "caption": "c" * 2001}]
+        problem = assert_problem(c.post(f"/v1/agents/{AGENT}/turns", json=long_caption), 422)
+        assert "attachments[0].caption" in str(problem)
         extra = {"user": "a", "user_message": "a", "agent_response": "b", "agent_id": "billing-bot"}
         assert_problem(c.post(f"/v1/agents/{AGENT}/turns", json=extra), 422)
         assert_problem(

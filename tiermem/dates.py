@@ -81,12 +81,15 @@ _COUNT = (
 )
 _UNIT = r"(day|week|weekend|month|year)s?"
 _WEEKDAY = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_MONTH = "(?-i:(" + "|".join(MONTHS) + "))"  # capitalised only: "may" is also a verb
 
 # Order matters: longer phrases first so "last weekend" is not read as "last week".
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(rx, re.IGNORECASE))
     for name, rx in (
         ("ago", rf"\b{_COUNT}\s+{_UNIT}\s+ago\b"),
+        ("duration", rf"\bfor\s+(?:the\s+(?:past|last)\s+)?{_COUNT}\s+{_UNIT}(?:\s+now)?\b"),
+        ("in_month", rf"\b(?:in|since|during)\s+(?:early\s+|late\s+|mid-?)?{_MONTH}\b(?!,?\s*\d)"),
         ("last_weekday", rf"\b(?:last|this past|past)\s+{_WEEKDAY}\b"),
         ("next_weekday", rf"\b(?:next|this coming|coming)\s+{_WEEKDAY}\b"),
         ("this_weekday", rf"\b(?:this|on)\s+{_WEEKDAY}\b"),
@@ -161,6 +164,37 @@ def _resolve_unit(kind: str, m: re.Match[str], at: datetime) -> str:
     return str(at.year - 1 if before else at.year + 1)
 
 
+# A duration counts back from the day it was said only when it runs up to that day
+# ("I've been running for 3 years", "married for 5 years now"); "I'm off to Spain
+# for a week" is a plan, not a start date.
+_RUNS_UNTIL_NOW = re.compile(
+    r"\b(?:have|has|had|been|'ve|ve|known|since|now|lived|worked|married|together|dating)\b", re.I
+)
+_CLAUSE_END = re.compile(r"[.!?;\n]")
+
+
+def _resolve_duration(kind: str, m: re.Match[str], at: datetime) -> str | None:
+    """for <n> days/weeks/months/years (up to now): about when it started."""
+    before = m.string[: m.start()]
+    clause = _CLAUSE_END.split(before)[-1]
+    if not (_RUNS_UNTIL_NOW.search(clause) or m.group(0).lower().endswith(" now")):
+        return None
+    n = _count(m.group(1))
+    unit = m.group(2).lower()
+    if unit == "day":
+        return f"since {human_date(at - timedelta(days=n))}"
+    if unit in ("week", "weekend"):
+        return f"since around {human_date(at - timedelta(weeks=n))}"
+    if unit == "month":
+        return f"since about {month_year(_add_months(at, -n))}"
+    return f"since about {at.year - n}"
+
+
+def _resolve_month(kind: str, m: re.Match[str], at: datetime) -> str:
+    """A month named without a year: that month of the year it was said in."""
+    return f"{m.group(1)} {at.year}"
+
+
 def _resolve_ago(kind: str, m: re.Match[str], at: datetime) -> str:
     """<n> days/weeks/months/years ago."""
     n = _count(m.group(1))
@@ -174,7 +208,7 @@ def _resolve_ago(kind: str, m: re.Match[str], at: datetime) -> str:
     return str(at.year - n)
 
 
-_RESOLVERS: dict[str, Callable[[str, re.Match[str], datetime], str]] = {
+_RESOLVERS: dict[str, Callable[[str, re.Match[str], datetime], str | None]] = {
     "yesterday": _resolve_day,
     "tomorrow": _resolve_day,
     "today": _resolve_day,
@@ -186,6 +220,8 @@ _RESOLVERS: dict[str, Callable[[str, re.Match[str], datetime], str]] = {
     "next_unit": _resolve_unit,
     "this_unit": _resolve_unit,
     "ago": _resolve_ago,
+    "duration": _resolve_duration,
+    "in_month": _resolve_month,
 }
 
 
@@ -196,7 +232,9 @@ def _resolve(kind: str, m: re.Match[str], at: datetime) -> str | None:
 
 
 _CHEAP_CHECK = re.compile(
-    r"\b(ago|last|next|this|past|coming|yesterday|tomorrow|today|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|the other day)\b",
+    r"\b(ago|last|next|this|past|coming|yesterday|tomorrow|today|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|the other day|for|"
+    + "|".join(MONTHS)
+    + r")\b",
     re.IGNORECASE,
 )
 
@@ -217,6 +255,8 @@ _NEEDS_WORDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "tomorrow": (("tomorrow",),),
     "today": (("today", "tonight", "this"),),
     "recently": (("the other day",),),
+    "duration": (("for",),),
+    "in_month": (("in", "since", "during"), tuple(m.lower() for m in MONTHS)),
 }
 _NEEDS = {kind: tuple(frozenset(g) for g in groups) for kind, groups in _NEEDS_WORDS.items()}
 _NEEDED_WORDS = frozenset(w for groups in _NEEDS_WORDS.values() for g in groups for w in g)
@@ -265,6 +305,10 @@ def _inline(kind: str, m: re.Match[str], at: datetime) -> str:
         return f"on {_resolve(kind, m, at)}"
     if kind == "recently":
         return f"a few days before {said}"
+    if kind == "duration":
+        return _resolve(kind, m, at) or m.group(0)
+    if kind == "in_month":
+        return m.group(0)[: m.end(1) - m.start(0)] + f" {at.year}"
     if kind in ("last_weekday", "next_weekday", "this_weekday"):
         resolved = _resolve(kind, m, at) or ""
         day = resolved[resolved.rfind("(") + 1 : -1] if resolved.endswith(")") else resolved

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from tiermem.attachments import check_attachments
 from tiermem.errors import ValidationError
 from tiermem.ids import format_ts, new_event_id, parse_ts, utcnow
 from tiermem.registry import (
@@ -473,6 +474,8 @@ def _enrich_interaction(out: dict[str, Any]) -> None:
     if "latency_ms" in out and out["latency_ms"] < 0:
         raise ValidationError("latency_ms", f"must be >= 0, got {out['latency_ms']}")
     out.setdefault("tools_used", [])
+    if "attachments" in out:
+        out["attachments"] = check_attachments(out["attachments"])
 
 
 # ------------------------------------------------------------ the fast path

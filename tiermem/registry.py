@@ -92,6 +92,8 @@ INTERACTION_FIELDS: dict[str, str] = {
     "latency_ms": FLOAT,
     "response_length": INT,
     "metadata": JSON,
+    # Media shared with the turn: [{kind, caption, url?, mime?, query?}] (tiermem.attachments).
+    "attachments": JSON,
 }
 
 _DECLARED: tuple[EventType, ...] = (
@@ -297,6 +299,24 @@ _DECLARED: tuple[EventType, ...] = (
         doc="memory delivered to a prompt or a tool result (what, why, at what cost)",
     ),
     EventType(
+        "derived_note",
+        "notes",
+        {
+            "text": STR,  # the note itself, e.g. "for 3 years = since about 2020"
+            "kind": STR,  # "dates" | "who_did_what"
+            "speaker": STR,
+            "user": STR,
+            "session_id": STR,
+            "said_ts": TS,  # when the source turn was said (what relative dates were resolved against)
+            "source_event_ids": STRLIST,
+        },
+        ("text", "kind", "source_event_ids"),
+        writers=("tiermem compress",),
+        projection="note",
+        views=("notes",),
+        doc="a short note derived from one turn (absolute dates, who did what), shown beside it",
+    ),
+    EventType(
         "erasure",
         "erasures",
         # What to erase, never the erased content itself.
@@ -330,6 +350,7 @@ PROJECTION_ORDER: tuple[str, ...] = (
     "transitions",
     "sessions",
     "episodes",
+    "notes",
     "knowledge",
     "relationships",
     "retrievals",

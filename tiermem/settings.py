@@ -73,6 +73,8 @@ class CompressorSettings:
     importance_threshold: int = 7
     agent_thresholds: Mapping[str, int] = field(default_factory=dict)
     use_batches_api: bool = False
+    # Notes derived from each turn (absolute dates, who did what), shown beside it (docs/retrieval.md).
+    derived_notes: bool = True
 
     def threshold_for(self, agent_id: str) -> int:
         return int(self.agent_thresholds.get(agent_id, self.importance_threshold))

@@ -1,7 +1,7 @@
 """The analyst catalog: the log's views plus the views derived from its events.
 
 `open_catalog(settings)` is what `tiermem sql`, the batch jobs and notebooks
-use. The derived views (`episodes`, `knowledge`, `proposals`, `retrievals`)
+use. The derived views (`episodes`, `knowledge`, `proposals`, `retrievals`, `notes`)
 are declared here, in the base, written against the log's per-stream views, so
 every part reads the same definitions and no part needs another to query.
 `knowledge` and `proposals` are computed from the log alone (knowledge events,
@@ -139,7 +139,18 @@ RETRIEVAL_VIEWS: dict[str, str] = {
 }
 
 
-DERIVED_VIEWS: dict[str, str] = {**EPISODE_VIEWS, **KNOWLEDGE_VIEWS, **RETRIEVAL_VIEWS}
+NOTE_VIEWS: dict[str, str] = {
+    # Notes derived from turns (absolute dates, who did what), with the turn they came from.
+    "notes": (
+        "SELECT event_id AS note_id, agent_id, kind, text, speaker, user, session_id, said_ts,"
+        " source_event_ids, source_event_ids[1] AS source_event_id, ts"
+        f" FROM notes_events WHERE {type_filter('notes')}"
+        " QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY ts DESC) = 1"
+    ),
+}
+
+
+DERIVED_VIEWS: dict[str, str] = {**EPISODE_VIEWS, **KNOWLEDGE_VIEWS, **RETRIEVAL_VIEWS, **NOTE_VIEWS}
 
 
 def open_catalog(settings: Settings) -> duckdb.DuckDBPyConnection:

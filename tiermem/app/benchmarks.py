@@ -18,7 +18,13 @@ def _locomo(args: argparse.Namespace, memory: Memory) -> int:
     # runs in its own temporary data roots: the command's data root is not used
     from tiermem.app.locomo import format_report, run_locomo
 
-    result = run_locomo(args.data, args.budget, limit_conversations=args.conversations)
+    result = run_locomo(
+        args.data,
+        args.budget,
+        limit_conversations=args.conversations,
+        captions=not args.no_captions,
+        notes=not args.no_notes,
+    )
     if args.json:
         emit_json(result)
     else:
@@ -38,5 +44,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--data", required=True, help="path to a LoCoMo JSON file (never copied into the repo)")
     p.add_argument("--budget", type=int, default=500, help="memory token budget per question (default 500)")
+    p.add_argument(
+        "--no-captions", action="store_true", help="ingest turns without their images' captions (ablation)"
+    )
+    p.add_argument("--no-notes", action="store_true", help="compress without derived notes (ablation)")
     p.add_argument("--conversations", type=int, default=None, help="use only the first N conversations")
     add_json_flag(p)

@@ -5,8 +5,11 @@ Turn mapping: one interaction per LoCoMo turn. Each conversation is one agent
 speaker_b is the participant (`user`). A speaker_a turn is an interaction
 with only `agent_response`, a speaker_b turn one with only `user_message`.
 Timestamps are the session date-time (UTC) plus one second per turn, so order
-and day survive; `metadata.dia_id` keeps the turn's LoCoMo id. Image captions
-are not ingested (the baseline does not see them either).
+and day survive; `metadata.dia_id` keeps the turn's LoCoMo id. A shared image
+(`img_url`, `blip_caption`, `query`) becomes the interaction's `attachments`
+entry: its caption is part of the turn, for tiermem (searched and shown with
+the turn) and for the baseline (`Speaker: text [image: caption]`), and when
+scoring (a cited turn's content words include its caption's).
 
 Pipeline, exactly as a user runs it, offline, in a temporary data root:
 `EventLog.append_many` (the public write path) -> `run_compress` ->
@@ -15,7 +18,8 @@ of categories 1-4, the delivered memory is what `recall_memory` shows for
 the question (`runtime.episode_search.recall_lines`: the agent's remembered
 turns ranked one by one across episodes, taken best first while they fit the
 budget, shown under one date header per day with relative dates resolved,
-e.g. `8 May 2023:` / `Caroline: I went ... yesterday (yesterday = 7 May 2023)`),
+e.g. `8 May 2023:` / `Caroline: I went ... yesterday (yesterday = 7 May 2023)`,
+the dates being the compressor's derived notes for the turn),
 then the runtime's `assemble_context` (the question as query; the fixed
 prompt sections excluded) in the room left, packed line by line (never cut)
 until the budget (tokens = ceil(len(text)/4) over the whole delivered text).
@@ -23,7 +27,8 @@ until the budget (tokens = ceil(len(text)/4) over the whole delivered text).
 Scores (micro-averaged, overall and per category):
 - evidence_recall_verbatim: a gold evidence turn's text appears whole;
 - evidence_recall_cited: a delivered item lists the turn's event id and the
-  item's delivered text contains at least half of the turn's content words;
+  item's delivered text contains at least half of the turn's content words
+  (with or without its image caption);
 - evidence_recall: either;
 - answer_recall / answer_full: share of the gold answer's content tokens
   (lower-case alphanumerics minus stop words) present in the delivered text,
@@ -46,6 +51,7 @@ from typing import Any
 
 import orjson
 
+from tiermem.attachments import with_attachments
 from tiermem.dates import MONTHS
 from tiermem.errors import ConfigError
 from tiermem.ids import derived_event_id, format_ts
@@ -78,6 +84,15 @@ class Turn:
     session_date: str  # as written in the data, e.g. "1:56 pm on 8 May, 2023"
     ts: datetime
     event_id: str
+    attachments: tuple[dict[str, str], ...] = ()
+
+    @property
+    def full_text(self) -> str:
+        """The turn with its images' captions, as both systems see it."""
+        return with_attachments(self.text, self.attachments)
+
+
+CATEGORY_NAMES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop"}
 
 
 @dataclass
@@ -114,16 +129,33 @@ def parse_session_date(text: str) -> datetime:
     return datetime(int(year), _MONTHS[month.lower()], int(day), h, int(minute), tzinfo=UTC)
 
 
+_EVIDENCE_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
+
+
 def normalize_evidence(raw: Iterable[Any]) -> list[str]:
-    """Fix the malformed ids the README lists: "D8:6; D9:17", "D:11:26", "D30:05"."""
+    """Every turn id in the evidence, however written: "D8:6; D9:17", "D1:3 D1:4", "D:11:26", "D1: 3", "D30:05"."""
     out: list[str] = []
     for item in raw:
-        for part in re.split(r"[;,]", str(item)):
-            part = part.strip().replace("D:", "D")
-            m = re.fullmatch(r"D(\d+):(\d+)", part)
-            if m:
-                out.append(f"D{int(m.group(1))}:{int(m.group(2))}")
+        for session, turn in _EVIDENCE_ID.findall(str(item)):
+            out.append(f"D{int(session)}:{int(turn)}")
     return list(dict.fromkeys(out))
+
+
+def turn_attachments(turn: dict[str, Any]) -> tuple[dict[str, str], ...]:
+    """A LoCoMo turn's shared image (`img_url`, `blip_caption`, `query`) as interaction attachments."""
+    caption = str(turn.get("blip_caption") or "").strip()
+    urls = turn.get("img_url") or []
+    urls = [urls] if isinstance(urls, str) else [str(u) for u in urls if u]
+    if not caption and not urls:
+        return ()
+    item = {"kind": "image"}
+    if caption:
+        item["caption"] = caption
+    if urls:
+        item["url"] = urls[0]
+    if turn.get("query"):
+        item["query"] = str(turn["query"])
+    return (item,)
 
 
 def load_locomo(path: Path | str) -> list[Conversation]:
@@ -144,7 +176,9 @@ def load_locomo(path: Path | str) -> list[Conversation]:
             for k, t in enumerate(c[f"session_{n}"]):
                 ts = start + timedelta(seconds=k)
                 eid = derived_event_id(ts, "locomo-turn", conv.sample_id, t["dia_id"])
-                conv.turns.append(Turn(t["dia_id"], t["speaker"], t["text"], n, date_text, ts, eid))
+                conv.turns.append(
+                    Turn(t["dia_id"], t["speaker"], t["text"], n, date_text, ts, eid, turn_attachments(t))
+                )
         for q in sample["qa"]:
             cat = str(q.get("category"))
             evidence = normalize_evidence(q.get("evidence") or [])
@@ -155,8 +189,8 @@ def load_locomo(path: Path | str) -> list[Conversation]:
     return convs
 
 
-def interaction_events(conv: Conversation) -> list[dict[str, Any]]:
-    out = []
+def interaction_events(conv: Conversation, *, captions: bool = True) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     for t in conv.turns:
         by_agent = t.speaker == conv.speaker_a
         out.append(
@@ -174,6 +208,8 @@ def interaction_events(conv: Conversation) -> list[dict[str, Any]]:
                 "metadata": {"dia_id": t.dia_id, "speaker": t.speaker, "agent_name": conv.speaker_a},
             }
         )
+        if t.attachments and captions:
+            out[-1]["attachments"] = [dict(a) for a in t.attachments]
     return out
 
 
@@ -220,12 +256,13 @@ def score_question(items: list[Item], q: Question, turns: dict[str, Turn]) -> di
     verbatim = any(t.text.strip() and t.text.strip() in text for t in gold)
     cited = False
     for t in gold:
-        words = set(answer_tokens(t.text))
-        for item in items:
-            if t.event_id in item.ids and words:
-                have = words & set(tokens(item.text))
-                if len(have) >= 0.5 * len(words):
-                    cited = True
+        # The caption is part of its turn: stating the words or the words with the caption both count.
+        for words in {frozenset(answer_tokens(t.text)), frozenset(answer_tokens(t.full_text))}:
+            for item in items:
+                if t.event_id in item.ids and words:
+                    have = words & set(tokens(item.text))
+                    if len(have) >= 0.5 * len(words):
+                        cited = True
     ans = answer_tokens(q.answer)
     hit = sum(1 for a in ans if a in present)
     return {
@@ -304,7 +341,7 @@ class BM25:
 
 
 def baseline_items(conv: Conversation, bm25: BM25, question: str) -> list[Item]:
-    docs = [f"[{t.session_date}] {t.speaker}: {t.text}" for t in conv.turns]
+    docs = [f"[{t.session_date}] {t.speaker}: {t.full_text}" for t in conv.turns]
     return [Item(docs[i], (conv.turns[i].event_id,)) for i, _ in bm25.rank(question)]
 
 
@@ -370,14 +407,14 @@ class TiermemContext:
 # ------------------------------------------------------------------ the run
 
 
-def prepare(settings: Settings, convs: list[Conversation]) -> dict[str, Any]:
+def prepare(settings: Settings, convs: list[Conversation], *, captions: bool = True) -> dict[str, Any]:
     """Ingest, compress, evolve and project, as a user would; returns what each step did."""
     from tiermem.compressor.job import run_compress
     from tiermem.eventlog import EventLog
 
     steps: dict[str, Any] = {}
     with EventLog(settings) as log:
-        res = log.append_many(e for c in convs for e in interaction_events(c))
+        res = log.append_many(e for c in convs for e in interaction_events(c, captions=captions))
         steps["ingested"] = res.accepted
     info = run_compress(settings, progress=False)
     steps["compress"] = {
@@ -385,6 +422,7 @@ def prepare(settings: Settings, convs: list[Conversation]) -> dict[str, Any]:
         "episodes": info.episodes,
         "proposals": info.proposals,
         "relationships": info.relationships,
+        "notes": info.notes,
         "interactions_scored": info.interactions_scored,
     }
     try:
@@ -407,21 +445,35 @@ def run_locomo(
     work_dir: Path | None = None,
     progress: bool | None = None,
     limit_conversations: int | None = None,
+    captions: bool = True,
+    notes: bool = True,
 ) -> dict[str, Any]:
-    """The whole protocol in a temporary data root; returns {"tiermem": M, "baseline": M, ...}."""
+    """The whole protocol in a temporary data root; returns {"tiermem": M, "baseline": M, ...}.
+
+    `captions=False` ingests the turns without their images' captions (for both
+    systems), `notes=False` compresses without derived notes: what each adds is
+    measured with the same harness.
+    """
     convs = load_locomo(data)[:limit_conversations]
+    if not captions:
+        convs = [replace(c, turns=[replace(t, attachments=()) for t in c.turns]) for c in convs]
     with tempfile.TemporaryDirectory(prefix="tiermem-locomo-", dir=work_dir) as tmp:
         base = resolve_settings(data_dir=Path(tmp) / "data", env={})
         # Offline by construction; bulk load that can be replayed needs no fsync per append.
-        settings = replace(base, anthropic_api_key=None, fsync="none")
-        steps = prepare(settings, convs)
+        settings = replace(
+            base,
+            anthropic_api_key=None,
+            fsync="none",
+            compressor=replace(base.compressor, derived_notes=notes),
+        )
+        steps = prepare(settings, convs, captions=captions)
 
         ours: list[tuple[str, dict[str, float], float]] = []
         theirs: list[tuple[str, dict[str, float], float]] = []
         for conv in convs:
             turns = {t.dia_id: t for t in conv.turns}
             system = TiermemContext(settings, conv)
-            bm25 = BM25([f"[{t.session_date}] {t.speaker}: {t.text}" for t in conv.turns])
+            bm25 = BM25([f"[{t.session_date}] {t.speaker}: {t.full_text}" for t in conv.turns])
             try:
                 for q in conv.questions:
                     t0 = time.perf_counter()
@@ -436,14 +488,59 @@ def run_locomo(
                     )
             finally:
                 system.close()
+    mine, bm25_m = aggregate(ours), aggregate(theirs)
     return {
-        "tiermem": aggregate(ours),
-        "baseline": aggregate(theirs),
+        "tiermem": mine,
+        "baseline": bm25_m,
+        "per_category": per_category(mine, bm25_m),
         "budget": budget,
         "conversations": len(convs),
+        "captions": captions,
+        "derived_notes": notes,
         "context_path": "recall_memory (episode_search.recall_lines, dated turn block) + runtime.context.assemble_context",
         "pipeline": steps,
     }
+
+
+CATEGORY_METRICS = ("evidence_recall", "answer_recall", "answer_full", "mean_tokens")
+
+
+def per_category(mine: dict[str, dict[str, float]], base: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """{category: {name, n, tiermem: {...}, baseline: {...}}}: the headline metrics side by side."""
+    return {
+        cat: {
+            "name": CATEGORY_NAMES.get(cat, "all categories"),
+            "n": mine[cat]["n"],
+            "tiermem": {k: mine[cat][k] for k in CATEGORY_METRICS},
+            "baseline": {k: base[cat][k] for k in CATEGORY_METRICS},
+        }
+        for cat in ("all", *CATEGORIES)
+    }
+
+
+def format_category_table(result: dict[str, Any]) -> str:
+    from tiermem.output import format_table
+
+    rows = []
+    for cat, row in result["per_category"].items():
+        ours, theirs = row["tiermem"], row["baseline"]
+        rows.append(
+            [cat, row["name"], row["n"]]
+            + [ours[k] for k in CATEGORY_METRICS[:3]]
+            + [theirs[k] for k in CATEGORY_METRICS[:3]]
+        )
+    heads = [
+        "cat",
+        "name",
+        "n",
+        "ev",
+        "ans_recall",
+        "ans_full",
+        "bm25_ev",
+        "bm25_ans_recall",
+        "bm25_ans_full",
+    ]
+    return format_table(heads, rows)
 
 
 def format_report(result: dict[str, Any]) -> str:
@@ -487,4 +584,5 @@ def format_report(result: dict[str, Any]) -> str:
         ],
         rows,
     )
-    return f"{head}\n{table}\ncontext path: {result['context_path']}"
+    by_cat = format_category_table(result)
+    return f"{head}\n{table}\n\nper category (tiermem | BM25 baseline):\n{by_cat}\ncontext path: {result['context_path']}"

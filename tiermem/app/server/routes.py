@@ -52,6 +52,8 @@ class TurnIn(Strict):
     approval_status: Ident | None = None
     channel: Ident | None = None
     metadata: dict[str, Any] | None = None
+    # Media shared with the turn: checked in full (fields, limits) by the log's validation.
+    attachments: Annotated[list[dict[str, Any]], Field(max_length=16)] | None = None
 
 
 class TurnOut(BaseModel):
