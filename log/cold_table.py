@@ -256,6 +256,20 @@ def _delete(table: DeltaTable, ids: list[str]) -> int:
     return deleted
 
 
+def vacuum(settings: Settings) -> int:
+    """Remove every file no table version references (orphans of an interrupted commit); how many."""
+    removed = 0
+    for stream in STREAMS:
+        table = open_table(settings, stream)
+        if table is None:
+            continue
+        try:
+            removed += len(table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False))
+        except (DeltaError, OSError) as exc:
+            raise _fail(settings, f"vacuuming the {stream} table", exc) from exc
+    return removed
+
+
 def datasets(settings: Settings) -> dict[str, pads.Dataset]:
     """Each stream's table as an Arrow dataset (streams with no table yet are left out)."""
     found: dict[str, pads.Dataset] = {}

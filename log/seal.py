@@ -470,6 +470,9 @@ def seal(settings: Settings, before: date | datetime | str | None = None, *, era
                 committed.rows,
                 committed.already,
             )
+            # Files of a commit that never happened (a crash after the upload) are referenced
+            # by no version: removed here, so the bucket holds only what the tables read.
+            info.cold_files_removed += cold_table.vacuum(settings)
         try:
             info.manifest = str(manifest.refresh(settings))
         except OSError as exc:

@@ -13,12 +13,12 @@ import pytest
 from deltalake import DeltaTable
 from helpers_log import PYTHON, interaction, run_cli, write_jsonl
 from helpers_s3 import S3Server, bucket_objects, bucket_text, start_s3, write_config
-from tiermem.app.forget import forget
 from tiermem.ingest.pipeline import ingest_file
 from tiermem.log import cold_table
 from tiermem.log.seal import seal
 
 from tiermem import catalog
+from tiermem.app.forget import forget
 from tiermem.errors import ConfigError
 from tiermem.eventlog import EventLog
 from tiermem.ids import format_ts
@@ -104,9 +104,9 @@ def test_seal_commits_closed_days_and_sql_counts_match(
 
 
 def test_a_seal_killed_between_commits_is_finished_by_the_next(
-    cold: tuple[Settings, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    cold: tuple[Settings, str], s3: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    settings, _bucket = cold
+    settings, bucket = cold
     _ingest_days(settings, tmp_path)
     script = textwrap.dedent(
         """
@@ -135,6 +135,13 @@ def test_a_seal_killed_between_commits_is_finished_by_the_next(
     assert len(list((settings.log_dir / "interactions").glob("date=*/*.parquet"))) == 5
     first = _sql(capsys, settings, "SELECT count(*) AS n FROM cold_interactions")[0]["n"]
     assert first == 12
+    # What a crash between a data file's upload and its commit leaves: a file no version reads.
+    local = sorted((settings.log_dir / "interactions").glob("date=2026-03-02/*.parquet"))[0]
+    s3.client().put_object(
+        Bucket=bucket,
+        Key="cold/interactions/date=2026-03-02/part-00000-orphan-c000.zstd.parquet",
+        Body=local.read_bytes(),
+    )
     info = seal(settings)
     assert (info.sealed_segments, info.cold_segments, info.cold_already) == (0, 4, 1)
     assert _sql(
