@@ -511,7 +511,7 @@ _AWS_ENV = {
 
 def _cold_from_env(cold: ColdSettings, env: Mapping[str, str]) -> ColdSettings:
     """Fill the object store's unset endpoint, region and credentials from the AWS variables."""
-    found = {}
+    found: dict[str, Any] = {}
     for name, keys in _AWS_ENV.items():
         if not getattr(cold, name):
             value = next((env[k] for k in keys if env.get(k)), "")
