@@ -144,13 +144,17 @@ def _memory_limit(text: str) -> str:
     return text.strip()
 
 
-def open_sandbox(settings: Settings) -> duckdb.DuckDBPyConnection:
-    """The catalog (every view) on a connection that can only read the data root's log."""
+def open_sandbox(settings: Settings, *, cold: bool = True) -> duckdb.DuckDBPyConnection:
+    """The catalog (every view) on a connection that can only read the data root's log.
+
+    `cold=False` leaves out the object-store views (a query that names none
+    of them does not wait on the network).
+    """
     from tiermem.sqlviews import open_catalog
 
     con = open_catalog(settings)
     try:
-        if settings.cold_url:
+        if settings.cold_url and cold:
             add_cold_views(con, settings)
         lock_down(con, settings)
     except BaseException:
@@ -192,7 +196,7 @@ def run_query(settings: Settings, query: str, *, timeout: float | None = None) -
         raise ValidationError("timeout", f"must be a positive number of seconds, got {limit}")
     check_read_only(query)
     started = time.perf_counter()
-    con = open_sandbox(settings)
+    con = open_sandbox(settings, cold="cold_" in query.lower())
     timer = threading.Timer(limit, con.interrupt)
     timer.daemon = True
     try:

@@ -16,6 +16,7 @@ from helpers_s3 import S3Server, bucket_objects, bucket_text, start_s3, write_co
 from tiermem.ingest.pipeline import ingest_file
 from tiermem.log import cold_table
 from tiermem.log.seal import seal
+from tiermem.log.sql import run_query
 
 from tiermem import catalog
 from tiermem.app.forget import forget
@@ -220,3 +221,12 @@ def test_cold_settings_resolve_once_from_the_file_and_the_environment(tmp_path: 
     with pytest.raises(ConfigError, match="cold_url"):
         resolve_settings(data_dir=tmp_path, env={"TIERMEM_COLD_URL": "/local/folder"})
     assert resolve_settings(data_dir=tmp_path / "x", env={}).cold_url == ""
+
+
+def test_a_query_naming_no_table_view_does_not_touch_the_object_store(tmp_path: Path) -> None:
+    # Nothing listens on port 9: were the tables opened, the query would fail (after retries).
+    env = {"TIERMEM_COLD_URL": "s3://nowhere-bucket/x", "TIERMEM_COLD__ENDPOINT_URL": "http://127.0.0.1:9"}
+    settings = resolve_settings(data_dir=tmp_path / "data", env=env)
+    with EventLog(settings) as log:
+        log.append(interaction(1, event_id="only"))
+    assert run_query(settings, "SELECT count(*) FROM interactions").rows == [(1,)]
