@@ -20,7 +20,7 @@ from tiermem.log.sql import run_query
 
 from tiermem import catalog
 from tiermem.app.forget import forget
-from tiermem.errors import ConfigError
+from tiermem.errors import ConfigError, StorageError
 from tiermem.eventlog import EventLog
 from tiermem.ids import format_ts
 from tiermem.settings import Settings, resolve_settings
@@ -230,3 +230,31 @@ def test_a_query_naming_no_table_view_does_not_touch_the_object_store(tmp_path: 
     with EventLog(settings) as log:
         log.append(interaction(1, event_id="only"))
     assert run_query(settings, "SELECT count(*) FROM interactions").rows == [(1,)]
+
+
+def test_an_erasure_interrupted_before_its_vacuum_is_finished_by_the_next_seal(
+    cold: tuple[Settings, str], s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, bucket = cold
+    src = write_jsonl(
+        tmp_path / "turns.jsonl",
+        [
+            interaction(i, event_id=f"t{i}", user_message=f"{SECRET} {i}" if i == 3 else f"hello {i}")
+            for i in range(10)
+        ],
+    )
+    ingest_file(settings, src, progress=False)
+    seal(settings)
+
+    def no_vacuum(*_args: object, **_kwargs: object) -> list[str]:
+        raise OSError("connection reset while vacuuming")
+
+    monkeypatch.setattr(DeltaTable, "vacuum", no_vacuum)
+    with pytest.raises(StorageError, match="erasing from the interactions table"):
+        forget(settings, event="t3", now=True)
+    monkeypatch.undo()
+    # The delete committed: the table no longer reads the row, but the old file is still in the bucket.
+    assert SECRET.encode() in bucket_text(s3, bucket)
+    info = seal(settings)
+    assert info.cold_deleted_rows == 0 and info.cold_files_removed >= 1  # already deleted; vacuumed now
+    assert SECRET.encode() not in bucket_text(s3, bucket)
