@@ -79,10 +79,6 @@ class ColdErasure:
     files_removed: int = 0  # data files the vacuum removed from the bucket
 
 
-def enabled(settings: Settings) -> bool:
-    return bool(settings.cold_url)
-
-
 def storage_options(settings: Settings) -> dict[str, str]:
     """The object store's endpoint and credentials as `deltalake` takes them (from the frozen settings)."""
     cold = settings.cold
@@ -143,7 +139,7 @@ def view_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, _view_type(f.type)) for f in schema])
 
 
-def _table_rows(stream: str, path: Path) -> pa.Table:
+def _table_rows(path: Path) -> pa.Table:
     """A sealed segment as the table stores it: live events only, the day as the partition column."""
     table = pq.read_table(path)
     if ERASED_MARK in table.column_names:
@@ -160,7 +156,7 @@ def commit_segment(settings: Settings, stream: str, path: Path, table: DeltaTabl
     txn = segment_txn(segment)
     if table is not None and table.transaction_version(txn) is not None:
         return None
-    rows = _table_rows(stream, path)
+    rows = _table_rows(path)
     try:
         write_deltalake(
             table if table is not None else table_uri(settings, stream),
