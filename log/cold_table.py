@@ -89,6 +89,9 @@ def storage_options(settings: Settings) -> dict[str, str]:
         "AWS_SECRET_ACCESS_KEY": cold.secret_access_key,
         "AWS_ALLOW_HTTP": "true" if cold.allow_http else "",
         "conditional_put": cold.conditional_put,
+        "max_retries": str(cold.max_retries),
+        "retry_timeout": f"{cold.retry_timeout_seconds:g}s",
+        "connect_timeout": f"{cold.connect_timeout_seconds:g}s",
     }
     return {k: v for k, v in options.items() if v}
 

@@ -232,6 +232,22 @@ def test_a_query_naming_no_table_view_does_not_touch_the_object_store(tmp_path: 
     assert run_query(settings, "SELECT count(*) FROM interactions").rows == [(1,)]
 
 
+def test_an_unreachable_object_store_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "tiermem.toml").write_text(
+        'cold_url = "s3://nowhere-bucket/x"\n[cold]\nendpoint_url = "http://127.0.0.1:9"\n'
+        'access_key_id = "k"\nsecret_access_key = "s"\nregion = "us-east-1"\nallow_http = true\nmax_retries = 0\n',
+        encoding="utf-8",
+    )
+    code, out, err = run_cli(capsys, data, ["sql", "SELECT count(*) FROM cold_events"])
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "object store s3://nowhere-bucket/x: opening the" in err
+    assert "\x1b" not in err
+
+
 def test_an_erasure_interrupted_before_its_vacuum_is_finished_by_the_next_seal(
     cold: tuple[Settings, str], s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

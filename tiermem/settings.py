@@ -211,6 +211,10 @@ class ColdSettings:
     secret_access_key: str = field(default="", repr=False)
     allow_http: bool = False  # a plain-HTTP endpoint (a local MinIO or test server)
     conditional_put: str = "etag"
+    # An unreachable store costs at most this much per request, then the command stops with one line.
+    max_retries: int = 3
+    retry_timeout_seconds: float = 30.0
+    connect_timeout_seconds: float = 5.0
 
 
 LLM_PROVIDERS: tuple[str, ...] = ("auto", "anthropic", "openai", "offline")
