@@ -18,6 +18,12 @@ what was forgotten is not brought back by a replay. `_rejects/` and
 for JSONL and the side files (`parquet=False`); sealed Parquet is rewritten at
 the next seal. Until then, readers hide erased events with
 `erased_filter(settings)`.
+
+With an object-store cold tier (`cold_url`), the same pass (`parquet=True`)
+deletes the erased events from the stream tables through the table format's
+own delete and vacuums the replaced files out of the bucket
+(`tiermem.log.cold_table`). The table keeps no tombstone: nothing there
+counts positions, and the local log keeps the id for replays.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ class ErasureReport:
     files_rewritten: int = 0
     scrubbed_records: int = 0  # rejects / quarantine lines removed
     targets: int = 0
+    table_deleted_rows: int = 0  # rows deleted from the object-store tables
+    table_files_removed: int = 0  # their replaced data files, vacuumed out of the bucket
     rewritten: list[str] = field(default_factory=list)
 
 
@@ -190,4 +198,9 @@ def apply_erasures(settings: Settings, log: EventLog, *, parquet: bool = True) -
             report.files_rewritten += 1
             report.rewritten.append(str(path))
     report.scrubbed_records = scrub_side_files(settings, targets, ids)
+    if parquet and settings.cold_url:
+        from tiermem.log import cold_table  # local: only with an object-store cold tier
+
+        cold = cold_table.delete_events(settings, ids)
+        report.table_deleted_rows, report.table_files_removed = cold.deleted_rows, cold.files_removed
     return report

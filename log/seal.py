@@ -11,6 +11,11 @@ JSONL alone, or both (readers take the Parquet), never a half file in view.
 
 Erasure happens here too (see `tiermem.log.erasure`): before converting, every
 file holding an erased event is rewritten without its content.
+
+With `cold_url` set, the sealed segments of closed days are then committed to
+the object-store tables (`tiermem.log.cold_table`), each in one transaction
+that the table remembers, so a seal run again after a crash commits only what
+is missing.
 """
 
 from __future__ import annotations
@@ -91,6 +96,12 @@ class SealInfo:
     erased_events: int = 0
     erased_files_rewritten: int = 0
     scrubbed_records: int = 0
+    cold_url: str = ""  # the object-store tables' location ("" : local only)
+    cold_segments: int = 0  # segments committed to the tables by this run
+    cold_rows: int = 0
+    cold_already: int = 0  # sealed segments the tables already held
+    cold_deleted_rows: int = 0  # erased rows deleted from the tables
+    cold_files_removed: int = 0  # replaced files vacuumed out of the bucket
     elapsed_s: float = 0.0
     rows_per_s: float = 0.0
     manifest: str = ""
@@ -421,6 +432,8 @@ def seal(settings: Settings, before: date | datetime | str | None = None, *, era
             info.erased_events = report.erased_events
             info.erased_files_rewritten = report.files_rewritten
             info.scrubbed_records = report.scrubbed_records
+            info.cold_deleted_rows = report.table_deleted_rows
+            info.cold_files_removed = report.table_files_removed
         for stream in STREAMS:
             root = settings.log_dir / stream
             if not root.exists():
@@ -447,6 +460,19 @@ def seal(settings: Settings, before: date | datetime | str | None = None, *, era
                     info.sealed_rows += done.rows
                     info.jsonl_bytes += done.jsonl_bytes
                     info.parquet_bytes += done.parquet_bytes
+        if settings.cold_url:
+            from tiermem.log import cold_table  # local: only with an object-store cold tier
+
+            info.cold_url = settings.cold_url
+            committed = cold_table.commit_sealed(settings, info.before)
+            info.cold_segments, info.cold_rows, info.cold_already = (
+                committed.segments,
+                committed.rows,
+                committed.already,
+            )
+            # Files of a commit that never happened (a crash after the upload) are referenced
+            # by no version: removed here, so the bucket holds only what the tables read.
+            info.cold_files_removed += cold_table.vacuum(settings)
         try:
             info.manifest = str(manifest.refresh(settings))
         except OSError as exc:

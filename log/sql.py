@@ -20,6 +20,13 @@ fences keep it to reading the memory:
    (`[sql] timeout_seconds`, `tiermem sql --timeout`): a timer thread
    interrupts the query when it is up.
 
+With an object-store cold tier (`cold_url`), the catalog also has
+`cold_<stream>` views (and `cold_events`) over the stream tables. DuckDB does
+not read them itself: `deltalake` resolves the table's current files and hands
+DuckDB an Arrow dataset, registered before the lock, so the second fence stays
+whole (no S3 credentials or network access inside the connection, no extension
+to load; DuckDB's own `delta`/`httpfs` extensions would need both).
+
 Every refusal is one line saying why (`ReadOnlyQueryError`, exit 2); a bad
 query is a `ValidationError` (exit 2), a timeout or memory failure a
 `QueryError` (exit 1).
@@ -137,17 +144,46 @@ def _memory_limit(text: str) -> str:
     return text.strip()
 
 
-def open_sandbox(settings: Settings) -> duckdb.DuckDBPyConnection:
-    """The catalog (every view) on a connection that can only read the data root's log."""
+def open_sandbox(settings: Settings, *, cold: bool = True) -> duckdb.DuckDBPyConnection:
+    """The catalog (every view) on a connection that can only read the data root's log.
+
+    `cold=False` leaves out the object-store views (a query that names none
+    of them does not wait on the network).
+    """
     from tiermem.sqlviews import open_catalog
 
     con = open_catalog(settings)
     try:
+        if settings.cold_url and cold:
+            add_cold_views(con, settings)
         lock_down(con, settings)
     except BaseException:
         con.close()
         raise
     return con
+
+
+def add_cold_views(con: duckdb.DuckDBPyConnection, settings: Settings) -> None:
+    """`cold_<stream>` over each stream's object-store table, `cold_events` over all of them.
+
+    Erased events are hidden at once, as in every other view, even before the
+    next seal deletes them from the tables.
+    """
+    from tiermem.log import cold_table
+
+    from tiermem.catalog import _not_erased
+
+    common = []
+    for stream, dataset in cold_table.datasets(settings).items():
+        con.register(f"_cold_{stream}_arrow", dataset)
+        where = "" if stream == "erasures" else f" WHERE {_not_erased(stream)}"
+        con.execute(f"CREATE OR REPLACE TEMP VIEW cold_{stream} AS SELECT * FROM _cold_{stream}_arrow{where}")
+        common.append(
+            f"SELECT event_id, type, ts, schema_version, agent_id, '{stream}' AS stream, "
+            f"{cold_table.PARTITION} FROM cold_{stream}"
+        )
+    if common:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW cold_events AS {' UNION ALL '.join(common)}")
 
 
 def run_query(settings: Settings, query: str, *, timeout: float | None = None) -> QueryResult:
@@ -160,7 +196,7 @@ def run_query(settings: Settings, query: str, *, timeout: float | None = None) -
         raise ValidationError("timeout", f"must be a positive number of seconds, got {limit}")
     check_read_only(query)
     started = time.perf_counter()
-    con = open_sandbox(settings)
+    con = open_sandbox(settings, cold="cold_" in query.lower())
     timer = threading.Timer(limit, con.interrupt)
     timer.daemon = True
     try:

@@ -28,11 +28,16 @@ TOML layout (every key optional)::
     provider = "auto"           # auto | anthropic | openai | offline
     base_url = "http://localhost:11434/v1"   # openai: any OpenAI-compatible server
     model = "llama3.1"
+    cold_url = "s3://bucket/prefix"   # sealed days also go to a Delta Lake table per stream
+    [cold]                      # the S3-compatible endpoint (unset: the AWS_* variables)
+    endpoint_url = "http://minio:9000"
+    region = "us-east-1"
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -192,6 +197,28 @@ class SqlSettings:
     memory_limit: str = "2GB"  # DuckDB's own syntax: "512MB", "2GB", ...
 
 
+@dataclass(frozen=True)
+class ColdSettings:
+    """Where `cold_url` lives: an S3-compatible endpoint (AWS, MinIO, R2, ...) and its credentials.
+
+    Unset values come from the usual AWS variables (`AWS_ENDPOINT_URL`, `AWS_REGION`,
+    `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`), read once by `resolve_settings`.
+    `conditional_put = "etag"` makes each table commit a put-if-absent, so two
+    writers can never both take the same table version; empty leaves the store's default.
+    """
+
+    endpoint_url: str = ""
+    region: str = ""
+    access_key_id: str = ""
+    secret_access_key: str = field(default="", repr=False)
+    allow_http: bool = False  # a plain-HTTP endpoint (a local MinIO or test server)
+    conditional_put: str = "etag"
+    # An unreachable store costs at most this much per request, then the command stops with one line.
+    max_retries: int = 3
+    retry_timeout_seconds: float = 30.0
+    connect_timeout_seconds: float = 5.0
+
+
 LLM_PROVIDERS: tuple[str, ...] = ("auto", "anthropic", "openai", "offline")
 
 
@@ -233,6 +260,10 @@ class Settings:
     sql: SqlSettings = field(default_factory=SqlSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
     llm: LlmSettings = field(default_factory=LlmSettings)
+    cold_url: str = (
+        ""  # "s3://bucket/prefix": sealed days committed to a Delta Lake table (empty: local only)
+    )
+    cold: ColdSettings = field(default_factory=ColdSettings)
     prices: Mapping[str, ModelPrice] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     config_file: Path | None = None
 
@@ -340,6 +371,15 @@ def _section(cls: type, raw: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from exc
 
 
+def _cold_problems(settings: Settings) -> list[str]:
+    problems = []
+    if settings.cold_url and not re.fullmatch(
+        r"s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/[^\s]*)?", settings.cold_url
+    ):
+        problems.append(f"cold_url = {settings.cold_url!r}: expected s3://bucket/prefix")
+    return problems
+
+
 def _check_ranges(settings: Settings) -> None:
     """Values of the right type that still make no sense."""
     lim = settings.limits
@@ -365,6 +405,7 @@ def _check_ranges(settings: Settings) -> None:
         problems.append("llm timeouts: expected more than 0 seconds")
     if not 0 <= llm.max_retries <= 10 or llm.retry_delay_seconds < 0:
         problems.append(f"llm.max_retries = {llm.max_retries}: expected 0 to 10 (and a delay >= 0)")
+    problems += _cold_problems(settings)
     if settings.segment_max_bytes < 1024:
         problems.append(f"segment_max_bytes = {settings.segment_max_bytes}: expected at least 1024")
     if problems:
@@ -399,6 +440,7 @@ _SECTIONS: Mapping[str, type] = {
     "sql": SqlSettings,
     "retrieval": RetrievalSettings,
     "llm": LlmSettings,
+    "cold": ColdSettings,
 }
 # Top-level settings a file or a variable may set (sections and prices have their own rules).
 _SCALARS = frozenset({f.name for f in fields(Settings)} - set(_SECTIONS) - {"prices", "config_file"})
@@ -465,6 +507,25 @@ def _apply_env(values: dict[str, Any], env: Mapping[str, str], base: Settings) -
             raise ConfigError(f"{key}: unknown setting {name!r}")
 
 
+_AWS_ENV = {
+    "endpoint_url": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+    "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+    "access_key_id": ("AWS_ACCESS_KEY_ID",),
+    "secret_access_key": ("AWS_SECRET_ACCESS_KEY",),
+}
+
+
+def _cold_from_env(cold: ColdSettings, env: Mapping[str, str]) -> ColdSettings:
+    """Fill the object store's unset endpoint, region and credentials from the AWS variables."""
+    found: dict[str, Any] = {}
+    for name, keys in _AWS_ENV.items():
+        if not getattr(cold, name):
+            value = next((env[k] for k in keys if env.get(k)), "")
+            if value:
+                found[name] = value
+    return replace(cold, **found) if found else cold
+
+
 def resolve_settings(
     data_dir: str | Path | None = None,
     config_file: str | Path | None = None,
@@ -483,6 +544,7 @@ def resolve_settings(
     if "anthropic_api_key" not in values:
         values["anthropic_api_key"] = env.get("ANTHROPIC_API_KEY") or None
     values["config_file"] = cfg_path if cfg_path.exists() else None
+    values["cold"] = _cold_from_env(values.get("cold") or base.cold, env)
     settings = Settings(**values)
     if settings.fsync not in FSYNC_POLICIES:
         raise ConfigError(f"fsync={settings.fsync!r}: expected one of {', '.join(FSYNC_POLICIES)}")

@@ -18,7 +18,8 @@ Effects, in order:
 4. reviewer reports and saved exports (`<data>/exports/`) mentioning it are
    regenerated, or removed when they were about the target itself;
 5. sealed Parquet files are rewritten at the next `tiermem seal` — or at
-   once with `now=True` (`--now`).
+   once with `now=True` (`--now`); so are the object-store tables when
+   `cold_url` is set (the rows deleted, the replaced files vacuumed away).
 
 `ForgetInfo.removed` says what was removed where (rows per hot-store table,
 files per place); nothing in it quotes the content.
@@ -127,6 +128,13 @@ def forget(
         "log_files_rewritten": [_rel(settings, f) for f in files["rewritten"]],
         "log_files_pending_seal": [] if now else sorted(_rel(settings, f) for f in pending),
         "side_records_scrubbed": files["side_records"],
+        "object_store": (
+            {"deleted_rows": files["table_rows"], "files_removed": files["table_files"]}
+            if now
+            else {"pending_seal": True}
+        )
+        if settings.cold_url
+        else {},
         "reports": {"regenerated": info.reports_regenerated, "removed": info.reports_removed},
         "exports": {"regenerated": info.exports_regenerated, "removed": info.exports_removed},
     }
@@ -146,7 +154,12 @@ def _rewrite_files(settings: Settings, log: EventLog, *, everything: bool) -> di
     from tiermem.log.erasure import apply_erasures
 
     report = apply_erasures(settings, log, parquet=everything)
-    return {"rewritten": list(report.rewritten), "side_records": report.scrubbed_records}
+    return {
+        "rewritten": list(report.rewritten),
+        "side_records": report.scrubbed_records,
+        "table_rows": report.table_deleted_rows,
+        "table_files": report.table_files_removed,
+    }
 
 
 def _hot_counts(settings: Settings) -> dict[str, int]:

@@ -27,6 +27,12 @@ def _seal(args: argparse.Namespace, memory: Memory) -> int:
             f"erasure: {info.erased_events} event(s) removed from {info.erased_files_rewritten} file(s), "
             f"{info.scrubbed_records} reject/quarantine record(s) scrubbed"
         )
+    if info.cold_url:
+        print(
+            f"object store {info.cold_url}: {info.cold_segments} segment(s), {info.cold_rows:,} rows committed, "
+            f"{info.cold_already} already there; {info.cold_deleted_rows} erased row(s) deleted, "
+            f"{info.cold_files_removed} old file(s) vacuumed"
+        )
     print(f"manifest: {info.manifest}")
     return 0
 
