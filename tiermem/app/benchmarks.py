@@ -11,6 +11,7 @@ from tiermem.output import emit_json
 
 LOCOMO_EXAMPLES = """  tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500
   tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500 --json
+  tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500 --recall-share 0.8
 """
 
 
@@ -18,7 +19,9 @@ def _locomo(args: argparse.Namespace, memory: Memory) -> int:
     # runs in its own temporary data roots: the command's data root is not used
     from tiermem.app.locomo import format_report, run_locomo
 
-    result = run_locomo(args.data, args.budget, limit_conversations=args.conversations)
+    result = run_locomo(
+        args.data, args.budget, limit_conversations=args.conversations, recall_share=args.recall_share
+    )
     if args.json:
         emit_json(result)
     else:
@@ -39,4 +42,11 @@ def register(sub: Any) -> None:
     p.add_argument("--data", required=True, help="path to a LoCoMo JSON file (never copied into the repo)")
     p.add_argument("--budget", type=int, default=500, help="memory token budget per question (default 500)")
     p.add_argument("--conversations", type=int, default=None, help="use only the first N conversations")
+    p.add_argument(
+        "--recall-share",
+        type=float,
+        default=None,
+        help="share of the budget the recalled turns take before the assembled context "
+        "(default: runtime.recall_share, 1.0)",
+    )
     add_json_flag(p)
