@@ -20,11 +20,14 @@ Budgets (tokens are `count_tokens`: ceil(chars / 4)):
    knowledge list go first, identity and instructions last; pinned key-value
    facts and important episodes just before those).
    When the retrieval does not fit its budget whole, important episodes are
-   fitted first.
+   fitted first, then episodes and facts up to their shares of the block
+   (`settings.runtime.retrieval_shares`), then the rest by rank.
 3. When `budget` is given, the memory-context tier may use whatever part of
    the budget the other sections leave (at least its own tier budget): a
    caller that asks "what fits in N tokens for this question" gets the
-   retrieval filling the room, which is what the LoCoMo protocol measures.
+   retrieval filling the room, which is what the LoCoMo protocol measures
+   (never more than the cap: one item larger than the cap must not crowd
+   out the smaller ones that fit).
 
 Sections with no items are left out. `total_tokens` is the sum of the
 section token counts and never exceeds the cap.

@@ -16,9 +16,13 @@ the question (`runtime.episode_search.recall_lines`: the agent's remembered
 turns ranked one by one across episodes, taken best first while they fit the
 budget, shown under one date header per day with relative dates resolved,
 e.g. `8 May 2023:` / `Caroline: I went ... yesterday (yesterday = 7 May 2023)`),
-then the runtime's `assemble_context` (the question as query; the fixed
-prompt sections excluded) in the room left, packed line by line (never cut)
-until the budget (tokens = ceil(len(text)/4) over the whole delivered text).
+and the runtime's `assemble_context` (the question as query; the fixed
+prompt sections excluded), split by `runtime.recall_share`: the context is
+built in `(1 - share) x budget`, lines that only repeat a recalled turn are
+dropped, and the recalled turns take every token left; packed line by line
+(never cut) until the budget (tokens = ceil(len(text)/4) over the whole
+delivered text). Each delivered line keeps the section it came from, so the
+result attributes tokens, evidence and answer words per section (`sections`).
 
 Scores (micro-averaged, overall and per category):
 - evidence_recall_verbatim: a gold evidence turn's text appears whole;
