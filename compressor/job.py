@@ -36,7 +36,7 @@ import orjson
 from tiermem.compressor.relationships import relationship_events
 from tiermem.compressor.scoring import Scorer, make_scorer
 from tiermem.compressor.selection import CompressorState, pending_counts, select_due
-from tiermem.compressor.work import Chunk, scored_batches
+from tiermem.compressor.work import Chunk, conversation_batches, scored_batches
 
 from tiermem.errors import AlreadyRunningError, TiermemError, ValidationError
 from tiermem.eventlog import EventLog, write_atomic
@@ -47,7 +47,7 @@ from tiermem.settings import Settings
 
 GROUP_BATCHES = 100  # batches per commit: one pending write, one append, one checkpoint
 # A deterministic scorer's answer costs nothing to recompute, so its groups are
-# larger (fewer fsyncs per interaction) and skip the pending file.
+# larger (fewer fsyncs per interaction).
 DETERMINISTIC_GROUP_FACTOR = 10
 
 
@@ -143,9 +143,9 @@ def _commit(
 ) -> None:
     """Pending file (atomic) -> append -> drop the compressed ids from pending -> remove the file.
 
-    Without `keep_answers` (a deterministic scorer) there is no pending file: a
-    group killed before its ids left `pending` is recomputed to the same events,
-    and the log drops the ones already appended.
+    Without `keep_answers` there is no pending file: a group killed before its
+    ids left `pending` is recomputed, and the log drops the events already
+    appended (the job keeps the file for every scorer; see `run_compress`).
     """
     path = _pending_path(settings)
     if keep_answers:
@@ -234,12 +234,14 @@ def run_compress(
         in_group = 0
         deterministic = bool(getattr(scorer, "deterministic", False))
         group_size = GROUP_BATCHES * (DETERMINISTIC_GROUP_FACTOR if deterministic else 1)
-        keep = not deterministic
+        # The pending file is kept for every scorer: turns that arrive between a crash and
+        # the re-run can join a conversation in the middle of the order and shift the cut,
+        # so a group already appended is replayed from its file, never recomputed.
+        keep = True
         chunks = []
         for sel in selections:
             threshold = cfg.threshold_for(sel.agent_id)
-            todo = sel.to_compress
-            batches = [todo[i : i + cfg.batch_size] for i in range(0, len(todo), cfg.batch_size)]
+            batches = conversation_batches(sel.to_compress, cfg.batch_size)
             for g in range(0, len(batches), GROUP_BATCHES):
                 chunks.append(
                     Chunk(sel.agent_id, threshold, batches[g : g + GROUP_BATCHES], cfg.derived_notes)
@@ -261,8 +263,10 @@ def run_compress(
                 info.cache_read_tokens += scored.cache_read_tokens
                 bar.update(len(batch))
                 in_group += 1
-                last = batch[-1]
-                info.watermarks[scored.agent_id] = {"ts": last.ts.isoformat(), "event_id": last.event_id}
+                last = max(batch, key=lambda it: (it.ts, it.event_id))
+                mark = info.watermarks.get(scored.agent_id)
+                if mark is None or (mark["ts"], mark["event_id"]) < (last.ts.isoformat(), last.event_id):
+                    info.watermarks[scored.agent_id] = {"ts": last.ts.isoformat(), "event_id": last.event_id}
                 # Groups span agents: many small agents share one pending write and one append.
                 if in_group >= group_size:
                     _commit(settings, log, state, events, done, info, prepared, keep_answers=keep)

@@ -37,7 +37,12 @@ from tiermem.text import (
 
 MAX_EPISODE_TURNS = 8
 ANCHOR_LIMIT = 3  # relative time phrases anchored per turn (dates.anchor_relative_dates)
-MAX_GAP = timedelta(hours=2)
+MAX_GAP = timedelta(hours=2)  # between turns that name no session
+# A session the client named is one conversation even with long pauses in it
+# (a chat left open over an afternoon); past this, it is picked up another day.
+SESSION_GAP = timedelta(hours=8)
+MIN_TOPIC_TURNS = 4  # an episode this long may end where the talk moves to another subject
+TOPIC_OVERLAP = 0.15
 QUOTE_MIN_IMPORTANCE = 2
 
 _NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
@@ -306,16 +311,17 @@ class OfflineScorer:
             new = current is None
             if current is not None:
                 last = current[-1]
+                gap = SESSION_GAP if it.session_id else MAX_GAP
                 if (
                     it.session_id != last.session_id
                     or it.user != last.user
-                    or it.ts - last.ts > MAX_GAP
+                    or it.ts - last.ts > gap
                     or len(current) >= MAX_EPISODE_TURNS
                 ):
                     new = True
-                elif len(current) >= 3 and len(stems) >= 5:
+                elif len(current) >= MIN_TOPIC_TURNS and len(stems) >= 5:
                     overlap = sum(1 for s in stems if vocab[s]) / len(stems)
-                    new = overlap < 0.15  # the talk moved on to something else
+                    new = overlap < TOPIC_OVERLAP  # the talk moved on to something else
             if new:
                 groups.append([it])
                 vocab = Counter(stems)

@@ -21,6 +21,49 @@ from tiermem.compressor.sanitize import check_complete
 from tiermem.compressor.scoring import Interaction, Scorer
 
 
+def conversation_order(todo: list[Interaction]) -> list[Interaction]:
+    """An agent's turns to compress, one conversation after another, each in time order.
+
+    An agent talks with many people at once, so in time order their sessions
+    interleave and a batch cut from it holds one or two turns of each: no
+    episode could be more than a turn. Ordered by (session, participant) first,
+    a batch holds whole stretches of one conversation, which the scorer groups
+    into episodes. The key depends on the turn alone, not on what else is
+    pending, so the turns left after a committed prefix are cut exactly as the
+    whole run would have cut them.
+    """
+    return sorted(todo, key=lambda it: (it.session_id, it.user, it.ts, it.event_id))
+
+
+def conversation_batches(todo: list[Interaction], size: int) -> list[list[Interaction]]:
+    """`todo` in conversation order, cut into batches of at most `size` that keep a
+    conversation whole where they can: one that does not fit in the room left
+    starts the next batch when the current one is at least half full; a longer
+    one fills whole batches. The packing restarts at every batch boundary, so
+    the batches after a committed prefix are the ones the whole run would cut.
+    """
+    streams: list[list[Interaction]] = []
+    for it in conversation_order(todo):
+        if streams and (streams[-1][0].session_id, streams[-1][0].user) == (it.session_id, it.user):
+            streams[-1].append(it)
+        else:
+            streams.append([it])
+    batches: list[list[Interaction]] = []
+    current: list[Interaction] = []
+    for stream in streams:
+        if current and len(current) + len(stream) > size and 2 * len(current) >= size:
+            batches.append(current)
+            current = []
+        for it in stream:
+            current.append(it)
+            if len(current) == size:
+                batches.append(current)
+                current = []
+    if current:
+        batches.append(current)
+    return batches
+
+
 @dataclass
 class ScoredBatch:
     agent_id: str

@@ -20,11 +20,14 @@ Budgets (tokens are `count_tokens`: ceil(chars / 4)):
    knowledge list go first, identity and instructions last; pinned key-value
    facts and important episodes just before those).
    When the retrieval does not fit its budget whole, important episodes are
-   fitted first.
+   fitted first, then episodes and facts up to their shares of the block
+   (`settings.runtime.retrieval_shares`), then the rest by rank.
 3. When `budget` is given, the memory-context tier may use whatever part of
    the budget the other sections leave (at least its own tier budget): a
    caller that asks "what fits in N tokens for this question" gets the
-   retrieval filling the room, which is what the LoCoMo protocol measures.
+   retrieval filling the room, which is what the LoCoMo protocol measures
+   (never more than the cap: one item larger than the cap must not crowd
+   out the smaller ones that fit).
 
 Sections with no items are left out. `total_tokens` is the sum of the
 section token counts and never exceeds the cap.
@@ -148,6 +151,8 @@ class AssembledContext:
     sections: list[Section]
     dropped: list[str] = field(default_factory=list)
     retrieval_scores: dict[str, float] = field(default_factory=dict)
+    # What each per-turn retrieval item is: "fact", "episode" or "turn".
+    retrieval_kinds: dict[str, str] = field(default_factory=dict)
     elapsed_ms: float = 0.0
 
     def section(self, name: str) -> Section | None:
@@ -333,7 +338,7 @@ def _retrieve(
     episode_limit: int = 5,
     shown: frozenset[str] = frozenset(),
     turn_limit: int = 5,
-) -> tuple[list[ContextItem], dict[str, float]]:
+) -> tuple[list[ContextItem], dict[str, float], dict[str, str]]:
     facts = memory.store.search_facts(
         who,
         query,
@@ -373,16 +378,33 @@ def _retrieve(
     for item in items:
         if item.item_id in important:
             item.value = PINNED_VALUE
-    return items, {i: round(s, 6) for s, i, _ in ordered}
+    kinds = {f.fact_id: "fact" for f in facts}
+    kinds.update({str(e["episode_id"]): "episode" for e in episodes})
+    kinds.update({str(t["event_id"]): "turn" for t in turns})
+    return items, {i: round(s, 6) for s, i, _ in ordered}, kinds
 
 
-def _fit_retrieval(items: list[ContextItem], budget: int) -> list[ContextItem]:
-    """The retrieval within its budget; when not everything fits, important episodes go first."""
+def _fit_retrieval(
+    items: list[ContextItem], budget: int, kinds: Mapping[str, str], shares: Mapping[str, float]
+) -> list[ContextItem]:
+    """The retrieval within its budget. When not everything fits: important episodes first,
+    then each kind's share of the budget (`runtime.retrieval_shares`: episodes and facts,
+    best first), then the rest by rank; shown in rank order."""
     kept = _fit("memory_context", items, budget)
     if len(kept) == len(items):
         return kept
     first = [it for it in items if it.value == PINNED_VALUE]
-    return _fit("memory_context", [*first, *(it for it in items if it.value != PINNED_VALUE)], budget)
+    reserved: list[ContextItem] = []
+    for kind, share in ((k, shares.get(k + "s", 0.0)) for k in ("episode", "fact")):
+        room, used = int(budget * share), 0
+        for it in items:
+            if kinds.get(it.item_id) == kind and it not in first and used + it.tokens <= room:
+                reserved.append(it)
+                used += it.tokens
+    taken = {id(it) for it in (*first, *reserved)}
+    order = {id(it): i for i, it in enumerate(items)}
+    kept = _fit("memory_context", [*first, *reserved, *(it for it in items if id(it) not in taken)], budget)
+    return sorted(kept, key=lambda it: order[id(it)])
 
 
 def assemble_context(
@@ -412,14 +434,17 @@ def assemble_context(
         name: _fit(name, items, int(tiers.get(name, cap))) for name, items in candidates.items()
     }
     scores: dict[str, float] = {}
+    kinds: dict[str, str] = {}
     if query and query.strip():
         shown = frozenset(it.item_id for it in kept.get("recent", []))
-        mc_items, scores = _retrieve(memory, query, who, shown=shown)
+        mc_items, scores, kinds = _retrieve(memory, query, who, shown=shown)
         mc_budget = int(tiers.get("memory_context", 600))
         if budget is not None:
             used = sum(count_tokens(_render(n, its)) for n, its in kept.items() if its)
-            mc_budget = max(mc_budget, cap - used)
-        kept["memory_context"] = _fit_retrieval(mc_items, mc_budget)
+            # Never more than the cap: an item the cap could never hold must not crowd out
+            # smaller ones that fit.
+            mc_budget = min(cap, max(mc_budget, cap - used))
+        kept["memory_context"] = _fit_retrieval(mc_items, mc_budget, kinds, rt.retrieval_shares)
 
     def total() -> int:
         return sum(count_tokens(_render(n, its)) for n, its in kept.items() if its)
@@ -453,6 +478,7 @@ def assemble_context(
         sections=sections,
         dropped=dropped,
         retrieval_scores={i: scores[i] for s in sections if s.name == "memory_context" for i in s.item_ids},
+        retrieval_kinds={i: kinds[i] for s in sections if s.name == "memory_context" for i in s.item_ids},
     )
     mc = ctx.section("memory_context")
     if record and mc is not None:

@@ -250,3 +250,42 @@ def test_captions_are_attachments_and_count_as_part_of_their_turn(tmp_path: Path
     without = run_locomo(path, 200, work_dir=tmp_path, captions=False)
     assert without["tiermem"]["all"]["answer_full"] == 0.0 and without["captions"] is False
     assert "multi-hop" in format_report(result)
+
+
+def test_each_delivered_section_is_attributed_its_tokens_and_evidence(tmp_path: Path) -> None:
+    whole = run_locomo(_write(tmp_path), 120, work_dir=tmp_path)
+    shares = whole["sections"]
+    assert whole["recall_share"] == 1.0
+    assert shares["recall"]["evidence_questions"] == 2 and shares["recall"]["evidence_share"] == 1.0
+    assert abs(sum(m["token_share"] for m in shares.values()) - 1.0) < 0.01
+    split = run_locomo(_write(tmp_path), 120, work_dir=tmp_path, recall_share=0.5)
+    others = {n: m for n, m in split["sections"].items() if n != "recall"}
+    # Half the budget is the context's first: some other section is delivered and measured.
+    assert sum(m["token_share"] for m in others.values()) > 0
+    assert split["tiermem"]["all"]["mean_tokens"] <= 120
+
+
+def test_attribution_names_the_section_holding_the_evidence() -> None:
+    from tiermem.app.locomo import Turn, attribute, section_shares
+
+    turn = Turn(
+        "D1:1",
+        "Ava",
+        "I adopted a cat named Pixel.",
+        1,
+        "",
+        parse_session_date("1:56 pm on 8 May, 2023"),
+        "ev1",
+    )
+    q = Question("Cat's name?", "Pixel", ["D1:1"], "4")
+    items = [
+        Item("Ava: I adopted a cat named Pixel.", ("ev1",), "recall"),
+        Item("- [fact:1] (user) Ava has a cat named Pixel", ("fact:1",), "knowledge"),
+        Item("[ep] unrelated", ("ep",), "memory_context:episode"),
+    ]
+    att = attribute(items, q, {"D1:1": turn})
+    assert att["recall"] == (True, {"pixel"}) and att["knowledge"] == (False, {"pixel"})
+    assert att["memory_context:episode"] == (False, set())
+    shares = section_shares([(items, att)])
+    assert shares["recall"]["evidence_alone"] == 1 and shares["knowledge"]["evidence_questions"] == 0
+    assert shares["knowledge"]["answer_token_share"] == 1.0

@@ -151,3 +151,29 @@ def test_record_true_appends_a_retrieval_event(settings: Settings) -> None:
         assert row["tokens"] == mc.tokens
         ep = m.conn.execute("SELECT recall_count FROM episodes").fetchone()[0]
         assert ep == 1
+
+
+def test_retrieval_shares_keep_room_for_episodes_and_facts_when_turns_rank_first() -> None:
+    from tiermem.runtime.context import ContextItem, _fit_retrieval
+
+    turns = [ContextItem(f"t{i}", f"[t{i}] " + "turn words " * 30, 80.0 - i) for i in range(6)]
+    eps = [ContextItem(f"e{i}", f"[e{i}] " + "episode " * 20, 40.0 - i) for i in range(3)]
+    facts = [ContextItem(f"f{i}", f"[f{i}] a short fact", 30.0 - i) for i in range(3)]
+    items = [*turns, *eps, *facts]  # rank order: every turn first
+    kinds = {
+        it.item_id: ("turn" if it.item_id[0] == "t" else "episode" if it.item_id[0] == "e" else "fact")
+        for it in items
+    }
+    budget = 300
+    plain = _fit_retrieval(items, budget, kinds, {"episodes": 0.0, "facts": 0.0})
+    assert "episode" not in {kinds[it.item_id] for it in plain}  # turns crowd the episodes out
+    shared = _fit_retrieval(items, budget, kinds, {"episodes": 0.25, "facts": 0.1})
+    got = [it.item_id for it in shared]
+    assert any(i.startswith("e") for i in got) and any(i.startswith("f") for i in got)
+    assert got == [it.item_id for it in items if it.item_id in got]  # shown in rank order
+    assert (
+        count_tokens("<memory-context>\n" + "\n".join(it.text for it in shared) + "\n</memory-context>")
+        <= budget
+    )
+    everything = _fit_retrieval(items, 5000, kinds, {"episodes": 0.25, "facts": 0.1})
+    assert everything == items  # when all fits, shares change nothing

@@ -102,3 +102,22 @@ def test_a_named_config_file_must_exist(tmp_path: Path) -> None:
         resolve_settings(data_dir=tmp_path, config_file=tmp_path / "missing.toml", env={})
     # the default <data-dir>/tiermem.toml is optional
     assert resolve_settings(data_dir=tmp_path, env={}).config_file is None
+
+
+def test_retrieval_shares_and_recall_share_are_checked(tmp_path: Path) -> None:
+    (tmp_path / "tiermem.toml").write_text(
+        "[runtime]\nrecall_share = 0.8\nretrieval_shares = {episodes = 0.3, facts = 0.2}\n"
+    )
+    s = resolve_settings(data_dir=tmp_path, env={})
+    assert s.runtime.recall_share == 0.8 and dict(s.runtime.retrieval_shares) == {
+        "episodes": 0.3,
+        "facts": 0.2,
+    }
+    for bad in (
+        "recall_share = 1.5",
+        "retrieval_shares = {episodes = 0.8, facts = 0.5}",
+        "retrieval_shares = {turns = 0.1}",
+    ):
+        (tmp_path / "tiermem.toml").write_text(f"[runtime]\n{bad}\n")
+        with pytest.raises(ConfigError, match="runtime"):
+            resolve_settings(data_dir=tmp_path, env={})

@@ -109,6 +109,16 @@ class RuntimeSettings:
     scope_weights: Mapping[str, float] = field(
         default_factory=lambda: {"override": 1.0, "project": 1.0, "agent_type": 0.7, "system": 0.4}
     )
+    # The per-turn retrieval block's split: the share of its budget first given to
+    # episodes and to learned facts (each in rank order); the rest goes by rank to
+    # whatever scores best, remembered turns included. A kind that needs less than
+    # its share leaves the room to the others.
+    retrieval_shares: Mapping[str, float] = field(default_factory=lambda: {"episodes": 0.25, "facts": 0.25})
+    # When a recall_memory answer and the assembled context share one token budget
+    # (what the LoCoMo protocol delivers), the recalled turns may take this share
+    # first; the context gets the rest, and room it leaves goes back to the turns.
+    # 1.0: measured on LoCoMo, any smaller share costs evidence (docs/runtime.md).
+    recall_share: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -380,6 +390,19 @@ def _cold_problems(settings: Settings) -> list[str]:
     return problems
 
 
+def _runtime_problems(rt: RuntimeSettings) -> list[str]:
+    problems = []
+    shares = rt.retrieval_shares
+    unknown = sorted(set(shares) - {"episodes", "facts"})
+    if unknown or any(not 0 <= v <= 1 for v in shares.values()) or sum(shares.values()) > 1:
+        problems.append(
+            f"runtime.retrieval_shares = {dict(shares)}: expected episodes and facts, each 0 to 1, sum at most 1"
+        )
+    if not 0 <= rt.recall_share <= 1:
+        problems.append(f"runtime.recall_share = {rt.recall_share}: expected 0 to 1")
+    return problems
+
+
 def _check_ranges(settings: Settings) -> None:
     """Values of the right type that still make no sense."""
     lim = settings.limits
@@ -406,6 +429,7 @@ def _check_ranges(settings: Settings) -> None:
     if not 0 <= llm.max_retries <= 10 or llm.retry_delay_seconds < 0:
         problems.append(f"llm.max_retries = {llm.max_retries}: expected 0 to 10 (and a delay >= 0)")
     problems += _cold_problems(settings)
+    problems += _runtime_problems(settings.runtime)
     if settings.segment_max_bytes < 1024:
         problems.append(f"segment_max_bytes = {settings.segment_max_bytes}: expected at least 1024")
     if problems:

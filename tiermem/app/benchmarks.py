@@ -11,6 +11,7 @@ from tiermem.output import emit_json
 
 LOCOMO_EXAMPLES = """  tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500
   tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500 --json
+  tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500 --recall-share 0.8
 """
 
 
@@ -24,6 +25,7 @@ def _locomo(args: argparse.Namespace, memory: Memory) -> int:
         limit_conversations=args.conversations,
         captions=not args.no_captions,
         notes=not args.no_notes,
+        recall_share=args.recall_share,
     )
     if args.json:
         emit_json(result)
@@ -49,4 +51,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--no-notes", action="store_true", help="compress without derived notes (ablation)")
     p.add_argument("--conversations", type=int, default=None, help="use only the first N conversations")
+    p.add_argument(
+        "--recall-share",
+        type=float,
+        default=None,
+        help="share of the budget the recalled turns take before the assembled context "
+        "(default: runtime.recall_share, 1.0)",
+    )
     add_json_flag(p)

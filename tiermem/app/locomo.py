@@ -20,9 +20,13 @@ turns ranked one by one across episodes, taken best first while they fit the
 budget, shown under one date header per day with relative dates resolved,
 e.g. `8 May 2023:` / `Caroline: I went ... yesterday (yesterday = 7 May 2023)`,
 the dates being the compressor's derived notes for the turn),
-then the runtime's `assemble_context` (the question as query; the fixed
-prompt sections excluded) in the room left, packed line by line (never cut)
-until the budget (tokens = ceil(len(text)/4) over the whole delivered text).
+and the runtime's `assemble_context` (the question as query; the fixed
+prompt sections excluded), split by `runtime.recall_share`: the context is
+built in `(1 - share) x budget`, lines that only repeat a recalled turn are
+dropped, and the recalled turns take every token left; packed line by line
+(never cut) until the budget (tokens = ceil(len(text)/4) over the whole
+delivered text). Each delivered line keeps the section it came from, so the
+result attributes tokens, evidence and answer words per section (`sections`).
 
 Scores (micro-averaged, overall and per category):
 - evidence_recall_verbatim: a gold evidence turn's text appears whole;
@@ -234,6 +238,7 @@ def count_tokens(text: str) -> int:
 class Item:
     text: str
     ids: tuple[str, ...] = ()
+    section: str = ""  # where it was delivered from: "recall", a context section, "memory_context:<kind>"
 
 
 def pack(items: Iterable[Item], budget: int) -> list[Item]:
@@ -272,6 +277,53 @@ def score_question(items: list[Item], q: Question, turns: dict[str, Turn]) -> di
         "answer_recall": hit / len(ans) if ans else 1.0,
         "answer_full": float(hit == len(ans)),
         "tokens": float(count_tokens(text)),
+    }
+
+
+def attribute(items: list[Item], q: Question, turns: dict[str, Turn]) -> dict[str, tuple[bool, set[str]]]:
+    """Per delivered section: whether it carries a gold evidence turn (its text whole, or an
+    item citing the turn with half its content words) and which answer tokens it holds."""
+    by: dict[str, list[Item]] = {}
+    for item in items:
+        by.setdefault(item.section or "other", []).append(item)
+    ans = set(answer_tokens(q.answer))
+    out: dict[str, tuple[bool, set[str]]] = {}
+    for name, its in by.items():
+        scored = score_question(its, q, turns)
+        present = set(tokens("\n".join(i.text for i in its)))
+        out[name] = (bool(scored["evidence_recall"]), ans & present)
+    return out
+
+
+def section_shares(rows: list[tuple[list[Item], dict[str, tuple[bool, set[str]]]]]) -> dict[str, Any]:
+    """Each section's share of the delivered tokens, of the questions whose evidence it
+    carries (and carries alone), and of the answer tokens found."""
+    tok: Counter[str] = Counter()
+    evidence: Counter[str] = Counter()
+    alone: Counter[str] = Counter()
+    answers: Counter[str] = Counter()
+    with_evidence = found = 0
+    for items, att in rows:
+        for item in items:
+            tok[item.section or "other"] += len(item.text) + 1
+        carriers = [name for name, (ev, _) in att.items() if ev]
+        with_evidence += bool(carriers)
+        evidence.update(carriers)
+        if len(carriers) == 1:
+            alone[carriers[0]] += 1
+        found += len(set().union(*(a for _, a in att.values())))
+        for name, (_, a) in att.items():
+            answers[name] += len(a)
+    total = sum(tok.values()) or 1
+    return {
+        name: {
+            "token_share": round(tok[name] / total, 4),
+            "evidence_questions": evidence[name],
+            "evidence_share": round(evidence[name] / with_evidence, 4) if with_evidence else 0.0,
+            "evidence_alone": alone[name],
+            "answer_token_share": round(answers[name] / found, 4) if found else 0.0,
+        }
+        for name in sorted(set(tok) | set(evidence))
     }
 
 
@@ -353,6 +405,20 @@ FIXED_SECTIONS = {"base": 0, "scope_rules": 0, "constraints": 0, "instructions":
 _ID_PREFIX = re.compile(r"^\s*-?\s*\[([^\]]+)\]")
 
 
+_QUOTED = re.compile(r'"([^"]+)"')
+
+
+def _repeats(item: Item, seen: set[str], shown: str) -> bool:
+    """A context line that adds nothing to the recalled turns: it cites one of them, or every
+    turn it quotes is already shown whole."""
+    if len(item.ids) == 1 and item.ids[0] in seen:
+        return True
+    if item.section == "memory_context:episode" and " Quotes: " in item.text:
+        quotes = _QUOTED.findall(item.text.split(" Quotes: ", 1)[1])
+        return bool(quotes) and all(q in shown for q in quotes)
+    return False
+
+
 class TiermemContext:
     """What one agent delivers for a question: recall_memory's episodes, then the assembled context."""
 
@@ -382,25 +448,35 @@ class TiermemContext:
                     continue
                 m = _ID_PREFIX.match(line)
                 own = (m.group(1),) if m and m.group(1) in ids else tuple(section.item_ids)
-                out.append(Item(line, own))
+                name = section.name
+                if name == "memory_context":
+                    name += ":" + (ctx.retrieval_kinds.get(own[0], "fence") if m else "fence")
+                out.append(Item(line, own, name))
         return out
 
     def recall_block(self, question: str, budget: int) -> list[Item]:
         """recall_memory's remembered turns for the question: dated block, best turns that fit the budget."""
         # Asked as the participant: the turns are theirs, and a read for no user sees none of them.
         lines = self.memory.store.recall_lines(self.memory.principal, question, budget=budget)
-        return [Item(text, ids) for text, ids in lines]
+        return [Item(text, ids, "recall") for text, ids in lines]
 
     def deliver(self, question: str, budget: int) -> list[Item]:
-        """recall_memory's matching turns first, then the assembled context in the room left."""
-        recalled = pack(self.recall_block(question, budget), budget)
-        seen = {i for item in recalled for i in item.ids}
-        used = count_tokens("\n".join(i.text for i in recalled))
+        """The budget split (`runtime.recall_share`): the assembled context gets the part the
+        recalled turns leave it, the recalled turns then take every token it does not use;
+        shown recalled turns first. A context line citing a turn the recall shows is dropped."""
+        room = budget - int(budget * self.settings.runtime.recall_share)
+        full = self.recall_block(question, budget)
+        shown = "\n".join(i.text for i in full)
+        seen = {i for item in full for i in item.ids}
         rest = [
             item
-            for item in self.assembled(question, max(0, budget - used))
-            if not (len(item.ids) == 1 and item.ids[0] in seen)
+            for item in (self.assembled(question, room) if room > 0 else [])
+            if not _repeats(item, seen, shown)
         ]
+        if not any(item.section != "memory_context:fence" for item in rest):
+            return pack(full, budget)
+        used = count_tokens("\n".join(i.text for i in rest)) + 1
+        recalled = pack(self.recall_block(question, max(0, budget - used)), budget)
         return pack(recalled + rest, budget)
 
 
@@ -447,6 +523,7 @@ def run_locomo(
     limit_conversations: int | None = None,
     captions: bool = True,
     notes: bool = True,
+    recall_share: float | None = None,
 ) -> dict[str, Any]:
     """The whole protocol in a temporary data root; returns {"tiermem": M, "baseline": M, ...}.
 
@@ -466,9 +543,14 @@ def run_locomo(
             fsync="none",
             compressor=replace(base.compressor, derived_notes=notes),
         )
+        if recall_share is not None:
+            if not 0 <= recall_share <= 1:
+                raise ConfigError(f"recall share {recall_share}: expected 0 to 1")
+            settings = replace(settings, runtime=replace(settings.runtime, recall_share=recall_share))
         steps = prepare(settings, convs, captions=captions)
 
         ours: list[tuple[str, dict[str, float], float]] = []
+        attribution: list[tuple[list[Item], dict[str, tuple[bool, set[str]]]]] = []
         theirs: list[tuple[str, dict[str, float], float]] = []
         for conv in convs:
             turns = {t.dia_id: t for t in conv.turns}
@@ -481,6 +563,7 @@ def run_locomo(
                     ours.append(
                         (q.category, score_question(delivered, q, turns), (time.perf_counter() - t0) * 1e3)
                     )
+                    attribution.append((delivered, attribute(delivered, q, turns)))
                     t0 = time.perf_counter()
                     base_items = pack(baseline_items(conv, bm25, q.question), budget)
                     theirs.append(
@@ -498,6 +581,8 @@ def run_locomo(
         "captions": captions,
         "derived_notes": notes,
         "context_path": "recall_memory (episode_search.recall_lines, dated turn block) + runtime.context.assemble_context",
+        "recall_share": settings.runtime.recall_share,
+        "sections": section_shares(attribution),
         "pipeline": steps,
     }
 
@@ -584,5 +669,23 @@ def format_report(result: dict[str, Any]) -> str:
         ],
         rows,
     )
+    shares = result.get("sections") or {}
+    split = format_table(
+        ["section", "token_share", "evidence_questions", "evidence_share", "evidence_alone", "answer_share"],
+        [
+            [
+                name,
+                m["token_share"],
+                m["evidence_questions"],
+                m["evidence_share"],
+                m["evidence_alone"],
+                m["answer_token_share"],
+            ]
+            for name, m in shares.items()
+        ],
+    )
     by_cat = format_category_table(result)
-    return f"{head}\n{table}\n\nper category (tiermem | BM25 baseline):\n{by_cat}\ncontext path: {result['context_path']}"
+    return (
+        f"{head}\n{table}\n\nper category (tiermem | BM25 baseline):\n{by_cat}\n"
+        f"context path: {result['context_path']}\n{split}"
+    )
