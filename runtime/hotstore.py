@@ -35,7 +35,7 @@ from tiermem.runtime.visibility import Principal, member_pattern
 from tiermem.settings import Settings
 
 # 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision` and `original`, `folded_turns`, a turn's `topic`
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 30_000
 
 SCHEMA = """
@@ -158,6 +158,21 @@ CREATE TRIGGER IF NOT EXISTS episodes_au AFTER UPDATE OF name, summary, key_quot
         new.rowid, new.name, new.summary,
         (SELECT group_concat(json_extract(value, '$.text'), ' ') FROM json_each(coalesce(new.key_quotes, '[]'))),
         (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]'))));
+END;
+
+-- Dense vectors of the episodes' passages (runtime.vectors): derived from `episodes` like the FTS
+-- index, filled at projection when retrieval uses embeddings, deleted with their episode.
+CREATE TABLE IF NOT EXISTS quote_vectors (
+    episode_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,            -- position among the episode's passages (runtime.passages)
+    vec BLOB NOT NULL,               -- float32 unit vector
+    PRIMARY KEY (episode_id, idx)
+);
+CREATE TRIGGER IF NOT EXISTS episodes_vec_ad AFTER DELETE ON episodes BEGIN
+    DELETE FROM quote_vectors WHERE episode_id = old.episode_id;
+END;
+CREATE TRIGGER IF NOT EXISTS episodes_vec_au AFTER UPDATE OF key_quotes ON episodes BEGIN
+    DELETE FROM quote_vectors WHERE episode_id = old.episode_id;
 END;
 
 CREATE TABLE IF NOT EXISTS relationships (

@@ -136,8 +136,8 @@ class SchedulerSettings:
     stop_grace_seconds: float = 20.0  # on SIGTERM, wait this long for the running job, then exit anyway
 
 
-RetrievalMode = Literal["lexical", "hybrid"]
-RETRIEVAL_MODES: tuple[str, ...] = ("lexical", "hybrid")
+RetrievalMode = Literal["lexical", "dense", "hybrid"]
+RETRIEVAL_MODES: tuple[str, ...] = ("lexical", "dense", "hybrid")
 
 
 @dataclass(frozen=True)

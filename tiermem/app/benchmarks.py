@@ -18,7 +18,9 @@ def _locomo(args: argparse.Namespace, memory: Memory) -> int:
     # runs in its own temporary data roots: the command's data root is not used
     from tiermem.app.locomo import format_report, run_locomo
 
-    result = run_locomo(args.data, args.budget, limit_conversations=args.conversations)
+    result = run_locomo(
+        args.data, args.budget, limit_conversations=args.conversations, retrieval=args.retrieval
+    )
     if args.json:
         emit_json(result)
     else:
@@ -39,4 +41,10 @@ def register(sub: Any) -> None:
     p.add_argument("--data", required=True, help="path to a LoCoMo JSON file (never copied into the repo)")
     p.add_argument("--budget", type=int, default=500, help="memory token budget per question (default 500)")
     p.add_argument("--conversations", type=int, default=None, help="use only the first N conversations")
+    p.add_argument(
+        "--retrieval",
+        choices=("lexical", "dense", "hybrid"),
+        default=None,
+        help="retrieval.mode for the run (default: the setting's default; docs/retrieval.md)",
+    )
     add_json_flag(p)

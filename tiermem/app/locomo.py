@@ -49,7 +49,7 @@ import orjson
 from tiermem.dates import MONTHS
 from tiermem.errors import ConfigError
 from tiermem.ids import derived_event_id, format_ts
-from tiermem.settings import Settings, resolve_settings
+from tiermem.settings import RetrievalMode, Settings, resolve_settings
 from tiermem.text import STOP_WORDS, WORD_RE
 
 CATEGORIES = ("1", "2", "3", "4")
@@ -407,13 +407,19 @@ def run_locomo(
     work_dir: Path | None = None,
     progress: bool | None = None,
     limit_conversations: int | None = None,
+    retrieval: RetrievalMode | None = None,
 ) -> dict[str, Any]:
-    """The whole protocol in a temporary data root; returns {"tiermem": M, "baseline": M, ...}."""
+    """The whole protocol in a temporary data root; returns {"tiermem": M, "baseline": M, ...}.
+
+    `retrieval` overrides `retrieval.mode` (lexical, dense, hybrid) for the run.
+    """
     convs = load_locomo(data)[:limit_conversations]
     with tempfile.TemporaryDirectory(prefix="tiermem-locomo-", dir=work_dir) as tmp:
         base = resolve_settings(data_dir=Path(tmp) / "data", env={})
         # Offline by construction; bulk load that can be replayed needs no fsync per append.
         settings = replace(base, anthropic_api_key=None, fsync="none")
+        if retrieval is not None:
+            settings = replace(settings, retrieval=replace(settings.retrieval, mode=retrieval))
         steps = prepare(settings, convs)
 
         ours: list[tuple[str, dict[str, float], float]] = []
@@ -440,6 +446,7 @@ def run_locomo(
         "tiermem": aggregate(ours),
         "baseline": aggregate(theirs),
         "budget": budget,
+        "retrieval": settings.retrieval.mode,
         "conversations": len(convs),
         "context_path": "recall_memory (episode_search.recall_lines, dated turn block) + runtime.context.assemble_context",
         "pipeline": steps,
