@@ -477,7 +477,8 @@ _ASKS_WHEN = re.compile(r"^\s*(?:when|how long|what (?:year|month|date|day|time)
 COVERAGE_FLOOR = 0.5  # score x (floor + share of the question's weight the quote and its context cover)
 WINDOW_BOOST = 0.5  # a turn said within the question's time window ("last year", "before the trip")
 RESTATEMENT_POOL = 60  # the best passages among which a newer restatement is moved above the older
-RESTATEMENT_JACCARD = 0.5  # share of content words two turns must have in common to restate each other
+RESTATEMENT_COVER = 0.6  # share of the question's weight two turns must both contain to restate each other
+RESTATEMENT_MIN_SHARE = 0.5  # ...and the newer one's score at least this share of the older one's
 
 
 def _dedup_key(text: str) -> frozenset[str]:
@@ -533,22 +534,30 @@ def _asked_window(conn: sqlite3.Connection, who: Principal, query: str) -> TimeW
     return time_window(query, ref) if ref is not None else None
 
 
-def _restatements_first(scored: list[tuple[float, dict[str, Any]]]) -> None:
-    """A newer restatement of the same thing by the same speaker ranks just above the older one.
+def _restatements_first(scored: list[tuple[float, dict[str, Any]]], weights: list[float]) -> None:
+    """A newer restatement by the same speaker ranks just above the older one it restates.
 
-    Two turns restate each other when they share most of their content words
-    (a budget, a date, a preference said again, perhaps changed); the newer
-    one is what holds now, so it must not lose to the stale one on word counts.
+    Two turns restate each other, for a question, when the same speaker said
+    both and they contain the same of the question's words, covering most of
+    its weight ("my budget for the remodel is $12,000" and, later, "the
+    remodel budget is now $15,500"): the newer one is what holds now, so it
+    must not lose to the stale one on word counts or length.
     """
+    total = sum(weights) or 1.0
     top = sorted(range(len(scored)), key=lambda i: -scored[i][0])[:RESTATEMENT_POOL]
-    words = {i: _dedup_key(scored[i][1]["text"]) - STOP_WORDS for i in top}
     for a in top:
+        qa = scored[a][1]
+        hits = qa["hits"]
+        if not hits or sum(weights[k] for k in hits) < RESTATEMENT_COVER * total:
+            continue
         for b in top:
-            qa, qb = scored[a][1], scored[b][1]
-            if qa["ts"] <= qb["ts"] or qa["speaker"] != qb["speaker"] or scored[a][0] >= scored[b][0]:
-                continue
-            wa, wb = words[a], words[b]
-            if wa and wb and len(wa & wb) >= RESTATEMENT_JACCARD * len(wa | wb) and wa != wb:
+            qb = scored[b][1]
+            if (
+                qb["hits"] == hits
+                and qb["speaker"] == qa["speaker"]
+                and qb["ts"] < qa["ts"]
+                and scored[b][0] > scored[a][0] >= RESTATEMENT_MIN_SHARE * scored[b][0]
+            ):
                 scored[a] = (scored[b][0] * 1.001, qa)
 
 
@@ -651,13 +660,14 @@ def search_quotes(
                         "date": human_date(start),
                         "at": start,
                         "cosine": near.get((row[0], p.idx)),
+                        "hits": frozenset(k for k in range(n_groups) if counts[i][k]),
                         "boost": boost,
                     },
                 )
             )
     if dense is not None:
         scored = _fused(scored, dense)
-    _restatements_first(scored)
+    _restatements_first(scored, weights)
     scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
     out: list[dict[str, Any]] = []
     keys: list[frozenset[str]] = []
@@ -668,6 +678,7 @@ def search_quotes(
         keys.append(key)
         item["anchors"] = anchor_relative_dates(item["text"], item.pop("at"))
         item.pop("boost")
+        item.pop("hits")
         item["score"] = round(score, 4)
         out.append(item)
         if len(out) >= limit:

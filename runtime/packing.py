@@ -35,24 +35,20 @@ from collections.abc import Sequence
 from typing import Any
 
 LADDER_MIN = 64  # below this budget (tokens) the selection starts empty
-SAME_DAY_DECAY = 0.6  # list-like questions: each further turn of a day counts this much less
+SAME_DAY_DECAY = 0.8  # list-like questions: each further turn of a day counts this much less
+# Measured on LoCoMo dev: treating every plural after what/which as a list (and a 0.6 decay) lost
+# 0.9 points of evidence recall; only these explicit list words are kept.
 _LIST_LIKE = re.compile(
-    r"^\s*(?:what|which)\s+(?:\w+\s+){0,2}?(?:activities|things|places|events|hobbies|books|ways|kinds|types|"
-    r"items|games|sports|pets|instruments|countries|cities|foods|artists|bands|movies|songs|subjects|"
-    r"symbols|projects|gifts|names|\w+(?<!s)s)\b"
-    r"|\b(?:all|list|every|some of|kinds of|types of)\b",
+    r"^\s*(?:what|which)\s+(?:\w+\s+){0,2}?(?:activities|things|places|events|hobbies|books|kinds|types|"
+    r"countries|cities|sports|instruments|pets|games)\b"
+    r"|\b(?:what are some|kinds of|types of)\b",
     re.I,
 )
-_NOT_PLURAL = frozenset(["is", "was", "has", "does", "this", "his", "its", "yes", "us", "as", "always"])
 
 
 def is_list_like(query: str) -> bool:
-    """Whether the question asks for several things (a plural after what/which, or 'all', 'kinds of')."""
-    m = _LIST_LIKE.search(query)
-    if m is None:
-        return False
-    last = re.findall(r"[a-z]+", m.group(0).lower())
-    return not last or last[-1] not in _NOT_PLURAL
+    """Whether the question asks for several things ("What activities...", "Which places...", "kinds of")."""
+    return _LIST_LIKE.search(query) is not None
 
 
 def diversify(quotes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
