@@ -41,7 +41,11 @@ def _episode_events(turns: list[dict[str, Any]], agent: str) -> list[dict[str, A
     for s in range(0, len(turns), 10):
         group = turns[s : s + 10]
         quotes = [
-            {"text": t.get("user_message") or t.get("agent_response"), "event_id": t["event_id"], "speaker": "x"}
+            {
+                "text": t.get("user_message") or t.get("agent_response"),
+                "event_id": t["event_id"],
+                "speaker": "x",
+            }
             for t in group
         ]
         out.append(
@@ -76,8 +80,13 @@ def projection(data: Path, n: int, mode: str) -> dict[str, Any]:
         seconds = time.perf_counter() - t0
         stored = store.conn.execute("SELECT count(*) FROM quote_vectors").fetchone()[0]
         store.close()
-    return {"mode": mode, "items": len(turns), "vectors": stored, "seconds": round(seconds, 2),
-            "items_per_s": round(len(turns) / seconds, 1)}
+    return {
+        "mode": mode,
+        "items": len(turns),
+        "vectors": stored,
+        "seconds": round(seconds, 2),
+        "items_per_s": round(len(turns) / seconds, 1),
+    }
 
 
 def query_latency(data: Path, items: int, queries: int) -> dict[str, Any]:
@@ -92,9 +101,12 @@ def query_latency(data: Path, items: int, queries: int) -> dict[str, Any]:
     rand /= np.linalg.norm(rand, axis=1, keepdims=True)
     allv = np.concatenate([real, rand])[:items]
     conn = sqlite3.connect(":memory:")
-    conn.execute("CREATE TABLE quote_vectors (episode_id TEXT, idx INTEGER, vec BLOB, PRIMARY KEY (episode_id, idx))")
+    conn.execute(
+        "CREATE TABLE quote_vectors (episode_id TEXT, idx INTEGER, vec BLOB, PRIMARY KEY (episode_id, idx))"
+    )
     conn.executemany(
-        "INSERT INTO quote_vectors VALUES (?, ?, ?)", [(f"e{k}", 0, vectors.to_blob(v)) for k, v in enumerate(allv)]
+        "INSERT INTO quote_vectors VALUES (?, ?, ?)",
+        [(f"e{k}", 0, vectors.to_blob(v)) for k, v in enumerate(allv)],
     )
     out: dict[str, Any] = {"items": items, "queries": len(questions)}
     t0 = time.perf_counter()

@@ -30,32 +30,90 @@ import orjson
 
 # (topic words for the long replies, fact statement, question, answer, restatement or None)
 FACTS: list[tuple[str, str, str, str, str | None]] = [
-    ("kitchen remodel budget cabinets contractor", "My budget for the kitchen remodel is $12,000.",
-     "What is my budget for the kitchen remodel?", "$15,500",
-     "Quick update: the kitchen remodel budget is now $15,500."),
-    ("flight trip Osaka itinerary hotel", "I fly to Osaka on 14 March.",
-     "When do I fly to Osaka?", "21 March", "Change of plan, I fly to Osaka on 21 March instead."),
-    ("daughter school birthday party", "My daughter's name is Priya.",
-     "What is my daughter's name?", "Priya", None),
-    ("seat airline booking preference", "I always prefer a window seat.",
-     "Which seat do I prefer on flights?", "aisle", "Actually I now prefer an aisle seat, my knee needs it."),
-    ("manager team review meeting", "My manager is called Tomasz.",
-     "What is my manager called?", "Tomasz", None),
-    ("database migration postgres schema", "We run Postgres 14 in production.",
-     "Which Postgres version do we run in production?", "16", "We upgraded production to Postgres 16 last night."),
-    ("running marathon training plan", "My target marathon time is 4 hours 10 minutes.",
-     "What is my target marathon time?", "3 hours 55 minutes",
-     "New goal: my target marathon time is 3 hours 55 minutes."),
-    ("garden vegetables soil watering", "I grow tomatoes and basil on the balcony.",
-     "What do I grow on the balcony?", "tomatoes basil", None),
-    ("car insurance renewal premium", "My car insurance renews on 2 September.",
-     "When does my car insurance renew?", "2 September", None),
-    ("rent apartment lease landlord", "My rent is 1,450 euros a month.",
-     "How much is my rent?", "1,520 euros", "The landlord raised it: my rent is 1,520 euros a month now."),
-    ("coffee machine espresso grinder", "I drink my espresso with oat milk.",
-     "How do I take my espresso?", "oat milk", None),
-    ("laptop keyboard setup monitor", "My laptop is a ThinkPad X1.",
-     "What laptop do I use?", "ThinkPad X1", None),
+    (
+        "kitchen remodel budget cabinets contractor",
+        "My budget for the kitchen remodel is $12,000.",
+        "What is my budget for the kitchen remodel?",
+        "$15,500",
+        "Quick update: the kitchen remodel budget is now $15,500.",
+    ),
+    (
+        "flight trip Osaka itinerary hotel",
+        "I fly to Osaka on 14 March.",
+        "When do I fly to Osaka?",
+        "21 March",
+        "Change of plan, I fly to Osaka on 21 March instead.",
+    ),
+    (
+        "daughter school birthday party",
+        "My daughter's name is Priya.",
+        "What is my daughter's name?",
+        "Priya",
+        None,
+    ),
+    (
+        "seat airline booking preference",
+        "I always prefer a window seat.",
+        "Which seat do I prefer on flights?",
+        "aisle",
+        "Actually I now prefer an aisle seat, my knee needs it.",
+    ),
+    (
+        "manager team review meeting",
+        "My manager is called Tomasz.",
+        "What is my manager called?",
+        "Tomasz",
+        None,
+    ),
+    (
+        "database migration postgres schema",
+        "We run Postgres 14 in production.",
+        "Which Postgres version do we run in production?",
+        "16",
+        "We upgraded production to Postgres 16 last night.",
+    ),
+    (
+        "running marathon training plan",
+        "My target marathon time is 4 hours 10 minutes.",
+        "What is my target marathon time?",
+        "3 hours 55 minutes",
+        "New goal: my target marathon time is 3 hours 55 minutes.",
+    ),
+    (
+        "garden vegetables soil watering",
+        "I grow tomatoes and basil on the balcony.",
+        "What do I grow on the balcony?",
+        "tomatoes basil",
+        None,
+    ),
+    (
+        "car insurance renewal premium",
+        "My car insurance renews on 2 September.",
+        "When does my car insurance renew?",
+        "2 September",
+        None,
+    ),
+    (
+        "rent apartment lease landlord",
+        "My rent is 1,450 euros a month.",
+        "How much is my rent?",
+        "1,520 euros",
+        "The landlord raised it: my rent is 1,520 euros a month now.",
+    ),
+    (
+        "coffee machine espresso grinder",
+        "I drink my espresso with oat milk.",
+        "How do I take my espresso?",
+        "oat milk",
+        None,
+    ),
+    (
+        "laptop keyboard setup monitor",
+        "My laptop is a ThinkPad X1.",
+        "What laptop do I use?",
+        "ThinkPad X1",
+        None,
+    ),
 ]
 
 PARAGRAPHS = [
@@ -140,8 +198,16 @@ def conversation(rng: random.Random, idx: int, sessions: int) -> dict[str, Any]:
         dia = evidence.get(f[4] or "") or evidence.get(f[1])
         if dia is None:
             continue
-        qa.append({"question": f[2], "answer": f[3], "evidence": [dia], "category": 4,
-                   "stale": f[1] if f[4] is not None else None, "stale_evidence": evidence.get(f[1]) if f[4] else None})
+        qa.append(
+            {
+                "question": f[2],
+                "answer": f[3],
+                "evidence": [dia],
+                "category": 4,
+                "stale": f[1] if f[4] is not None else None,
+                "stale_evidence": evidence.get(f[1]) if f[4] else None,
+            }
+        )
     return {"sample_id": f"long-{idx}", "conversation": conv, "qa": qa}
 
 
@@ -165,7 +231,9 @@ def check_updates(data: Path, budgets: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {str(b): {"new": 0, "stale_only": 0} for b in budgets}
     ranked_first = asked = 0
     with tempfile.TemporaryDirectory() as tmp:
-        settings = replace(resolve_settings(data_dir=Path(tmp) / "data", env={}), anthropic_api_key=None, fsync="none")
+        settings = replace(
+            resolve_settings(data_dir=Path(tmp) / "data", env={}), anthropic_api_key=None, fsync="none"
+        )
         prepare(settings, convs)
         for sample, conv in zip(raw, convs, strict=True):
             ctx = TiermemContext(settings, conv)
@@ -176,8 +244,12 @@ def check_updates(data: Path, budgets: list[int]) -> dict[str, Any]:
                         continue
                     asked += 1
                     new_text, stale_text = texts[q["evidence"][0]], q["stale"]
-                    found = [x["text"] for x in search_quotes(ctx.memory.conn, ctx.memory.principal, q["question"])]
-                    if new_text in found and (stale_text not in found or found.index(new_text) < found.index(stale_text)):
+                    found = [
+                        x["text"] for x in search_quotes(ctx.memory.conn, ctx.memory.principal, q["question"])
+                    ]
+                    if new_text in found and (
+                        stale_text not in found or found.index(new_text) < found.index(stale_text)
+                    ):
                         ranked_first += 1
                     for b in budgets:
                         shown = "\n".join(i.text for i in ctx.deliver(q["question"], b))
@@ -200,7 +272,9 @@ def main() -> int:
     args.out.write_bytes(orjson.dumps(generate(args.conversations, args.sessions, args.seed)))
     print(f"wrote {args.out}", file=sys.stderr)
     if args.check:
-        sys.stdout.write(orjson.dumps(check_updates(args.out, args.budgets), option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps(check_updates(args.out, args.budgets), option=orjson.OPT_INDENT_2).decode() + "\n"
+        )
     return 0
 
 

@@ -561,6 +561,83 @@ def _restatements_first(scored: list[tuple[float, dict[str, Any]]], weights: lis
                 scored[a] = (scored[b][0] * 1.001, qa)
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What a question asks, prepared once for scoring every candidate passage."""
+
+    groups: list[tuple[str, ...]]
+    weights: list[float]
+    rx: re.Pattern[str] | None
+    dates: tuple[set[str], set[str]]  # months, years named
+    window: TimeWindow | None
+    named: set[str]
+    asks_when: bool
+
+
+def _date_boost(row: Any, asked: _Asked) -> float:
+    """x1 + up to 0.5 for an episode of the month/year the question names, or inside its time window."""
+    months, years = asked.dates
+    if months or years:
+        when = {row[4][:4], row[5][:4], _MONTHS[int(row[4][5:7]) - 1], _MONTHS[int(row[5][5:7]) - 1]}
+        named = months | years
+        return 1.0 + 0.5 * len(named & when) / len(named)
+    w = asked.window
+    if w is not None and (w.contains(parse_ts(row[4])) or w.contains(parse_ts(row[5]))):
+        return 1.0 + WINDOW_BOOST
+    return 1.0
+
+
+def _score_episode(
+    row: Any, asked: _Asked, near: dict[tuple[str, int], float]
+) -> list[tuple[float, dict[str, Any]]]:
+    """Every passage of one candidate episode with its lexical score (see `search_quotes`)."""
+    passages = episode_passages(orjson.loads(row[3] or "[]"))
+    if not passages:
+        return []
+    n_groups, weights = len(asked.groups), asked.weights
+    total_weight = sum(weights) or 1.0
+    texts = [p.text.lower() for p in passages]
+    counts = [_term_counts(t, asked.rx, n_groups) for t in texts]
+    own = [_bm25(c, t.count(" ") + 1, weights) for c, t in zip(counts, texts, strict=True)]
+    head_text = f"{row[1] or ''} {row[2] or ''}".lower()
+    head_counts = _term_counts(head_text, asked.rx, n_groups)
+    head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=AVG_HEAD_WORDS)
+    start = parse_ts(row[4])
+    boost = _date_boost(row, asked)
+    out: list[tuple[float, dict[str, Any]]] = []
+    for i, p in enumerate(passages):
+        beside = max(own[i - 1] if i > 0 else 0.0, own[i + 1] if i + 1 < len(passages) else 0.0)
+        seen = [
+            bool(counts[i][k] or head_counts[k] or (i > 0 and counts[i - 1][k]))
+            or bool(i + 1 < len(passages) and counts[i + 1][k])
+            for k in range(n_groups)
+        ]
+        coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / total_weight
+        score = (
+            (own[i] + NEIGHBOUR_WEIGHT * beside + HEAD_WEIGHT * head) * (COVERAGE_FLOOR + coverage) * boost
+        )
+        if asked.named and p.speaker.lower() in asked.named:
+            score *= QUOTE_SPEAKER_BOOST
+        if asked.asks_when and _SAYS_WHEN.search(texts[i]):
+            score *= WHEN_BOOST
+        score += 0.01 * int(row[6] or 0)
+        item = {
+            "text": p.text,
+            "speaker": p.speaker,
+            "event_id": p.event_id,
+            "part": p.part,
+            "episode_id": row[0],
+            "ts": row[4],
+            "date": human_date(start),
+            "at": start,
+            "cosine": near.get((row[0], p.idx)),
+            "hits": frozenset(k for k in range(n_groups) if counts[i][k]),
+            "boost": boost,
+        }
+        out.append((score, item))
+    return out
+
+
 def search_quotes(
     conn: sqlite3.Connection,
     who: Principal,
@@ -585,7 +662,6 @@ def search_quotes(
     contains resolved against that date, so `render_quote_block` can state
     when it was said compactly.
     """
-    agent_id = who.agent_id
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]
     overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
@@ -601,70 +677,17 @@ def search_quotes(
     if near:
         have = {r[0] for r in rows}
         rows += _rows_by_id(conn, who, cols, sorted({e for e, _ in near} - have), participant)
-
-    weights = _group_idf(conn, agent_id, groups, overall)
-    total_weight = sum(weights) or 1.0
-    rx = _group_regex(groups) if groups else None
-    n_groups = len(groups)
-    months, years = _asked_dates(query)
-    window = _asked_window(conn, who, query)
-    named = _names_in(query)
-    asks_when = bool(_ASKS_WHEN.search(query))
-    scored: list[tuple[float, dict[str, Any]]] = []
-    for row in rows:
-        passages = episode_passages(orjson.loads(row[3] or "[]"))
-        if not passages:
-            continue
-        texts = [p.text.lower() for p in passages]
-        counts = [_term_counts(t, rx, n_groups) for t in texts]
-        own = [_bm25(c, t.count(" ") + 1, weights) for c, t in zip(counts, texts, strict=True)]
-        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
-        head_counts = _term_counts(head_text, rx, n_groups)
-        head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=AVG_HEAD_WORDS)
-        start = parse_ts(row[4])
-        boost = 1.0
-        if months or years:
-            when = {row[4][:4], row[5][:4], _MONTHS[int(row[4][5:7]) - 1], _MONTHS[int(row[5][5:7]) - 1]}
-            asked = months | years
-            boost += 0.5 * len(asked & when) / len(asked)
-        elif window is not None and (window.contains(start) or window.contains(parse_ts(row[5]))):
-            boost += WINDOW_BOOST
-        for i, p in enumerate(passages):
-            beside = max(own[i - 1] if i > 0 else 0.0, own[i + 1] if i + 1 < len(passages) else 0.0)
-            seen = [
-                bool(counts[i][k] or head_counts[k] or (i > 0 and counts[i - 1][k]))
-                or bool(i + 1 < len(passages) and counts[i + 1][k])
-                for k in range(n_groups)
-            ]
-            coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / total_weight
-            score = (
-                (own[i] + NEIGHBOUR_WEIGHT * beside + HEAD_WEIGHT * head)
-                * (COVERAGE_FLOOR + coverage)
-                * boost
-            )
-            if named and p.speaker.lower() in named:
-                score *= QUOTE_SPEAKER_BOOST
-            if asks_when and _SAYS_WHEN.search(texts[i]):
-                score *= WHEN_BOOST
-            score += 0.01 * int(row[6] or 0)
-            scored.append(
-                (
-                    score,
-                    {
-                        "text": p.text,
-                        "speaker": p.speaker,
-                        "event_id": p.event_id,
-                        "part": p.part,
-                        "episode_id": row[0],
-                        "ts": row[4],
-                        "date": human_date(start),
-                        "at": start,
-                        "cosine": near.get((row[0], p.idx)),
-                        "hits": frozenset(k for k in range(n_groups) if counts[i][k]),
-                        "boost": boost,
-                    },
-                )
-            )
+    weights = _group_idf(conn, who.agent_id, groups, overall)
+    asked = _Asked(
+        groups=groups,
+        weights=weights,
+        rx=_group_regex(groups) if groups else None,
+        dates=_asked_dates(query),
+        window=_asked_window(conn, who, query),
+        named=_names_in(query),
+        asks_when=bool(_ASKS_WHEN.search(query)),
+    )
+    scored = [s for row in rows for s in _score_episode(row, asked, near)]
     if dense is not None:
         scored = _fused(scored, dense)
     _restatements_first(scored, weights)

@@ -87,10 +87,8 @@ def _year(year: int, phrase: str) -> TimeWindow:
     return TimeWindow(datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC), phrase)
 
 
-def time_window(query: str, ref: datetime) -> TimeWindow | None:
-    """The date window a question's time expression means, read against `ref` (None: no expression)."""
-    q = query.lower()
-    today = _day(ref)
+def _relative(q: str, today: datetime) -> TimeWindow | None:
+    """yesterday, today, last/this week, month, year."""
     if re.search(r"\byesterday\b", q):
         return TimeWindow(today - timedelta(days=1), today, "yesterday")
     if re.search(r"\btoday\b", q):
@@ -103,19 +101,29 @@ def time_window(query: str, ref: datetime) -> TimeWindow | None:
             return _month(today.year, today.month + offset, f"{which} month")
         if re.search(rf"\b{which} year\b", q):
             return _year(today.year + offset, f"{which} year")
+    return None
+
+
+def _ago(q: str, today: datetime) -> TimeWindow | None:
+    """N days / weeks / months / years ago."""
     m = _AGO.search(q)
-    if m:
-        n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
-        unit = m.group(2)
-        if unit == "day":
-            at = today - timedelta(days=n)
-            return TimeWindow(at, at + timedelta(days=1), m.group(0))
-        if unit == "week":
-            at = today - timedelta(weeks=n)
-            return TimeWindow(at - timedelta(days=3), at + timedelta(days=4), m.group(0))
-        if unit == "month":
-            return _month(today.year, today.month - n, m.group(0))
-        return _year(today.year - n, m.group(0))
+    if m is None:
+        return None
+    n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
+    unit = m.group(2)
+    if unit == "day":
+        at = today - timedelta(days=n)
+        return TimeWindow(at, at + timedelta(days=1), m.group(0))
+    if unit == "week":
+        at = today - timedelta(weeks=n)
+        return TimeWindow(at - timedelta(days=3), at + timedelta(days=4), m.group(0))
+    if unit == "month":
+        return _month(today.year, today.month - n, m.group(0))
+    return _year(today.year - n, m.group(0))
+
+
+def _named(q: str, today: datetime) -> TimeWindow | None:
+    """in May, in May 2023, in 2023."""
     m = _MONTH.search(q)
     if m:
         month = _MONTHS[m.group(1)]
@@ -124,9 +132,13 @@ def time_window(query: str, ref: datetime) -> TimeWindow | None:
         year = today.year if month <= today.month else today.year - 1
         return _month(year, month, m.group(0))
     m = _YEAR.search(q)
-    if m:
-        return _year(int(m.group(1)), m.group(0))
-    return None
+    return _year(int(m.group(1)), m.group(0)) if m else None
+
+
+def time_window(query: str, ref: datetime) -> TimeWindow | None:
+    """The date window a question's time expression means, read against `ref` (None: no expression)."""
+    q, today = query.lower(), _day(ref)
+    return _relative(q, today) or _ago(q, today) or _named(q, today)
 
 
 def event_phrase(query: str) -> tuple[str, str] | None:

@@ -111,20 +111,20 @@ class VectorIndex:
         else:
             rows = []
             for s in range(0, len(episode_ids), 400):
-                chunk = list(episode_ids[s : s + 400])
-                marks = ",".join("?" * len(chunk))
-                rows += conn.execute(f"{sql} AND e.episode_id IN ({marks})", chunk).fetchall()
+                ids = list(episode_ids[s : s + 400])
+                marks = ",".join("?" * len(ids))
+                rows += conn.execute(f"{sql} AND e.episode_id IN ({marks})", ids).fetchall()
         pending: list[tuple[str, int, str]] = []
         for episode_id, raw, start_ts in rows:
             when = parse_ts(start_ts)
             for p in episode_passages(orjson.loads(raw or "[]")):
                 pending.append((episode_id, p.idx, embedding_text(p.text, p.speaker, when)))
         for s in range(0, len(pending), EMBED_BATCH):
-            chunk = pending[s : s + EMBED_BATCH]
-            vecs = self.embedder.embed([t for _, _, t in chunk])
+            batch = pending[s : s + EMBED_BATCH]
+            vecs = self.embedder.embed([t for _, _, t in batch])
             conn.executemany(
                 "INSERT OR REPLACE INTO quote_vectors (episode_id, idx, vec) VALUES (?, ?, ?)",
-                [(e, i, to_blob(v)) for (e, i, _), v in zip(chunk, vecs, strict=True)],
+                [(e, i, to_blob(v)) for (e, i, _), v in zip(batch, vecs, strict=True)],
             )
         return len(pending)
 

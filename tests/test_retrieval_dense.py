@@ -84,7 +84,7 @@ def _prepared(tmp_path: Path, mode: RetrievalMode) -> tuple[Settings, TiermemCon
 
 
 def test_hybrid_finds_an_answer_that_shares_no_word_with_the_question(tmp_path: Path) -> None:
-    settings, ctx = _prepared(tmp_path, "hybrid")
+    _, ctx = _prepared(tmp_path, "hybrid")
     try:
         store = ctx.memory.store
         conn = ctx.memory.conn

@@ -41,7 +41,7 @@ def test_long_turn_is_split_into_bounded_passages_at_sentence_boundaries() -> No
 
 
 def test_episode_passages_keep_turn_identity_and_order() -> None:
-    long = "\n\n".join("Paragraph %d. " % k + "word " * 80 for k in range(3))
+    long = "\n\n".join(f"Paragraph {k}. " + "word " * 80 for k in range(3))
     quotes = [
         {"text": "My budget is 500 dollars.", "event_id": "e1", "speaker": "Ben"},
         {"text": long, "event_id": "e2", "speaker": "Ava"},
