@@ -32,7 +32,7 @@ from tiermem.runtime.sqlite_store import SQLiteHotStore
 from tiermem.runtime.store import ProjectionInfo
 
 from tiermem.app.locomo import interaction_events, load_locomo
-from tiermem.ids import derived_event_id
+from tiermem.ids import derived_event_id, parse_ts
 from tiermem.settings import resolve_settings
 
 
@@ -51,7 +51,7 @@ def _episode_events(turns: list[dict[str, Any]], agent: str) -> list[dict[str, A
         out.append(
             {
                 "type": "episode",
-                "event_id": derived_event_id("bench-episode", str(s)),
+                "event_id": derived_event_id(parse_ts(group[-1]["ts"]), "bench-episode", str(s)),
                 "agent_id": agent,
                 "ts": group[-1]["ts"],
                 "name": f"episode {s}",

@@ -116,6 +116,23 @@ FACTS: list[tuple[str, str, str, str, str | None]] = [
     ),
 ]
 
+# One more short user turn per topic, said after the second long reply: a question about the whole
+# topic ("What have I told you about the kitchen?") needs it, the fact and any restatement.
+DETAILS = {
+    "kitchen": ("The kitchen contractor is called Ruiz.", "Ruiz"),
+    "flight": ("For the flight I booked the hotel near Namba station.", "Namba"),
+    "daughter": ("Her birthday party is at the climbing gym.", "climbing gym"),
+    "seat": ("I fly with Lufthansa most of the time.", "Lufthansa"),
+    "manager": ("Our review meeting is every second Thursday.", "Thursday"),
+    "database": ("The database migration window is Sunday night.", "Sunday night"),
+    "running": ("The marathon I am training for is in Valencia.", "Valencia"),
+    "garden": ("I water the garden with a drip hose.", "drip hose"),
+    "car": ("The car is a 2017 Skoda Octavia.", "Skoda Octavia"),
+    "rent": ("The landlord is Mrs Okafor.", "Okafor"),
+    "coffee": ("My grinder is a Baratza Encore.", "Baratza Encore"),
+    "laptop": ("I use the laptop with a 27 inch monitor.", "27 inch"),
+}
+
 PARAGRAPHS = [
     "Let's break the {a} work into phases so nothing about the {b} gets lost. First, list what you already "
     "have, then what is missing, and finally what depends on what; the {c} usually constrains the order more "
@@ -176,7 +193,7 @@ def conversation(rng: random.Random, idx: int, sessions: int) -> dict[str, Any]:
             evidence[f[1]] = say("Dana", f[1])
             say("Assistant", rng.choice(SHORT_AGENT))
             say("Assistant", long_reply(rng, f[0], rng.randint(600, 1500)))
-            say("Dana", rng.choice(SHORT_USER))
+            evidence["detail:" + f[0]] = say("Dana", DETAILS[f[0].split()[0]][0])
         for statement, restatement in restated:
             topic = next(f[0] for f in facts if f[1] == statement)
             say("Dana", f"Back to the {topic.split()[0]} for a moment.")
@@ -206,6 +223,21 @@ def conversation(rng: random.Random, idx: int, sessions: int) -> dict[str, Any]:
                 "category": 4,
                 "stale": f[1] if f[4] is not None else None,
                 "stale_evidence": evidence.get(f[1]) if f[4] else None,
+            }
+        )
+        topic = f[0].split()[0]
+        dias = [
+            d for d in (evidence.get(f[1]), evidence.get("detail:" + f[0]), evidence.get(f[4] or "")) if d
+        ]
+        answer = DETAILS[topic][1] + " " + f[3]
+        qa.append(
+            {
+                "question": f"What have I told you about the {topic}?",
+                "answer": answer,
+                "evidence": dias,
+                "category": 1,
+                "stale": None,
+                "stale_evidence": None,
             }
         )
     return {"sample_id": f"long-{idx}", "conversation": conv, "qa": qa}

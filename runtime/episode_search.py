@@ -598,7 +598,13 @@ def _score_episode(
     total_weight = sum(weights) or 1.0
     texts = [p.text.lower() for p in passages]
     counts = [_term_counts(t, asked.rx, n_groups) for t in texts]
-    own = [_bm25(c, t.count(" ") + 1, weights) for c, t in zip(counts, texts, strict=True)]
+    # A passage is weighed by the length of its whole turn: a long reply that mentions the topic on
+    # every page is not more of an answer for being cut in parts (measured on long-reply conversations:
+    # weighed by its own length, the reply's passages crowded short user turns out of small budgets).
+    turn_words: dict[int, int] = {}
+    for p, t in zip(passages, texts, strict=True):
+        turn_words[p.quote] = turn_words.get(p.quote, 0) + t.count(" ") + 1
+    own = [_bm25(c, turn_words[p.quote], weights) for c, p in zip(counts, passages, strict=True)]
     head_text = f"{row[1] or ''} {row[2] or ''}".lower()
     head_counts = _term_counts(head_text, asked.rx, n_groups)
     head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=AVG_HEAD_WORDS)
