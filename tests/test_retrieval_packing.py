@@ -99,9 +99,15 @@ def test_list_like_questions_spread_over_days() -> None:
     assert is_list_like("What activities does Ava do?")
     assert is_list_like("Which places did Ben visit?")
     assert not is_list_like("What is Ava's job?")
-    quotes = [_q(f"t{k}", 8, 10 - k, f"e{k}") for k in range(4)] + [_q("other day", 9, 6.5, "e9")]
+    quotes = [_q(f"turn {k} " + "x" * 30, 8, 10 - k, f"e{k}") for k in range(4)]
+    quotes.append(_q("other day " + "x" * 30, 9, 6.5, "e9"))
     order = [q["event_id"] for q in diversify(quotes)]
     assert order.index("e9") < order.index("e2")  # a second day before the third turn of the first
+    question = "What activities does Ava do?"
+    spread = [ids for _, ids in render_quote_block(quotes, 40, question, spread=True) if ids]
+    plain = [ids for _, ids in render_quote_block(quotes, 40, question) if ids]  # room for three turns
+    assert spread == [("e0",), ("e1",), ("e9",)]
+    assert plain == [("e0",), ("e1",), ("e2",)]
 
 
 # ------------------------------------------------------------------ time windows
