@@ -63,7 +63,11 @@ def test_retrieval_settings_default_and_overrides(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "toml",
-    ['[retrieval]\nmode = "semantic"\n', "[retrieval]\ndense_weight = 2.0\n", "[retrieval]\ncandidates = 0\n"],
+    [
+        '[retrieval]\nmode = "semantic"\n',
+        "[retrieval]\ndense_weight = 2.0\n",
+        "[retrieval]\ncandidates = 0\n",
+    ],
 )
 def test_retrieval_settings_reject_bad_values(tmp_path: Path, toml: str) -> None:
     cfg = tmp_path / "t.toml"
