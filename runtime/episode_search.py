@@ -40,7 +40,13 @@ from tiermem.runtime.fts_terms import candidate_matches, document_frequencies
 from tiermem.runtime.hotstore import item_clause
 from tiermem.runtime.packing import render_quote_block
 from tiermem.runtime.passages import episode_passages
-from tiermem.runtime.time_query import TimeWindow, event_phrase, relative_to_event, time_window
+from tiermem.runtime.time_query import (
+    TimeWindow,
+    event_phrase,
+    mentions_time,
+    relative_to_event,
+    time_window,
+)
 from tiermem.runtime.vectors import VectorIndex
 from tiermem.runtime.visibility import Principal
 
@@ -524,6 +530,8 @@ def _reference_time(conn: sqlite3.Connection, who: Principal) -> datetime | None
 
 def _asked_window(conn: sqlite3.Connection, who: Principal, query: str) -> TimeWindow | None:
     """The date window of the question's time expression, if it has one (runtime.time_query)."""
+    if not mentions_time(query):
+        return None  # most questions: no lookup of the memory's present
     relative = event_phrase(query)
     if relative is not None:
         # "before the trip": when the trip was is what the best turn about it says.

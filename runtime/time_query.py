@@ -57,6 +57,16 @@ _EVENT = re.compile(
 )
 
 
+_ANY = re.compile(
+    r"\b(?:yesterday|today|week|month|year|ago|before|after|since|(?:19|20)\d\d|" + "|".join(_MONTHS) + r")\b"
+)
+
+
+def mentions_time(query: str) -> bool:
+    """A cheap first look: could the question hold a time expression at all?"""
+    return _ANY.search(query.lower()) is not None
+
+
 @dataclass(frozen=True)
 class TimeWindow:
     start: datetime

@@ -8,7 +8,7 @@ from typing import Any
 
 from tiermem.runtime.packing import diversify, is_list_like, render_quote_block, select
 from tiermem.runtime.passages import PASSAGE_CHARS, episode_passages, split_text
-from tiermem.runtime.time_query import event_phrase, relative_to_event, time_window
+from tiermem.runtime.time_query import event_phrase, mentions_time, relative_to_event, time_window
 
 REF = datetime(2023, 7, 12, 15, 0, tzinfo=UTC)
 
@@ -129,6 +129,8 @@ def test_time_expressions_become_windows() -> None:
     w = time_window("What did I read two weeks ago?", REF)
     assert w is not None and w.contains(datetime(2023, 6, 28, tzinfo=UTC))
     assert time_window("What is my favourite colour?", REF) is None
+    assert not mentions_time("What is my favourite colour?")
+    assert mentions_time("What did we plan before the trip?") and mentions_time("in May")
 
 
 def test_before_and_after_an_event() -> None:
