@@ -31,15 +31,28 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies
 from tiermem.runtime.hotstore import item_clause
-from tiermem.runtime.notes import note_words, notes_for, shown_notes
+from tiermem.runtime.notes import Note, note_words, notes_for, shown_notes
+from tiermem.runtime.packing import render_quote_block
+from tiermem.runtime.passages import episode_passages
+from tiermem.runtime.time_query import (
+    TimeWindow,
+    event_phrase,
+    mentions_time,
+    relative_to_event,
+    time_window,
+)
+from tiermem.runtime.vectors import VectorIndex
 from tiermem.runtime.visibility import Principal
 
-from tiermem.dates import MONTHS, human_range
+from tiermem.dates import MONTHS, anchor_relative_dates, human_date, human_range
+from tiermem.fusion import weighted_fusion
 from tiermem.ids import parse_ts
 from tiermem.text import STOP_WORDS, stem
 
@@ -469,10 +482,181 @@ _SAYS_WHEN = re.compile(
 )
 _ASKS_WHEN = re.compile(r"^\s*(?:when|how long|what (?:year|month|date|day|time))\b", re.I)
 COVERAGE_FLOOR = 0.5  # score x (floor + share of the question's weight the quote and its context cover)
+WINDOW_BOOST = 0.5  # a turn said within the question's time window ("last year", "before the trip")
+RESTATEMENT_POOL = 60  # the best passages among which a newer restatement is moved above the older
+RESTATEMENT_COVER = 0.6  # share of the question's weight two turns must both contain to restate each other
+RESTATEMENT_MIN_SHARE = 0.5  # ...and the newer one's score at least this share of the older one's
 
 
 def _dedup_key(text: str) -> frozenset[str]:
     return frozenset(_WORD.findall(text.lower()))
+
+
+@dataclass(frozen=True)
+class DenseSearch:
+    """How the dense side takes part in a quote search (absent: lexical only).
+
+    `mode` "hybrid" fuses the two rankings (weighted fusion, `weight` the
+    dense share, both sides over their `candidates` best); "dense" ranks by
+    cosine alone (for comparison; the lexical path is not consulted).
+    """
+
+    index: VectorIndex
+    mode: str = "hybrid"
+    weight: float = 0.4
+    candidates: int = 100
+
+
+def _rows_by_id(
+    conn: sqlite3.Connection, who: Principal, cols: str, ids: list[str], participant: str | None
+) -> list[Any]:
+    """The visible episodes among `ids` (the dense side's candidates), with a zero lexical rank."""
+    if not ids:
+        return []
+    where, params = item_clause(who, "e")
+    if participant:
+        where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
+        params.append(participant)
+    marks = ",".join("?" * len(ids))
+    sql = f"SELECT {cols}, 0.0 AS rank FROM episodes e WHERE e.episode_id IN ({marks}) AND {where}"
+    return conn.execute(sql, [*ids, *params]).fetchall()
+
+
+def _reference_time(conn: sqlite3.Connection, who: Principal) -> datetime | None:
+    """The present of the memory: when the newest turn `who` may see was said."""
+    where, params = item_clause(who, "e")
+    row = conn.execute(f"SELECT max(e.end_ts) FROM episodes e WHERE {where}", params).fetchone()
+    return parse_ts(row[0]) if row and row[0] else None
+
+
+def _asked_window(conn: sqlite3.Connection, who: Principal, query: str) -> TimeWindow | None:
+    """The date window of the question's time expression, if it has one (runtime.time_query)."""
+    if not mentions_time(query):
+        return None  # most questions: no lookup of the memory's present
+    relative = event_phrase(query)
+    if relative is not None:
+        # "before the trip": when the trip was is what the best turn about it says.
+        found = search_quotes(conn, who, relative[1], limit=1)
+        if found:
+            return relative_to_event(relative[0], parse_ts(found[0]["ts"]), " ".join(relative))
+    ref = _reference_time(conn, who)
+    return time_window(query, ref) if ref is not None else None
+
+
+def _restatements_first(scored: list[tuple[float, dict[str, Any]]], weights: list[float]) -> None:
+    """A newer restatement by the same speaker ranks just above the older one it restates.
+
+    Two turns restate each other, for a question, when the same speaker said
+    both and they contain the same of the question's words, covering most of
+    its weight ("my budget for the remodel is $12,000" and, later, "the
+    remodel budget is now $15,500"): the newer one is what holds now, so it
+    must not lose to the stale one on word counts or length.
+    """
+    total = sum(weights) or 1.0
+    top = sorted(range(len(scored)), key=lambda i: -scored[i][0])[:RESTATEMENT_POOL]
+    for a in top:
+        qa = scored[a][1]
+        hits = qa["hits"]
+        if not hits or sum(weights[k] for k in hits) < RESTATEMENT_COVER * total:
+            continue
+        for b in top:
+            qb = scored[b][1]
+            if (
+                qb["hits"] == hits
+                and qb["speaker"] == qa["speaker"]
+                and qb["ts"] < qa["ts"]
+                and scored[b][0] > scored[a][0] >= RESTATEMENT_MIN_SHARE * scored[b][0]
+            ):
+                scored[a] = (scored[b][0] * 1.001, qa)
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What a question asks, prepared once for scoring every candidate passage."""
+
+    groups: list[tuple[str, ...]]
+    weights: list[float]
+    rx: re.Pattern[str] | None
+    dates: tuple[set[str], set[str]]  # months, years named
+    window: TimeWindow | None
+    named: set[str]
+    asks_when: bool
+
+
+def _date_boost(row: Any, asked: _Asked) -> float:
+    """x1 + up to 0.5 for an episode of the month/year the question names, or inside its time window."""
+    months, years = asked.dates
+    if months or years:
+        when = {row[4][:4], row[5][:4], _MONTHS[int(row[4][5:7]) - 1], _MONTHS[int(row[5][5:7]) - 1]}
+        named = months | years
+        return 1.0 + 0.5 * len(named & when) / len(named)
+    w = asked.window
+    if w is not None and (w.contains(parse_ts(row[4])) or w.contains(parse_ts(row[5]))):
+        return 1.0 + WINDOW_BOOST
+    return 1.0
+
+
+def _score_episode(
+    row: Any,
+    asked: _Asked,
+    near: dict[tuple[str, int], float],
+    notes: dict[tuple[str, str], list[Note]],
+) -> list[tuple[float, dict[str, Any]]]:
+    """Every passage of one candidate episode with its lexical score (see `search_quotes`)."""
+    passages = episode_passages(orjson.loads(row[3] or "[]"))
+    if not passages:
+        return []
+    n_groups, weights = len(asked.groups), asked.weights
+    total_weight = sum(weights) or 1.0
+    texts = [
+        f"{p.text} {note_words(notes.get((p.event_id, p.speaker), []), p.text)}".lower() for p in passages
+    ]
+    counts = [_term_counts(t, asked.rx, n_groups) for t in texts]
+    # A passage is weighed by the length of its whole turn: a long reply that mentions the topic on
+    # every page is not more of an answer for being cut in parts (measured on long-reply conversations:
+    # weighed by its own length, the reply's passages crowded short user turns out of small budgets).
+    turn_words: dict[int, int] = {}
+    for p, t in zip(passages, texts, strict=True):
+        turn_words[p.quote] = turn_words.get(p.quote, 0) + t.count(" ") + 1
+    own = [_bm25(c, turn_words[p.quote], weights) for c, p in zip(counts, passages, strict=True)]
+    head_text = f"{row[1] or ''} {row[2] or ''}".lower()
+    head_counts = _term_counts(head_text, asked.rx, n_groups)
+    head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=AVG_HEAD_WORDS)
+    start = parse_ts(row[4])
+    boost = _date_boost(row, asked)
+    out: list[tuple[float, dict[str, Any]]] = []
+    for i, p in enumerate(passages):
+        beside = max(own[i - 1] if i > 0 else 0.0, own[i + 1] if i + 1 < len(passages) else 0.0)
+        seen = [
+            bool(counts[i][k] or head_counts[k] or (i > 0 and counts[i - 1][k]))
+            or bool(i + 1 < len(passages) and counts[i + 1][k])
+            for k in range(n_groups)
+        ]
+        coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / total_weight
+        score = (
+            (own[i] + NEIGHBOUR_WEIGHT * beside + HEAD_WEIGHT * head) * (COVERAGE_FLOOR + coverage) * boost
+        )
+        if asked.named and p.speaker.lower() in asked.named:
+            score *= QUOTE_SPEAKER_BOOST
+        if asked.asks_when and _SAYS_WHEN.search(texts[i]):
+            score *= WHEN_BOOST
+        score += 0.01 * int(row[6] or 0)
+        item = {
+            "text": p.text,
+            "speaker": p.speaker,
+            "event_id": p.event_id,
+            "part": p.part,
+            "notes": shown_notes(notes.get((p.event_id, p.speaker), [])),
+            "episode_id": row[0],
+            "ts": row[4],
+            "date": human_date(start),
+            "at": start,
+            "cosine": near.get((row[0], p.idx)),
+            "hits": frozenset(k for k in range(n_groups) if counts[i][k]),
+            "boost": boost,
+        }
+        out.append((score, item))
+    return out
 
 
 def search_quotes(
@@ -481,99 +665,59 @@ def search_quotes(
     query: str,
     participant: str | None = None,
     limit: int = 40,
+    dense: DenseSearch | None = None,
 ) -> list[dict[str, Any]]:
     """The agent's remembered turns best matching `query`, across episodes, best first.
 
     Episodes are only the unit of retrieval from FTS; the answer to a question
-    usually sits in one turn, so every quote of the candidate episodes is
-    scored on its own (BM25 with the agent's IDF, stems matched as prefixes),
-    plus part of its neighbours' match (a question and its answer are
-    adjacent turns) and of its episode's name/summary, and a boost when the
-    question names its speaker or its month/year. Near-identical quotes are
+    usually sits in one turn, so every passage of the candidate episodes (a
+    short turn whole, a long one in parts: runtime.passages) is scored on its
+    own (BM25 with the agent's IDF, stems matched as prefixes), plus part of
+    its neighbours' match (a question and its answer are adjacent turns) and
+    of its episode's name/summary, and a boost when the question names its
+    speaker, its month/year or a time window it falls in (runtime.time_query).
+    With `dense`, the candidates of the vector index join those of FTS and
+    the two rankings are fused (or, in "dense" mode, cosine alone ranks).
+    A newer restatement ranks above the older one; near-identical passages are
     kept once. Each result carries its date and the relative dates it
     contains resolved against that date, so `render_quote_block` can state
     when it was said compactly.
     """
-    from tiermem.dates import anchor_relative_dates, human_date
-
-    agent_id = who.agent_id
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]
     overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
-    rows = _candidate_rows(
-        conn, who, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3
+    near: dict[tuple[str, int], float] = {}
+    if dense is not None:
+        near = dense.index.nearest(conn, query, dense.candidates)
+    rows: list[Any] = []
+    if dense is None or dense.mode != "dense":
+        rows = _candidate_rows(
+            conn, who, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3
+        )
+    if near:
+        have = {r[0] for r in rows}
+        rows += _rows_by_id(conn, who, cols, sorted({e for e, _ in near} - have), participant)
+    weights = _group_idf(conn, who.agent_id, groups, overall)
+    asked = _Asked(
+        groups=groups,
+        weights=weights,
+        rx=_group_regex(groups) if groups else None,
+        dates=_asked_dates(query),
+        window=_asked_window(conn, who, query),
+        named=_names_in(query),
+        asks_when=bool(_ASKS_WHEN.search(query)),
     )
-
-    weights = _group_idf(conn, agent_id, groups, overall)
-    total_weight = sum(weights) or 1.0
-    rx = _group_regex(groups) if groups else None
-    n_groups = len(groups)
-    months, years = _asked_dates(query)
-    named = _names_in(query)
-    asks_when = bool(_ASKS_WHEN.search(query))
-    scored: list[tuple[float, dict[str, Any]]] = []
-    parsed = [
-        [q for q in orjson.loads(row[3] or "[]") if isinstance(q, dict) and q.get("text")] for row in rows
-    ]
-    # Notes derived from a turn (absolute dates, who did what) are scored as part of it.
-    notes = notes_for(conn, who, (str(q.get("event_id") or "") for qs in parsed for q in qs))
-    for row, quotes in zip(rows, parsed, strict=True):
-        if not quotes:
-            continue
-        texts = [
-            f"{q['text']} {note_words(notes.get(_note_key(q), []), str(q['text']))}".lower() for q in quotes
-        ]
-        counts = [_term_counts(t, rx, n_groups) for t in texts]
-        own = [_bm25(c, t.count(" ") + 1, weights) for c, t in zip(counts, texts, strict=True)]
-        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
-        head_counts = _term_counts(head_text, rx, n_groups)
-        head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=AVG_HEAD_WORDS)
-        start = parse_ts(row[4])
-        boost = 1.0
-        if months or years:
-            when = {row[4][:4], row[5][:4], _MONTHS[int(row[4][5:7]) - 1], _MONTHS[int(row[5][5:7]) - 1]}
-            asked = months | years
-            boost += 0.5 * len(asked & when) / len(asked)
-        for i, q in enumerate(quotes):
-            near = max(own[i - 1] if i > 0 else 0.0, own[i + 1] if i + 1 < len(quotes) else 0.0)
-            seen = [
-                bool(counts[i][k] or head_counts[k] or (i > 0 and counts[i - 1][k]))
-                or bool(i + 1 < len(quotes) and counts[i + 1][k])
-                for k in range(n_groups)
-            ]
-            coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / total_weight
-            score = (
-                (own[i] + NEIGHBOUR_WEIGHT * near + HEAD_WEIGHT * head) * (COVERAGE_FLOOR + coverage) * boost
-            )
-            speaker = str(q.get("speaker") or "")
-            if named and speaker.lower() in named:
-                score *= QUOTE_SPEAKER_BOOST
-            if asks_when and _SAYS_WHEN.search(texts[i]):
-                score *= WHEN_BOOST
-            score += 0.01 * int(row[6] or 0)
-            text = str(q["text"])
-            eid = str(q.get("event_id") or "")
-            scored.append(
-                (
-                    score,
-                    {
-                        "text": text,
-                        "speaker": speaker,
-                        "event_id": eid,
-                        "notes": shown_notes(notes.get(_note_key(q), [])),
-                        "episode_id": row[0],
-                        "ts": row[4],
-                        "date": human_date(start),
-                        "at": start,
-                        "score": round(score, 4),
-                    },
-                )
-            )
-    scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"]))
+    # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
+    notes = notes_for(conn, who, _quoted_event_ids(rows))
+    scored = [s for row in rows for s in _score_episode(row, asked, near, notes)]
+    if dense is not None:
+        scored = _fused(scored, dense)
+    _restatements_first(scored, weights)
+    scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
     out: list[dict[str, Any]] = []
     keys: list[frozenset[str]] = []
-    for _, item in scored:
+    for score, item in scored:
         key = _dedup_key(item["text"])
         if any(len(key & k) >= DUPLICATE_JACCARD * len(key | k) for k in keys):
             continue
@@ -581,56 +725,41 @@ def search_quotes(
         at = item.pop("at")
         # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
         item["anchors"] = [] if item["notes"] else anchor_relative_dates(item["text"], at)
+        item.pop("boost")
+        item.pop("hits")
+        item["score"] = round(score, 4)
         out.append(item)
         if len(out) >= limit:
             break
     return out
 
 
-def _note_key(quote: dict[str, Any]) -> tuple[str, str]:
-    return str(quote.get("event_id") or ""), str(quote.get("speaker") or "")
+def _quoted_event_ids(rows: list[Any]) -> set[str]:
+    ids: set[str] = set()
+    for row in rows:
+        for q in orjson.loads(row[3] or "[]"):
+            if isinstance(q, dict) and q.get("event_id"):
+                ids.add(str(q["event_id"]))
+    return ids
 
 
-def render_quote_block(
-    quotes: list[dict[str, Any]], budget: int | None = None
-) -> list[tuple[str, tuple[str, ...]]]:
-    """Quotes as compact lines under one date header per day, for a token budget.
+def _fused(
+    scored: list[tuple[float, dict[str, Any]]], dense: DenseSearch
+) -> list[tuple[float, dict[str, Any]]]:
+    """Lexical scores fused with the cosines of the dense candidates (runtime doc: tiermem.fusion).
 
-    Quotes are taken best first while they fit (tokens = ceil(chars / 4), one
-    newline between lines; a quote that does not fit is skipped and a shorter
-    later one may still fit; the date header is paid for once per day), then
-    shown by day in time order, turns in the order they were said:
-    `8 May 2023:` / `Caroline: text (yesterday = 7 May 2023)`. Returns
-    (line, ids) pairs; a header line has no ids.
+    The lexical side is every scored passage (a passage without a shared word
+    scores about 0); the dense side only the passages among the index's
+    nearest. The time and speaker boosts were applied to the lexical score;
+    the dense side gets the time boost too, so "in May" still favours May.
     """
-    limit = budget * 4 if budget is not None else None
-    used = 0
-    days: dict[str, list[dict[str, Any]]] = {}
-    for q in quotes:
-        line = _quote_body(q)
-        cost = len(line) + (1 if used else 0)
-        if q["date"] not in days:
-            cost += len(q["date"]) + 2  # "8 May 2023:" and its newline
-        if limit is not None and used + cost > limit:
-            continue
-        days.setdefault(q["date"], []).append(q)
-        used += cost
-    out: list[tuple[str, tuple[str, ...]]] = []
-    for date, qs in sorted(days.items(), key=lambda kv: min(q["ts"] for q in kv[1])):
-        out.append((f"{date}:", ()))
-        out.extend(
-            (_quote_body(q), (q["event_id"],)) for q in sorted(qs, key=lambda q: (q["ts"], q["event_id"]))
-        )
-    return out
-
-
-def _quote_body(quote: dict[str, Any]) -> str:
-    anchors = "; ".join(
-        [*(quote.get("notes") or []), *(f"{phrase} = {when}" for phrase, when in quote.get("anchors") or [])]
-    )
-    tail = f" ({anchors})" if anchors else ""
-    speaker = f"{quote['speaker']}: " if quote.get("speaker") else ""
-    return f"{speaker}{quote['text']}{tail}"
+    if dense.mode == "dense":
+        return [(item["cosine"] * item["boost"], item) for _, item in scored if item["cosine"] is not None]
+    lexical = {i: s for i, (s, _) in enumerate(scored)}
+    near = {
+        i: item["cosine"] * item["boost"] for i, (_, item) in enumerate(scored) if item["cosine"] is not None
+    }
+    return [(s, scored[i][1]) for i, s in weighted_fusion(lexical, near, dense.weight)]
 
 
 RECALL_QUOTES = 60
@@ -642,11 +771,12 @@ def recall_lines(
     query: str,
     participant: str | None = None,
     budget: int | None = None,
+    dense: DenseSearch | None = None,
 ) -> list[tuple[str, tuple[str, ...]]]:
     """What `recall_memory` should show for `query`: the best remembered turns as a dated block.
 
     One call for both the recall tool and the context harness, so what is
     measured is what the agent reads. Lines are (text, cited event ids).
     """
-    found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES)
-    return render_quote_block(found, budget)
+    found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES, dense=dense)
+    return render_quote_block(found, budget, query)

@@ -174,6 +174,21 @@ CREATE TABLE IF NOT EXISTS notes (
 CREATE INDEX IF NOT EXISTS notes_source ON notes (source_event_id);
 CREATE INDEX IF NOT EXISTS notes_owner ON notes (owner);
 
+-- Dense vectors of the episodes' passages (runtime.vectors): derived from `episodes` like the FTS
+-- index, filled at projection when retrieval uses embeddings, deleted with their episode.
+CREATE TABLE IF NOT EXISTS quote_vectors (
+    episode_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,            -- position among the episode's passages (runtime.passages)
+    vec BLOB NOT NULL,               -- float32 unit vector
+    PRIMARY KEY (episode_id, idx)
+);
+CREATE TRIGGER IF NOT EXISTS episodes_vec_ad AFTER DELETE ON episodes BEGIN
+    DELETE FROM quote_vectors WHERE episode_id = old.episode_id;
+END;
+CREATE TRIGGER IF NOT EXISTS episodes_vec_au AFTER UPDATE OF key_quotes ON episodes BEGIN
+    DELETE FROM quote_vectors WHERE episode_id = old.episode_id;
+END;
+
 CREATE TABLE IF NOT EXISTS relationships (
     agent_id TEXT NOT NULL,
     participant TEXT NOT NULL,

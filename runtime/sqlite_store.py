@@ -16,16 +16,42 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from tiermem.runtime import episode_search, hotstore, levels, scopes, sqlite_apply, unfolded
+from tiermem.runtime.episode_search import DenseSearch
 from tiermem.runtime.levels import WorkingItem
 from tiermem.runtime.scopes import ScoredFact
 from tiermem.runtime.store import ProjectionInfo, Row
+from tiermem.runtime.vectors import VectorIndex
 from tiermem.runtime.visibility import Principal
 
+from tiermem.registry import EVENT_TYPES
 from tiermem.settings import Settings
+
+
+def dense_search(settings: Settings) -> DenseSearch | None:
+    """The dense side of retrieval the settings ask for (None: lexical only).
+
+    The model is loaded once per process and shared by every store opened
+    with it (loading takes a fraction of a second but holds ~100 MB).
+    """
+    r = settings.retrieval
+    if r.mode == "lexical":
+        return None
+    return DenseSearch(_index(r.embedding_model), r.mode, r.dense_weight, r.candidates)
+
+
+@lru_cache(maxsize=2)
+def _index(model: str) -> VectorIndex:
+    return VectorIndex.load(model)
+
+
+def _projects_as(event: Mapping[str, Any], kind: str) -> bool:
+    spec = EVENT_TYPES.get(str(event.get("type")))
+    return spec is not None and spec.projection == kind
 
 
 def _row(row: sqlite3.Row | None) -> Row | None:
@@ -35,13 +61,18 @@ def _row(row: sqlite3.Row | None) -> Row | None:
 class SQLiteHotStore:
     """`HotStore` on one SQLite database (see the module doc)."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path | None = None) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, path: Path | None = None, dense: DenseSearch | None = None
+    ) -> None:
         self.conn = conn
         self.path = path
+        # With embeddings (retrieval.mode dense or hybrid): vectors are computed as episodes are
+        # projected and searched beside FTS; without, the store is lexical only.
+        self.dense = dense
 
     @classmethod
     def open(cls, settings: Settings) -> SQLiteHotStore:
-        return cls(hotstore.open_hot_store(settings), settings.hot_db)
+        return cls(hotstore.open_hot_store(settings), settings.hot_db, dense_search(settings))
 
     @classmethod
     def connect(cls, path: Path | str) -> SQLiteHotStore:
@@ -64,13 +95,23 @@ class SQLiteHotStore:
 
     # ------------------------------------------------------------ projection
     def apply_now(self, events: Iterable[Mapping[str, Any]]) -> ProjectionInfo:
-        return sqlite_apply.apply_now(self.conn, events)
+        if self.dense is None:
+            return sqlite_apply.apply_now(self.conn, events)
+        batch = list(events)
+        info = sqlite_apply.apply_now(self.conn, batch)
+        episodes = [str(e["event_id"]) for e in batch if _projects_as(e, "episode")]
+        if episodes:
+            with hotstore.write_transaction(self.conn):
+                self.dense.index.index_pending(self.conn, episodes)
+        return info
 
     def apply_batch(
         self, events: Iterable[Mapping[str, Any]], meta: Mapping[str, str], info: ProjectionInfo
     ) -> None:
         with hotstore.write_transaction(self.conn):
             sqlite_apply.apply_events(self.conn, events, info)
+            if self.dense is not None:
+                self.dense.index.index_pending(self.conn)
             for key, value in meta.items():
                 hotstore.set_meta(self.conn, key, value)
 
@@ -176,7 +217,7 @@ class SQLiteHotStore:
     def recall_lines(
         self, who: Principal, query: str, participant: str | None = None, budget: int | None = None
     ) -> list[tuple[str, tuple[str, ...]]]:
-        return episode_search.recall_lines(self.conn, who, query, participant, budget)
+        return episode_search.recall_lines(self.conn, who, query, participant, budget, self.dense)
 
     def search_turns(
         self,

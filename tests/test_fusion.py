@@ -57,11 +57,17 @@ def test_retrieval_settings_default_and_overrides(tmp_path: Path) -> None:
     assert (s.retrieval.mode, s.retrieval.dense_weight) == ("hybrid", 0.5)
     s = resolve_settings(data_dir=tmp_path, env={"TIERMEM_RETRIEVAL__MODE": "hybrid"})
     assert s.retrieval.mode == "hybrid"
+    s = resolve_settings(data_dir=tmp_path, env={"TIERMEM_RETRIEVAL__MODE": "dense"})
+    assert s.retrieval.mode == "dense"  # cosine alone, kept for comparison
 
 
 @pytest.mark.parametrize(
     "toml",
-    ['[retrieval]\nmode = "dense"\n', "[retrieval]\ndense_weight = 2.0\n", "[retrieval]\ncandidates = 0\n"],
+    [
+        '[retrieval]\nmode = "semantic"\n',
+        "[retrieval]\ndense_weight = 2.0\n",
+        "[retrieval]\ncandidates = 0\n",
+    ],
 )
 def test_retrieval_settings_reject_bad_values(tmp_path: Path, toml: str) -> None:
     cfg = tmp_path / "t.toml"

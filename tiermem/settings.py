@@ -153,19 +153,20 @@ class SchedulerSettings:
     stop_grace_seconds: float = 20.0  # on SIGTERM, wait this long for the running job, then exit anyway
 
 
-RetrievalMode = Literal["lexical", "hybrid"]
-RETRIEVAL_MODES: tuple[str, ...] = ("lexical", "hybrid")
+RetrievalMode = Literal["lexical", "dense", "hybrid"]
+RETRIEVAL_MODES: tuple[str, ...] = ("lexical", "dense", "hybrid")
 
 
 @dataclass(frozen=True)
 class RetrievalSettings:
-    """How items are found: BM25 over words alone, or fused with embedding cosine.
+    """How items are found: BM25 over words alone, fused with embedding cosine, or cosine alone.
 
     Lexical is the default because the embedding model is an extra install (its
     weights are a 91 MB package put in with `--no-deps`, see docs/retrieval.md)
-    and embedding costs 11-33 ms of one core per projected item on this machine.
-    Hybrid found a gold turn in the top 10 for 72.6 % of LoCoMo dev questions
-    against 64.8 % for BM25. `dense_weight` (the dense share of the weighted
+    and embedding costs 11-110 ms of one core per projected item on this machine.
+    Delivered on LoCoMo dev (bench/RESULTS.md), hybrid equals lexical on evidence
+    at 500 tokens and beats it on answers and at 1,000 tokens, but not at 250.
+    `dense` (cosine alone) is kept for comparison. `dense_weight` (the dense share of the weighted
     fusion) is the value the sweep in bench/RESULTS.md chose; `candidates` (taken
     from each side before fusing) is the pool that sweep used.
     """

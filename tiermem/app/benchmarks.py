@@ -26,6 +26,7 @@ def _locomo(args: argparse.Namespace, memory: Memory) -> int:
         captions=not args.no_captions,
         notes=not args.no_notes,
         recall_share=args.recall_share,
+        retrieval=args.retrieval,
     )
     if args.json:
         emit_json(result)
@@ -57,5 +58,11 @@ def register(sub: Any) -> None:
         default=None,
         help="share of the budget the recalled turns take before the assembled context "
         "(default: runtime.recall_share, 1.0)",
+    )
+    p.add_argument(
+        "--retrieval",
+        choices=("lexical", "dense", "hybrid"),
+        default=None,
+        help="retrieval.mode for the run (default: the setting's default; docs/retrieval.md)",
     )
     add_json_flag(p)

@@ -59,7 +59,7 @@ from tiermem.attachments import with_attachments
 from tiermem.dates import MONTHS
 from tiermem.errors import ConfigError
 from tiermem.ids import derived_event_id, format_ts
-from tiermem.settings import Settings, resolve_settings
+from tiermem.settings import RetrievalMode, Settings, resolve_settings
 from tiermem.text import STOP_WORDS, WORD_RE
 
 CATEGORIES = ("1", "2", "3", "4")
@@ -524,12 +524,14 @@ def run_locomo(
     captions: bool = True,
     notes: bool = True,
     recall_share: float | None = None,
+    retrieval: RetrievalMode | None = None,
 ) -> dict[str, Any]:
     """The whole protocol in a temporary data root; returns {"tiermem": M, "baseline": M, ...}.
 
     `captions=False` ingests the turns without their images' captions (for both
     systems), `notes=False` compresses without derived notes: what each adds is
     measured with the same harness.
+    `retrieval` overrides `retrieval.mode` (lexical, dense, hybrid) for the run.
     """
     convs = load_locomo(data)[:limit_conversations]
     if not captions:
@@ -547,6 +549,8 @@ def run_locomo(
             if not 0 <= recall_share <= 1:
                 raise ConfigError(f"recall share {recall_share}: expected 0 to 1")
             settings = replace(settings, runtime=replace(settings.runtime, recall_share=recall_share))
+        if retrieval is not None:
+            settings = replace(settings, retrieval=replace(settings.retrieval, mode=retrieval))
         steps = prepare(settings, convs, captions=captions)
 
         ours: list[tuple[str, dict[str, float], float]] = []
@@ -577,6 +581,7 @@ def run_locomo(
         "baseline": bm25_m,
         "per_category": per_category(mine, bm25_m),
         "budget": budget,
+        "retrieval": settings.retrieval.mode,
         "conversations": len(convs),
         "captions": captions,
         "derived_notes": notes,

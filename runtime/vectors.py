@@ -1,0 +1,165 @@
+"""Dense vectors of the remembered turns, kept in the hot store and searched in numpy.
+
+A remembered turn is one quote of an episode (or one passage of a long
+quote, see `tiermem.runtime.passages`). Its vector is computed when the
+episode is projected, never when it is searched: `VectorIndex.index_pending`
+embeds every quote of the projected episodes that has no vector yet, in
+batches, inside the projection's own transaction. Only the query is embedded
+at search time.
+
+Storage: `quote_vectors` (episode_id, idx, vec; schema in `hotstore`) with
+`vec` the float32 bytes of a unit vector. A trigger on `episodes` deletes an episode's vectors with the
+episode, so an erasure (or a rebuild that drops the store) takes them along;
+an update of the quotes deletes them too and the next projection re-embeds.
+The table is derived from `episodes` like the FTS index is, so it is not part
+of the store digest.
+
+Search: the vectors of the whole store are held in memory as one matrix,
+reloaded when the table changed (its row count or newest rowid). Up to
+`EXACT_LIMIT` rows the query is one matrix-vector product; above it, a
+sign-bit prefilter (each vector's 384 signs packed into six 64-bit words,
+Hamming distance by popcount) keeps the `PREFILTER` nearest rows and only those
+get the exact cosine. What a principal may see is decided afterwards in SQL on
+the candidate episodes (`episode_search`), as for lexical candidates.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import orjson
+from numpy.typing import NDArray
+from tiermem.runtime.passages import episode_passages
+
+from tiermem.dates import human_date
+from tiermem.embeddings import Embedder, load_embedder
+from tiermem.ids import parse_ts
+
+EXACT_LIMIT = 20_000  # above this many vectors, the sign-bit prefilter runs first
+PREFILTER = 2_000  # rows kept by the prefilter for the exact cosine
+EMBED_BATCH = 256  # quotes embedded per call during projection
+
+
+def embedding_text(text: str, speaker: str, when: datetime) -> str:
+    """What is embedded for a turn: `[8 May 2023] Speaker: text`.
+
+    The date and speaker are part of the text because the question often
+    names them ("What did Caroline do in May?"); measured on LoCoMo dev, the
+    dated form ranks better than the bare utterance.
+    """
+    who = f"{speaker}: " if speaker else ""
+    return f"[{human_date(when)}] {who}{text}"
+
+
+def to_blob(vec: NDArray[np.float32]) -> bytes:
+    return np.asarray(vec, dtype="<f4").tobytes()
+
+
+def from_blobs(blobs: Sequence[bytes], dim: int) -> NDArray[np.float32]:
+    if not blobs:
+        return np.zeros((0, dim), dtype=np.float32)
+    return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dim).astype(np.float32)
+
+
+def sign_bits(vectors: NDArray[np.float32]) -> NDArray[np.uint64]:
+    """Each row's signs packed into 64-bit words (384 dimensions -> 6 words)."""
+    bits = np.packbits(vectors > 0, axis=1)
+    pad = (-bits.shape[1]) % 8
+    if pad:
+        bits = np.pad(bits, ((0, 0), (0, pad)))
+    return np.ascontiguousarray(bits).view(np.uint64)
+
+
+@dataclass
+class _Matrix:
+    version: tuple[int, int] = (-1, -1)
+    keys: list[tuple[str, int]] = field(default_factory=list)
+    vectors: NDArray[np.float32] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    signs: NDArray[np.uint64] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint64))
+
+
+class VectorIndex:
+    """Embeds projected quotes and finds the nearest ones to a query (see the module doc)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self._matrix: dict[str, _Matrix] = {}
+
+    @classmethod
+    def load(cls, model: str) -> VectorIndex:
+        return cls(load_embedder(model))
+
+    # ------------------------------------------------------------ projection
+    def index_pending(self, conn: sqlite3.Connection, episode_ids: Sequence[str] | None = None) -> int:
+        """Embed the passages of episodes that have no vectors yet; returns how many.
+
+        `episode_ids` limits the look to the episodes just projected (a runtime
+        applying its own writes); without it every episode is checked (a
+        projector batch, which also fills a store that was lexical before).
+        """
+        sql = (
+            "SELECT e.episode_id, e.key_quotes, e.start_ts FROM episodes e"
+            " WHERE NOT EXISTS (SELECT 1 FROM quote_vectors v WHERE v.episode_id = e.episode_id)"
+        )
+        if episode_ids is None:
+            rows = conn.execute(sql).fetchall()
+        else:
+            rows = []
+            for s in range(0, len(episode_ids), 400):
+                ids = list(episode_ids[s : s + 400])
+                marks = ",".join("?" * len(ids))
+                rows += conn.execute(f"{sql} AND e.episode_id IN ({marks})", ids).fetchall()
+        pending: list[tuple[str, int, str]] = []
+        for episode_id, raw, start_ts in rows:
+            when = parse_ts(start_ts)
+            for p in episode_passages(orjson.loads(raw or "[]")):
+                pending.append((episode_id, p.idx, embedding_text(p.text, p.speaker, when)))
+        for s in range(0, len(pending), EMBED_BATCH):
+            batch = pending[s : s + EMBED_BATCH]
+            vecs = self.embedder.embed([t for _, _, t in batch])
+            conn.executemany(
+                "INSERT OR REPLACE INTO quote_vectors (episode_id, idx, vec) VALUES (?, ?, ?)",
+                [(e, i, to_blob(v)) for (e, i, _), v in zip(batch, vecs, strict=True)],
+            )
+        return len(pending)
+
+    # ------------------------------------------------------------ search
+    def _load(self, conn: sqlite3.Connection) -> _Matrix:
+        db = str(conn.execute("PRAGMA database_list").fetchone()[2])
+        count, newest = conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM quote_vectors").fetchone()
+        m = self._matrix.get(db)
+        if m is not None and m.version == (int(count), int(newest)):
+            return m
+        keys: list[tuple[str, int]] = []
+        blobs: list[bytes] = []
+        for episode_id, idx, vec in conn.execute("SELECT episode_id, idx, vec FROM quote_vectors"):
+            keys.append((str(episode_id), int(idx)))
+            blobs.append(bytes(vec))
+        vectors = from_blobs(blobs, self.embedder.dim)
+        m = _Matrix((int(count), int(newest)), keys, vectors, sign_bits(vectors))
+        self._matrix[db] = m
+        return m
+
+    def nearest(self, conn: sqlite3.Connection, query: str, limit: int) -> dict[tuple[str, int], float]:
+        """(episode_id, passage idx) -> cosine of the `limit` passages nearest to `query`."""
+        m = self._load(conn)
+        if not m.keys or limit <= 0:
+            return {}
+        q = self.embedder.embed([query])[0]
+        rows: NDArray[Any]
+        if len(m.keys) > EXACT_LIMIT:
+            qs = sign_bits(q[None, :])[0]
+            hamming = np.bitwise_count(m.signs ^ qs).sum(axis=1)
+            rows = np.argpartition(hamming, PREFILTER)[:PREFILTER]
+            sims = m.vectors[rows] @ q
+        else:
+            rows = np.arange(len(m.keys))
+            sims = m.vectors @ q
+        k = min(limit, len(rows))
+        top = np.argpartition(-sims, k - 1)[:k]
+        return {m.keys[int(rows[i])]: float(sims[i]) for i in top}
