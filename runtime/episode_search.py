@@ -34,7 +34,7 @@ import sqlite3
 from typing import Any
 
 import orjson
-from tiermem.runtime.fts_terms import candidate_matches, document_frequencies
+from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window, newest_window
 from tiermem.runtime.hotstore import item_clause
 from tiermem.runtime.visibility import Principal
 
@@ -43,6 +43,8 @@ from tiermem.ids import parse_ts
 from tiermem.text import STOP_WORDS, stem
 
 CANDIDATES = 60
+# Without a match, the most important of at most this many newest episodes stand in.
+FALLBACK_SCAN = 1000
 # bm25() weights per column of episodes_fts: name, summary, quotes, participants.
 COLUMN_WEIGHTS = (2.0, 1.0, 1.2, 0.5)
 _WORD = re.compile(r"[a-z0-9]+")
@@ -59,8 +61,12 @@ def query_terms(query: str) -> list[str]:
     return out[:24]
 
 
-def _fts(terms: list[str]) -> str:
-    return " OR ".join(f'"{t}"*' if len(t) >= 4 else f'"{t}"' for t in terms)
+def _fts(terms: list[str], single: dict[str, str] | None = None) -> str:
+    """An OR of the terms for FTS5 MATCH; a term covering one indexed word (`single`) as that word."""
+    single = single or {}
+    return " OR ".join(
+        f'"{single[t]}"' if t in single else f'"{t}"*' if len(t) >= 4 else f'"{t}"' for t in terms
+    )
 
 
 def _participant_match(participant: str) -> str | None:
@@ -88,6 +94,12 @@ _SIZE_CACHE: dict[tuple[str, str], tuple[int, int, int]] = {}
 EXACT_DF_LIMIT = 300
 
 
+def _archive_version(conn: sqlite3.Connection) -> tuple[str, int]:
+    """(database file, newest episode rowid): what the caches of term statistics are keyed by."""
+    db = str(conn.execute("PRAGMA database_list").fetchone()[2])
+    return db, conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0] or 0
+
+
 def _archive_sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:
     """(database file, the agent's episode count, all episodes), cached per archive version.
 
@@ -95,8 +107,7 @@ def _archive_sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, i
     the newest rowid says cheaply whether the archive grew since the counts
     were taken (an erasure may leave them briefly high: they only weigh terms).
     """
-    db = str(conn.execute("PRAGMA database_list").fetchone()[2])
-    newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0] or 0
+    db, newest = _archive_version(conn)
     sizes = _SIZE_CACHE.get((db, agent_id))
     if sizes is None or sizes[0] != newest:
         total = (
@@ -108,7 +119,11 @@ def _archive_sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, i
 
 
 def _idf(
-    conn: sqlite3.Connection, agent_id: str, terms: list[str], overall: dict[str, int]
+    conn: sqlite3.Connection,
+    agent_id: str,
+    terms: list[str],
+    overall: dict[str, int],
+    single: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """Inverse document frequency of each term over this agent's archive.
 
@@ -137,7 +152,7 @@ def _idf(
             df = conn.execute(
                 "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid IN "
                 "(SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH ?)",
-                [agent_id, _fts([t])],
+                [agent_id, _fts([t], single)],
             ).fetchone()[0]
         out[t] = _IDF_CACHE[key] = math.log(1 + (total - df + 0.5) / (df + 0.5))
     return out
@@ -189,6 +204,7 @@ def _candidate_rows(
     participant: str | None,
     candidates: int,
     fallback: int,
+    single: dict[str, str] | None = None,
 ) -> list[Any]:
     """Candidate episodes for a query: `cols` plus a `rank` column, best BM25 first.
 
@@ -197,7 +213,7 @@ def _candidate_rows(
     participant filter is exact on the row and, since the participants column
     is indexed, also narrows candidates inside the index. When nothing matches
     (or the query has no usable words): the `fallback` most important recent
-    episodes instead.
+    episodes instead (among the agent's `FALLBACK_SCAN` newest).
     """
     where, params = item_clause(who, "e")
     if participant:
@@ -206,17 +222,33 @@ def _candidate_rows(
     phrase = _participant_match(participant) if participant else None
     from_fts = "FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid"
     if terms:
-        sql = f"SELECT {cols}, {rank} AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} ORDER BY rank LIMIT {candidates}"
-        for match in candidate_matches(frequencies, lambda t: _fts([t])):
-            rows = conn.execute(sql, [f"({match}) AND {phrase}" if phrase else match, *params]).fetchall()
+        sql = (
+            f"SELECT {cols}, {rank} AS rank {from_fts} WHERE episodes_fts MATCH ? AND episodes_fts.rowid >= ?"
+            f" AND {where} ORDER BY rank LIMIT {candidates}"
+        )
+        if needs_window(frequencies):
+            # Every term too common: the newest matches, not BM25 over all of them (fts_terms).
+            sql = (
+                f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND episodes_fts.rowid >= ?"
+                f" AND {where} ORDER BY episodes_fts.rowid DESC LIMIT {candidates}"
+            )
+        for match in candidate_matches(frequencies, lambda t: _fts([t], single)):
+            full = f"({match}) AND {phrase}" if phrase else match
+            floor = 0
+            if needs_window(frequencies):
+                mine = ("episodes", "c.agent_id = ?", [who.agent_id])
+                floor = newest_window(conn, "episodes_fts", full, owner_filter=mine)
+            rows = conn.execute(sql, [full, floor, *params]).fetchall()
             if rows:
                 return rows
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
     if phrase:
         sql = f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} {latest}"
         return conn.execute(sql, [phrase, *params, fallback]).fetchall()
-    sql = f"SELECT {cols}, 0.0 AS rank FROM episodes e WHERE {where} {latest}"
-    return conn.execute(sql, [*params, fallback]).fetchall()
+    # The agent's newest episodes (its index, newest first) bound the scan on a large archive.
+    newest = f"SELECT * FROM episodes WHERE agent_id = ? ORDER BY end_ts DESC LIMIT {FALLBACK_SCAN}"
+    sql = f"SELECT {cols}, 0.0 AS rank FROM ({newest}) e WHERE {where} {latest}"
+    return conn.execute(sql, [who.agent_id, *params, fallback]).fetchall()
 
 
 def search_episodes(
@@ -229,14 +261,26 @@ def search_episodes(
     """The best `limit` episodes `who` may see for `query` (optionally only those with `participant`)."""
     agent_id = who.agent_id
     terms = query_terms(query)
-    overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
+    single: dict[str, str] = {}
+    overall = document_frequencies(  # from the index, not the rows
+        conn, "episodes_fts", terms, single=single, version=_archive_version(conn)
+    )
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context, e.important"
     weights = ", ".join(str(w) for w in COLUMN_WEIGHTS)
     rows = _candidate_rows(
-        conn, who, cols, f"bm25(episodes_fts, {weights})", terms, overall, participant, CANDIDATES, limit
+        conn,
+        who,
+        cols,
+        f"bm25(episodes_fts, {weights})",
+        terms,
+        overall,
+        participant,
+        CANDIDATES,
+        limit,
+        single,
     )
 
-    idf = _idf(conn, agent_id, terms, overall)
+    idf = _idf(conn, agent_id, terms, overall, single)
     term_weights = [idf.get(t, 0.0) for t in terms]
     rx = _term_regex(terms) if terms else None
     months, years = _asked_dates(query)
@@ -498,10 +542,13 @@ def search_quotes(
     agent_id = who.agent_id
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]
-    overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
+    single: dict[str, str] = {}
+    overall = document_frequencies(  # from the index, not the rows
+        conn, "episodes_fts", terms, single=single, version=_archive_version(conn)
+    )
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
     rows = _candidate_rows(
-        conn, who, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3
+        conn, who, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3, single
     )
 
     weights = _group_idf(conn, agent_id, groups, overall)
