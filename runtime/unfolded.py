@@ -11,20 +11,47 @@ a turn is never delivered twice nor lost in between.
 Ranking is deliberately simple, as the set is small (the turns since the last
 compression): how many of the query's terms a turn contains (stems matched as
 prefixes, as in episode search), newest first among equals. Only the newest
-`SCAN_LIMIT` unfolded turns are read, which bounds the cost for an agent that
-has never been compressed.
+`SCAN_LIMIT` unfolded turns are read (newest first along the agent's time
+index), which bounds the cost for an agent that has never been compressed.
+A turn's words are kept sorted (cached by its text), so a term is found by
+one binary search instead of a pass over every word.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from bisect import bisect_left
 from typing import Any
 
-from tiermem.runtime.episode_search import query_matches, query_terms
+from tiermem.runtime.episode_search import query_terms
 from tiermem.runtime.hotstore import item_clause
 from tiermem.runtime.visibility import Principal
 
 SCAN_LIMIT = 400
+WORD_CACHE = 20_000  # turns whose sorted words are kept (a few agents' scans)
+_WORD = re.compile(r"[a-z0-9]+")
+_WORDS: dict[str, tuple[str, ...]] = {}
+
+
+def _sorted_words(text: str) -> tuple[str, ...]:
+    words = _WORDS.get(text)
+    if words is None:
+        if len(_WORDS) >= WORD_CACHE:
+            _WORDS.clear()
+        words = _WORDS[text] = tuple(sorted(set(_WORD.findall(text.lower()))))
+    return words
+
+
+def _hits(words: tuple[str, ...], terms: list[str]) -> int:
+    """How many terms the words hold: as in episode search, a term of 4+ letters as a prefix."""
+    n = 0
+    for term in terms:
+        i = bisect_left(words, term)
+        # The first word not before `term` is `term` itself, or the first one it prefixes.
+        if i < len(words) and (words[i].startswith(term) if len(term) >= 4 else words[i] == term):
+            n += 1
+    return n
 
 
 def search_unfolded(
@@ -40,7 +67,8 @@ def search_unfolded(
     `exclude` names turns the caller already shows (the prompt's recent
     section), so they are not repeated.
     """
-    if limit <= 0 or not query_terms(query):
+    terms = query_terms(query)
+    if limit <= 0 or not terms:
         return []
     where, params = item_clause(who, "w")
     if participant:
@@ -57,8 +85,7 @@ def search_unfolded(
     for rank, row in enumerate(rows):
         if row[0] in exclude:
             continue
-        text = f"{row[3] or ''} {row[4] or ''}"
-        hits = query_matches(query, text)
+        hits = _hits(_sorted_words(f"{row[3] or ''} {row[4] or ''}"), terms)
         if hits == 0:
             continue
         scored.append(
