@@ -222,23 +222,24 @@ def _candidate_rows(
     phrase = _participant_match(participant) if participant else None
     from_fts = "FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid"
     if terms:
-        sql = (
-            f"SELECT {cols}, {rank} AS rank {from_fts} WHERE episodes_fts MATCH ? AND episodes_fts.rowid >= ?"
-            f" AND {where} ORDER BY rank LIMIT {candidates}"
+        ranked = f"SELECT {cols}, {rank} AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} ORDER BY rank LIMIT {candidates}"
+        # Every term too common, and more matches in the agent's archive than the window:
+        # the newest of them, not BM25 over all of them (fts_terms).
+        newest = (
+            f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND episodes_fts.rowid >= ?"
+            f" AND {where} ORDER BY episodes_fts.rowid DESC LIMIT {candidates}"
         )
-        if needs_window(frequencies):
-            # Every term too common: the newest matches, not BM25 over all of them (fts_terms).
-            sql = (
-                f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND episodes_fts.rowid >= ?"
-                f" AND {where} ORDER BY episodes_fts.rowid DESC LIMIT {candidates}"
-            )
+        windowed = needs_window(frequencies)
         for match in candidate_matches(frequencies, lambda t: _fts([t], single)):
             full = f"({match}) AND {phrase}" if phrase else match
             floor = 0
-            if needs_window(frequencies):
+            if windowed:
                 mine = ("episodes", "c.agent_id = ?", [who.agent_id])
                 floor = newest_window(conn, "episodes_fts", full, owner_filter=mine)
-            rows = conn.execute(sql, [full, floor, *params]).fetchall()
+            if floor:
+                rows = conn.execute(newest, [full, floor, *params]).fetchall()
+            else:
+                rows = conn.execute(ranked, [full, *params]).fetchall()
             if rows:
                 return rows
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
