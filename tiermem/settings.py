@@ -102,6 +102,9 @@ class RuntimeSettings:
     scope_weights: Mapping[str, float] = field(
         default_factory=lambda: {"override": 1.0, "project": 1.0, "agent_type": 0.7, "system": 0.4}
     )
+    # Who applies log events other processes wrote before a read: "inline" (the read waits for
+    # the projector) or "background" (a projector thread; reads never wait, own writes are seen).
+    catch_up: str = "inline"
 
 
 @dataclass(frozen=True)
@@ -354,6 +357,8 @@ def _check_ranges(settings: Settings) -> None:
         )
     if not settings.sql.timeout_seconds > 0:
         problems.append(f"sql.timeout_seconds = {settings.sql.timeout_seconds}: expected more than 0")
+    if settings.runtime.catch_up not in ("inline", "background"):
+        problems.append(f"runtime.catch_up = {settings.runtime.catch_up!r}: expected inline or background")
     llm = settings.llm
     if llm.provider not in LLM_PROVIDERS:
         problems.append(f"llm.provider = {llm.provider!r}: expected one of {', '.join(LLM_PROVIDERS)}")
