@@ -93,7 +93,7 @@ class BackgroundProjector:
                 if info is not None:
                     self.state.applied += info.applied
                 self.state.error = None
-            except Exception as exc:  # noqa: BLE001 - reported in the state; reads go on from the store
+            except Exception as exc:  # reported in the state; reads go on from the store
                 self.state.error = f"{type(exc).__name__}: {exc}"
             with self._done:
                 self.state.rounds += 1

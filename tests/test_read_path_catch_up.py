@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
 from helpers_runtime import append, interaction
 from tiermem.runtime.background import BackgroundProjector, lock_is_free
 from tiermem.runtime.projector import project, project_if_free
