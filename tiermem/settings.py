@@ -341,10 +341,17 @@ def _section(cls: type, raw: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from exc
 
 
+def _runtime_problems(settings: Settings) -> list[str]:
+    catch_up = settings.runtime.catch_up
+    if catch_up not in ("inline", "background"):
+        return [f"runtime.catch_up = {catch_up!r}: expected inline or background"]
+    return []
+
+
 def _check_ranges(settings: Settings) -> None:
     """Values of the right type that still make no sense."""
     lim = settings.limits
-    problems = []
+    problems = _runtime_problems(settings)
     if not 1024 <= lim.max_record_bytes <= 1 << 30:
         problems.append(f"limits.max_record_bytes = {lim.max_record_bytes}: expected 1024 to 1 GiB")
     if not 1 <= lim.max_field_chars <= 1 << 30:
@@ -357,8 +364,6 @@ def _check_ranges(settings: Settings) -> None:
         )
     if not settings.sql.timeout_seconds > 0:
         problems.append(f"sql.timeout_seconds = {settings.sql.timeout_seconds}: expected more than 0")
-    if settings.runtime.catch_up not in ("inline", "background"):
-        problems.append(f"runtime.catch_up = {settings.runtime.catch_up!r}: expected inline or background")
     llm = settings.llm
     if llm.provider not in LLM_PROVIDERS:
         problems.append(f"llm.provider = {llm.provider!r}: expected one of {', '.join(LLM_PROVIDERS)}")
