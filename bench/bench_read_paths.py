@@ -26,15 +26,15 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_runtime as br  # noqa: E402  (the shared vocabulary and loaders)
-from tiermem.runtime.context import assemble_context  # noqa: E402
-from tiermem.runtime.memory import open_memory  # noqa: E402
-from tiermem.runtime.projector import project  # noqa: E402
-from tiermem.runtime.tools import call_tool  # noqa: E402
+import bench_runtime as br
+from tiermem.runtime.context import assemble_context
+from tiermem.runtime.memory import open_memory
+from tiermem.runtime.projector import project
+from tiermem.runtime.tools import call_tool
 
-from tiermem import Memory  # noqa: E402
-from tiermem.eventlog import EventLog  # noqa: E402
-from tiermem.settings import Settings, resolve_settings  # noqa: E402
+from tiermem import Memory
+from tiermem.eventlog import EventLog
+from tiermem.settings import Settings, resolve_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

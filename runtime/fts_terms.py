@@ -129,7 +129,7 @@ def newest_window(
     match: str,
     cap: int | None = None,
     *,
-    owner_filter: tuple[str, str, list[object]] | None = None,
+    owner_filter: tuple[str, str, Sequence[object]] | None = None,
 ) -> int:
     """The lowest rowid among the newest `cap` documents matching `match` (0: fewer match, no bound).
 
@@ -137,9 +137,11 @@ def newest_window(
     only the documents one owner holds (an agent's, in a shared index).
     """
     cap = WINDOW_DOCS if cap is None else cap
-    source, where, params = fts_table, "", []
+    source, where = fts_table, ""
+    params: tuple[object, ...] = ()
     if owner_filter is not None:
-        table, condition, params = owner_filter
+        table, condition, args = owner_filter
+        params = tuple(args)
         source = f"{fts_table} JOIN {table} c ON c.rowid = {fts_table}.rowid"
         where = f" AND {condition}"
     row = conn.execute(
