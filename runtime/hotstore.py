@@ -62,7 +62,7 @@ CREATE TABLE IF NOT EXISTS wm_items (
 );
 CREATE INDEX IF NOT EXISTS wm_agent_owner_level_order ON wm_items (agent_id, owner, level, ts, item_id);
 CREATE INDEX IF NOT EXISTS wm_agent_session ON wm_items (agent_id, session_id, ts);
-CREATE INDEX IF NOT EXISTS wm_agent_order ON wm_items (agent_id, ts, item_id, kind, owner);
+CREATE INDEX IF NOT EXISTS wm_agent_turns ON wm_items (agent_id, ts, item_id, kind, owner, event_id, user);
 CREATE INDEX IF NOT EXISTS wm_owner ON wm_items (owner);
 
 -- Turns an episode covers (its source events): from then on the episode answers for them.
@@ -239,7 +239,7 @@ DIGEST_TABLES: dict[str, str] = {
 # instead of a version change, which would drop the store and replay the whole log.
 ADDED_INDEXES = (
     # An agent's newest turns whoever they belong to (the search over turns no episode covers yet).
-    "CREATE INDEX IF NOT EXISTS wm_agent_order ON wm_items (agent_id, ts, item_id, kind, owner)",
+    "CREATE INDEX IF NOT EXISTS wm_agent_turns ON wm_items (agent_id, ts, item_id, kind, owner, event_id, user)",
 )
 
 

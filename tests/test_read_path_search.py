@@ -181,3 +181,54 @@ def test_the_fallback_reads_only_the_newest_episodes(
     }
     assert bounded and {e["episode_id"] for e in bounded} <= newest
     assert {e["episode_id"] for e in everything} != {e["episode_id"] for e in bounded}
+
+
+def _plain_unfolded(conn: Any, who: Any, query: str, limit: int, exclude: frozenset[str]) -> list[Any]:
+    """The search over turns no episode covers yet, as first written: every row's words, every term."""
+    from tiermem.runtime.episode_search import query_matches
+    from tiermem.runtime.hotstore import item_clause
+
+    where, params = item_clause(who, "w")
+    rows = conn.execute(
+        "SELECT w.event_id, w.ts, w.user, w.user_message, w.agent_response FROM wm_items w"
+        f" WHERE w.kind = 'interaction' AND {where}"
+        " AND NOT EXISTS (SELECT 1 FROM folded_turns t WHERE t.event_id = w.event_id)"
+        " ORDER BY w.ts DESC, w.item_id DESC LIMIT 400",
+        params,
+    ).fetchall()
+    scored = []
+    for rank, r in enumerate(rows):
+        hits = query_matches(query, f"{r[3] or ''} {r[4] or ''}")
+        if r[0] not in exclude and hits:
+            item = {"event_id": r[0], "ts": r[1], "user": r[2], "user_message": r[3] or ""}
+            scored.append((-hits, rank, {**item, "agent_response": r[4] or "", "score": float(hits)}))
+    scored.sort(key=lambda s: (s[0], s[1]))
+    return [item for _, _, item in scored[:limit]]
+
+
+def test_turns_search_finds_what_the_plain_scan_found(settings: Settings) -> None:
+    from helpers_runtime import interaction
+    from tiermem.runtime.unfolded import search_unfolded
+
+    rng = random.Random(5)
+    turns = [
+        interaction(
+            "npc",
+            f"{rng.choice(TOPICS)} ({i})",
+            f"Caf\u00e9 note: {rng.choice(TOPICS)}; painting-walls? {i}",
+            user=rng.choice(PEOPLE),
+            ts=f"2026-04-{1 + i % 28:02d}T10:{i % 60:02d}:00Z",
+        )
+        for i in range(600)  # more than the scan reads
+    ]
+    ids = append(settings, *turns)
+    project(settings)
+    exclude = frozenset(ids[-7:])
+    with open_memory(settings, "npc") as m:
+        for user in PEOPLE:
+            who = m.principal.as_user(user)
+            for q in [*QUERIES, "caf note", "painting walls"]:
+                for _ in range(2):  # the second time from the word cache
+                    assert search_unfolded(m.conn, who, q, None, 5, exclude) == _plain_unfolded(
+                        m.conn, who, q, 5, exclude
+                    )
