@@ -127,7 +127,3 @@ def _turn_words(conn: sqlite3.Connection, db: str, item_ids: list[str]) -> dict[
         for item_id, (message, response) in _texts(conn, missing).items():
             out[item_id] = _WORDS[(db, item_id)] = _sorted_words(f"{message} {response}")
     return out
-
-
-    scored.sort(key=lambda s: (s[0], s[1]))
-    return [item for _, _, item in scored[:limit]]
