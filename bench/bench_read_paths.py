@@ -233,17 +233,20 @@ def long_store(root: Path) -> Settings:
 
 
 def bench_long(root: Path, n: int) -> dict[str, Any]:
+    """A user with 2,000 turns whose replies run ~1,000 tokens (episodes of 10 such turns)."""
     settings = long_store(root)
     queries = [br.words(4) for _ in range(64)]
     qi = iter(range(10**9))
     with open_memory(settings, "talker", user="ada") as m:
         out = {
             "turns": LONG_TURNS,
-            "raw_fts": timed(lambda: raw_fts(m.conn, queries[next(qi) % 64]), n),
+            "raw_fts": timed(lambda: raw_fts(m.conn, queries[next(qi) % 64]), n, warmup=2),
             "recall_memory_tool": timed(
-                lambda: call_tool(m, "recall_memory", {"query": queries[next(qi) % 64]}), n
+                lambda: call_tool(m, "recall_memory", {"query": queries[next(qi) % 64]}), n, warmup=2
             ),
-            "context_with_query": timed(lambda: assemble_context(m, query=queries[next(qi) % 64]), n),
+            "context_with_query": timed(
+                lambda: assemble_context(m, query=queries[next(qi) % 64]), n, warmup=2
+            ),
         }
     print(f"  long conversation: {out}", flush=True)
     return out
@@ -312,23 +315,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--agents", default="100,1000,10000", help="cold agent: agents in the store")
     p.add_argument("--n", type=int, default=500, help="timed calls per measurement")
     p.add_argument("--rounds", type=int, default=5, help="cold agent: first contexts per mode")
+    p.add_argument("--n-long", type=int, default=20, help="long conversation: timed calls (each is slow)")
     args = p.parse_args(argv)
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     out_json = RESULTS / "read_paths.json"
     results: dict[str, Any] = orjson.loads(out_json.read_bytes()) if out_json.exists() else {}
     results["machine"] = {"nproc": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    RESULTS.mkdir(exist_ok=True)
+
+    def save() -> None:  # after each part, so a long run keeps what it measured
+        out_json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+        plot(results, RESULTS / "read_paths.png")
+
     if args.only in (None, "recall"):
         results["recall"] = [bench_recall(root, int(x), args.n) for x in args.episodes.split(",")]
+        save()
     if args.only in (None, "context"):
         results["context"] = [bench_context(root, int(x), args.n) for x in args.turns.split(",")]
+        save()
     if args.only in (None, "cold"):
         results["cold"] = [bench_cold(root, int(x), args.rounds) for x in args.agents.split(",")]
+        save()
     if args.only in (None, "long"):
-        results["long"] = bench_long(root, args.n)
-    RESULTS.mkdir(exist_ok=True)
-    out_json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
-    plot(results, RESULTS / "read_paths.png")
+        results["long"] = bench_long(root, args.n_long)
+        save()
     print(f"wrote {out_json} and {RESULTS / 'read_paths.png'}")
     return 0
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+from bisect import bisect_left
 from typing import Any
 
 import orjson
@@ -449,7 +450,7 @@ def _group_regex(groups: list[tuple[str, ...]]) -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(parts) + ")")
 
 
-_QUOTE_WORDS: dict[tuple[str, str], tuple[int, list[frozenset[str]]]] = {}
+_QUOTE_INDEX: dict[tuple[str, str], tuple[int, int, list[str], list[int]]] = {}
 _GROUP_DF: dict[tuple[str, str, int, str], float] = {}
 
 
@@ -461,7 +462,8 @@ def _group_idf(
     Quotes are what is ranked, and an episode-level count makes every word of
     a long episode look as common as its commonest. The quotes' word sets are
     loaded once per archive version (the episode count is the version: a
-    compression run adds episodes) and only the newest version per agent is kept.
+    compression run adds episodes) as an index from word to quotes, and only
+    the newest version per agent is kept.
     Above QUOTE_IDF_MAX_EPISODES the index's episode-level counts are used
     instead (measured on LoCoMo: 0.807 evidence recall instead of 0.811).
     """
@@ -474,16 +476,8 @@ def _group_idf(
             df = min(total, max((overall[f] for f in g), default=0) * total / all_docs)
             out_index.append(math.log(1 + (total - df + 0.5) / (df + 0.5)))
         return out_index
-    cached = _QUOTE_WORDS.get((db, agent_id))
-    if cached is None or cached[0] != total:
-        words: list[frozenset[str]] = []
-        for (raw,) in conn.execute("SELECT key_quotes FROM episodes WHERE agent_id = ?", [agent_id]):
-            for q in orjson.loads(raw or "[]"):
-                if isinstance(q, dict) and q.get("text"):
-                    words.append(frozenset(_WORD.findall(str(q["text"]).lower())))
-        cached = _QUOTE_WORDS[(db, agent_id)] = (total, words)
-    quote_words = cached[1]
-    n = len(quote_words) or 1
+    _, n_quotes, vocabulary, masks = _quote_index(conn, db, agent_id, total)
+    n = n_quotes or 1
     out = []
     for g in groups:
         key = (db, agent_id, total, "|".join(g))
@@ -491,12 +485,47 @@ def _group_idf(
         if idf is None:
             if len(_GROUP_DF) > 50_000:
                 _GROUP_DF.clear()
-            exact = {f for f in g if len(f) < 4}
-            prefixes = tuple(f for f in g if len(f) >= 4)
-            df = sum(1 for ws in quote_words if (ws & exact) or any(w.startswith(prefixes) for w in ws))
+            # The quotes holding a form of the group: a short form as a whole word, a longer one
+            # as the prefix of any word (all such words sit together in the sorted vocabulary).
+            found = 0
+            for form in g:
+                i = bisect_left(vocabulary, form)
+                if len(form) < 4:
+                    if i < len(vocabulary) and vocabulary[i] == form:
+                        found |= masks[i]
+                    continue
+                while i < len(vocabulary) and vocabulary[i].startswith(form):
+                    found |= masks[i]
+                    i += 1
+            df = found.bit_count()
             idf = _GROUP_DF[key] = math.log(1 + (n - df + 0.5) / (df + 0.5))
         out.append(idf)
     return out
+
+
+def _quote_index(
+    conn: sqlite3.Connection, db: str, agent_id: str, total: int
+) -> tuple[int, int, list[str], list[int]]:
+    """(version, quotes, sorted vocabulary, per word the set of quotes holding it as a bit mask).
+
+    Built once per archive version of the agent (the newest only), so a new
+    query's term weights cost a binary search per form, not a pass over every
+    word of every remembered turn.
+    """
+    cached = _QUOTE_INDEX.get((db, agent_id))
+    if cached is None or cached[0] != total:
+        by_word: dict[str, int] = {}
+        n = 0
+        for (raw,) in conn.execute("SELECT key_quotes FROM episodes WHERE agent_id = ?", [agent_id]):
+            for q in orjson.loads(raw or "[]"):
+                if isinstance(q, dict) and q.get("text"):
+                    bit = 1 << n
+                    for word in set(_WORD.findall(str(q["text"]).lower())):
+                        by_word[word] = by_word.get(word, 0) | bit
+                    n += 1
+        vocabulary = sorted(by_word)
+        cached = _QUOTE_INDEX[(db, agent_id)] = (total, n, vocabulary, [by_word[w] for w in vocabulary])
+    return cached
 
 
 QUOTE_CANDIDATES = 200  # episodes whose quotes are scored one by one

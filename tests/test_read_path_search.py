@@ -232,3 +232,27 @@ def test_turns_search_finds_what_the_plain_scan_found(settings: Settings) -> Non
                     assert search_unfolded(m.conn, who, q, None, 5, exclude) == _plain_unfolded(
                         m.conn, who, q, 5, exclude
                     )
+
+
+def test_quote_term_weights_count_what_a_pass_over_every_quote_counts(memory: AgentMemory) -> None:
+    import math
+
+    import orjson
+    from tiermem.runtime.episode_search import _WORD, _group_idf, query_term_groups
+
+    quote_words = [
+        frozenset(_WORD.findall(str(q["text"]).lower()))
+        for (raw,) in memory.conn.execute("SELECT key_quotes FROM episodes WHERE agent_id = 'npc'")
+        for q in orjson.loads(raw or "[]")
+        if isinstance(q, dict) and q.get("text")
+    ]
+    n = len(quote_words)
+    for q in [*QUERIES, "What did she make?", "the people she met", "I do"]:
+        groups = query_term_groups(q)
+        expected = []
+        for g in groups:
+            exact = {f for f in g if len(f) < 4}
+            prefixes = tuple(f for f in g if len(f) >= 4)
+            df = sum(1 for ws in quote_words if (ws & exact) or any(w.startswith(prefixes) for w in ws))
+            expected.append(math.log(1 + (n - df + 0.5) / (df + 0.5)))
+        assert _group_idf(memory.conn, "npc", groups, {}) == expected
