@@ -293,6 +293,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         xs = [r["agents"] for r in cold]
         for mode in ("background", "inline"):
             ax.plot(xs, [r[mode]["wall_p50_ms"] for r in cold], "o-", label=f"catch_up={mode}, wall p50")
+            ax.plot(xs, [r[mode]["cpu_p50_ms"] for r in cold], "x--", label=f"catch_up={mode}, CPU p50")
         ax.axhline(50, color="red", lw=0.8, ls=":", label="target 50 ms")
         ax.set(
             xscale="log",
