@@ -180,8 +180,13 @@ def _term_regex(terms: list[str]) -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(parts) + ")")
 
 
-def _term_counts(text: str, rx: re.Pattern[str] | None, n_terms: int) -> list[int]:
+def _term_counts(
+    text: str, rx: re.Pattern[str] | None, n_terms: int, forms: tuple[str, ...] | None = None
+) -> list[int]:
     counts = [0] * n_terms
+    # Every match contains one of the `forms` as it is: a text holding none needs no regex pass.
+    if forms is not None and not any(f in text for f in forms):
+        return counts
     if rx is not None:
         for m in rx.finditer(text):
             counts[(m.lastindex or 1) - 1] += 1
@@ -285,13 +290,14 @@ def search_episodes(
     idf = _idf(conn, agent_id, terms, overall, single)
     term_weights = [idf.get(t, 0.0) for t in terms]
     rx = _term_regex(terms) if terms else None
+    forms = tuple(terms)
     months, years = _asked_dates(query)
     named = _names_in(query)
     scored: list[tuple[float, dict[str, Any]]] = []
     for row in rows:
         quotes = orjson.loads(row[3] or "[]")
         texts = [str(q.get("text", "")).lower() for q in quotes]
-        quote_counts = [_term_counts(t, rx, len(terms)) for t in texts]
+        quote_counts = [_term_counts(t, rx, len(terms), forms) for t in texts]
         quote_scores = [
             _bm25(c, t.count(" ") + 1, term_weights) for c, t in zip(quote_counts, texts, strict=True)
         ]
@@ -584,6 +590,7 @@ def search_quotes(
     weights = _group_idf(conn, agent_id, groups, overall)
     total_weight = sum(weights) or 1.0
     rx = _group_regex(groups) if groups else None
+    forms = tuple(f for g in groups for f in g)
     n_groups = len(groups)
     months, years = _asked_dates(query)
     named = _names_in(query)
@@ -594,7 +601,7 @@ def search_quotes(
         if not quotes:
             continue
         texts = [str(q["text"]).lower() for q in quotes]
-        counts = [_term_counts(t, rx, n_groups) for t in texts]
+        counts = [_term_counts(t, rx, n_groups, forms) for t in texts]
         own = [_bm25(c, t.count(" ") + 1, weights) for c, t in zip(counts, texts, strict=True)]
         head_text = f"{row[1] or ''} {row[2] or ''}".lower()
         head_counts = _term_counts(head_text, rx, n_groups)
