@@ -31,12 +31,13 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
-from tiermem.runtime.fts_terms import candidate_matches, document_frequencies
+from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window, newest_window
 from tiermem.runtime.hotstore import item_clause
 from tiermem.runtime.notes import Note, note_words, notes_for, shown_notes
 from tiermem.runtime.packing import render_quote_block
@@ -57,6 +58,8 @@ from tiermem.ids import parse_ts
 from tiermem.text import STOP_WORDS, stem
 
 CANDIDATES = 60
+# Without a match, the most important of at most this many newest episodes stand in.
+FALLBACK_SCAN = 1000
 # bm25() weights per column of episodes_fts: name, summary, quotes, participants.
 COLUMN_WEIGHTS = (2.0, 1.0, 1.2, 0.5)
 _WORD = re.compile(r"[a-z0-9]+")
@@ -73,8 +76,12 @@ def query_terms(query: str) -> list[str]:
     return out[:24]
 
 
-def _fts(terms: list[str]) -> str:
-    return " OR ".join(f'"{t}"*' if len(t) >= 4 else f'"{t}"' for t in terms)
+def _fts(terms: list[str], single: dict[str, str] | None = None) -> str:
+    """An OR of the terms for FTS5 MATCH; a term covering one indexed word (`single`) as that word."""
+    single = single or {}
+    return " OR ".join(
+        f'"{single[t]}"' if t in single else f'"{t}"*' if len(t) >= 4 else f'"{t}"' for t in terms
+    )
 
 
 def _participant_match(participant: str) -> str | None:
@@ -102,6 +109,12 @@ _SIZE_CACHE: dict[tuple[str, str], tuple[int, int, int]] = {}
 EXACT_DF_LIMIT = 300
 
 
+def _archive_version(conn: sqlite3.Connection) -> tuple[str, int]:
+    """(database file, newest episode rowid): what the caches of term statistics are keyed by."""
+    db = str(conn.execute("PRAGMA database_list").fetchone()[2])
+    return db, conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0] or 0
+
+
 def _archive_sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:
     """(database file, the agent's episode count, all episodes), cached per archive version.
 
@@ -109,8 +122,7 @@ def _archive_sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, i
     the newest rowid says cheaply whether the archive grew since the counts
     were taken (an erasure may leave them briefly high: they only weigh terms).
     """
-    db = str(conn.execute("PRAGMA database_list").fetchone()[2])
-    newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0] or 0
+    db, newest = _archive_version(conn)
     sizes = _SIZE_CACHE.get((db, agent_id))
     if sizes is None or sizes[0] != newest:
         total = (
@@ -122,7 +134,11 @@ def _archive_sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, i
 
 
 def _idf(
-    conn: sqlite3.Connection, agent_id: str, terms: list[str], overall: dict[str, int]
+    conn: sqlite3.Connection,
+    agent_id: str,
+    terms: list[str],
+    overall: dict[str, int],
+    single: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """Inverse document frequency of each term over this agent's archive.
 
@@ -151,7 +167,7 @@ def _idf(
             df = conn.execute(
                 "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid IN "
                 "(SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH ?)",
-                [agent_id, _fts([t])],
+                [agent_id, _fts([t], single)],
             ).fetchone()[0]
         out[t] = _IDF_CACHE[key] = math.log(1 + (total - df + 0.5) / (df + 0.5))
     return out
@@ -178,8 +194,13 @@ def _term_regex(terms: list[str]) -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(parts) + ")")
 
 
-def _term_counts(text: str, rx: re.Pattern[str] | None, n_terms: int) -> list[int]:
+def _term_counts(
+    text: str, rx: re.Pattern[str] | None, n_terms: int, forms: tuple[str, ...] | None = None
+) -> list[int]:
     counts = [0] * n_terms
+    # Every match contains one of the `forms` as it is: a text holding none needs no regex pass.
+    if forms is not None and not any(f in text for f in forms):
+        return counts
     if rx is not None:
         for m in rx.finditer(text):
             counts[(m.lastindex or 1) - 1] += 1
@@ -203,6 +224,7 @@ def _candidate_rows(
     participant: str | None,
     candidates: int,
     fallback: int,
+    single: dict[str, str] | None = None,
 ) -> list[Any]:
     """Candidate episodes for a query: `cols` plus a `rank` column, best BM25 first.
 
@@ -211,7 +233,7 @@ def _candidate_rows(
     participant filter is exact on the row and, since the participants column
     is indexed, also narrows candidates inside the index. When nothing matches
     (or the query has no usable words): the `fallback` most important recent
-    episodes instead.
+    episodes instead (among the agent's `FALLBACK_SCAN` newest).
     """
     where, params = item_clause(who, "e")
     if participant:
@@ -220,17 +242,34 @@ def _candidate_rows(
     phrase = _participant_match(participant) if participant else None
     from_fts = "FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid"
     if terms:
-        sql = f"SELECT {cols}, {rank} AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} ORDER BY rank LIMIT {candidates}"
-        for match in candidate_matches(frequencies, lambda t: _fts([t])):
-            rows = conn.execute(sql, [f"({match}) AND {phrase}" if phrase else match, *params]).fetchall()
+        ranked = f"SELECT {cols}, {rank} AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} ORDER BY rank LIMIT {candidates}"
+        # Every term too common, and more matches in the agent's archive than the window:
+        # the newest of them, not BM25 over all of them (fts_terms).
+        newest = (
+            f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND episodes_fts.rowid >= ?"
+            f" AND {where} ORDER BY episodes_fts.rowid DESC LIMIT {candidates}"
+        )
+        windowed = needs_window(frequencies)
+        for match in candidate_matches(frequencies, lambda t: _fts([t], single)):
+            full = f"({match}) AND {phrase}" if phrase else match
+            floor = 0
+            if windowed:
+                mine = ("episodes", "c.agent_id = ?", [who.agent_id])
+                floor = newest_window(conn, "episodes_fts", full, owner_filter=mine)
+            if floor:
+                rows = conn.execute(newest, [full, floor, *params]).fetchall()
+            else:
+                rows = conn.execute(ranked, [full, *params]).fetchall()
             if rows:
                 return rows
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
     if phrase:
         sql = f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} {latest}"
         return conn.execute(sql, [phrase, *params, fallback]).fetchall()
-    sql = f"SELECT {cols}, 0.0 AS rank FROM episodes e WHERE {where} {latest}"
-    return conn.execute(sql, [*params, fallback]).fetchall()
+    # The agent's newest episodes (its index, newest first) bound the scan on a large archive.
+    newest = f"SELECT * FROM episodes WHERE agent_id = ? ORDER BY end_ts DESC LIMIT {FALLBACK_SCAN}"
+    sql = f"SELECT {cols}, 0.0 AS rank FROM ({newest}) e WHERE {where} {latest}"
+    return conn.execute(sql, [who.agent_id, *params, fallback]).fetchall()
 
 
 def search_episodes(
@@ -243,23 +282,36 @@ def search_episodes(
     """The best `limit` episodes `who` may see for `query` (optionally only those with `participant`)."""
     agent_id = who.agent_id
     terms = query_terms(query)
-    overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
+    single: dict[str, str] = {}
+    overall = document_frequencies(  # from the index, not the rows
+        conn, "episodes_fts", terms, single=single, version=_archive_version(conn)
+    )
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context, e.important"
     weights = ", ".join(str(w) for w in COLUMN_WEIGHTS)
     rows = _candidate_rows(
-        conn, who, cols, f"bm25(episodes_fts, {weights})", terms, overall, participant, CANDIDATES, limit
+        conn,
+        who,
+        cols,
+        f"bm25(episodes_fts, {weights})",
+        terms,
+        overall,
+        participant,
+        CANDIDATES,
+        limit,
+        single,
     )
 
-    idf = _idf(conn, agent_id, terms, overall)
+    idf = _idf(conn, agent_id, terms, overall, single)
     term_weights = [idf.get(t, 0.0) for t in terms]
     rx = _term_regex(terms) if terms else None
+    forms = tuple(terms)
     months, years = _asked_dates(query)
     named = _names_in(query)
     scored: list[tuple[float, dict[str, Any]]] = []
     for row in rows:
         quotes = orjson.loads(row[3] or "[]")
         texts = [str(q.get("text", "")).lower() for q in quotes]
-        quote_counts = [_term_counts(t, rx, len(terms)) for t in texts]
+        quote_counts = [_term_counts(t, rx, len(terms), forms) for t in texts]
         quote_scores = [
             _bm25(c, t.count(" ") + 1, term_weights) for c, t in zip(quote_counts, texts, strict=True)
         ]
@@ -418,7 +470,7 @@ def _group_regex(groups: list[tuple[str, ...]]) -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(parts) + ")")
 
 
-_QUOTE_WORDS: dict[tuple[str, str], tuple[int, list[frozenset[str]]]] = {}
+_QUOTE_INDEX: dict[tuple[str, str], tuple[int, int, list[str], list[int]]] = {}
 _GROUP_DF: dict[tuple[str, str, int, str], float] = {}
 
 
@@ -430,7 +482,8 @@ def _group_idf(
     Quotes are what is ranked, and an episode-level count makes every word of
     a long episode look as common as its commonest. The quotes' word sets are
     loaded once per archive version (the episode count is the version: a
-    compression run adds episodes) and only the newest version per agent is kept.
+    compression run adds episodes) as an index from word to quotes, and only
+    the newest version per agent is kept.
     Above QUOTE_IDF_MAX_EPISODES the index's episode-level counts are used
     instead (measured on LoCoMo: 0.807 evidence recall instead of 0.811).
     """
@@ -443,16 +496,8 @@ def _group_idf(
             df = min(total, max((overall[f] for f in g), default=0) * total / all_docs)
             out_index.append(math.log(1 + (total - df + 0.5) / (df + 0.5)))
         return out_index
-    cached = _QUOTE_WORDS.get((db, agent_id))
-    if cached is None or cached[0] != total:
-        words: list[frozenset[str]] = []
-        for (raw,) in conn.execute("SELECT key_quotes FROM episodes WHERE agent_id = ?", [agent_id]):
-            for q in orjson.loads(raw or "[]"):
-                if isinstance(q, dict) and q.get("text"):
-                    words.append(frozenset(_WORD.findall(str(q["text"]).lower())))
-        cached = _QUOTE_WORDS[(db, agent_id)] = (total, words)
-    quote_words = cached[1]
-    n = len(quote_words) or 1
+    _, n_quotes, vocabulary, masks = _quote_index(conn, db, agent_id, total)
+    n = n_quotes or 1
     out = []
     for g in groups:
         key = (db, agent_id, total, "|".join(g))
@@ -460,12 +505,47 @@ def _group_idf(
         if idf is None:
             if len(_GROUP_DF) > 50_000:
                 _GROUP_DF.clear()
-            exact = {f for f in g if len(f) < 4}
-            prefixes = tuple(f for f in g if len(f) >= 4)
-            df = sum(1 for ws in quote_words if (ws & exact) or any(w.startswith(prefixes) for w in ws))
+            # The quotes holding a form of the group: a short form as a whole word, a longer one
+            # as the prefix of any word (all such words sit together in the sorted vocabulary).
+            found = 0
+            for form in g:
+                i = bisect_left(vocabulary, form)
+                if len(form) < 4:
+                    if i < len(vocabulary) and vocabulary[i] == form:
+                        found |= masks[i]
+                    continue
+                while i < len(vocabulary) and vocabulary[i].startswith(form):
+                    found |= masks[i]
+                    i += 1
+            df = found.bit_count()
             idf = _GROUP_DF[key] = math.log(1 + (n - df + 0.5) / (df + 0.5))
         out.append(idf)
     return out
+
+
+def _quote_index(
+    conn: sqlite3.Connection, db: str, agent_id: str, total: int
+) -> tuple[int, int, list[str], list[int]]:
+    """(version, quotes, sorted vocabulary, per word the set of quotes holding it as a bit mask).
+
+    Built once per archive version of the agent (the newest only), so a new
+    query's term weights cost a binary search per form, not a pass over every
+    word of every remembered turn.
+    """
+    cached = _QUOTE_INDEX.get((db, agent_id))
+    if cached is None or cached[0] != total:
+        by_word: dict[str, int] = {}
+        n = 0
+        for (raw,) in conn.execute("SELECT key_quotes FROM episodes WHERE agent_id = ?", [agent_id]):
+            for q in orjson.loads(raw or "[]"):
+                if isinstance(q, dict) and q.get("text"):
+                    bit = 1 << n
+                    for word in set(_WORD.findall(str(q["text"]).lower())):
+                        by_word[word] = by_word.get(word, 0) | bit
+                    n += 1
+        vocabulary = sorted(by_word)
+        cached = _QUOTE_INDEX[(db, agent_id)] = (total, n, vocabulary, [by_word[w] for w in vocabulary])
+    return cached
 
 
 QUOTE_CANDIDATES = 200  # episodes whose quotes are scored one by one
@@ -581,6 +661,7 @@ class _Asked:
     window: TimeWindow | None
     named: set[str]
     asks_when: bool
+    forms: tuple[str, ...] = ()  # every query form as written: a text holding none skips the regex
 
 
 def _date_boost(row: Any, asked: _Asked) -> float:
@@ -611,7 +692,7 @@ def _score_episode(
     texts = [
         f"{p.text} {note_words(notes.get((p.event_id, p.speaker), []), p.text)}".lower() for p in passages
     ]
-    counts = [_term_counts(t, asked.rx, n_groups) for t in texts]
+    counts = [_term_counts(t, asked.rx, n_groups, asked.forms) for t in texts]
     # A passage is weighed by the length of its whole turn: a long reply that mentions the topic on
     # every page is not more of an answer for being cut in parts (measured on long-reply conversations:
     # weighed by its own length, the reply's passages crowded short user turns out of small budgets).
@@ -685,7 +766,10 @@ def search_quotes(
     """
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]
-    overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
+    single: dict[str, str] = {}
+    overall = document_frequencies(  # from the index, not the rows
+        conn, "episodes_fts", terms, single=single, version=_archive_version(conn)
+    )
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
     near: dict[tuple[str, int], float] = {}
     if dense is not None:
@@ -693,7 +777,7 @@ def search_quotes(
     rows: list[Any] = []
     if dense is None or dense.mode != "dense":
         rows = _candidate_rows(
-            conn, who, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3
+            conn, who, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3, single
         )
     if near:
         have = {r[0] for r in rows}
@@ -707,6 +791,7 @@ def search_quotes(
         window=_asked_window(conn, who, query),
         named=_names_in(query),
         asks_when=bool(_ASKS_WHEN.search(query)),
+        forms=tuple(f for g in groups for f in g),
     )
     # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
     notes = notes_for(conn, who, _quoted_event_ids(rows))

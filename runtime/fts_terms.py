@@ -16,6 +16,15 @@ term is in (`fts5vocab`), so the search can ask the index, not the rows:
   kept terms, or, when even the rarest term is too common on its own, ANDs
   of the rarest terms (documents about several asked-for things first).
 
+When even the rarest term is too common on its own, the AND tries can still
+match tens of thousands of documents, and BM25 would score every one of them.
+`newest_window` then bounds each try to the newest `WINDOW_DOCS` documents it
+matches (the index walks its postings by descending rowid and stops there),
+and the caller takes the newest visible ones of those: on a large archive,
+among documents that all contain the asked-for words (which weigh little,
+being common), the recent ones are the candidates, and the caller's own
+scoring over every term orders them.
+
 On a small archive (every term together under the cap) nothing is dropped,
 and the search behaves exactly as an unbounded one.
 """
@@ -23,10 +32,15 @@ and the search behaves exactly as an unbounded one.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 # At most this many documents behind the candidate query (about 1-2 ms of BM25 in SQLite).
 CANDIDATE_DOC_CAP = 1500
+# Documents behind a try when every term is more common than that (newest first, no BM25).
+WINDOW_DOCS = 500
+DF_CACHE_SIZE = 50_000
+# (table, version, term) -> (documents, the one indexed word a prefix term covers, else "").
+_DF_CACHE: dict[tuple[str, Hashable, str], tuple[int, str]] = {}
 
 
 def _ensure_vocab(conn: sqlite3.Connection, fts_table: str) -> str:
@@ -37,28 +51,60 @@ def _ensure_vocab(conn: sqlite3.Connection, fts_table: str) -> str:
 
 
 def document_frequencies(
-    conn: sqlite3.Connection, fts_table: str, terms: Sequence[str], prefix_min_len: int = 4
+    conn: sqlite3.Connection,
+    fts_table: str,
+    terms: Sequence[str],
+    prefix_min_len: int = 4,
+    single: dict[str, str] | None = None,
+    version: Hashable | None = None,
 ) -> dict[str, int]:
-    """Documents containing each term (terms of `prefix_min_len`+ characters match as prefixes)."""
+    """Documents containing each term (terms of `prefix_min_len`+ characters match as prefixes).
+
+    `single`, when given, receives each prefix term that covers exactly one
+    indexed word, with that word: matching the word itself finds the same
+    documents with the same BM25, without the cost of a prefix query (FTS5
+    merges the postings of every word in a prefix's range on each query).
+
+    The index counts a term's documents by walking its postings (milliseconds
+    for a word in most of 100,000 documents), so with a `version` (which
+    changes whenever the indexed documents do, and names the database) the
+    counts are kept until it changes.
+    """
     vocab = _ensure_vocab(conn, fts_table)
     out: dict[str, int] = {}
     for term in terms:
+        key = (fts_table, version, term)
+        cached = _DF_CACHE.get(key) if version is not None else None
+        if cached is not None:
+            out[term] = cached[0]
+            if single is not None and cached[1]:
+                single[term] = cached[1]
+            continue
         if len(term) >= prefix_min_len:
             # Every indexed word starting with `term`: [term, term + U+10FFFF) in the index order.
             row = conn.execute(
-                f"SELECT coalesce(sum(doc), 0) FROM temp.{vocab} WHERE term >= ? AND term < ?",
+                f"SELECT coalesce(sum(doc), 0), count(*), min(term) FROM temp.{vocab} WHERE term >= ? AND term < ?",
                 (term, term + "\U0010ffff"),
             ).fetchone()
+            only = str(row[2]) if row[1] == 1 else ""
         else:
             row = conn.execute(
                 f"SELECT coalesce(sum(doc), 0) FROM temp.{vocab} WHERE term = ?", (term,)
             ).fetchone()
+            only = ""
         out[term] = int(row[0] or 0)
+        if single is not None and only:
+            single[term] = only
+        if version is not None:
+            if len(_DF_CACHE) > DF_CACHE_SIZE:
+                _DF_CACHE.clear()
+            _DF_CACHE[key] = (out[term], only)
     return out
 
 
-def candidate_terms(frequencies: dict[str, int], cap: int = CANDIDATE_DOC_CAP) -> list[str]:
+def candidate_terms(frequencies: dict[str, int], cap: int | None = None) -> list[str]:
     """The rarest terms whose documents add up to at most `cap` (always the rarest one that occurs)."""
+    cap = CANDIDATE_DOC_CAP if cap is None else cap
     present = sorted((t for t, df in frequencies.items() if df > 0), key=lambda t: (frequencies[t], t))
     kept: list[str] = []
     total = 0
@@ -70,20 +116,56 @@ def candidate_terms(frequencies: dict[str, int], cap: int = CANDIDATE_DOC_CAP) -
     return kept
 
 
+def needs_window(frequencies: dict[str, int], cap: int | None = None) -> bool:
+    """True when the candidate tries are not bounded by the terms' own counts (see `newest_window`)."""
+    cap = CANDIDATE_DOC_CAP if cap is None else cap
+    present = [df for df in frequencies.values() if df > 0]
+    return bool(present) and min(present) > cap
+
+
+def newest_window(
+    conn: sqlite3.Connection,
+    fts_table: str,
+    match: str,
+    cap: int | None = None,
+    *,
+    owner_filter: tuple[str, str, Sequence[object]] | None = None,
+) -> int:
+    """The lowest rowid among the newest `cap` documents matching `match` (0: fewer match, no bound).
+
+    `owner_filter` = (content table, condition on it as `c`, parameters) counts
+    only the documents one owner holds (an agent's, in a shared index).
+    """
+    cap = WINDOW_DOCS if cap is None else cap
+    source, where = fts_table, ""
+    params: tuple[object, ...] = ()
+    if owner_filter is not None:
+        table, condition, args = owner_filter
+        params = tuple(args)
+        source = f"{fts_table} JOIN {table} c ON c.rowid = {fts_table}.rowid"
+        where = f" AND {condition}"
+    row = conn.execute(
+        f"SELECT {fts_table}.rowid FROM {source} WHERE {fts_table} MATCH ?{where}"
+        f" ORDER BY {fts_table}.rowid DESC LIMIT 1 OFFSET ?",
+        (match, *params, cap - 1),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def candidate_matches(
-    frequencies: dict[str, int], render: Callable[[str], str], cap: int = CANDIDATE_DOC_CAP
+    frequencies: dict[str, int], render: Callable[[str], str], cap: int | None = None
 ) -> list[str]:
     """FTS5 MATCH expressions for a bounded candidate set, to try in order until one finds rows.
 
     Normally one: the OR of the kept terms. When even the rarest term is too
     common on its own, documents about several of the asked-for things are the
     ones worth scoring: the AND of every term, then of the two rarest, then the
-    rarest alone (which is then bounded only by its own frequency).
+    rarest alone (each then bounded by `newest_window`).
     """
     kept = candidate_terms(frequencies, cap)
     if not kept:
         return []
-    if frequencies[kept[0]] <= cap:
+    if not needs_window(frequencies, cap):
         return [" OR ".join(render(t) for t in kept)]
     present = sorted((t for t, df in frequencies.items() if df > 0), key=lambda t: (frequencies[t], t))
     tries = [" AND ".join(render(t) for t in present)]

@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS wm_items (
 );
 CREATE INDEX IF NOT EXISTS wm_agent_owner_level_order ON wm_items (agent_id, owner, level, ts, item_id);
 CREATE INDEX IF NOT EXISTS wm_agent_session ON wm_items (agent_id, session_id, ts);
+CREATE INDEX IF NOT EXISTS wm_agent_turns ON wm_items (agent_id, ts, item_id, kind, owner, event_id, user);
 CREATE INDEX IF NOT EXISTS wm_owner ON wm_items (owner);
 
 -- Turns an episode covers (its source events): from then on the episode answers for them.
@@ -264,6 +265,14 @@ DIGEST_TABLES: dict[str, str] = {
 }
 
 
+# Indexes added within a schema version: built on the next open of an existing store,
+# instead of a version change, which would drop the store and replay the whole log.
+ADDED_INDEXES = (
+    # An agent's newest turns whoever they belong to (the search over turns no episode covers yet).
+    "CREATE INDEX IF NOT EXISTS wm_agent_turns ON wm_items (agent_id, ts, item_id, kind, owner, event_id, user)",
+)
+
+
 class HotConnection(sqlite3.Connection):
     """A hot-store connection; carries per-connection caches (erasure targets)."""
 
@@ -302,6 +311,8 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
     if row is not None:
         version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if version is not None and int(version[0]) == SCHEMA_VERSION:
+            for statement in ADDED_INDEXES:
+                conn.execute(statement)  # a no-op once built
             return
         stale = version is not None
     with write_transaction(conn):

@@ -48,7 +48,15 @@ STREAM_ORDER = PROJECTION_ORDER  # declared with the event types (tiermem.regist
 BATCH_EVENTS = 5000
 OFFSETS_KEY = "projector_offsets"
 
-__all__ = ["ProjectionInfo", "RebuildInfo", "content_digest", "kv_fact_id", "project", "rebuild"]
+__all__ = [
+    "ProjectionInfo",
+    "RebuildInfo",
+    "content_digest",
+    "kv_fact_id",
+    "project",
+    "project_if_free",
+    "rebuild",
+]
 
 
 @dataclass
@@ -130,6 +138,17 @@ class _ProjectorLock:
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
+    def try_acquire(self) -> bool:
+        """Take the lock only if no one holds it (then release it with `__exit__`)."""
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = -1
+            return False
+        return True
+
     def __exit__(self, *exc: object) -> None:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
@@ -194,6 +213,21 @@ def project(settings: Settings, store: HotStore | None = None) -> ProjectionInfo
         with _ProjectorLock(settings):
             return _project_locked(settings, target)
     finally:
+        if own:
+            target.close()
+
+
+def project_if_free(settings: Settings, store: HotStore | None = None) -> ProjectionInfo | None:
+    """`project`, unless another projector holds the lock (None): it is catching up the same store."""
+    lock = _ProjectorLock(settings)
+    if not lock.try_acquire():
+        return None
+    own = store is None
+    target = store if store is not None else open_store(settings)
+    try:
+        return _project_locked(settings, target)
+    finally:
+        lock.__exit__()
         if own:
             target.close()
 

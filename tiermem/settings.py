@@ -119,6 +119,9 @@ class RuntimeSettings:
     # first; the context gets the rest, and room it leaves goes back to the turns.
     # 1.0: measured on LoCoMo, any smaller share costs evidence (docs/runtime.md).
     recall_share: float = 1.0
+    # Who applies log events other processes wrote before a read: "inline" (the read waits for
+    # the projector) or "background" (a projector thread; reads never wait, own writes are seen).
+    catch_up: str = "inline"
 
 
 @dataclass(frozen=True)
@@ -401,6 +404,8 @@ def _runtime_problems(rt: RuntimeSettings) -> list[str]:
         )
     if not 0 <= rt.recall_share <= 1:
         problems.append(f"runtime.recall_share = {rt.recall_share}: expected 0 to 1")
+    if rt.catch_up not in ("inline", "background"):
+        problems.append(f"runtime.catch_up = {rt.catch_up!r}: expected inline or background")
     return problems
 
 

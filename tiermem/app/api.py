@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from tiermem.log.seal import SealInfo
     from tiermem.log.sql import QueryResult
     from tiermem.reviewer.job import ReviewInfo
+    from tiermem.runtime.background import BackgroundProjector
     from tiermem.runtime.memory import AgentMemory as RuntimeMemory
     from tiermem.runtime.memory import RecordedTurn
     from tiermem.runtime.projector import ProjectionInfo, RebuildInfo
@@ -93,6 +94,15 @@ class Memory:
         self._label = label
         self._agents: list[AgentMemory] = []
         self._behind = True  # the hot store may lag the log until the first catch-up
+        self._projector: BackgroundProjector | None = None
+        if settings.runtime.catch_up not in ("inline", "background"):
+            raise ConfigError(
+                f"runtime.catch_up = {settings.runtime.catch_up!r}: expected inline or background"
+            )
+        if settings.runtime.catch_up == "background":
+            from tiermem.runtime.background import BackgroundProjector
+
+            self._projector = BackgroundProjector(settings)
 
     @classmethod
     def open(
@@ -129,6 +139,8 @@ class Memory:
     def close(self) -> None:
         for agent in list(self._agents):
             agent.close()
+        if self._projector is not None:
+            self._projector.stop()
 
     def __enter__(self) -> Memory:
         return self
@@ -179,7 +191,16 @@ class Memory:
         self._behind = False
         return info
 
+    @property
+    def projector(self) -> BackgroundProjector | None:
+        """The projector thread when `runtime.catch_up = "background"` (None: reads catch up inline)."""
+        return self._projector
+
     def _catch_up(self) -> None:
+        if self._projector is not None:
+            # Reads are served from the hot store as it is; the thread applies what is new.
+            self._projector.poke()
+            return
         if self._behind:
             self.refresh()
 

@@ -72,8 +72,16 @@ class MemoryService:
         return self._mem()
 
     def refresh(self) -> None:
-        """Pick up events other processes appended (a scheduler, a CLI command), before a read."""
-        self._mem().refresh()
+        """Pick up events other processes appended (a scheduler, a CLI command), before a read.
+
+        With `runtime.catch_up = "background"` the read does not wait: the
+        projector thread is asked to catch up and the read goes on.
+        """
+        memory = self._mem()
+        if memory.projector is not None:
+            memory.projector.poke()
+        else:
+            memory.refresh()
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run `fn(*args, **kwargs)` on the memory thread and wait for it."""
