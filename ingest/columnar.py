@@ -65,7 +65,6 @@ from tiermem.registry import (
     MEMORY_LEVELS,
     STR,
     STRLIST,
-    TS,
     USAGE,
     USAGE_FIELDS,
 )
@@ -222,44 +221,51 @@ def _json_passes(name: str, limits: LimitSettings) -> Callable[[Any], bool]:
     return check
 
 
+def _strings_pass(name: str, values: list[Any], limits: LimitSettings, plain: bool) -> bool:
+    """A text field's column, with the rules some fields add (id characters, a non-blank agent, levels)."""
+    if not _texts_pass(values, limits.max_field_chars, plain):
+        return False
+    if name == "event_id":
+        return _IDS.fullmatch("\n".join(values) + "\n") is not None
+    if name == "agent_id":
+        return all(map(str.strip, values))
+    if name == "memory_level":
+        return set(values) <= _LEVELS
+    return True
+
+
+def _latency_pass(values: list[Any]) -> bool:
+    """`latency_ms`, the only number: finite, within 64 bits when an integer, not negative."""
+    kinds = set(map(type, values))
+    if not kinds <= {int, float}:
+        return False
+    if float in kinds and not all(map(math.isfinite, values)):
+        return False
+    return (int not in kinds or _ints_pass([v for v in values if type(v) is int])) and min(values) >= 0
+
+
 def _column_passes(name: str, values: list[Any], limits: LimitSettings, plain: bool) -> bool:
-    """One column against what the per-record path accepts for that field (None: never, it is sent there)."""
+    """One column against what the per-record path accepts for that field (a null: sent there)."""
     if None in values:
         return False
     kind = FAST_FIELDS[name]
-    limit = limits.max_field_chars
     if name == "type":
         return True  # every candidate is an interaction
     if name == "schema_version":
         return _only(values, int) and set(values) == {_VERSION}
-    if kind == STR:
-        if not _texts_pass(values, limit, plain):
-            return False
-        if name == "event_id":
-            return _IDS.fullmatch("\n".join(values) + "\n") is not None
-        if name == "agent_id":
-            return all(map(str.strip, values))
-        if name == "memory_level":
-            return set(values) <= _LEVELS
-        return True
-    if kind == TS:
-        return _ts_pass(values, limits)
-    if kind == INT:  # response_length: compared with agent_response in `_columns_pass`
-        return _ints_pass(values)
-    if kind == FLOAT:  # latency_ms, the only number: finite and not negative
-        kinds = set(map(type, values))
-        if not kinds <= {int, float}:
-            return False
-        if float in kinds and not all(map(math.isfinite, values)):
-            return False
-        return (int not in kinds or _ints_pass([v for v in values if type(v) is int])) and min(values) >= 0
-    if kind == STRLIST:
-        return _only(values, list) and _texts_pass(list(chain.from_iterable(values)), limit, plain)
-    if kind == USAGE:
-        return _usage_passes(values)
-    if kind == JSON:
-        return _json_pass(name, values, limits, plain)
-    return False
+    checks: dict[str, Callable[[], bool]] = {
+        STR: lambda: _strings_pass(name, values, limits, plain),
+        INT: lambda: _ints_pass(values),  # response_length: compared with agent_response later
+        FLOAT: lambda: _latency_pass(values),
+        STRLIST: lambda: (
+            _only(values, list)
+            and _texts_pass(list(chain.from_iterable(values)), limits.max_field_chars, plain)
+        ),
+        USAGE: lambda: _usage_passes(values),
+        JSON: lambda: _json_pass(name, values, limits, plain),
+    }
+    check = checks.get(kind)
+    return check is not None and check()
 
 
 def _ts_pass(values: list[Any], limits: LimitSettings) -> list[datetime] | None:
@@ -349,9 +355,8 @@ def _encode(
     """The stored lines of a group that passed, in the per-record path's field order."""
     n = len(rows)
     stamped = "ts" not in keys
-    if "event_id" in keys:
-        ids = list(map(itemgetter("event_id"), rows))
-    else:
+    ids: list[str] | None = list(map(itemgetter("event_id"), rows)) if "event_id" in keys else None
+    if ids is None:
         ids = derived_ids([datetime.fromisoformat(default_ts)] * n if stamped else stamps, lines)
         if ids is None:
             return None

@@ -17,10 +17,10 @@ import orjson
 from hostile_corpus import corpus, file_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from tiermem.app import samples
 from tiermem.ingest.columnar import derived_ids, fast_rows
 from tiermem.ingest.pipeline import EncodedBlock, encode_block, ingest_file, line_event_id
+
+from tiermem.app import samples
 from tiermem.ids import parse_ts
 from tiermem.settings import LimitSettings, Settings
 
