@@ -6,7 +6,8 @@
 Target: >= 150,000 records/s. Measured with fsync=always (one
 fsync per 20,000-record batch and day) and fsync=none, with the default
 encoding workers (one per core, up to 4) and with everything in one process
-(workers=0), then a re-run of the same file (every record a duplicate: the
+(workers=0), each with the columnar fast path and with the per-record path
+(old vs new in the same run), then a re-run of the same file (every record a duplicate: the
 idempotency check alone). Besides the wall-clock rate, each line gives the CPU
 time spent per record (this process plus its workers): on a machine shared
 with other work the rate follows the free cores, the CPU cost does not.
@@ -57,12 +58,24 @@ def main(n: int) -> None:
             f"sample: {n:,} turns, {src.stat().st_size / 1e6:.0f} MB, generated in {time.perf_counter() - t:.1f}s"
         )
         settings = resolve_settings(data_dir=Path(tmp) / "x", env={})
-        runs: tuple[tuple[FsyncPolicy, int | None], ...] = (("always", None), ("none", None), ("always", 0))
-        for policy, workers in runs:
-            settings = resolve_settings(data_dir=Path(tmp) / f"{policy}-{workers}", env={})
+        runs: tuple[tuple[FsyncPolicy, int | None, bool], ...] = (
+            ("always", None, False),
+            ("always", None, True),
+            ("none", None, False),
+            ("none", None, True),
+            ("always", 0, False),
+            ("always", 0, True),
+        )
+        for policy, workers, columnar in runs:
+            settings = resolve_settings(data_dir=Path(tmp) / f"{policy}-{workers}-{columnar}", env={})
             cpu = _cpu_s()
-            info = ingest_file(settings, src, progress=False, fsync=policy, workers=workers)
-            label = f"ingest fsync={policy} workers={'auto' if workers is None else workers}"
+            info = ingest_file(
+                settings, src, progress=False, fsync=policy, workers=workers, columnar=columnar
+            )
+            label = (
+                f"ingest {'columnar  ' if columnar else 'per-record'} fsync={policy} "
+                f"workers={'auto' if workers is None else workers}"
+            )
             print(_line(label, info, _cpu_s() - cpu))
         cpu = _cpu_s()
         again = ingest_file(settings, src, progress=False)
@@ -87,15 +100,21 @@ def curve(sizes: tuple[int, ...] = (10_000, 30_000, 100_000, 300_000)) -> None:
             src = Path(tmp) / f"turns-{n}.jsonl"
             samples.write_jsonl(src, samples.generate(days=5, per_day=n // 5, seed=1))
             settings = resolve_settings(data_dir=Path(tmp) / f"d{n}", env={})
-            cpu = _cpu_s()
-            info = ingest_file(settings, src, progress=False, fsync="always")
-            used = _cpu_s() - cpu
-            row = {"records": n, "rate": info.rate_per_s, "cpu_us_per_record": used / n * 1e6}
+            row: dict[str, float] = {"records": n}
+            for columnar in (False, True):
+                settings = resolve_settings(data_dir=Path(tmp) / f"d{n}-{columnar}", env={})
+                cpu = _cpu_s()
+                info = ingest_file(settings, src, progress=False, fsync="always", columnar=columnar)
+                used = _cpu_s() - cpu
+                key = "columnar" if columnar else "per_record"
+                row[f"rate_{key}"] = info.rate_per_s
+                row[f"cpu_us_per_record_{key}"] = used / n * 1e6
+                print(
+                    f"{n:>9,} records, {key}: {info.rate_per_s:,.0f}/s ({info.rate_per_s / batched:.2f} of "
+                    f"batched fsync, {info.rate_per_s / buffered:.3f} of buffered writes), "
+                    f"CPU {used / n * 1e6:.1f} us/record"
+                )
             rows.append(row)
-            print(
-                f"{n:>9,} records: {info.rate_per_s:,.0f}/s ({info.rate_per_s / batched:.2f} of batched fsync, "
-                f"{info.rate_per_s / buffered:.3f} of buffered writes), CPU {row['cpu_us_per_record']:.1f} us/record"
-            )
         res["rows"] = rows
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "log_ingest.json").write_text(json.dumps(res, indent=1))
@@ -106,11 +125,12 @@ def curve(sizes: tuple[int, ...] = (10_000, 30_000, 100_000, 300_000)) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     xs = [r["records"] for r in rows]
-    ax1.plot(xs, [r["rate"] for r in rows], "o-", label="bulk ingest, fsync=always, workers auto")
+    for key in ("per_record", "columnar"):
+        ax1.plot(xs, [r[f"rate_{key}"] for r in rows], "o-", label=f"bulk ingest {key}, fsync=always")
+        ax2.plot(xs, [r[f"cpu_us_per_record_{key}"] for r in rows], "o-", label=f"CPU per record, {key}")
     ax1.axhline(150_000, color="red", ls="--", label="target 150k/s")
     ax1.axhline(batched, color="black", ls=":", label="batched fsync (same run)")
     ax1.set(xscale="log", yscale="log", xlabel="records in the file", ylabel="records/s")
-    ax2.plot(xs, [r["cpu_us_per_record"] for r in rows], "o-", label="CPU per record (all processes)")
     ax2.set(xscale="log", xlabel="records in the file", ylabel="us of CPU per record")
     for ax in (ax1, ax2):
         ax.legend(fontsize=7)

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
+from tiermem.ingest.columnar import STREAM, fast_rows
 from tiermem.ingest.lines import BLOCK_BYTES, HEAD_BYTES, Oversize, decode_line, read_blocks
 
 from tiermem.errors import InputError, StorageError, ValidationError, os_reason
@@ -162,30 +163,49 @@ def _interned(text: str) -> str:
     return _INTERN.setdefault(text, text)
 
 
-def encode_block(block: bytes, default_ts: str, limits: LimitSettings) -> EncodedBlock:
-    """Validate and serialise every line of a block (whole lines; the last may lack its newline)."""
+def encode_block(block: bytes, default_ts: str, limits: LimitSettings, columnar: bool = True) -> EncodedBlock:
+    """Validate and serialise every line of a block (whole lines; the last may lack its newline).
+
+    `columnar`: settle the ordinary interactions a column at a time
+    (`tiermem.ingest.columnar`), the rest one record at a time; False: every
+    line one record at a time. The stored bytes, ids and quarantine reasons are
+    the same either way.
+    """
     out = EncodedBlock()
-    for index, raw in enumerate(block.split(b"\n")):
-        line = raw.rstrip(b"\r")
-        out.lines += 1
-        if not line.strip():
+    raw = block.split(b"\n")
+    out.lines = len(raw)
+    lines = [line.rstrip(b"\r") for line in raw]
+    fast = fast_rows(lines, default_ts, limits) if columnar else {}
+    for index, line in enumerate(lines):
+        row = fast.get(index)
+        if row is not None:
+            out.streams.append(STREAM)
+            out.ids.append(row[0])
+            out.partitions.append(_interned(row[1]))
+            out.stored.append(row[2])
+        elif not line.strip():
             out.blank_lines += 1
-            continue
-        try:
-            event = parse_line(line, default_ts, limits)
-            stream = stream_of(event["type"])
-            stored = orjson.dumps(event) + b"\n"
-        except ValidationError as exc:
-            out.rejects.append((index, line, exc.field, exc.reason))
-            continue
-        except orjson.JSONEncodeError as exc:  # validation should have caught it: still one line's problem
-            out.rejects.append((index, line, "<record>", f"cannot be stored as JSON: {exc}"))
-            continue
-        out.streams.append(_interned(stream))
-        out.ids.append(event["event_id"])
-        out.partitions.append(_interned("date=" + event["ts"][:10]))
-        out.stored.append(stored)
+        else:
+            _encode_one(out, index, line, default_ts, limits)
     return out
+
+
+def _encode_one(out: EncodedBlock, index: int, line: bytes, default_ts: str, limits: LimitSettings) -> None:
+    """One line through the per-record path: stored, or refused naming the field."""
+    try:
+        event = parse_line(line, default_ts, limits)
+        stream = stream_of(event["type"])
+        stored = orjson.dumps(event) + b"\n"
+    except ValidationError as exc:
+        out.rejects.append((index, line, exc.field, exc.reason))
+        return
+    except orjson.JSONEncodeError as exc:  # validation should have caught it: still one line's problem
+        out.rejects.append((index, line, "<record>", f"cannot be stored as JSON: {exc}"))
+        return
+    out.streams.append(_interned(stream))
+    out.ids.append(event["event_id"])
+    out.partitions.append(_interned("date=" + event["ts"][:10]))
+    out.stored.append(stored)
 
 
 def _worker_init(parent: int) -> None:
@@ -216,7 +236,11 @@ def _skipped(item: Oversize, limits: LimitSettings) -> EncodedBlock:
 
 
 def encoded_blocks(
-    blocks: Iterable[bytes | Oversize], default_ts: str, workers: int, limits: LimitSettings
+    blocks: Iterable[bytes | Oversize],
+    default_ts: str,
+    workers: int,
+    limits: LimitSettings,
+    columnar: bool = True,
 ) -> Iterator[tuple[EncodedBlock, int]]:
     """(encoded block, its input bytes) in order: inline at first, then (large inputs) in worker processes."""
     blocks = iter(blocks)
@@ -226,7 +250,7 @@ def encoded_blocks(
             yield _skipped(block, limits), block.length
             consumed += block.length
         else:
-            yield encode_block(block, default_ts, limits), len(block)
+            yield encode_block(block, default_ts, limits, columnar), len(block)
             consumed += len(block)
         if workers and consumed >= PARALLEL_AFTER_BYTES:
             break
@@ -240,7 +264,9 @@ def encoded_blocks(
             if isinstance(block, Oversize):
                 window.append((_skipped(block, limits), block.length))
             else:
-                window.append((pool.apply_async(encode_block, (block, default_ts, limits)), len(block)))
+                window.append(
+                    (pool.apply_async(encode_block, (block, default_ts, limits, columnar)), len(block))
+                )
             if len(window) >= 2 * workers + 2:
                 yield _done(window.popleft())
         while window:
@@ -277,11 +303,14 @@ def ingest_file(
     fsync: FsyncPolicy | None = None,
     batch_records: int = BATCH_RECORDS,
     workers: int | None = None,
+    columnar: bool = True,
 ) -> IngestInfo:
     """Bulk-load a JSONL file (a path, "-" for stdin, or a binary stream). Idempotent on re-run.
 
     `workers`: encoding processes (None: one per core up to 4 when there are
-    several cores; 0: all in this process). Results are identical either way.
+    several cores; 0: all in this process). `columnar`: check ordinary
+    interactions a column at a time (False: every line one record at a time).
+    Results are identical either way.
     """
     from dataclasses import replace
 
@@ -296,7 +325,9 @@ def ingest_file(
         name = "<stdin>" if isinstance(source, str | Path) else getattr(source, "name", "<stream>")
         default_ts = format_ts(utcnow())
     try:
-        return _ingest_stream(settings, handle, name, default_ts, progress, batch_records, workers, started)
+        return _ingest_stream(
+            settings, handle, name, default_ts, progress, batch_records, workers, started, columnar
+        )
     finally:
         if own_handle:
             handle.close()
@@ -311,6 +342,7 @@ def _ingest_stream(
     batch_records: int,
     workers: int | None,
     started: float,
+    columnar: bool = True,
 ) -> IngestInfo:
     bar = Progress("ingest", enabled=progress if isinstance(progress, bool) else None)
     if isinstance(progress, Progress):
@@ -358,7 +390,7 @@ def _ingest_stream(
             bad.clear()
 
         blocks = read_blocks(handle, limits.max_record_bytes)
-        for block, size in encoded_blocks(blocks, default_ts, ingest_workers(workers), limits):
+        for block, size in encoded_blocks(blocks, default_ts, ingest_workers(workers), limits, columnar):
             info.lines += block.lines
             info.blank_lines += block.blank_lines
             _collect_rejects(block, name, next_line, limits.max_record_bytes, bad, fields)
