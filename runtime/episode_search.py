@@ -95,8 +95,12 @@ def _archive_sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, i
     the newest rowid says cheaply whether the archive grew since the counts
     were taken (an erasure may leave them briefly high: they only weigh terms).
     """
-    db = str(conn.execute("PRAGMA database_list").fetchone()[2])
-    newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0] or 0
+    index = _index(conn)
+    if index is not None:
+        db, newest = index.version(conn)
+    else:
+        db = str(conn.execute("PRAGMA database_list").fetchone()[2])
+        newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0] or 0
     sizes = _SIZE_CACHE.get((db, agent_id))
     if sizes is None or sizes[0] != newest:
         total = (
@@ -133,6 +137,8 @@ def _idf(
             # Common overall (or one agent holds the whole archive): the overall count, scaled to
             # this agent's share, instead of walking thousands of rows for a word that weighs little.
             df = overall[t] * total / all_docs
+        elif (index := _index(conn)) is not None:
+            df = index.agent_frequency(conn, agent_id, t)
         else:
             df = conn.execute(
                 "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid IN "
@@ -179,11 +185,28 @@ def _bm25(counts: list[int], length: int, weights: list[float], avg_len: float =
     return sum(w * tf * (K1 + 1) / (tf + norm) for tf, w in zip(counts, weights, strict=True) if tf)
 
 
+def _index(conn: Any) -> Any:
+    """The backend's own episode index, when it is not SQLite's FTS5 (PostgreSQL: `pg_store`).
+
+    It answers the same questions as the FTS5 queries here: document
+    frequencies, an archive version, one agent's frequency of a term, and the
+    candidate rows; the scoring below is the same for every backend.
+    """
+    return getattr(conn, "episode_index", None)
+
+
+def _frequencies(conn: Any, terms: list[str]) -> dict[str, int]:
+    index = _index(conn)
+    if index is not None:
+        return dict(index.frequencies(conn, terms))
+    return document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
+
+
 def _candidate_rows(
     conn: sqlite3.Connection,
     who: Principal,
     cols: str,
-    rank: str,
+    column_weights: tuple[float, ...] | None,
     terms: list[str],
     frequencies: dict[str, int],
     participant: str | None,
@@ -199,6 +222,14 @@ def _candidate_rows(
     (or the query has no usable words): the `fallback` most important recent
     episodes instead.
     """
+    index = _index(conn)
+    if index is not None:
+        rows: list[Any] = index.candidates(
+            conn, who, cols, column_weights, terms, frequencies, participant, candidates, fallback
+        )
+        return rows
+    weights = ", ".join(str(w) for w in column_weights or ())
+    rank = f"bm25(episodes_fts, {weights})" if weights else "bm25(episodes_fts)"
     where, params = item_clause(who, "e")
     if participant:
         where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
@@ -229,12 +260,9 @@ def search_episodes(
     """The best `limit` episodes `who` may see for `query` (optionally only those with `participant`)."""
     agent_id = who.agent_id
     terms = query_terms(query)
-    overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
+    overall = _frequencies(conn, terms)
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context, e.important"
-    weights = ", ".join(str(w) for w in COLUMN_WEIGHTS)
-    rows = _candidate_rows(
-        conn, who, cols, f"bm25(episodes_fts, {weights})", terms, overall, participant, CANDIDATES, limit
-    )
+    rows = _candidate_rows(conn, who, cols, COLUMN_WEIGHTS, terms, overall, participant, CANDIDATES, limit)
 
     idf = _idf(conn, agent_id, terms, overall)
     term_weights = [idf.get(t, 0.0) for t in terms]
@@ -498,11 +526,9 @@ def search_quotes(
     agent_id = who.agent_id
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]
-    overall = document_frequencies(conn, "episodes_fts", terms)  # from the index, not the rows
+    overall = _frequencies(conn, terms)
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
-    rows = _candidate_rows(
-        conn, who, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3
-    )
+    rows = _candidate_rows(conn, who, cols, None, terms, overall, participant, QUOTE_CANDIDATES, 3)
 
     weights = _group_idf(conn, agent_id, groups, overall)
     total_weight = sum(weights) or 1.0

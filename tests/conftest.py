@@ -22,3 +22,24 @@ def event_log(settings: Settings) -> Iterator[EventLog]:
     log = EventLog(settings)
     yield log
     log.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A PostgreSQL server for the session (tests/helpers_pg.py); started on first use."""
+    from helpers_pg import PgServer
+
+    server = PgServer(tmp_path_factory.mktemp("pg"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: object) -> Iterator[str]:
+    """A fresh, empty database on the session's server, dropped afterwards."""
+    from helpers_pg import PgServer
+
+    assert isinstance(pg_server, PgServer)
+    url = pg_server.database()
+    yield url
+    pg_server.drop(url)

@@ -223,6 +223,9 @@ class Settings:
     group_commit_window_ms: float = 1.0
     anthropic_model: str = "claude-sonnet-5"  # claude-sonnet-4-5 reaches end-of-life on 2026-11-30
     anthropic_api_key: str | None = field(default=None, repr=False)
+    # The hot store on a PostgreSQL server ("postgresql://user:pass@host/db"); None: the embedded
+    # SQLite file under the data root. Not shown in repr: the URL may carry a password.
+    hot_url: str | None = field(default=None, repr=False)
     compressor: CompressorSettings = field(default_factory=CompressorSettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     evolver: EvolverSettings = field(default_factory=EvolverSettings)
@@ -363,6 +366,8 @@ def _check_ranges(settings: Settings) -> None:
         problems.append("llm timeouts: expected more than 0 seconds")
     if not 0 <= llm.max_retries <= 10 or llm.retry_delay_seconds < 0:
         problems.append(f"llm.max_retries = {llm.max_retries}: expected 0 to 10 (and a delay >= 0)")
+    if settings.hot_url is not None and not settings.hot_url.startswith(("postgresql://", "postgres://")):
+        problems.append("hot_url: expected a postgresql:// URL (or no hot_url for the embedded SQLite store)")
     if settings.segment_max_bytes < 1024:
         problems.append(f"segment_max_bytes = {settings.segment_max_bytes}: expected at least 1024")
     if problems:
