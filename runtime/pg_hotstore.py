@@ -317,7 +317,7 @@ def grant_agent(conn: PgConnection, role: str, agent_ids: Sequence[str]) -> None
         for table, _ in TABLES:
             rights = "SELECT" if table in ("tm_agent_roles",) else "SELECT, INSERT, UPDATE, DELETE"
             conn.raw.execute(pgsql.SQL(f"GRANT {rights} ON {table} TO {{}}").format(r))
-        conn.raw.execute(pgsql.SQL("GRANT USAGE ON SEQUENCE episodes_seq_seq TO {}").format(r))
+        conn.raw.execute(pgsql.SQL("GRANT USAGE, SELECT ON SEQUENCE episodes_seq_seq TO {}").format(r))
         conn.executemany(
             "INSERT INTO tm_agent_roles (role_name, agent_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
             [(role, a) for a in agent_ids],
@@ -378,6 +378,12 @@ def scrub_after_erasure(conn: PgConnection) -> bool:
     deleted rows. Either may be refused (not the tables' owner, no checkpoint
     right): then False, and the owner's next scrub runs them.
     """
+    owner = conn.execute(
+        "SELECT pg_has_role(current_user, tableowner, 'MEMBER') FROM pg_tables"
+        " WHERE schemaname = current_schema() AND tablename = 'meta'"
+    ).fetchone()
+    if owner is None or not owner[0]:
+        return False  # an agent's connection: VACUUM would skip the tables with a warning only
     complete = True
     for table in DIGEST_TABLES + ("folded_turns", "embeddings"):
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,13 +27,18 @@ def event_log(settings: Settings) -> Iterator[EventLog]:
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def pg_server() -> Iterator[object]:
     """A PostgreSQL server for the session (tests/helpers_pg.py); started on first use."""
     from helpers_pg import PgServer
 
-    server = PgServer(tmp_path_factory.mktemp("pg"))
-    yield server
-    server.stop()
+    # Not under pytest's temporary root: that is private to this user, and the server runs as its own.
+    root = Path(tempfile.mkdtemp(prefix="tiermem-pg-"))
+    server = PgServer(root)
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
