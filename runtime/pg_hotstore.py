@@ -177,7 +177,7 @@ class PgRow(tuple[Any, ...]):
     def keys(self) -> tuple[str, ...]:
         return self._names
 
-    def __getitem__(self, key: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
             return tuple.__getitem__(self, self._names.index(key))
         return tuple.__getitem__(self, key)
@@ -231,14 +231,14 @@ class PgConnection:
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> Any:
         cur = self.raw.cursor(row_factory=_row_factory)
-        cur.execute(translate(statement), tuple(params))  # type: ignore[arg-type]
+        cur.execute(translate(statement), tuple(params))
         return cur
 
     def executemany(self, statement: str, seq: Any) -> Any:
         cur = self.raw.cursor()
         rows = [tuple(r) for r in seq]
         if rows:
-            cur.executemany(translate(statement), rows)  # type: ignore[arg-type]
+            cur.executemany(translate(statement), rows)
         return cur
 
     @contextmanager
@@ -385,7 +385,7 @@ def scrub_after_erasure(conn: PgConnection) -> bool:
     if owner is None or not owner[0]:
         return False  # an agent's connection: VACUUM would skip the tables with a warning only
     complete = True
-    for table in DIGEST_TABLES + ("folded_turns", "embeddings"):
+    for table in (*DIGEST_TABLES, "folded_turns", "embeddings"):
         try:
             conn.execute(f"VACUUM FULL {table}")
         except psycopg.Error:

@@ -117,7 +117,9 @@ class EpisodeIndex:
                 f" WHERE {EPISODE_DOC} @@ q AND {where} ORDER BY rank, e.episode_id LIMIT {int(limit)}"
             )
             for match in candidate_matches(frequencies, _tsterm):
-                rows = conn.execute(statement, (match.replace(" OR ", " | ").replace(" AND ", " & "), *params))
+                rows = conn.execute(
+                    statement, (match.replace(" OR ", " | ").replace(" AND ", " & "), *params)
+                )
                 found = rows.fetchall()
                 if found:
                     return list(found)
@@ -204,7 +206,9 @@ class PostgresHotStore:
             self.conn.execute("SELECT pg_advisory_lock(hashtext(?))", (LEASE_KEY,))
             held = True
         else:
-            held = bool(self.conn.execute("SELECT pg_try_advisory_lock(hashtext(?))", (LEASE_KEY,)).fetchone()[0])
+            held = bool(
+                self.conn.execute("SELECT pg_try_advisory_lock(hashtext(?))", (LEASE_KEY,)).fetchone()[0]
+            )
         try:
             yield held
         finally:

@@ -134,7 +134,7 @@ def _derived_owner(conn: sqlite3.Connection, ev: Mapping[str, Any], *direct: str
 
 def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute(
-        "INSERT INTO wm_items (item_id, event_id, agent_id, ts, kind, level, \"user\", session_id,"
+        'INSERT INTO wm_items (item_id, event_id, agent_id, ts, kind, level, "user", session_id,'
         " project_id, task_id, user_message, agent_response, text, owner, topic)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?,?) ON CONFLICT DO NOTHING",
         (
@@ -175,7 +175,7 @@ def _apply_transition(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     owner = _derived_owner(conn, ev, *_session_owners(conn, ev))
     for suffix, kind, text in ((":1", "transition", marker), (":2", "summary", ev["summary"])):
         conn.execute(
-            "INSERT INTO wm_items (item_id, event_id, agent_id, ts, kind, level, \"user\", session_id,"
+            'INSERT INTO wm_items (item_id, event_id, agent_id, ts, kind, level, "user", session_id,'
             " project_id, task_id, user_message, agent_response, text, owner)"
             " VALUES (?,?,?,?,?,?,NULL,?,?,?,NULL,NULL,?,?) ON CONFLICT DO NOTHING",
             (

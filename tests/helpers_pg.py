@@ -49,7 +49,9 @@ class PgServer:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
             if exists is None:
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS").format(sql.Identifier(name)))
+                conn.execute(
+                    sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS").format(sql.Identifier(name))
+                )
 
     def stop(self) -> None:
         self.server.cleanup()

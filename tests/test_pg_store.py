@@ -57,10 +57,20 @@ def test_a_connection_for_one_agent_reads_and_writes_only_that_agents_rows(
             assert row["agent_id"] == "a1" or (row["owner"] is None and row["scope"] != "agent"), row
         assert a1.relationship(Principal("a1", "alice")) is not None
         # Writing its own rows works (the runtime applies its own turns); another agent's are refused.
-        a1.apply_now([validate({"type": "interaction", "agent_id": "a1", "user_message": "hi", "agent_response": "ok"})])
+        a1.apply_now(
+            [
+                validate(
+                    {"type": "interaction", "agent_id": "a1", "user_message": "hi", "agent_response": "ok"}
+                )
+            ]
+        )
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             a1.apply_now(
-                [validate({"type": "interaction", "agent_id": "a2", "user_message": "hi", "agent_response": "x"})]
+                [
+                    validate(
+                        {"type": "interaction", "agent_id": "a2", "user_message": "hi", "agent_response": "x"}
+                    )
+                ]
             )
         # Nor can it change the store's layout or read whose role maps to which agent.
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -73,7 +83,10 @@ def test_a_connection_for_one_agent_reads_and_writes_only_that_agents_rows(
 def _populate(settings: Settings) -> int:
     ids = append(
         settings,
-        *(interaction("bot", f"question {i} about the refund", f"answer {i}", user="alice") for i in range(30)),
+        *(
+            interaction("bot", f"question {i} about the refund", f"answer {i}", user="alice")
+            for i in range(30)
+        ),
         episode("bot", "The refund saga", "Alice fought for her refund", participants=["alice"]),
     )
     return len(ids)
@@ -118,9 +131,12 @@ def test_the_projector_runs_once_per_store_across_processes(
             assert _result(_run_projector(settings, wait=False)) == {"applied": 0, "path": "leased"}
             # Two processes that wait: both block on the lease (seen in the server's lock table).
             procs = [_run_projector(settings, wait=True), _run_projector(other, wait=True)]
-            while holder.conn.execute(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            ).fetchone()[0] < 2:
+            while (
+                holder.conn.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()[0]
+                < 2
+            ):
                 assert all(p.poll() is None for p in procs)
         results = [_result(p) for p in procs]
         # Released: one of them applied every event, the other found the store up to date.

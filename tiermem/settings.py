@@ -366,12 +366,18 @@ def _check_ranges(settings: Settings) -> None:
         problems.append("llm timeouts: expected more than 0 seconds")
     if not 0 <= llm.max_retries <= 10 or llm.retry_delay_seconds < 0:
         problems.append(f"llm.max_retries = {llm.max_retries}: expected 0 to 10 (and a delay >= 0)")
-    if settings.hot_url is not None and not settings.hot_url.startswith(("postgresql://", "postgres://")):
-        problems.append("hot_url: expected a postgresql:// URL (or no hot_url for the embedded SQLite store)")
     if settings.segment_max_bytes < 1024:
         problems.append(f"segment_max_bytes = {settings.segment_max_bytes}: expected at least 1024")
+    problems += _store_problems(settings)
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def _store_problems(settings: Settings) -> list[str]:
+    url = settings.hot_url
+    if url is not None and not url.startswith(("postgresql://", "postgres://")):
+        return ["hot_url: expected a postgresql:// URL (or no hot_url for the embedded SQLite store)"]
+    return []
 
 
 def _coerce(value: str, like: object, name: str) -> object:
