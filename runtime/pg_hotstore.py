@@ -228,6 +228,7 @@ class PgConnection:
         self.erasure_targets: Any = None  # the handlers' cache of erasure tombstones
         self.episode_index: Any = None
         self.fact_index: Any = None
+        self.fact_stats: Any = None
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> Any:
         cur = self.raw.cursor(row_factory=_row_factory)

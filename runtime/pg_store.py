@@ -17,6 +17,7 @@ released by the server if the holder's connection dies (the lease's expiry).
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -130,15 +131,93 @@ class EpisodeIndex:
         return list(conn.execute(statement, (*params, fallback)).fetchall())
 
 
+K1, B = 1.2, 0.75  # FTS5's bm25 constants
+DF_CAP = 20_000  # documents counted per term at most: above that a term weighs next to nothing anyway
+_TOKEN = re.compile(r"[^\W_]+")
+
+
+def _tokens(text: str | None) -> list[str]:
+    """Words as FTS5's default tokenizer sees them: runs of letters and digits, lower-cased."""
+    return _TOKEN.findall((text or "").lower())
+
+
+class FactStats:
+    """Document count and average length of the fact index (BM25's N and avgdl), per connection.
+
+    Exact on a small table; from the planner's row estimate and a sample on a
+    large one, refreshed when the estimate moves by a tenth.
+    """
+
+    def __init__(self) -> None:
+        self.rows = -1.0
+        self.values = (1, 1.0)
+
+    def get(self, conn: PgConnection) -> tuple[int, float]:
+        estimate = float(
+            conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'facts'::regclass").fetchone()[0]
+        )
+        if estimate >= 50_000 and self.rows > 0 and abs(estimate - self.rows) < 0.1 * self.rows:
+            return self.values
+        sample = "TABLESAMPLE SYSTEM (5)" if estimate >= 50_000 else ""
+        n, total = conn.execute(
+            "SELECT count(*), coalesce(sum(regexp_count("
+            "coalesce(key, '') || ' ' || content || ' ' || coalesce(topic, ''), '[[:alnum:]]+')), 0)"
+            f" FROM facts {sample}"
+        ).fetchone()
+        docs = int(estimate) if sample else int(n)
+        self.rows = estimate
+        self.values = (max(docs, 1), max(float(total) / max(int(n), 1), 1.0))
+        return self.values
+
+
 def fact_rows(
     conn: PgConnection, cols: str, match: str, where: str, params: list[Any], limit: int
-) -> list[Any]:
-    """The facts matching an FTS5-style OR query, best first, with FTS5's sign (`bm`: smaller is better)."""
+) -> list[dict[str, Any]]:
+    """The facts matching an FTS5-style OR query, ranked by FTS5's own BM25 (`bm`: smaller is better).
+
+    The index finds the matching rows; each term's document frequency comes
+    from the index too (a bounded count), and BM25 is computed here over the
+    candidates' words exactly as FTS5 computes it, so both backends order
+    facts alike. Candidates are taken in order of an IDF-weighted `ts_rank`,
+    twice as many as the search asks for.
+    """
+    terms = [t for t in (re.sub(r"[^\w]", "", x).lower() for x in _MATCH_TERM.findall(match)) if t]
+    if not terms:
+        return []
+    stats: FactStats = getattr(conn, "fact_stats", None) or FactStats()
+    conn.fact_stats = stats
+    docs, avgdl = stats.get(conn)
+    idf: dict[str, float] = {}
+    for t in terms:
+        df = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM facts f WHERE {FACT_DOC} @@ to_tsquery('simple', ?)"
+            f" LIMIT {DF_CAP}) AS d",
+            (f"'{t}'",),
+        ).fetchone()[0]
+        value = math.log((docs - df + 0.5) / (df + 0.5))
+        idf[t] = value if value > 0 else 1e-6
+    rank = " + ".join(f"{idf[t]!r} * ts_rank({FACT_DOC}, to_tsquery('simple', ?), 1)" for t in terms)
     statement = (
-        f"SELECT {cols}, -ts_rank({FACT_DOC}, q, 1) AS bm FROM facts f, to_tsquery('simple', ?) AS q"
-        f" WHERE {FACT_DOC} @@ q AND f.status = 'active' AND {where} ORDER BY bm, f.fact_id LIMIT ?"
+        f"SELECT {cols}, {rank} AS pre FROM facts f, to_tsquery('simple', ?) AS q"
+        f" WHERE {FACT_DOC} @@ q AND f.status = 'active' AND {where} ORDER BY pre DESC, f.fact_id LIMIT ?"
     )
-    return list(conn.execute(statement, (_tsquery(match), *params, limit)).fetchall())
+    rows = conn.execute(
+        statement, (*(f"'{t}'" for t in terms), _tsquery(match), *params, limit * 2)
+    ).fetchall()
+    out = []
+    for r in rows:
+        row = dict(r)
+        words = _tokens(row["key"]) + _tokens(row["content"]) + _tokens(row["topic"])
+        norm = K1 * (1 - B + B * len(words) / avgdl)
+        score = 0.0
+        for t in terms:
+            tf = words.count(t)
+            if tf:
+                score += idf[t] * tf * (K1 + 1) / (tf + norm)
+        row["bm"] = -score
+        out.append(row)
+    out.sort(key=lambda row: (row["bm"], row["fact_id"]))
+    return out
 
 
 def _sql(conn: PgConnection) -> sqlite3.Connection:
