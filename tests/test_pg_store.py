@@ -163,3 +163,42 @@ def test_the_runtime_and_rebuild_on_hot_url(settings: Settings, pg_url: str) -> 
         live = store.digest()
     info = rebuild(settings)
     assert info.digest == live and not (settings.hot_dir / "hot.sqlite").exists()
+
+
+def test_an_erasure_leaves_no_copy_in_the_databases_files(pg_server: PgServer, pg_url: str) -> None:
+    world = World(5)
+    with PostgresHotStore.connect(pg_url) as store:
+        _load(store, world)
+        secret = {"type": "interaction", "agent_id": "a1", "user": "alice", "agent_response": "noted"}
+        store.apply_now([validate({**secret, "user_message": "my plumquartz code"})])
+        store.apply_now(
+            [
+                validate(
+                    {
+                        "type": "knowledge_decided",
+                        "agent_id": "a1",
+                        "decision": "created",
+                        "fact_id": "fq",
+                        "content": "alice keeps plumquartz",
+                        "status": "active",
+                        "participant": "alice",
+                    }
+                )
+            ]
+        )
+        data_dir = Path(store.conn.execute("SHOW data_directory").fetchone()[0])
+        oid = store.conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[
+            0
+        ]
+        store.conn.execute("CHECKPOINT")  # the rows are in the table files now
+
+        def holders() -> list[str]:
+            return [
+                p.name for p in (data_dir / "base" / str(oid)).iterdir() if b"plumquartz" in p.read_bytes()
+            ]
+
+        assert holders()  # the check can fail: the text is there before the erasure
+        info = store.apply_now([validate({"type": "erasure", "target_kind": "user", "target": "alice"})])
+        assert info.erasures == 1 and store.scrub() is True
+        assert holders() == []
+        assert store.conn.execute("SELECT count(*) FROM wm_items WHERE owner = 'alice'").fetchone()[0] == 0
