@@ -82,6 +82,15 @@ class EpisodeIndex:
         newest = conn.execute("SELECT last_value FROM episodes_seq_seq").fetchone()[0]
         return f"pg:{info.host}:{info.port}/{info.dbname}/{who}", int(newest or 0)
 
+    def documents(self, conn: PgConnection) -> int:
+        """Episodes in the archive (BM25's N): the planner's estimate on a large table, else counted."""
+        estimate = float(
+            conn.execute("SELECT reltuples FROM pg_class WHERE oid = 'episodes'::regclass").fetchone()[0]
+        )
+        if estimate >= 50_000:
+            return int(estimate)
+        return max(int(conn.execute("SELECT count(*) FROM episodes").fetchone()[0]), 1)
+
     def agent_frequency(self, conn: PgConnection, agent_id: str, term: str) -> int:
         row = conn.execute(
             f"SELECT count(*) FROM episodes e WHERE e.agent_id = ? AND {EPISODE_DOC} @@ to_tsquery('simple', ?)",
@@ -111,17 +120,27 @@ class EpisodeIndex:
             )
             params.append(participant)
         if terms:
-            # Negated, as FTS5's bm25: smaller is better.
-            rank = f"-ts_rank({_weights(column_weights)}, {EPISODE_DOC}, q, 1)"
+            # Each term's ts_rank weighted by its IDF over the archive, as BM25 weighs terms
+            # (ts_rank alone lets a common word count as much as a rare one); negated, as
+            # FTS5's bm25: smaller is better.
+            docs = self.documents(conn)
+            present = [t for t in terms if frequencies.get(t)]
+            idf = {
+                t: max(math.log((docs - frequencies[t] + 0.5) / (frequencies[t] + 0.5)), 1e-6)
+                for t in present
+            }
+            weights = _weights(column_weights)
+            rank = " + ".join(
+                f"{idf[t]!r} * ts_rank({weights}, {EPISODE_DOC}, to_tsquery('simple', ?), 1)" for t in present
+            )
             statement = (
-                f"SELECT {cols}, {rank} AS rank FROM episodes e, to_tsquery('simple', ?) AS q"
+                f"SELECT {cols}, -({rank or '0'}) AS rank FROM episodes e, to_tsquery('simple', ?) AS q"
                 f" WHERE {EPISODE_DOC} @@ q AND {where} ORDER BY rank, e.episode_id LIMIT {int(limit)}"
             )
+            per_term = [_tsterm(t) for t in present]
             for match in candidate_matches(frequencies, _tsterm):
-                rows = conn.execute(
-                    statement, (match.replace(" OR ", " | ").replace(" AND ", " & "), *params)
-                )
-                found = rows.fetchall()
+                tsquery = match.replace(" OR ", " | ").replace(" AND ", " & ")
+                found = conn.execute(statement, (*per_term, tsquery, *params)).fetchall()
                 if found:
                     return list(found)
         statement = (
