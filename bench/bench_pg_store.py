@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_runtime import (  # noqa: E402
+from bench_runtime import (
     PEOPLE,
     add_agent_memory,
     episode_event,
@@ -41,14 +41,14 @@ from bench_runtime import (  # noqa: E402
     timed,
     words,
 )
-from tiermem.runtime.context import assemble_context  # noqa: E402
-from tiermem.runtime.memory import open_memory  # noqa: E402
-from tiermem.runtime.pg_store import PostgresHotStore  # noqa: E402
-from tiermem.runtime.sqlite_store import SQLiteHotStore  # noqa: E402
-from tiermem.runtime.store import HotStore, ProjectionInfo  # noqa: E402
-from tiermem.runtime.visibility import Principal  # noqa: E402
+from tiermem.runtime.context import assemble_context
+from tiermem.runtime.memory import open_memory
+from tiermem.runtime.pg_store import PostgresHotStore
+from tiermem.runtime.sqlite_store import SQLiteHotStore
+from tiermem.runtime.store import HotStore, ProjectionInfo
+from tiermem.runtime.visibility import Principal
 
-from tiermem.events import validate  # noqa: E402
+from tiermem.events import validate
 
 
 class Server:
