@@ -202,3 +202,17 @@ def test_an_erasure_leaves_no_copy_in_the_databases_files(pg_server: PgServer, p
         assert info.erasures == 1 and store.scrub() is True
         assert holders() == []
         assert store.conn.execute("SELECT count(*) FROM wm_items WHERE owner = 'alice'").fetchone()[0] == 0
+
+
+def test_hot_url_comes_from_the_file_or_the_environment_and_is_checked(tmp_path: Path) -> None:
+    from tiermem.errors import ConfigError
+    from tiermem.settings import resolve_settings
+
+    assert resolve_settings(data_dir=tmp_path, env={}).hot_url is None  # the embedded default
+    (tmp_path / "tiermem.toml").write_text('hot_url = "postgresql://u:secret@db/tm"\n')
+    from_file = resolve_settings(data_dir=tmp_path, env={})
+    assert from_file.hot_url == "postgresql://u:secret@db/tm" and "secret" not in repr(from_file)
+    from_env = resolve_settings(data_dir=tmp_path, env={"TIERMEM_HOT_URL": "postgres://h/x"})
+    assert from_env.hot_url == "postgres://h/x"
+    with pytest.raises(ConfigError, match="hot_url"):
+        resolve_settings(data_dir=tmp_path, env={"TIERMEM_HOT_URL": "mysql://h/x"})
