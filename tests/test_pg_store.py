@@ -4,10 +4,12 @@ agent, the projector's lease across processes, and the whole runtime on `hot_url
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import psycopg
 import pytest
@@ -161,6 +163,13 @@ def test_the_runtime_and_rebuild_on_hot_url(settings: Settings, pg_url: str) -> 
     project(settings)
     with PostgresHotStore.connect(pg_url) as store:
         live = store.digest()
+        # The panel's cross-agent views read the same store.
+        from tiermem.app.server import panel_data
+
+        hot = cast(sqlite3.Connection, store.conn)
+        assert [a["agent_id"] for a in panel_data.agents(hot)] == ["bot"]
+        assert panel_data.agents(hot)[0]["turns"] == 4
+        assert panel_data.users_of(hot, "bot") == ["alice"]
     info = rebuild(settings)
     assert info.digest == live and not (settings.hot_dir / "hot.sqlite").exists()
 
