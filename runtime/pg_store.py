@@ -37,13 +37,17 @@ from tiermem.runtime.visibility import Principal
 from tiermem.settings import Settings
 
 LEASE_KEY = "tiermem.projector"
-# ts_rank weights in its order {D, C, B, A}: participants, summary, quotes, name (FTS5's 0.5, 1, 1.2, 2, halved).
+DF_CAP = 20_000  # documents counted per term at most: above that a term weighs next to nothing anyway
 EPISODE_DOC = "tm_episode_doc(e.name, e.summary, e.key_quotes, e.participants)"
 FACT_DOC = "tm_fact_doc(f.key, f.content, f.topic)"
 _MATCH_TERM = re.compile(r'"([^"]+)"')
 
 
 def _weights(column_weights: Sequence[float] | None) -> str:
+    """FTS5's column weights as ts_rank's array, in its order {D, C, B, A}, scaled to at most 1.
+
+    `tm_episode_doc` labels name A, quotes B, summary C, participants D.
+    """
     if not column_weights:
         return "'{1, 1, 1, 1}'"
     name, summary, quotes, participants = column_weights
@@ -69,8 +73,11 @@ class EpisodeIndex:
     def frequencies(self, conn: PgConnection, terms: Sequence[str]) -> dict[str, int]:
         out: dict[str, int] = {}
         for t in terms:
+            # Bounded: above DF_CAP documents a term weighs next to nothing and is never a candidate
+            # term, and counting every match of a common word would cost more than the search.
             row = conn.execute(
-                f"SELECT count(*) FROM episodes e WHERE {EPISODE_DOC} @@ to_tsquery('simple', ?)",
+                f"SELECT count(*) FROM (SELECT 1 FROM episodes e WHERE {EPISODE_DOC} @@ to_tsquery('simple', ?)"
+                f" LIMIT {DF_CAP}) AS d",
                 (_tsterm(t),),
             ).fetchone()
             out[t] = int(row[0])
@@ -151,7 +158,6 @@ class EpisodeIndex:
 
 
 K1, B = 1.2, 0.75  # FTS5's bm25 constants
-DF_CAP = 20_000  # documents counted per term at most: above that a term weighs next to nothing anyway
 _TOKEN = re.compile(r"[^\W_]+")
 
 
