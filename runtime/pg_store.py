@@ -242,7 +242,7 @@ def fact_rows(
         row["bm"] = -score
         out.append(row)
     out.sort(key=lambda row: (row["bm"], row["fact_id"]))
-    return out
+    return out[:limit]  # as many as FTS5 would hand over, the best by the same BM25
 
 
 def _sql(conn: PgConnection) -> sqlite3.Connection:
