@@ -4,8 +4,8 @@ agent, the projector's lease across processes, and the whole runtime on `hot_url
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
