@@ -111,6 +111,10 @@ EXACT_DF_LIMIT = 300
 
 def _archive_version(conn: sqlite3.Connection) -> tuple[str, int]:
     """(database file, newest episode rowid): what the caches of term statistics are keyed by."""
+    index = _index(conn)
+    if index is not None:
+        version: tuple[str, int] = index.version(conn)
+        return version
     db = str(conn.execute("PRAGMA database_list").fetchone()[2])
     return db, conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0] or 0
 
@@ -163,6 +167,8 @@ def _idf(
             # Common overall (or one agent holds the whole archive): the overall count, scaled to
             # this agent's share, instead of walking thousands of rows for a word that weighs little.
             df = overall[t] * total / all_docs
+        elif (index := _index(conn)) is not None:
+            df = index.agent_frequency(conn, agent_id, t)
         else:
             df = conn.execute(
                 "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid IN "
@@ -214,11 +220,29 @@ def _bm25(counts: list[int], length: int, weights: list[float], avg_len: float =
     return sum(w * tf * (K1 + 1) / (tf + norm) for tf, w in zip(counts, weights, strict=True) if tf)
 
 
+def _index(conn: Any) -> Any:
+    """The backend's own episode index, when it is not SQLite's FTS5 (PostgreSQL: `pg_store`).
+
+    It answers the same questions as the FTS5 queries here: document
+    frequencies, an archive version, one agent's frequency of a term, and the
+    candidate rows; the scoring below is the same for every backend.
+    """
+    return getattr(conn, "episode_index", None)
+
+
+def _frequencies(conn: Any, terms: list[str], single: dict[str, str] | None = None) -> dict[str, int]:
+    index = _index(conn)
+    if index is not None:
+        return dict(index.frequencies(conn, terms))
+    # From the FTS index, not the rows; `single` learns the terms that cover one indexed word.
+    return document_frequencies(conn, "episodes_fts", terms, single=single, version=_archive_version(conn))
+
+
 def _candidate_rows(
     conn: sqlite3.Connection,
     who: Principal,
     cols: str,
-    rank: str,
+    column_weights: tuple[float, ...] | None,
     terms: list[str],
     frequencies: dict[str, int],
     participant: str | None,
@@ -235,6 +259,14 @@ def _candidate_rows(
     (or the query has no usable words): the `fallback` most important recent
     episodes instead (among the agent's `FALLBACK_SCAN` newest).
     """
+    index = _index(conn)
+    if index is not None:
+        rows: list[Any] = index.candidates(
+            conn, who, cols, column_weights, terms, frequencies, participant, candidates, fallback
+        )
+        return rows
+    weights = ", ".join(str(w) for w in column_weights or ())
+    rank = f"bm25(episodes_fts, {weights})" if weights else "bm25(episodes_fts)"
     where, params = item_clause(who, "e")
     if participant:
         where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
@@ -283,22 +315,10 @@ def search_episodes(
     agent_id = who.agent_id
     terms = query_terms(query)
     single: dict[str, str] = {}
-    overall = document_frequencies(  # from the index, not the rows
-        conn, "episodes_fts", terms, single=single, version=_archive_version(conn)
-    )
+    overall = _frequencies(conn, terms, single)
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context, e.important"
-    weights = ", ".join(str(w) for w in COLUMN_WEIGHTS)
     rows = _candidate_rows(
-        conn,
-        who,
-        cols,
-        f"bm25(episodes_fts, {weights})",
-        terms,
-        overall,
-        participant,
-        CANDIDATES,
-        limit,
-        single,
+        conn, who, cols, COLUMN_WEIGHTS, terms, overall, participant, CANDIDATES, limit, single
     )
 
     idf = _idf(conn, agent_id, terms, overall, single)
@@ -767,9 +787,7 @@ def search_quotes(
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]
     single: dict[str, str] = {}
-    overall = document_frequencies(  # from the index, not the rows
-        conn, "episodes_fts", terms, single=single, version=_archive_version(conn)
-    )
+    overall = _frequencies(conn, terms, single)
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
     near: dict[tuple[str, int], float] = {}
     if dense is not None:
@@ -777,7 +795,7 @@ def search_quotes(
     rows: list[Any] = []
     if dense is None or dense.mode != "dense":
         rows = _candidate_rows(
-            conn, who, cols, "bm25(episodes_fts)", terms, overall, participant, QUOTE_CANDIDATES, 3, single
+            conn, who, cols, None, terms, overall, participant, QUOTE_CANDIDATES, 3, single
         )
     if near:
         have = {r[0] for r in rows}

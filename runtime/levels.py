@@ -106,7 +106,7 @@ class WorkingItem:
         return f"[{self.ts[:16]}] {self.text or ''}"
 
 
-_COLS = "item_id, event_id, ts, kind, level, user, user_message, agent_response, text"
+_COLS = 'item_id, event_id, ts, kind, level, "user", user_message, agent_response, text'
 
 
 def _row(r: sqlite3.Row | tuple[Any, ...]) -> WorkingItem:

@@ -205,12 +205,20 @@ def _project_locked(settings: Settings, store: HotStore) -> ProjectionInfo:
     return info
 
 
-def project(settings: Settings, store: HotStore | None = None) -> ProjectionInfo:
-    """Bring the hot store up to date with the log; returns what was applied."""
+def project(settings: Settings, store: HotStore | None = None, *, wait: bool = True) -> ProjectionInfo:
+    """Bring the hot store up to date with the log; returns what was applied.
+
+    One projector per store: the file lock covers the processes of this
+    machine, the store's lease those of every machine sharing a server store.
+    With `wait=False` a pass that finds the lease taken returns at once
+    (path "leased"): the holder is applying the same log.
+    """
     own = store is None
     target = store if store is not None else open_store(settings)
     try:
-        with _ProjectorLock(settings):
+        with _ProjectorLock(settings), target.projector_lease(wait) as held:
+            if not held:
+                return ProjectionInfo(path="leased")
             return _project_locked(settings, target)
     finally:
         if own:
@@ -240,7 +248,8 @@ def rebuild(settings: Settings) -> RebuildInfo:
         (settings.checkpoints_dir / f"{CONSUMER}.json").unlink(missing_ok=True)
         store = open_store(settings)
         try:
-            info = _project_locked(settings, store)
+            with store.projector_lease() as _:
+                info = _project_locked(settings, store)
             counts = store.counts()
             digest = store.digest()
         finally:

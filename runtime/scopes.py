@@ -229,12 +229,17 @@ def _search(
     if kinds:
         extra += f" AND f.kind IN ({','.join('?' * len(kinds))})"
         params.extend(kinds)
-    # Oversample by BM25, then rescore with scope, decay and trust.
-    rows = conn.execute(
-        f"SELECT {_FACT_COLS}, bm25(facts_fts) AS bm FROM facts_fts JOIN facts f ON f.rowid = facts_fts.rowid"
-        f" WHERE facts_fts MATCH ? AND f.status = 'active' AND {where}{extra} ORDER BY bm LIMIT ?",
-        (match, *params, max(limit * 5, 50)),
-    ).fetchall()
+    # Oversample by BM25, then rescore with scope, decay and trust. A backend with its own
+    # full-text engine (the PostgreSQL one) carries its query for the same rows as `fact_index`.
+    fact_index = getattr(conn, "fact_index", None)
+    if fact_index is not None:
+        rows = fact_index(conn, _FACT_COLS, match, f"{where}{extra}", params, max(limit * 5, 50))
+    else:
+        rows = conn.execute(
+            f"SELECT {_FACT_COLS}, bm25(facts_fts) AS bm FROM facts_fts JOIN facts f ON f.rowid = facts_fts.rowid"
+            f" WHERE facts_fts MATCH ? AND f.status = 'active' AND {where}{extra} ORDER BY bm LIMIT ?",
+            (match, *params, max(limit * 5, 50)),
+        ).fetchall()
     out = []
     for r in rows:
         relevance = -float(r["bm"])  # FTS5 bm25 is negative: smaller is better

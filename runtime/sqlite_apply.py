@@ -76,12 +76,20 @@ class _Targets:
         return any(s in self.ids for s in sources)
 
 
+def json_values(conn: Any, column: str) -> str:
+    """A FROM item `j` with one row per element of the JSON list in `column` (its text: `j.value`)."""
+    if getattr(conn, "dialect", "sqlite") == "postgres":
+        return f"jsonb_array_elements_text(coalesce({column}, '[]')::jsonb) AS j(value)"
+    return f"json_each({column}) AS j"
+
+
 def _targets(conn: sqlite3.Connection) -> _Targets:
-    # Cached on hot-store connections (hotstore.HotConnection); plain connections load each time.
+    # Cached on hot-store connections (hotstore.HotConnection, pg_hotstore.PgConnection);
+    # plain connections load each time.
     t: _Targets | None = getattr(conn, "erasure_targets", None)
     if t is None:
         t = _Targets()
-        if isinstance(conn, hotstore.HotConnection):
+        if hasattr(conn, "erasure_targets"):
             conn.erasure_targets = t
     t.refresh(conn)
     return t
@@ -134,9 +142,9 @@ def _apply_interaction(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
         else:
             agent_response = with_attachments(agent_response, ev["attachments"])
     conn.execute(
-        "INSERT OR IGNORE INTO wm_items (item_id, event_id, agent_id, ts, kind, level, user, session_id,"
+        'INSERT INTO wm_items (item_id, event_id, agent_id, ts, kind, level, "user", session_id,'
         " project_id, task_id, user_message, agent_response, text, owner, topic)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?,?)",
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,?,?) ON CONFLICT DO NOTHING",
         (
             ev["event_id"],
             ev["event_id"],
@@ -175,9 +183,9 @@ def _apply_transition(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     owner = _derived_owner(conn, ev, *_session_owners(conn, ev))
     for suffix, kind, text in ((":1", "transition", marker), (":2", "summary", ev["summary"])):
         conn.execute(
-            "INSERT OR IGNORE INTO wm_items (item_id, event_id, agent_id, ts, kind, level, user, session_id,"
+            'INSERT INTO wm_items (item_id, event_id, agent_id, ts, kind, level, "user", session_id,'
             " project_id, task_id, user_message, agent_response, text, owner)"
-            " VALUES (?,?,?,?,?,?,NULL,?,?,?,NULL,NULL,?,?)",
+            " VALUES (?,?,?,?,?,?,NULL,?,?,?,NULL,NULL,?,?) ON CONFLICT DO NOTHING",
             (
                 ev["event_id"] + suffix,
                 ev["event_id"],
@@ -205,7 +213,9 @@ def _apply_identity(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     if newer is False:
         return
     conn.execute(
-        "INSERT OR REPLACE INTO identity (agent_id, content, source, ts, event_id) VALUES (?,?,?,?,?)",
+        "INSERT INTO identity (agent_id, content, source, ts, event_id) VALUES (?,?,?,?,?)"
+        " ON CONFLICT (agent_id) DO UPDATE SET content=excluded.content, source=excluded.source,"
+        " ts=excluded.ts, event_id=excluded.event_id",
         (ev["agent_id"], ev["content"], ev.get("source"), ev["ts"], ev["event_id"]),
     )
 
@@ -311,8 +321,8 @@ DECISION_STATUS = {
 
 def _apply_proposed(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute(
-        "INSERT OR IGNORE INTO proposals (proposal_id, agent_id, origin, is_correction, participant, ts, owner)"
-        " VALUES (?,?,?,?,?,?,?)",
+        "INSERT INTO proposals (proposal_id, agent_id, origin, is_correction, participant, ts, owner)"
+        " VALUES (?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
         (
             ev["event_id"],
             ev["agent_id"],
@@ -396,7 +406,7 @@ def _apply_episode(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
         ),
     )
     conn.executemany(
-        "INSERT OR IGNORE INTO folded_turns (event_id, episode_id) VALUES (?, ?)",
+        "INSERT INTO folded_turns (event_id, episode_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
         [(i, ev["event_id"]) for i in ev.get("source_event_ids") or () if i],
     )
 
@@ -434,8 +444,12 @@ def _apply_relationship(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None
     if newer is False:
         return
     conn.execute(
-        "INSERT OR REPLACE INTO relationships (agent_id, participant, summary, rapport, trust, last_spoke_ts,"
-        " interactions, ts, event_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO relationships (agent_id, participant, summary, rapport, trust, last_spoke_ts,"
+        " interactions, ts, event_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?)"
+        " ON CONFLICT (agent_id, participant) DO UPDATE SET summary=excluded.summary,"
+        " rapport=excluded.rapport, trust=excluded.trust, last_spoke_ts=excluded.last_spoke_ts,"
+        " interactions=excluded.interactions, ts=excluded.ts, event_id=excluded.event_id,"
+        " owner=excluded.owner",
         (
             *key,
             ev["summary"],
@@ -453,8 +467,8 @@ def _apply_relationship(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None
 def _apply_retrieval(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     item_ids = list(ev.get("item_ids") or [])
     cur = conn.execute(
-        "INSERT OR IGNORE INTO retrievals (event_id, agent_id, ts, tool, query, participant, item_ids, scores,"
-        " tokens, reason, session_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO retrievals (event_id, agent_id, ts, tool, query, participant, item_ids, scores,"
+        " tokens, reason, session_id, owner) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
         (
             ev["event_id"],
             ev["agent_id"],
@@ -479,7 +493,8 @@ def _apply_retrieval(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
 
 def _apply_session_ended(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute(
-        "INSERT OR IGNORE INTO sessions (session_id, agent_id, ended_ts, event_id) VALUES (?,?,?,?)",
+        "INSERT INTO sessions (session_id, agent_id, ended_ts, event_id) VALUES (?,?,?,?)"
+        " ON CONFLICT DO NOTHING",
         (ev["session_id"], ev["agent_id"], ev["ts"], ev["event_id"]),
     )
 
@@ -487,13 +502,15 @@ def _apply_session_ended(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> Non
 def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     """Delete everything the erasure covers from every table at once (one transaction)."""
     conn.execute(
-        "INSERT OR IGNORE INTO erasures (event_id, target_kind, target, ts) VALUES (?,?,?,?)",
+        "INSERT INTO erasures (event_id, target_kind, target, ts) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
         (ev["event_id"], ev["target_kind"], ev["target"], ev["ts"]),
     )
     ids = set(ev.get("erased_event_ids") or ())
     if ev["target_kind"] == "event":
         ids.add(ev["target"])
-    conn.executemany("INSERT OR IGNORE INTO erased_ids (event_id) VALUES (?)", [(i,) for i in ids])
+    conn.executemany(
+        "INSERT INTO erased_ids (event_id) VALUES (?) ON CONFLICT DO NOTHING", [(i,) for i in ids]
+    )
     kind, target = ev["target_kind"], ev["target"]
     if kind == "agent":
         for table in (
@@ -514,10 +531,11 @@ def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
         owned, params = hotstore.owned_by_clause(target)
         for table in ("wm_items", "facts", "episodes", "notes", "relationships", "retrievals", "proposals"):
             conn.execute(f"DELETE FROM {table} WHERE {owned}", params)
-        conn.execute("DELETE FROM wm_items WHERE user=?", (target,))
+        conn.execute('DELETE FROM wm_items WHERE "user"=?', (target,))
         conn.execute("DELETE FROM facts WHERE participant=?", (target,))
         conn.execute(
-            "DELETE FROM episodes WHERE EXISTS (SELECT 1 FROM json_each(episodes.participants) WHERE value=?)",
+            f"DELETE FROM episodes WHERE EXISTS (SELECT 1 FROM {json_values(conn, 'episodes.participants')}"
+            " WHERE j.value=?)",
             (target,),
         )
         conn.execute("DELETE FROM relationships WHERE participant=?", (target,))
@@ -531,11 +549,13 @@ def _apply_erasure(conn: sqlite3.Connection, ev: Mapping[str, Any]) -> None:
     conn.execute("DELETE FROM proposals WHERE proposal_id IN (SELECT event_id FROM erased_ids)")
     conn.execute(
         "DELETE FROM facts WHERE event_id IN (SELECT event_id FROM erased_ids) OR fact_id IN (SELECT event_id FROM erased_ids)"
-        " OR EXISTS (SELECT 1 FROM json_each(facts.source_event_ids) j WHERE j.value IN (SELECT event_id FROM erased_ids))"
+        f" OR EXISTS (SELECT 1 FROM {json_values(conn, 'facts.source_event_ids')}"
+        " WHERE j.value IN (SELECT event_id FROM erased_ids))"
     )
     conn.execute(
         "DELETE FROM episodes WHERE episode_id IN (SELECT event_id FROM erased_ids)"
-        " OR EXISTS (SELECT 1 FROM json_each(episodes.source_event_ids) j WHERE j.value IN (SELECT event_id FROM erased_ids))"
+        f" OR EXISTS (SELECT 1 FROM {json_values(conn, 'episodes.source_event_ids')}"
+        " WHERE j.value IN (SELECT event_id FROM erased_ids))"
     )
     conn.execute(
         "DELETE FROM notes WHERE note_id IN (SELECT event_id FROM erased_ids)"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -117,6 +118,10 @@ class SQLiteHotStore:
 
     def get_meta(self, key: str) -> str | None:
         return hotstore.get_meta(self.conn, key)
+
+    def projector_lease(self, wait: bool = True) -> AbstractContextManager[bool]:
+        # One file on one machine: the projector's file lock already makes it the only writer.
+        return nullcontext(True)
 
     def scrub(self) -> bool:
         return hotstore.scrub_after_erasure(self.conn)

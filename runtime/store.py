@@ -5,8 +5,9 @@ episodes, relationships, retrievals, erasure tombstones) that can always be
 deleted and rebuilt. The runtime (context assembly, memory tools, levels)
 and the projector reach it only through `HotStore`; a backend implements it
 once. The embedded backend is SQLite (`tiermem.runtime.sqlite_store`), which
-keeps every SQL dialect detail to itself; a server backend (PostgreSQL) is
-another implementation of the same protocol. `tests/test_hotstore_contract.py`
+keeps every SQL dialect detail to itself; the server backend (PostgreSQL,
+`tiermem.runtime.pg_store`, chosen by `hot_url`) is another implementation of
+the same protocol. `tests/test_hotstore_contract.py`
 runs one contract suite against every backend in its list, visibility
 included: what each read returns is checked against the predicates of
 `tiermem.runtime.visibility`, row by row.
@@ -19,6 +20,7 @@ callers never depend on a driver's row type.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -86,6 +88,14 @@ class HotStore(Protocol):
         ...
 
     def get_meta(self, key: str) -> str | None: ...
+
+    def projector_lease(self, wait: bool = True) -> AbstractContextManager[bool]:
+        """Hold the right to project into this store: one projector per store at a time.
+
+        True when held; with `wait=False`, False at once when another process holds it.
+        A store that one machine owns (SQLite) has nothing to share: always True.
+        """
+        ...
 
     def scrub(self) -> bool:
         """Make erased text unrecoverable from the store's storage; True when every step ran."""
@@ -192,7 +202,11 @@ class HotStore(Protocol):
 
 
 def open_store(settings: Settings) -> HotStore:
-    """The configured hot store (the embedded SQLite one)."""
+    """The configured hot store: PostgreSQL when `hot_url` names a server, else the embedded SQLite one."""
+    if settings.hot_url:
+        from tiermem.runtime.pg_store import PostgresHotStore
+
+        return PostgresHotStore.open(settings)
     from tiermem.runtime.sqlite_store import SQLiteHotStore
 
     return SQLiteHotStore.open(settings)
@@ -200,6 +214,11 @@ def open_store(settings: Settings) -> HotStore:
 
 def remove_store(settings: Settings) -> None:
     """Delete the hot store entirely (before a rebuild from the log)."""
+    if settings.hot_url:
+        from tiermem.runtime.pg_store import PostgresHotStore
+
+        PostgresHotStore.remove(settings)
+        return
     from tiermem.runtime.sqlite_store import SQLiteHotStore
 
     SQLiteHotStore.remove(settings)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterable
 from contextlib import redirect_stdout
 from datetime import UTC, datetime, timedelta
@@ -74,8 +75,18 @@ def found(text: str, words: Iterable[str]) -> list[str]:
 
 def cli(settings: Settings, *args: str) -> tuple[int, str]:
     out = io.StringIO()
-    with redirect_stdout(out):
-        code = main(["--data-dir", str(settings.data_dir), *args])
+    # A server hot store reaches the CLI as a deployment passes it: in the environment.
+    saved = os.environ.get("TIERMEM_HOT_URL")
+    if settings.hot_url:
+        os.environ["TIERMEM_HOT_URL"] = settings.hot_url
+    try:
+        with redirect_stdout(out):
+            code = main(["--data-dir", str(settings.data_dir), *args])
+    finally:
+        if saved is None:
+            os.environ.pop("TIERMEM_HOT_URL", None)
+        else:
+            os.environ["TIERMEM_HOT_URL"] = saved
     return code, out.getvalue()
 
 

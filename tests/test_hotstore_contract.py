@@ -1,7 +1,7 @@
 """The hot-store contract: every backend of `tiermem.runtime.store.HotStore` passes this suite.
 
-Parametrised with a list of backend factories (only SQLite today; the
-PostgreSQL backend joins the list when it exists). The events are generated
+Parametrised over the backends: the embedded SQLite store and the PostgreSQL
+one (on a real server the session starts: tests/helpers_pg.py). The events are generated
 (seeded, so a failure reproduces); a small reference model computes from the
 same events who owns each row, and every read is checked against
 `tiermem.runtime.visibility`'s predicates over that model, row by row: the
@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from tiermem.runtime.levels import filter_by_level
+from tiermem.runtime.pg_store import PostgresHotStore
 from tiermem.runtime.sqlite_store import SQLiteHotStore
 from tiermem.runtime.store import HotStore, ProjectionInfo
 from tiermem.runtime.visibility import (
@@ -31,9 +32,20 @@ from tiermem.runtime.visibility import (
 from tiermem.events import validate
 from tiermem.ids import parse_ts
 
-BackendFactory = Callable[[Path], HotStore]
+BackendFactory = Callable[[pytest.FixtureRequest, Path], HotStore]
+
+
+def _postgres(request: pytest.FixtureRequest, root: Path) -> HotStore:
+    # A fresh database on the session's server for every store, dropped after the test.
+    server = request.getfixturevalue("pg_server")
+    url = server.database()
+    request.addfinalizer(lambda: server.drop(url))
+    return PostgresHotStore.connect(url)
+
+
 BACKENDS: list[tuple[str, BackendFactory]] = [
-    ("sqlite", lambda root: SQLiteHotStore.connect(root / "hot.sqlite")),
+    ("sqlite", lambda request, root: SQLiteHotStore.connect(root / "hot.sqlite")),
+    ("postgres", _postgres),
 ]
 
 AGENTS = {"a1": ("support", "p1"), "a2": ("support", "p1"), "a3": ("coding", "p2")}
@@ -45,7 +57,7 @@ WORD = "zebrafinch"  # in every episode, so a search for it lists them all
 @pytest.fixture(params=BACKENDS, ids=[name for name, _ in BACKENDS])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HotStore]:
     factory: BackendFactory = request.param[1]
-    s = factory(tmp_path)
+    s = factory(request, tmp_path)
     yield s
     s.close()
 
@@ -225,7 +237,9 @@ def test_recent_items_follow_the_level_filter_over_the_visible_history(store: Ho
         assert store.current_level(p) == newest
 
 
-def test_applying_twice_or_in_another_store_gives_the_same_digest(store: HotStore, tmp_path: Path) -> None:
+def test_applying_twice_or_in_another_store_gives_the_same_digest(
+    store: HotStore, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     world = World(11)
     _load(store, world)
     digest, counts = store.digest(), store.counts()
@@ -234,7 +248,7 @@ def test_applying_twice_or_in_another_store_gives_the_same_digest(store: HotStor
     for name, factory in BACKENDS:
         other_root = tmp_path / f"other-{name}"
         other_root.mkdir()
-        other = factory(other_root)
+        other = factory(request, other_root)
         try:
             _load(other, world)
             if type(other) is type(store):

@@ -11,6 +11,8 @@ one that must find the principal's own canaries, so the test can fail.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,11 +45,19 @@ PRINCIPALS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def world(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Settings]:
+    """The same world on each hot-store backend (PostgreSQL: a database on the session's server)."""
     settings = resolve_settings(data_dir=tmp_path_factory.mktemp("iso") / "data", env={}, fsync="none")
+    url = None
+    if request.param == "postgres":
+        server = request.getfixturevalue("pg_server")
+        url = server.database()
+        settings = dataclasses.replace(settings, hot_url=url)
     build(settings)
-    return settings
+    yield settings
+    if url is not None:
+        server.drop(url)
 
 
 @pytest.mark.parametrize(("agent", "user"), PRINCIPALS)
@@ -111,7 +121,10 @@ def test_tool_results_over_the_real_mcp_server_are_isolated(world: Settings, tmp
             texts.append(_text(result))
         return texts
 
-    texts = _session(world.data_dir, "helpdesk", body, "--user", "bob", *scope_flags("helpdesk"))
+    env = {"TIERMEM_HOT_URL": world.hot_url} if world.hot_url else None
+    texts = _session(world.data_dir, "helpdesk", body, "--user", "bob", *scope_flags("helpdesk"), env=env)
+    # The server read the store the world was built in, not a store of its own.
+    assert not world.hot_url or not world.hot_db.exists()
     assert not found("\n".join(texts), ALICE + ALL["coder"])
     assert found("\n".join(texts), BOB)  # bob's own memory is there
 

@@ -28,11 +28,18 @@ REQUIRED_TOOLS = {
 }
 
 
-def _session(data: Path, agent: str, body: Callable[[ClientSession], Awaitable[Any]], *extra: str) -> Any:
+def _session(
+    data: Path,
+    agent: str,
+    body: Callable[[ClientSession], Awaitable[Any]],
+    *extra: str,
+    env: dict[str, str] | None = None,
+) -> Any:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "tiermem.app.cli", "--data-dir", str(data), "mcp", "--agent", agent, *extra],
         cwd=str(REPO),
+        env=env,  # added to the SDK's default environment
     )
 
     # The server's stderr goes to a real file: the SDK hands it to the subprocess by file

@@ -266,6 +266,9 @@ class Settings:
     group_commit_window_ms: float = 1.0
     anthropic_model: str = "claude-sonnet-5"  # claude-sonnet-4-5 reaches end-of-life on 2026-11-30
     anthropic_api_key: str | None = field(default=None, repr=False)
+    # The hot store on a PostgreSQL server ("postgresql://user:pass@host/db"); None: the embedded
+    # SQLite file under the data root. Not shown in repr: the URL may carry a password.
+    hot_url: str | None = field(default=None, repr=False)
     compressor: CompressorSettings = field(default_factory=CompressorSettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     evolver: EvolverSettings = field(default_factory=EvolverSettings)
@@ -438,8 +441,16 @@ def _check_ranges(settings: Settings) -> None:
     problems += _runtime_problems(settings.runtime)
     if settings.segment_max_bytes < 1024:
         problems.append(f"segment_max_bytes = {settings.segment_max_bytes}: expected at least 1024")
+    problems += _store_problems(settings)
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def _store_problems(settings: Settings) -> list[str]:
+    url = settings.hot_url
+    if url is not None and not url.startswith(("postgresql://", "postgres://")):
+        return ["hot_url: expected a postgresql:// URL (or no hot_url for the embedded SQLite store)"]
+    return []
 
 
 def _coerce(value: str, like: object, name: str) -> object:

@@ -83,7 +83,7 @@ def users_of(conn: sqlite3.Connection, agent_id: str) -> list[str]:
     return [
         str(r["user"])
         for r in conn.execute(
-            "SELECT DISTINCT user FROM wm_items WHERE agent_id=? AND user IS NOT NULL ORDER BY user",
+            'SELECT DISTINCT "user" FROM wm_items WHERE agent_id=? AND "user" IS NOT NULL ORDER BY "user"',
             (agent_id,),
         )
     ]

@@ -17,7 +17,7 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from tiermem.app.api import AgentMemory, Memory
 from tiermem.settings import Settings
@@ -62,9 +62,16 @@ class MemoryService:
     def hot(self) -> sqlite3.Connection:
         """A read connection on the hot store, for views across agents (the panel's agent list)."""
         if self._hot is None:
-            from tiermem.runtime.hotstore import open_hot_store
+            if self.settings.hot_url:
+                # The panel's SQL is the dialect both backends share; the Postgres connection
+                # offers the same execute/row surface.
+                from tiermem.runtime.pg_store import PostgresHotStore
 
-            self._hot = open_hot_store(self.settings)
+                self._hot = cast(sqlite3.Connection, PostgresHotStore.open(self.settings).conn)
+            else:
+                from tiermem.runtime.hotstore import open_hot_store
+
+                self._hot = open_hot_store(self.settings)
         return self._hot
 
     @property
