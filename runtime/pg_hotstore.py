@@ -37,7 +37,7 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-SCHEMA_VERSION = "pg-3"
+SCHEMA_VERSION = "pg-4"
 T = 'TEXT COLLATE "C"'
 
 # (table, columns): the same tables and columns as the SQLite schema.
@@ -92,6 +92,11 @@ TABLES: list[tuple[str, str]] = [
         f"session_id {T} NOT NULL, agent_id {T} NOT NULL, ended_ts {T} NOT NULL, event_id {T} NOT NULL,"
         " PRIMARY KEY (agent_id, session_id)",
     ),
+    (
+        "notes",
+        f"note_id {T} PRIMARY KEY, agent_id {T} NOT NULL, source_event_id {T} NOT NULL, speaker {T} NOT NULL,"
+        f" kind {T} NOT NULL, text {T} NOT NULL, ts {T} NOT NULL, owner {T}",
+    ),
     ("erasures", f"event_id {T} PRIMARY KEY, target_kind {T} NOT NULL, target {T} NOT NULL, ts {T} NOT NULL"),
     ("erased_ids", f"event_id {T} PRIMARY KEY"),
     ("tm_agent_roles", f"role_name {T} NOT NULL, agent_id {T} NOT NULL, PRIMARY KEY (role_name, agent_id)"),
@@ -136,6 +141,8 @@ CREATE INDEX IF NOT EXISTS episodes_owner ON episodes (owner);
 CREATE INDEX IF NOT EXISTS episodes_fts ON episodes
     USING gin (tm_episode_doc(name, summary, key_quotes, participants));
 CREATE INDEX IF NOT EXISTS retrievals_agent ON retrievals (agent_id, ts);
+CREATE INDEX IF NOT EXISTS notes_source ON notes (source_event_id);
+CREATE INDEX IF NOT EXISTS notes_owner ON notes (owner);
 CREATE INDEX IF NOT EXISTS embeddings_agent ON embeddings (agent_id, item_kind);
 """
 
@@ -148,6 +155,7 @@ AGENT_TABLES = (
     "retrievals",
     "proposals",
     "sessions",
+    "notes",
     "embeddings",
 )
 SHARED_SCOPES = "('system', 'agent_type', 'project', 'override')"
@@ -163,6 +171,7 @@ DIGEST_TABLES = (
     "retrievals",
     "sessions",
     "proposals",
+    "notes",
     "erasures",
     "erased_ids",
 )
