@@ -5,7 +5,7 @@ derived data: re-running overwrites them with the same content (idempotent);
 `forget` calls `scrub_reports` so no report keeps erased interactions.
 
 The interactions to review are read in one scan (`report.prepare`), cut into
-partitions of one day and up to `PARTITION_AGENTS` agents, and each partition
+partitions of one day and up to `batch.partition_agents` agents, and each partition
 becomes its reports in grouped queries (`bulk`), computed by an engine (this
 process, or Ray) and written here; a checkpoint per (day, agent) lets a killed
 run resume without computing the written reports again (`progress`).
@@ -56,9 +56,6 @@ class ReviewInfo:
     resumed: int = 0  # reports a killed run had written, kept as they were
     engine: str = "local"
     elapsed_s: float = 0.0
-
-
-PARTITION_AGENTS = 250  # agents per partition: the unit of work, of checkpoint, and of a retry
 
 
 def review_dir(settings: Settings) -> Path:
@@ -261,7 +258,7 @@ def run_review(
     judge_client: Any | None = None,
     judge_sample: int = 5,
     engine: Engine | None = None,
-    partition_agents: int = PARTITION_AGENTS,
+    partition_agents: int | None = None,
 ) -> ReviewInfo:
     """Review every (day, agent) with interactions, or only the given day and/or agent.
 
@@ -296,7 +293,7 @@ def run_review(
                     info.resumed += 1
                 else:
                     todo.append(pair)
-            parts = _partitions(todo, max(1, partition_agents))
+            parts = _partitions(todo, max(1, partition_agents or settings.batch.partition_agents))
             for result in engine.map(review_partition, _partition_rows(con, parts), settings, judge):
                 for r, files in result.reports:
                     info.files += [str(p) for p in write_report(settings, r, files)]

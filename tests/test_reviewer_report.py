@@ -11,8 +11,8 @@ from typing import Any
 import anthropic
 import httpx2
 import orjson
-from PIL import Image
 from helpers_evolver import T0, append_all, interaction
+from PIL import Image
 from tiermem.reviewer.job import report_paths, run_review
 
 from tiermem.app.cli import main

@@ -19,8 +19,6 @@ from typing import Any, Protocol, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-ENGINES: tuple[str, ...] = ("local", "ray")
-
 
 class Engine(Protocol):
     """Runs `fn(*shared, item)` for each item and yields the results in the items' order."""
