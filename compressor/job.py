@@ -293,7 +293,9 @@ def run_compress(
     return info
 
 
-def compress_due(settings: Settings, *, progress: bool | None = False) -> CompressInfo:
+def compress_due(
+    settings: Settings, *, progress: bool | None = False, engine: Engine | None = None
+) -> CompressInfo:
     """The scheduler's threshold check: compress only when some agent is due (cheap otherwise).
 
     When nothing is due, what was appended is still taken in (if no compress is
@@ -306,4 +308,4 @@ def compress_due(settings: Settings, *, progress: bool | None = False) -> Compre
         except AlreadyRunningError:
             pass  # the running compress takes it in
         return CompressInfo(scorer={"anthropic": "claude"}.get(settings.llm_provider, settings.llm_provider))
-    return run_compress(settings, progress=progress)
+    return run_compress(settings, progress=progress, engine=engine)
