@@ -26,9 +26,9 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
-from batch_data import generate  # noqa: E402
+from batch_data import generate
 
-from tiermem.settings import resolve_settings  # noqa: E402
+from tiermem.settings import resolve_settings
 
 
 def main() -> None:
