@@ -7,6 +7,7 @@ history, so the engines are compared on identical logs.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import redirect_stdout
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -30,6 +32,7 @@ from tiermem.evolver.job import run_evolve
 from tiermem.reviewer.job import review_dir, run_review
 
 from tiermem.app import samples
+from tiermem.app.cli import main
 from tiermem.app.engines import RayEngine, open_engine
 from tiermem.app.jobs import run_job
 from tiermem.engine import LOCAL
@@ -201,8 +204,24 @@ def test_ray_missing_or_unknown_engine_is_a_one_line_error(tmp_path: Path) -> No
         resolve_settings(data_dir=tmp_path / "d", env={"TIERMEM_BATCH__ENGINE": "spark"})
 
 
-def test_json_summary_names_the_engine(demo_root: Path, tmp_path: Path) -> None:
+def test_cli_engine_flag_and_json_summary_name_the_engine(demo_root: Path, tmp_path: Path) -> None:
     settings = copy_of(demo_root, tmp_path / "j")
-    info = run_review(settings, day="2026-11-23")
-    assert info.engine == "local" and info.reports > 0
-    assert orjson.loads(orjson.dumps(info.__dict__))["engine"] == "local"
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = main(
+            [
+                "--data-dir",
+                str(settings.data_dir),
+                "review",
+                "--day",
+                "2026-11-23",
+                "--engine",
+                "local",
+                "--json",
+            ]
+        )
+    assert code == 0
+    summary = orjson.loads(out.getvalue())
+    assert summary["engine"] == "local" and summary["reports"] > 0 and summary["resumed"] == 0
+    with pytest.raises(SystemExit):  # argparse refuses an engine it does not know
+        main(["--data-dir", str(settings.data_dir), "compress", "--engine", "spark"])
