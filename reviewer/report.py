@@ -16,7 +16,6 @@ regenerated after `forget` no longer mentions them, before and after seal).
 from __future__ import annotations
 
 from datetime import date
-from typing import Any
 
 import duckdb
 
@@ -80,32 +79,6 @@ FROM interactions
 WHERE event_id NOT IN (SELECT event_id FROM erased)
   AND (user_message IS NOT NULL OR agent_response IS NOT NULL)
 """
-
-
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
-    cur = con.execute(sql, params)
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
-
-
-def groups(con: duckdb.DuckDBPyConnection, day: str | None, agent: str | None) -> list[tuple[str, str]]:
-    """(day, agent) pairs that have interactions, optionally restricted."""
-    where, params = _where(day, agent)
-    rows = con.execute(
-        f"SELECT DISTINCT CAST(day AS VARCHAR), agent_id FROM reviewed WHERE {where} ORDER BY 1, 2", params
-    ).fetchall()
-    return [(r[0], r[1]) for r in rows]
-
-
-def _where(day: str | None, agent: str | None) -> tuple[str, list[Any]]:
-    clauses, params = ["true"], []
-    if day:
-        clauses.append("day = CAST(? AS DATE)")
-        params.append(day)
-    if agent:
-        clauses.append("agent_id = ?")
-        params.append(agent)
-    return " AND ".join(clauses), params
 
 
 def prepare(con: duckdb.DuckDBPyConnection, day: str | None = None, agent: str | None = None) -> None:
