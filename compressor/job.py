@@ -36,8 +36,9 @@ import orjson
 from tiermem.compressor.relationships import relationship_events
 from tiermem.compressor.scoring import Scorer, make_scorer
 from tiermem.compressor.selection import CompressorState, pending_counts, select_due
-from tiermem.compressor.work import Chunk, conversation_batches, scored_batches
+from tiermem.compressor.work import Chunk, conversation_batches, engine_batches, scored_batches
 
+from tiermem.engine import Engine
 from tiermem.errors import AlreadyRunningError, TiermemError, ValidationError
 from tiermem.eventlog import EventLog, write_atomic
 from tiermem.events import MAX_TEXT, validate
@@ -70,6 +71,7 @@ class CompressInfo:
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
+    engine: str = "local"
     elapsed_s: float = 0.0
     interactions_per_s: float = 0.0
     watermarks: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -214,11 +216,18 @@ def run_compress(
     progress: bool | None = None,
     scorer: Scorer | None = None,
     client: Any = None,
+    engine: Engine | None = None,
 ) -> CompressInfo:
-    """Compress every due agent (or one); see the module docstring. Returns what was done."""
+    """Compress every due agent (or one); see the module docstring. Returns what was done.
+
+    With an `engine` other than the local one the batches are scored by its
+    workers (the given `scorer`, else each task's own from the settings);
+    taking in, selection, commits and checkpoints stay here, unchanged.
+    """
     started = time.monotonic()
+    shipped = scorer  # what a remote worker gets: the caller's scorer, else None (built there)
     scorer = scorer or make_scorer(settings, client=client)
-    info = CompressInfo(scorer=scorer.name)
+    info = CompressInfo(scorer=scorer.name, engine=engine.name if engine else "local")
     cfg = settings.compressor
     prepared = _Prepared()
     with _exclusive(settings), EventLog(settings) as log, CompressorState(settings) as state:
@@ -248,7 +257,18 @@ def run_compress(
                 )
         info.agents = len({c.agent_id for c in chunks})
         with Progress("compress", total=sum(len(s.to_compress) for s in selections), enabled=progress) as bar:
-            for scored in scored_batches(scorer, chunks, use_bulk=cfg.use_batches_api):
+            if engine is None or engine.name == "local":
+                stream = scored_batches(scorer, chunks, use_bulk=cfg.use_batches_api)
+            else:
+                stream = engine_batches(
+                    engine,
+                    settings,
+                    shipped,
+                    chunks,
+                    use_bulk=cfg.use_batches_api,
+                    task_interactions=settings.batch.task_interactions,
+                )
+            for scored in stream:
                 batch = scored.batch
                 events.extend(scored.episodes)
                 events.extend(scored.facts)
@@ -283,7 +303,9 @@ def run_compress(
     return info
 
 
-def compress_due(settings: Settings, *, progress: bool | None = False) -> CompressInfo:
+def compress_due(
+    settings: Settings, *, progress: bool | None = False, engine: Engine | None = None
+) -> CompressInfo:
     """The scheduler's threshold check: compress only when some agent is due (cheap otherwise).
 
     When nothing is due, what was appended is still taken in (if no compress is
@@ -296,4 +318,4 @@ def compress_due(settings: Settings, *, progress: bool | None = False) -> Compre
         except AlreadyRunningError:
             pass  # the running compress takes it in
         return CompressInfo(scorer={"anthropic": "claude"}.get(settings.llm_provider, settings.llm_provider))
-    return run_compress(settings, progress=progress)
+    return run_compress(settings, progress=progress, engine=engine)

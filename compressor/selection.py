@@ -346,8 +346,9 @@ def select_due(
     history even when it is not yet due (the newest `keep_recent` stay).
     The rule itself runs in DuckDB (`SELECTION_SQL`) over the pending set.
     """
-    for agent_id, (pending, todo) in select_due_refs(
-        state.pending_refs(agent), state.settings, force=force
-    ).items():
-        loaded = state.load(log, todo)
+    due = select_due_refs(state.pending_refs(agent), state.settings, force=force)
+    # One load for every due agent: what the cache does not hold is read with one pass over
+    # each segment, not one pass per agent (at 10k agents that was 10k reads of a 256 MB file).
+    loaded = state.load(log, [r for _pending, todo in due.values() for r in todo])
+    for agent_id, (pending, todo) in due.items():
         yield AgentSelection(agent_id, pending, [loaded[r.event_id] for r in todo if r.event_id in loaded])

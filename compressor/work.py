@@ -6,7 +6,10 @@ were tried for the offline scorer and dropped: on 2 shared cores the pickling
 and start-up cost more than they saved, and `forkserver`/`spawn` workers
 re-import the caller's main module (a library user's script without a
 `__main__` guard would break), while `fork` workers would inherit the job's
-lock file descriptor.
+lock file descriptor. Parallel scoring is the engine's: with `--engine ray`
+the chunks go out in tasks of about `batch.task_interactions` interactions
+(`engine_batches`) to workers that were started once, and come back in order,
+so the job commits exactly what the local engine would.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from typing import Any
 from tiermem.compressor.episodes import batch_events
 from tiermem.compressor.notes import batch_notes
 from tiermem.compressor.sanitize import check_complete
-from tiermem.compressor.scoring import Interaction, Scorer
+from tiermem.compressor.scoring import Interaction, Scorer, make_scorer
+
+from tiermem.engine import Engine
+from tiermem.settings import Settings
 
 
 def conversation_order(todo: list[Interaction]) -> list[Interaction]:
@@ -120,3 +126,41 @@ def scored_batches(scorer: Scorer, chunks: list[Chunk], *, use_bulk: bool) -> It
     """Every batch of `chunks`, scored, in order."""
     for chunk in chunks:
         yield from score_chunk(scorer, chunk, use_bulk)
+
+
+def score_chunks(
+    settings: Settings, scorer: Scorer | None, use_bulk: bool, chunks: list[Chunk]
+) -> list[ScoredBatch]:
+    """One engine task: score `chunks` with `scorer`, or with the settings' own scorer built here."""
+    scorer = scorer or make_scorer(settings)
+    return [scored for chunk in chunks for scored in score_chunk(scorer, chunk, use_bulk)]
+
+
+def task_groups(chunks: list[Chunk], size: int) -> Iterator[list[Chunk]]:
+    """Consecutive chunks of about `size` interactions each: one task each, in order."""
+    group: list[Chunk] = []
+    count = 0
+    for chunk in chunks:
+        group.append(chunk)
+        count += sum(len(b) for b in chunk.batches)
+        if count >= size:
+            yield group
+            group, count = [], 0
+    if group:
+        yield group
+
+
+def engine_batches(
+    engine: Engine,
+    settings: Settings,
+    scorer: Scorer | None,
+    chunks: list[Chunk],
+    *,
+    use_bulk: bool,
+    task_interactions: int,
+) -> Iterator[ScoredBatch]:
+    """Every batch of `chunks`, scored by `engine`'s workers, in the chunks' order."""
+    for scored in engine.map(
+        score_chunks, task_groups(chunks, task_interactions), settings, scorer, use_bulk
+    ):
+        yield from scored

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -33,6 +34,7 @@ from tiermem.evolver.lifecycle import (
 )
 from tiermem.evolver.state import AGENT_SCOPE, PENDING, Fact, KnowledgeState, Proposal, load_state
 
+from tiermem.engine import Engine
 from tiermem.eventlog import Checkpoints, EventLog
 from tiermem.ids import derived_event_id, format_ts, parse_ts, utcnow
 from tiermem.locks import job_lock
@@ -185,8 +187,14 @@ def run_evolve(
     claude_client: Any | None = None,
     progress: bool | None = None,
     include_decisions: bool = False,
+    engine: Engine | None = None,
 ) -> EvolveInfo:
-    """Decide every undecided proposal (optionally of one agent), then promote and archive."""
+    """Decide every undecided proposal (optionally of one agent), then promote and archive.
+
+    Proposals are decided per agent (one agent's never touch another's facts),
+    in partitions of agents that `engine` computes; promotions, archivals and
+    the append stay here.
+    """
     started = time.monotonic()
     now_dt = now or utcnow()
     now_ts = format_ts(now_dt)
@@ -203,33 +211,21 @@ def run_evolve(
         events: list[dict[str, Any]] = []
         counts: Counter[str] = Counter()
         bar = Progress("evolve", total=len(queue), enabled=progress)
-        indexes: dict[str, FactIndex] = {}
-        waiting: dict[str, FactIndex] = {}  # pending facts, which a proposal for review may join
-        for fact in state.facts.values():
-            indexes.setdefault(fact.agent_id, FactIndex()).put(fact)
-            waiting.setdefault(fact.agent_id, FactIndex(status=PENDING)).put(fact)
-        for proposal in queue:
-            index = indexes.setdefault(proposal.agent_id, FactIndex())
-            queued = waiting.setdefault(proposal.agent_id, FactIndex(status=PENDING))
-            # Only facts of the same people: one user's words never merge into another's fact,
-            # nor join another's item in the queue.
-            decision = decide(
-                proposal,
-                same_owners(index.candidates(proposal), proposal.owners),
-                settings.evolver,
-                now=now_ts,
-                merger=merger,
-                waiting=same_owners(queued.candidates(proposal, limit=5), proposal.owners),
+        works = _partitions(state, queue, settings.batch.partition_agents, now_ts)
+        if engine is None or engine.name == "local":
+            results: Iterator[AgentsDecided] = (
+                decide_agents(settings, merger, include_decisions, w) for w in works
             )
-            decision = with_owners(decision, proposal)
-            apply_changes(state, decision, events, parse_ts(proposal.ts))
-            for fact in decision.changes:
-                index.put(state.facts[fact.fact_id])
-                queued.put(state.facts[fact.fact_id])
-            counts[decision.action] += 1
-            if include_decisions:
-                info.decisions.append(_summary(decision, proposal))
-            bar.update()
+        else:  # a model merger's client stays here; the workers build theirs from the settings
+            results = engine.map(decide_agents, works, settings, None if built else merger, include_decisions)
+        for done in results:
+            state.facts.update(done.facts)
+            state.decided.update(done.decided)
+            events.extend(done.events)
+            counts.update(done.counts)
+            info.decisions.extend(done.decisions)
+            info.claude_merge_failures += done.merge_failures
+            bar.update(done.proposals)
         bar.close()
         for fact in kv_supersessions(
             [f for f in state.facts.values() if agent is None or f.agent_id == agent], now_ts
@@ -277,12 +273,84 @@ def run_evolve(
     statuses = Counter(f.status for f in state.facts.values() if agent is None or f.agent_id == agent)
     info.active_facts, info.inactive_facts = statuses.get("active", 0), statuses.get("inactive", 0)
     info.archived_facts = statuses.get("archived", 0)
-    if hasattr(merger, "failures"):
+    if hasattr(merger, "failures") and (engine is None or engine.name == "local"):
         info.claude_merge_failures = int(merger.failures)
     if built and hasattr(merger, "path"):  # a model merger whose endpoint was unreachable says so
         info.path = str(merger.path)
     info.elapsed_s = round(time.monotonic() - started, 3)
     return info
+
+
+@dataclass
+class AgentsWork:
+    """One partition: the facts and the undecided proposals (in log order) of some agents."""
+
+    facts: dict[str, Fact]
+    queue: list[Proposal]
+    now: str  # the run's time, the same in every partition
+
+
+@dataclass
+class AgentsDecided:
+    facts: dict[str, Fact]  # every fact of the partition's agents after the decisions
+    decided: dict[str, str]
+    events: list[dict[str, Any]]
+    counts: Counter[str]
+    decisions: list[dict[str, Any]]
+    proposals: int
+    merge_failures: int = 0
+
+
+def _partitions(state: KnowledgeState, queue: list[Proposal], size: int, now: str) -> list[AgentsWork]:
+    """The agents with undecided proposals, `size` at a time, with their facts."""
+    agents = sorted({p.agent_id for p in queue})
+    part_of = {a: i // max(1, size) for i, a in enumerate(agents)}
+    works = [AgentsWork({}, [], now) for _ in range((len(agents) + size - 1) // max(1, size))]
+    for proposal in queue:
+        works[part_of[proposal.agent_id]].queue.append(proposal)
+    for fact in state.facts.values():
+        if fact.agent_id in part_of:
+            works[part_of[fact.agent_id]].facts[fact.fact_id] = fact
+    return works
+
+
+def decide_agents(
+    settings: Settings, merger: Merger | None, include_decisions: bool, work: AgentsWork
+) -> AgentsDecided:
+    """Decide a partition's proposals in log order, each decision folded back before the next."""
+    if merger is None:
+        merger, _path = make_merger(settings, None)
+    state = KnowledgeState(facts=dict(work.facts))
+    out = AgentsDecided({}, {}, [], Counter(), [], len(work.queue))
+    indexes: dict[str, FactIndex] = {}
+    waiting: dict[str, FactIndex] = {}  # pending facts, which a proposal for review may join
+    for fact in state.facts.values():
+        indexes.setdefault(fact.agent_id, FactIndex()).put(fact)
+        waiting.setdefault(fact.agent_id, FactIndex(status=PENDING)).put(fact)
+    for proposal in work.queue:
+        index = indexes.setdefault(proposal.agent_id, FactIndex())
+        queued = waiting.setdefault(proposal.agent_id, FactIndex(status=PENDING))
+        # Only facts of the same people: one user's words never merge into another's fact,
+        # nor join another's item in the queue.
+        decision = decide(
+            proposal,
+            same_owners(index.candidates(proposal), proposal.owners),
+            settings.evolver,
+            now=work.now,
+            merger=merger,
+            waiting=same_owners(queued.candidates(proposal, limit=5), proposal.owners),
+        )
+        decision = with_owners(decision, proposal)
+        apply_changes(state, decision, out.events, parse_ts(proposal.ts))
+        for fact in decision.changes:
+            index.put(state.facts[fact.fact_id])
+            queued.put(state.facts[fact.fact_id])
+        out.counts[decision.action] += 1
+        if include_decisions:
+            out.decisions.append(_summary(decision, proposal))
+    out.facts, out.decided = state.facts, state.decided
+    out.merge_failures = int(getattr(merger, "failures", 0))
+    return out
 
 
 def _summary(decision: Decision, proposal: Proposal) -> dict[str, Any]:

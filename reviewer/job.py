@@ -3,22 +3,34 @@
 Layout: `<reports_dir>/review/date=YYYY-MM-DD/<agent>.{json,md,png}`. Reports are
 derived data: re-running overwrites them with the same content (idempotent);
 `forget` calls `scrub_reports` so no report keeps erased interactions.
+
+The interactions to review are read in one scan (`report.prepare`), cut into
+partitions of one day and up to `batch.partition_agents` agents, and each partition
+becomes its reports in grouped queries (`bulk`), computed by an engine (this
+process, or Ray) and written here; a checkpoint per (day, agent) lets a killed
+run resume without computing the written reports again (`progress`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import duckdb
 import orjson
+import pyarrow as pa
+from tiermem.reviewer import bulk
 from tiermem.reviewer import report as rep
-from tiermem.reviewer.charts import overview_png
+from tiermem.reviewer.charts import overview_bytes
+from tiermem.reviewer.progress import ReviewProgress, settings_print
 
+from tiermem.engine import LOCAL, Engine
 from tiermem.errors import ValidationError
 from tiermem.llm import Reachability
 from tiermem.settings import Settings
@@ -41,6 +53,8 @@ class ReviewInfo:
     judged: int = 0
     files: list[str] = field(default_factory=list)
     per_report: list[dict[str, Any]] = field(default_factory=list)
+    resumed: int = 0  # reports a killed run had written, kept as they were
+    engine: str = "local"
     elapsed_s: float = 0.0
 
 
@@ -145,13 +159,95 @@ def report_paths_name(r: dict[str, Any]) -> str:
     return report_name(r["agent_id"])
 
 
-def write_report(settings: Settings, r: dict[str, Any]) -> list[Path]:
+def report_files(r: dict[str, Any]) -> dict[str, bytes]:
+    """The three files of a report, by suffix (computed where the partition runs, written by the job)."""
+    return {
+        "json": orjson.dumps(r, default=str, option=orjson.OPT_INDENT_2) + b"\n",
+        "md": render_markdown(r).encode("utf-8"),
+        "png": overview_bytes(r),
+    }
+
+
+def write_report(settings: Settings, r: dict[str, Any], files: dict[str, bytes] | None = None) -> list[Path]:
     paths = report_paths(settings, r["day"], r["agent_id"])
     paths["json"].parent.mkdir(parents=True, exist_ok=True)
-    paths["json"].write_bytes(orjson.dumps(r, default=str, option=orjson.OPT_INDENT_2) + b"\n")
-    paths["md"].write_text(render_markdown(r), encoding="utf-8")
-    overview_png(r, paths["png"])
+    for kind, data in (files or report_files(r)).items():
+        paths[kind].write_bytes(data)
     return list(paths.values())
+
+
+@dataclass(frozen=True)
+class Judge:
+    """Whether and how a partition asks a model to judge a sample (the client only in this process)."""
+
+    enabled: bool
+    sample: int = 5
+    client: Any = None
+
+
+@dataclass
+class PartitionResult:
+    reports: list[tuple[dict[str, Any], dict[str, bytes]]]
+    path: str = ""  # the judge's path when it ran ("claude", "openai", or an unreachable marker)
+    judged: int = 0
+
+
+def review_partition(settings: Settings, judge: Judge, rows: pa.Table) -> PartitionResult:
+    """The reports of the (day, agent) pairs whose reviewed rows are `rows`: pure, so any engine may run it."""
+    con = duckdb.connect(":memory:")
+    out = PartitionResult(reports=[])
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.register("reviewed", rows)
+        reach = Reachability(settings)  # one per partition: an outage costs one short retry
+        for r in bulk.iter_reports(con, settings):
+            if judge.enabled:
+                from tiermem.reviewer.claude_judge import judge_sample as run_judge
+
+                r["judge"] = run_judge(
+                    settings, con, r["day"], r["agent_id"], judge.sample, client=judge.client, reach=reach
+                )
+                if r["judge"]:
+                    out.path = "openai" if settings.llm.provider == "openai" else "claude"
+                    out.judged += r["judge"]["n"]
+            if reach.unreachable is not None:
+                out.path = reach.path_name(out.path or "offline")
+            out.reports.append((r, report_files(r)))
+    finally:
+        con.close()
+    return out
+
+
+def _fingerprints(con: duckdb.DuckDBPyConnection, salt: str) -> dict[tuple[str, str], str]:
+    """Per (day, agent): a digest of the reviewed ids in order, salted with what else the report depends on."""
+    rows = con.execute(
+        "SELECT CAST(day AS VARCHAR), agent_id, count(*), md5(string_agg(event_id, ',' ORDER BY ts, event_id)) "
+        "FROM reviewed GROUP BY 1, 2"
+    ).fetchall()
+    return {(d, a): f"{salt}:{n}:{digest}" for d, a, n, digest in rows}
+
+
+def _partitions(todo: list[tuple[str, str]], size: int) -> list[tuple[str, list[str]]]:
+    """(day, agents) partitions of at most `size` agents, in (day, agent) order."""
+    by_day: dict[str, list[str]] = {}
+    for d, a in todo:
+        by_day.setdefault(d, []).append(a)
+    return [
+        (d, agents[i : i + size]) for d, agents in sorted(by_day.items()) for i in range(0, len(agents), size)
+    ]
+
+
+def _partition_rows(con: duckdb.DuckDBPyConnection, parts: list[tuple[str, list[str]]]) -> Iterator[pa.Table]:
+    for d, agents in parts:
+        yield con.sql(
+            "SELECT * FROM reviewed WHERE day = CAST($day AS DATE) AND agent_id IN (SELECT unnest($agents))",
+            params={"day": d, "agents": agents},
+        ).to_arrow_table()
+
+
+def _brief(r: dict[str, Any]) -> dict[str, Any]:
+    """What the run's summary needs of a report (not its flagged rows and ids)."""
+    return {k: v for k, v in r.items() if k not in ("flagged", "event_ids", "judge")}
 
 
 def run_review(
@@ -161,36 +257,59 @@ def run_review(
     *,
     judge_client: Any | None = None,
     judge_sample: int = 5,
+    engine: Engine | None = None,
+    partition_agents: int | None = None,
 ) -> ReviewInfo:
-    """Review every (day, agent) with interactions, or only the given day and/or agent."""
+    """Review every (day, agent) with interactions, or only the given day and/or agent.
+
+    The pairs are cut into partitions (one day, up to `partition_agents`
+    agents) that `engine` computes; each partition's files are written and
+    recorded in the checkpoint before the next, so a killed run resumes where
+    it stopped (see `progress`).
+    """
     if day is not None:
         try:
             day = date.fromisoformat(day).isoformat()
         except ValueError:
             raise ValidationError("day", f"not a date (YYYY-MM-DD): {day[:40]!r}") from None
     started = time.monotonic()
+    engine = engine or LOCAL
+    judged = (judge_client is not None and settings.llm.provider != "offline") or settings.llm_available
+    # A client object lives in this process only; a cluster's partitions build their own from settings.
+    judge = Judge(judged, judge_sample, judge_client if engine.name == "local" else None)
     info = ReviewInfo()
-    con = open_catalog(settings)
     reports: list[dict[str, Any]] = []
-    reach = Reachability(settings)  # one per review: an outage costs one short retry in all
+    con = open_catalog(settings)
     try:
-        rep.prepare(con)
-        for d, a in rep.groups(con, day, agent):
-            r = rep.compute(con, settings, d, a)
-            if (judge_client is not None and settings.llm.provider != "offline") or settings.llm_available:
-                from tiermem.reviewer.claude_judge import judge_sample as run_judge
-
-                r["judge"] = run_judge(settings, con, d, a, judge_sample, client=judge_client, reach=reach)
-                if r["judge"]:
-                    info.path = "openai" if settings.llm.provider == "openai" else "claude"
-                    info.judged += r["judge"]["n"]
-            if reach.unreachable is not None:
-                info.path = reach.path_name(info.path)
-            info.files += [str(p) for p in write_report(settings, r)]
-            reports.append(r)
+        rep.prepare(con, day, agent)
+        prints = _fingerprints(con, settings_print(settings, judged))
+        with ReviewProgress(settings) as progress:
+            recorded = progress.recorded()
+            todo: list[tuple[str, str]] = []
+            for pair, fp in sorted(prints.items()):
+                json_path = report_paths(settings, *pair)["json"]
+                if recorded.get(pair) == fp and json_path.exists():
+                    reports.append(_brief(orjson.loads(json_path.read_bytes())))
+                    info.resumed += 1
+                else:
+                    todo.append(pair)
+            parts = _partitions(todo, max(1, partition_agents or settings.batch.partition_agents))
+            for result in engine.map(review_partition, _partition_rows(con, parts), settings, judge):
+                for r, files in result.reports:
+                    info.files += [str(p) for p in write_report(settings, r, files)]
+                    reports.append(_brief(r))
+                if result.path:
+                    info.path = result.path
+                info.judged += result.judged
+                progress.mark(
+                    {(r["day"], r["agent_id"]): prints[(r["day"], r["agent_id"])] for r, _f in result.reports}
+                )
+            progress.clear(prints)
     finally:
         con.close()
+    reports.sort(key=lambda r: (r["day"], r["agent_id"]))
     _summarize(info, reports)
+    info.engine = engine.name
     info.elapsed_s = round(time.monotonic() - started, 3)
     return info
 

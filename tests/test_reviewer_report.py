@@ -12,6 +12,7 @@ import anthropic
 import httpx2
 import orjson
 from helpers_evolver import T0, append_all, interaction
+from PIL import Image
 from tiermem.reviewer.job import report_paths, run_review
 
 from tiermem.app.cli import main
@@ -108,7 +109,12 @@ def test_files_are_written_and_the_chart_is_a_png(settings: Settings, event_log:
     info = run_review(settings)
     assert info.reports == 3
     paths = report_paths(settings, "2026-11-20", "agent-1")
-    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths["png"].stat().st_size > 10_000
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(paths["png"]) as image:
+        assert image.size == (1350, 470)
+        used = {colour for _n, colour in image.convert("RGB").getcolors(maxcolors=64) or []}
+    # Drawn bars, not a blank canvas: green (complete), amber (75% model) and red (0% channel) coverage.
+    assert {(46, 125, 50), (249, 168, 37), (198, 40, 40)} <= used
     md = paths["md"].read_text()
     assert "Enrichment coverage" in md and "| model | 15 | 75% ⚠ |" in md
     assert "word " * 20 not in md  # a snippet, not the 5,000-character reply

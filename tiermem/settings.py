@@ -233,6 +233,27 @@ class ColdSettings:
     connect_timeout_seconds: float = 5.0
 
 
+class BatchSettings:
+    """Where the batch jobs (compress, evolve, review) compute their partitions.
+
+    `local` runs them in the job's own process (the embedded default, no
+    server); `ray` sends them to a Ray cluster: `ray_address` names it
+    ("auto" for the cluster this machine belongs to, "ray://host:10001" for a
+    remote one), empty starts a local Ray for the run with `ray_num_cpus` CPUs
+    (0: all). A task whose worker dies is run again up to `ray_max_retries` times.
+    """
+
+    engine: str = "local"
+    ray_address: str = ""
+    ray_num_cpus: int = 0
+    ray_max_retries: int = 3
+    partition_agents: int = 250  # agents per partition of a review (unit of work, checkpoint, retry)
+    task_interactions: int = 20_000  # interactions per compress task
+
+
+BATCH_ENGINES: tuple[str, ...] = ("local", "ray")
+
+
 LLM_PROVIDERS: tuple[str, ...] = ("auto", "anthropic", "openai", "offline")
 
 
@@ -281,6 +302,7 @@ class Settings:
         ""  # "s3://bucket/prefix": sealed days committed to a Delta Lake table (empty: local only)
     )
     cold: ColdSettings = field(default_factory=ColdSettings)
+    batch: BatchSettings = field(default_factory=BatchSettings)
     prices: Mapping[str, ModelPrice] = field(default_factory=lambda: dict(DEFAULT_PRICES))
     config_file: Path | None = None
 
@@ -412,6 +434,17 @@ def _runtime_problems(rt: RuntimeSettings) -> list[str]:
     return problems
 
 
+def _batch_problems(batch: BatchSettings) -> list[str]:
+    problems = []
+    if batch.engine not in BATCH_ENGINES:
+        problems.append(f"batch.engine = {batch.engine!r}: expected one of {', '.join(BATCH_ENGINES)}")
+    if batch.ray_num_cpus < 0 or not 0 <= batch.ray_max_retries <= 100:
+        problems.append("batch.ray_num_cpus >= 0 and 0 <= batch.ray_max_retries <= 100 expected")
+    if batch.partition_agents < 1 or batch.task_interactions < 1:
+        problems.append("batch.partition_agents and batch.task_interactions: expected at least 1")
+    return problems
+
+
 def _check_ranges(settings: Settings) -> None:
     """Values of the right type that still make no sense."""
     lim = settings.limits
@@ -439,6 +472,7 @@ def _check_ranges(settings: Settings) -> None:
         problems.append(f"llm.max_retries = {llm.max_retries}: expected 0 to 10 (and a delay >= 0)")
     problems += _cold_problems(settings)
     problems += _runtime_problems(settings.runtime)
+    problems += _batch_problems(settings.batch)
     if settings.segment_max_bytes < 1024:
         problems.append(f"segment_max_bytes = {settings.segment_max_bytes}: expected at least 1024")
     problems += _store_problems(settings)
@@ -482,6 +516,7 @@ _SECTIONS: Mapping[str, type] = {
     "retrieval": RetrievalSettings,
     "llm": LlmSettings,
     "cold": ColdSettings,
+    "batch": BatchSettings,
 }
 # Top-level settings a file or a variable may set (sections and prices have their own rules).
 _SCALARS = frozenset({f.name for f in fields(Settings)} - set(_SECTIONS) - {"prices", "config_file"})

@@ -277,30 +277,42 @@ class Memory:
         )
 
     # ------------------------------------------------------------ batch jobs
-    def compress(self, agent: str | None = None, *, progress: bool | None = False) -> CompressInfo:
-        """Derive importance-scored episodes, knowledge proposals and relationships for due agents."""
+    def compress(
+        self, agent: str | None = None, *, progress: bool | None = False, engine: str | None = None
+    ) -> CompressInfo:
+        """Derive importance-scored episodes, knowledge proposals and relationships for due agents.
+
+        `engine`: "local" or "ray" (default: the `batch.engine` setting).
+        """
+        from tiermem.app.engines import open_engine
         from tiermem.compressor.job import run_compress
 
-        with self._job("compress"):
-            info = run_compress(self._settings, agent=agent, progress=progress)
+        with self._job("compress"), open_engine(self._settings, engine) as eng:
+            info = run_compress(self._settings, agent=agent, progress=progress, engine=eng)
         self._wrote_log()
         return info
 
-    def evolve(self, agent: str | None = None, *, progress: bool | None = False) -> EvolveInfo:
+    def evolve(
+        self, agent: str | None = None, *, progress: bool | None = False, engine: str | None = None
+    ) -> EvolveInfo:
         """Decide pending knowledge proposals (dedup, merge, correct), then promote and archive."""
+        from tiermem.app.engines import open_engine
         from tiermem.evolver.job import run_evolve
 
-        with self._job("evolve"):
-            info = run_evolve(self._settings, agent=agent, progress=progress)
+        with self._job("evolve"), open_engine(self._settings, engine) as eng:
+            info = run_evolve(self._settings, agent=agent, progress=progress, engine=eng)
         self._wrote_log()
         return info
 
-    def review(self, day: str | None = None, agent: str | None = None) -> ReviewInfo:
+    def review(
+        self, day: str | None = None, agent: str | None = None, *, engine: str | None = None
+    ) -> ReviewInfo:
         """Quality reports per day and agent (Markdown, JSON, charts under reports/review)."""
+        from tiermem.app.engines import open_engine
         from tiermem.reviewer.job import run_review
 
-        with self._job("review"):
-            return run_review(self._settings, day=day, agent=agent)
+        with self._job("review"), open_engine(self._settings, engine) as eng:
+            return run_review(self._settings, day=day, agent=agent, engine=eng)
 
     def rebuild(self) -> RebuildInfo:
         """Delete the hot store and derive it again from the log; open agents reconnect."""

@@ -110,6 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_engine_flag(parser: argparse.ArgumentParser) -> None:
+    """`--engine local|ray` for a batch job (default: the `batch.engine` setting)."""
+    parser.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        help="where the partitions run: this process, or Ray (batch.ray_address; default: batch.engine)",
+    )
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 

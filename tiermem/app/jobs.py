@@ -50,18 +50,18 @@ JOBS: dict[str, JobSpec] = {
     for spec in (
         JobSpec(
             "threshold_check",
-            "tiermem.compressor.job:compress_due",
+            "tiermem.app.jobs:compress_when_due",
             "compress",
             "compress every agent over its unprocessed-interaction limit",
         ),
-        JobSpec("compress", "tiermem.compressor.job:run_compress", "compress", "compress all agents"),
+        JobSpec("compress", "tiermem.app.jobs:compress_all", "compress", "compress all agents"),
         JobSpec(
             "sessions",
             "tiermem.app.sessions:process_pending_sessions",
             "sessions",
             "gap-fill (and compress when due) for every session_ended event since the checkpoint",
         ),
-        JobSpec("evolve", "tiermem.evolver.job:run_evolve", "evolve", "decide pending knowledge proposals"),
+        JobSpec("evolve", "tiermem.app.jobs:evolve_all", "evolve", "decide pending knowledge proposals"),
         JobSpec(
             "project",
             "tiermem.runtime.projector:project",
@@ -263,12 +263,44 @@ def run_job(
 MAX_REVIEW_CATCH_UP_DAYS = 7
 
 
+# The scheduled batch jobs run on the engine `batch.engine` names: with "ray" and
+# `batch.ray_address`, the scheduler submits their partitions to that cluster.
+
+
+def compress_when_due(settings: Settings) -> Any:
+    """The threshold check: the engine is opened only when some agent is due (it runs every minute)."""
+    from tiermem.app.engines import open_engine
+    from tiermem.compressor.job import compress_due, due_agents
+
+    if settings.batch.engine == "local" or not due_agents(settings):
+        return compress_due(settings)
+    with open_engine(settings) as engine:
+        return compress_due(settings, engine=engine)
+
+
+def compress_all(settings: Settings) -> Any:
+    from tiermem.app.engines import open_engine
+    from tiermem.compressor.job import run_compress
+
+    with open_engine(settings) as engine:
+        return run_compress(settings, engine=engine)
+
+
+def evolve_all(settings: Settings) -> Any:
+    from tiermem.app.engines import open_engine
+    from tiermem.evolver.job import run_evolve
+
+    with open_engine(settings) as engine:
+        return run_evolve(settings, engine=engine)
+
+
 def review_new_days(settings: Settings) -> dict[str, Any]:
     """The nightly review: each closed day since the last successful review (at most a week), else yesterday.
 
     `run_review` without a day re-reviews the whole history, which grows every
     night; the scheduler only needs the days no report covers yet.
     """
+    from tiermem.app.engines import open_engine
     from tiermem.reviewer.job import run_review
 
     yesterday = utcnow().date() - timedelta(days=1)
@@ -279,11 +311,18 @@ def review_new_days(settings: Settings) -> dict[str, Any]:
         else max(last.date(), yesterday - timedelta(days=MAX_REVIEW_CATCH_UP_DAYS - 1))
     )
     days = [first + timedelta(days=i) for i in range((yesterday - first).days + 1)]
-    out: dict[str, Any] = {"days": [d.isoformat() for d in days], "reports": 0, "interactions": 0, "files": 0}
-    for day in days:
-        info = run_review(settings, day=day.isoformat())
-        out["reports"] += info.reports
-        out["interactions"] += info.interactions
-        out["files"] += len(info.files)
-        out["path"] = info.path
+    out: dict[str, Any] = {
+        "days": [d.isoformat() for d in days],
+        "reports": 0,
+        "interactions": 0,
+        "files": 0,
+        "engine": settings.batch.engine,
+    }
+    with open_engine(settings) as engine:
+        for day in days:
+            info = run_review(settings, day=day.isoformat(), engine=engine)
+            out["reports"] += info.reports
+            out["interactions"] += info.interactions
+            out["files"] += len(info.files)
+            out["path"] = info.path
     return out

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from tiermem.app.api import Memory
-from tiermem.app.cli import add_json_flag, command
+from tiermem.app.cli import add_engine_flag, add_json_flag, command
 from tiermem.output import emit_json
 
 EXAMPLES = """  tiermem compress                      # every agent with more than 15 pending interactions
@@ -17,7 +17,7 @@ EXAMPLES = """  tiermem compress                      # every agent with more th
 
 
 def _compress(args: argparse.Namespace, memory: Memory) -> int:
-    info = memory.compress(args.agent, progress=None if not args.json else False)
+    info = memory.compress(args.agent, progress=None if not args.json else False, engine=args.engine)
     if args.json:
         emit_json(dataclasses.asdict(info))
         return 0
@@ -38,4 +38,5 @@ def register(sub: Any) -> None:
         sub, "compress", _compress, "derive importance-scored episodes and knowledge proposals", EXAMPLES
     )
     p.add_argument("--agent", help="compress only this agent (default: every due agent)")
+    add_engine_flag(p)
     add_json_flag(p)

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from tiermem.app.api import Memory
-from tiermem.app.cli import add_json_flag, command
+from tiermem.app.cli import add_engine_flag, add_json_flag, command
 from tiermem.output import emit_json, format_table
 
 EVOLVE_EXAMPLES = """  tiermem evolve                 # decide every undecided proposal, then promote and archive
@@ -31,7 +31,7 @@ FORGET_EXAMPLES = """  tiermem forget --user alice --json     # everything about
 
 
 def _evolve(args: argparse.Namespace, memory: Memory) -> int:
-    info = memory.evolve(args.agent, progress=False if args.json else None)
+    info = memory.evolve(args.agent, progress=False if args.json else None, engine=args.engine)
     if args.json:
         emit_json(dataclasses.asdict(info))
         return 0
@@ -152,6 +152,7 @@ def register(sub: Any) -> None:
         EVOLVE_EXAMPLES,
     )
     p.add_argument("--agent", help="only this agent's proposals and facts")
+    add_engine_flag(p)
     add_json_flag(p)
 
     p = command(

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from tiermem.app.api import Memory
-from tiermem.app.cli import add_json_flag, command
+from tiermem.app.cli import add_engine_flag, add_json_flag, command
 from tiermem.output import emit_json
 
 EXAMPLES = """  tiermem review                              # every day and agent in the log
@@ -17,7 +17,7 @@ EXAMPLES = """  tiermem review                              # every day and agen
 
 
 def _review(args: argparse.Namespace, memory: Memory) -> int:
-    info = memory.review(day=args.day, agent=args.agent)
+    info = memory.review(day=args.day, agent=args.agent, engine=args.engine)
     if args.json:
         out = dataclasses.asdict(info)
         if not args.files:
@@ -56,5 +56,6 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--day", help="YYYY-MM-DD (default: every day)")
     p.add_argument("--agent", help="only this agent")
+    add_engine_flag(p)
     p.add_argument("--files", action="store_true", help="with --json: list the files written")
     add_json_flag(p)
