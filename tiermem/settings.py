@@ -233,6 +233,7 @@ class ColdSettings:
     connect_timeout_seconds: float = 5.0
 
 
+@dataclass(frozen=True)
 class BatchSettings:
     """Where the batch jobs (compress, evolve, review) compute their partitions.
 
