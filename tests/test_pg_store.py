@@ -227,20 +227,20 @@ def test_hot_url_comes_from_the_file_or_the_environment_and_is_checked(tmp_path:
         resolve_settings(data_dir=tmp_path, env={"TIERMEM_HOT_URL": "mysql://h/x"})
 
 
-def test_the_schema_is_ready_for_vectors(pg_url: str) -> None:
-    """pgserver's PostgreSQL ships pgvector: the extension is created and `embeddings.vector` uses it."""
+def test_the_schema_keeps_passage_vectors_in_pgvector(pg_url: str) -> None:
+    """pgserver's PostgreSQL ships pgvector: the extension is created and `quote_vectors.vec` uses it."""
     with PostgresHotStore.connect(pg_url) as store:
         assert pg_hotstore.has_vector(store.conn)
         kind = store.conn.execute(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
-            " WHERE attrelid = 'embeddings'::regclass AND attname = 'vector'"
+            " WHERE attrelid = 'quote_vectors'::regclass AND attname = 'vec'"
         ).fetchone()[0]
         assert kind == "vector"
         store.conn.executemany(
-            "INSERT INTO embeddings (item_id, item_kind, agent_id, model, dims, vector) VALUES (?, 'fact', 'a1', 'm', 3, ?::vector)",
+            "INSERT INTO quote_vectors (episode_id, idx, agent_id, vec) VALUES (?, 0, 'a1', ?::vector)",
             [("near", "[1, 0, 0]"), ("far", "[0, 1, 0]")],
         )
         nearest = store.conn.execute(
-            "SELECT item_id FROM embeddings ORDER BY vector <=> '[0.9, 0.1, 0]'::vector LIMIT 1"
+            "SELECT episode_id FROM quote_vectors ORDER BY vec <=> '[0.9, 0.1, 0]'::vector LIMIT 1"
         ).fetchone()[0]
         assert nearest == "near"
