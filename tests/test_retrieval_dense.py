@@ -187,8 +187,9 @@ def _prepared_pg(tmp_path: Path, pg_url: str, mode: RetrievalMode) -> tuple[Sett
 
 
 def test_hybrid_on_postgres_finds_an_answer_that_shares_no_word_with_the_question(
-    tmp_path: Path, pg_url: str
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from tiermem.runtime import pg_vectors
     from tiermem.runtime.pg_vectors import PgVectorIndex
 
     _, ctx = _prepared_pg(tmp_path, pg_url, "hybrid")
@@ -209,7 +210,8 @@ def test_hybrid_on_postgres_finds_an_answer_that_shares_no_word_with_the_questio
             " WHERE attrelid = 'quote_vectors'::regclass AND attname = 'vec'"
         ).fetchone()[0]
         assert kind == "vector"
-        assert conn.execute("SELECT to_regclass('quote_vectors_hnsw_384') IS NOT NULL").fetchone()[0]
+        # A small store is searched exactly (no HNSW index), as the in-memory index does.
+        assert not conn.execute("SELECT to_regclass('quote_vectors_hnsw_384') IS NOT NULL").fetchone()[0]
         hybrid = [q["text"] for q in search_quotes(conn, ctx.memory.principal, QUESTION, dense=dense)]
         lexical = [q["text"] for q in search_quotes(conn, ctx.memory.principal, QUESTION)]
         assert hybrid[0] == DOG
@@ -227,6 +229,17 @@ def test_hybrid_on_postgres_finds_an_answer_that_shares_no_word_with_the_questio
         assert passage.text == DOG
         text = vectors.embedding_text(passage.text, passage.speaker, parse_ts(start_ts))
         assert cosine == pytest.approx(float(dense.index.embedder.embed([text])[0] @ q), abs=1e-4)
+        # Past the exact limit, the owner's next projection builds the HNSW index and the
+        # search goes through it, with the same answer first.
+        monkeypatch.setattr(pg_vectors, "EXACT_LIMIT", 5)
+        conn.execute("UPDATE episodes SET key_quotes = key_quotes || ' ' WHERE episode_id = ?", (episode_id,))
+        assert dense.index.index_pending(conn) > 0
+        assert conn.execute("SELECT to_regclass('quote_vectors_hnsw_384') IS NOT NULL").fetchone()[0]
+        hybrid = [q["text"] for q in search_quotes(conn, ctx.memory.principal, QUESTION, dense=dense)]
+        assert hybrid[0] == DOG
+        assert max(dense.index.nearest(conn, QUESTION, 5).items(), key=lambda kv: kv[1])[1] == pytest.approx(
+            cosine, abs=1e-4
+        )
     finally:
         ctx.close()
 
