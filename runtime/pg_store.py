@@ -327,6 +327,7 @@ class PostgresHotStore:
             info = sqlite_apply.apply_events(_sql(self.conn), batch)
             episodes = _episode_ids(batch) if self.dense is not None else []
             if self.dense is not None and episodes:
+                # The episodes just applied only: the projector's batches fill any others.
                 self.dense.index.index_pending(_sql(self.conn), episodes)
         if info.erasures:
             self.scrub()
