@@ -614,7 +614,13 @@ def _rows_by_id(
     if not ids:
         return []
     where, params = item_clause(who, "e")
-    if participant:
+    if participant and getattr(conn, "dialect", "sqlite") == "postgres":
+        where += (
+            " AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(coalesce(e.participants, '[]')::jsonb)"
+            " AS p(value) WHERE lower(p.value) = lower(?))"
+        )
+        params.append(participant)
+    elif participant:
         where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
         params.append(participant)
     marks = ",".join("?" * len(ids))

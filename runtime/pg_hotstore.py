@@ -20,9 +20,11 @@ What differs lives here and in `tiermem.runtime.pg_store`:
   (system, agent type, project, override: the query narrows those further to
   the scopes the reader belongs to). The role that owns the tables (the
   projector's, the operator's) is not subject to the policies.
-* `embeddings` is ready for vectors (pgvector's `vector` type when the server
-  has the extension): one row per fact or episode, with its agent and owner
-  under the same policy, so vector search can join it without a new rule.
+* `quote_vectors` holds the dense vectors of the episodes' passages when
+  retrieval uses embeddings (pgvector's `vector` type; `tiermem.runtime.pg_vectors`
+  writes and searches it): one row per passage with its episode's agent and
+  owner, under the same agent policy, deleted by a trigger with its episode
+  or when the episode's quotes change, as in SQLite.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-SCHEMA_VERSION = "pg-4"
+SCHEMA_VERSION = "pg-5"
 T = 'TEXT COLLATE "C"'
 
 # (table, columns): the same tables and columns as the SQLite schema.
@@ -101,9 +103,10 @@ TABLES: list[tuple[str, str]] = [
     ("erased_ids", f"event_id {T} PRIMARY KEY"),
     ("tm_agent_roles", f"role_name {T} NOT NULL, agent_id {T} NOT NULL, PRIMARY KEY (role_name, agent_id)"),
     (
-        "embeddings",
-        f"item_id {T} PRIMARY KEY, item_kind {T} NOT NULL, agent_id {T} NOT NULL, owner {T},"
-        " model TEXT NOT NULL, dims INTEGER NOT NULL, vector {VECTOR}",
+        # Derived from `episodes` like the full-text index: not content, not in the digest.
+        "quote_vectors",
+        f"episode_id {T} NOT NULL, idx INTEGER NOT NULL, agent_id {T}, owner {T}, vec {{VECTOR}} NOT NULL,"
+        " PRIMARY KEY (episode_id, idx)",
     ),
 ]
 
@@ -124,6 +127,14 @@ CREATE OR REPLACE FUNCTION tm_episode_doc(name TEXT, summary TEXT, quotes TEXT, 
         || setweight(to_tsvector('simple'::regconfig, coalesce(summary, '')), 'C')
         || setweight(to_tsvector('simple'::regconfig, tm_json_texts(quotes, 'text')), 'B')
         || setweight(to_tsvector('simple'::regconfig, tm_json_texts(participants, NULL)), 'D') $$;
+CREATE OR REPLACE FUNCTION tm_drop_quote_vectors() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN DELETE FROM quote_vectors WHERE episode_id = OLD.episode_id; RETURN NULL; END $$;
+CREATE OR REPLACE TRIGGER episodes_vec_ad AFTER DELETE ON episodes
+    FOR EACH ROW EXECUTE FUNCTION tm_drop_quote_vectors();
+CREATE OR REPLACE TRIGGER episodes_vec_au AFTER UPDATE OF key_quotes, start_ts, agent_id, owner ON episodes
+    FOR EACH ROW WHEN ((OLD.key_quotes, OLD.start_ts, OLD.agent_id, OLD.owner)
+                       IS DISTINCT FROM (NEW.key_quotes, NEW.start_ts, NEW.agent_id, NEW.owner))
+    EXECUTE FUNCTION tm_drop_quote_vectors();
 """
 
 INDEXES = """
@@ -143,7 +154,7 @@ CREATE INDEX IF NOT EXISTS episodes_fts ON episodes
 CREATE INDEX IF NOT EXISTS retrievals_agent ON retrievals (agent_id, ts);
 CREATE INDEX IF NOT EXISTS notes_source ON notes (source_event_id);
 CREATE INDEX IF NOT EXISTS notes_owner ON notes (owner);
-CREATE INDEX IF NOT EXISTS embeddings_agent ON embeddings (agent_id, item_kind);
+CREATE INDEX IF NOT EXISTS quote_vectors_agent ON quote_vectors (agent_id);
 """
 
 # Tables whose rows belong to one agent: each gets the agent policy.
@@ -156,7 +167,7 @@ AGENT_TABLES = (
     "proposals",
     "sessions",
     "notes",
-    "embeddings",
+    "quote_vectors",
 )
 SHARED_SCOPES = "('system', 'agent_type', 'project', 'override')"
 MINE = "agent_id IN (SELECT r.agent_id FROM tm_agent_roles r WHERE r.role_name = current_user)"
@@ -395,7 +406,7 @@ def scrub_after_erasure(conn: PgConnection) -> bool:
     if owner is None or not owner[0]:
         return False  # an agent's connection: VACUUM would skip the tables with a warning only
     complete = True
-    for table in (*DIGEST_TABLES, "folded_turns", "embeddings"):
+    for table in (*DIGEST_TABLES, "folded_turns", "quote_vectors"):
         try:
             conn.execute(f"VACUUM FULL {table}")
         except psycopg.Error:

@@ -13,10 +13,16 @@ measured in bench/RESULTS.md).
 The projector runs once per store, not once per process: `projector_lease`
 is a session-level advisory lock in the database, held while a pass runs and
 released by the server if the holder's connection dies (the lease's expiry).
+
+With embeddings (retrieval.mode hybrid or dense), passages are embedded at
+projection into pgvector (`tiermem.runtime.pg_vectors`) and quote searches
+fuse them with the lexical side through the same `episode_search.DenseSearch`
+as on SQLite; lexical mode (the default) writes and reads no vectors.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sqlite3
@@ -27,13 +33,17 @@ from pathlib import Path
 from typing import Any, cast
 
 from tiermem.runtime import episode_search, levels, pg_hotstore, scopes, sqlite_apply, unfolded
+from tiermem.runtime.episode_search import DenseSearch
 from tiermem.runtime.hotstore import fact_clause, item_clause
 from tiermem.runtime.levels import WorkingItem
 from tiermem.runtime.pg_hotstore import PgConnection
+from tiermem.runtime.pg_vectors import PgVectorIndex
 from tiermem.runtime.scopes import ScoredFact
+from tiermem.runtime.sqlite_store import dense_search
 from tiermem.runtime.store import ProjectionInfo, Row
 from tiermem.runtime.visibility import Principal
 
+from tiermem.registry import EVENT_TYPES
 from tiermem.settings import Settings
 
 LEASE_KEY = "tiermem.projector"
@@ -245,6 +255,27 @@ def fact_rows(
     return out[:limit]  # as many as FTS5 would hand over, the best by the same BM25
 
 
+def pg_dense_search(settings: Settings) -> DenseSearch | None:
+    """The settings' dense side with its vectors in pgvector (None: lexical only).
+
+    The embedder is the one the SQLite store would load (shared per process);
+    the weights and candidate counts are the same, so both backends fuse alike.
+    """
+    dense = dense_search(settings)
+    if dense is None:
+        return None
+    return dataclasses.replace(dense, index=PgVectorIndex(dense.index.embedder))
+
+
+def _episode_ids(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    out = []
+    for e in events:
+        spec = EVENT_TYPES.get(str(e.get("type")))
+        if spec is not None and spec.projection == "episode":
+            out.append(str(e["event_id"]))
+    return out
+
+
 def _sql(conn: PgConnection) -> sqlite3.Connection:
     # The shared handlers and reads are typed for sqlite3; they use only execute/executemany
     # and rows read by index or name, which PgConnection provides with the same meaning.
@@ -254,8 +285,10 @@ def _sql(conn: PgConnection) -> sqlite3.Connection:
 class PostgresHotStore:
     """`HotStore` on PostgreSQL (see the module doc). `conn` is for tests and benchmarks."""
 
-    def __init__(self, conn: PgConnection, *, create: bool = True) -> None:
+    def __init__(self, conn: PgConnection, *, create: bool = True, dense: DenseSearch | None = None) -> None:
         self.conn = conn
+        # With embeddings: passages' vectors written at projection and searched beside full text.
+        self.dense = dense
         conn.episode_index = EpisodeIndex()
         conn.fact_index = fact_rows
         if create:
@@ -263,11 +296,11 @@ class PostgresHotStore:
 
     @classmethod
     def open(cls, settings: Settings) -> PostgresHotStore:
-        return cls.connect(str(settings.hot_url))
+        return cls.connect(str(settings.hot_url), dense=pg_dense_search(settings))
 
     @classmethod
-    def connect(cls, url: str, *, create: bool = True) -> PostgresHotStore:
-        return cls(pg_hotstore.connect(url), create=create)
+    def connect(cls, url: str, *, create: bool = True, dense: DenseSearch | None = None) -> PostgresHotStore:
+        return cls(pg_hotstore.connect(url), create=create, dense=dense)
 
     @staticmethod
     def remove(settings: Settings) -> None:
@@ -289,8 +322,13 @@ class PostgresHotStore:
 
     # ------------------------------------------------------------ projection
     def apply_now(self, events: Iterable[Mapping[str, Any]]) -> ProjectionInfo:
+        batch = list(events)
         with self.conn.transaction():
-            info = sqlite_apply.apply_events(_sql(self.conn), events)
+            info = sqlite_apply.apply_events(_sql(self.conn), batch)
+            episodes = _episode_ids(batch) if self.dense is not None else []
+            if self.dense is not None and episodes:
+                # The episodes just applied only: the projector's batches fill any others.
+                self.dense.index.index_pending(_sql(self.conn), episodes)
         if info.erasures:
             self.scrub()
         return info
@@ -300,6 +338,8 @@ class PostgresHotStore:
     ) -> None:
         with self.conn.transaction():
             sqlite_apply.apply_events(_sql(self.conn), events, info)
+            if self.dense is not None:
+                self.dense.index.index_pending(_sql(self.conn))
             for key, value in meta.items():
                 pg_hotstore.set_meta(self.conn, key, value)
 
@@ -418,7 +458,7 @@ class PostgresHotStore:
     def recall_lines(
         self, who: Principal, query: str, participant: str | None = None, budget: int | None = None
     ) -> list[tuple[str, tuple[str, ...]]]:
-        return episode_search.recall_lines(_sql(self.conn), who, query, participant, budget)
+        return episode_search.recall_lines(_sql(self.conn), who, query, participant, budget, self.dense)
 
     def search_turns(
         self,

@@ -8,9 +8,11 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import psycopg
 import pytest
 from helpers_pg import PgServer
@@ -23,6 +25,7 @@ from tiermem.runtime.projector import project, rebuild
 from tiermem.runtime.tools import call_tool
 from tiermem.runtime.visibility import Principal
 
+from tiermem.embeddings import Vectors, normalise
 from tiermem.events import validate
 from tiermem.settings import Settings
 
@@ -227,20 +230,42 @@ def test_hot_url_comes_from_the_file_or_the_environment_and_is_checked(tmp_path:
         resolve_settings(data_dir=tmp_path, env={"TIERMEM_HOT_URL": "mysql://h/x"})
 
 
-def test_the_schema_is_ready_for_vectors(pg_url: str) -> None:
-    """pgserver's PostgreSQL ships pgvector: the extension is created and `embeddings.vector` uses it."""
+def test_the_schema_keeps_passage_vectors_in_pgvector(pg_url: str) -> None:
+    """pgserver's PostgreSQL ships pgvector: the extension is created and `quote_vectors.vec` uses it."""
     with PostgresHotStore.connect(pg_url) as store:
         assert pg_hotstore.has_vector(store.conn)
         kind = store.conn.execute(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
-            " WHERE attrelid = 'embeddings'::regclass AND attname = 'vector'"
+            " WHERE attrelid = 'quote_vectors'::regclass AND attname = 'vec'"
         ).fetchone()[0]
         assert kind == "vector"
         store.conn.executemany(
-            "INSERT INTO embeddings (item_id, item_kind, agent_id, model, dims, vector) VALUES (?, 'fact', 'a1', 'm', 3, ?::vector)",
+            "INSERT INTO quote_vectors (episode_id, idx, agent_id, vec) VALUES (?, 0, 'a1', ?::vector)",
             [("near", "[1, 0, 0]"), ("far", "[0, 1, 0]")],
         )
         nearest = store.conn.execute(
-            "SELECT item_id FROM embeddings ORDER BY vector <=> '[0.9, 0.1, 0]'::vector LIMIT 1"
+            "SELECT episode_id FROM quote_vectors ORDER BY vec <=> '[0.9, 0.1, 0]'::vector LIMIT 1"
         ).fetchone()[0]
         assert nearest == "near"
+
+
+class _ThreeDims:
+    """Fixed stand-in vectors (not a model): the error path needs no embedding."""
+
+    name = "three-dims-test"
+    dim = 3
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        return normalise(np.ones((len(texts), 3)))
+
+
+def test_dense_retrieval_without_pgvector_is_a_configuration_error(pg_url: str) -> None:
+    from tiermem.runtime.pg_vectors import PgVectorIndex, VectorExtensionMissingError
+
+    with PostgresHotStore.connect(pg_url) as store:
+        store.conn.execute("DROP EXTENSION vector CASCADE")
+        index = PgVectorIndex(_ThreeDims())
+        with pytest.raises(VectorExtensionMissingError, match="pgvector"):
+            index.nearest(cast(sqlite3.Connection, store.conn), "anything", 5)
+        with pytest.raises(VectorExtensionMissingError):
+            index.index_pending(cast(sqlite3.Connection, store.conn))
