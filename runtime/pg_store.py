@@ -28,19 +28,17 @@ import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
-from tiermem.runtime import episode_search, levels, pg_hotstore, scopes, sqlite_apply, unfolded
+from tiermem.runtime import pg_hotstore, sqlite_apply
 from tiermem.runtime.episode_search import DenseSearch
-from tiermem.runtime.hotstore import fact_clause, item_clause
-from tiermem.runtime.levels import WorkingItem
+from tiermem.runtime.hotstore import item_clause
 from tiermem.runtime.pg_hotstore import PgConnection
 from tiermem.runtime.pg_vectors import PgVectorIndex
-from tiermem.runtime.scopes import ScoredFact
 from tiermem.runtime.sqlite_store import dense_search
-from tiermem.runtime.store import ProjectionInfo, Row
+from tiermem.runtime.store import ProjectionInfo
+from tiermem.runtime.store_reads import SharedReads
 from tiermem.runtime.visibility import Principal
 
 from tiermem.registry import EVENT_TYPES
@@ -282,7 +280,7 @@ def _sql(conn: PgConnection) -> sqlite3.Connection:
     return cast(sqlite3.Connection, conn)
 
 
-class PostgresHotStore:
+class PostgresHotStore(SharedReads):
     """`HotStore` on PostgreSQL (see the module doc). `conn` is for tests and benchmarks."""
 
     def __init__(self, conn: PgConnection, *, create: bool = True, dense: DenseSearch | None = None) -> None:
@@ -374,98 +372,7 @@ class PostgresHotStore:
     def files(self) -> list[Path]:
         return []
 
-    # ------------------------------------------------------------ reads
-    def identity(self, agent_id: str) -> str:
-        row = self.conn.execute("SELECT content FROM identity WHERE agent_id=?", (agent_id,)).fetchone()
-        return "" if row is None else str(row[0])
-
-    def recent(self, who: Principal, level: str, limit: int) -> list[WorkingItem]:
-        return levels.recent_items(_sql(self.conn), who, level, limit)
-
-    def history(self, who: Principal) -> list[WorkingItem]:
-        return levels.all_items(_sql(self.conn), who)
-
-    def current_level(self, who: Principal) -> str:
-        return levels.current_level(_sql(self.conn), who)
-
-    def relationship(self, who: Principal) -> Row | None:
-        if who.user is None:
-            return None
-        where, params = item_clause(who, "r")
-        row = self.conn.execute(
-            "SELECT r.participant, r.summary, r.rapport, r.trust, r.last_spoke_ts, r.interactions"
-            f" FROM relationships r WHERE r.participant = ? AND {where}",
-            (who.user, *params),
-        ).fetchone()
-        return None if row is None else dict(row)
-
-    def scope_rules(self, who: Principal, limit: int = 20) -> list[Row]:
-        where, params = fact_clause(who, "f")
-        rows = self.conn.execute(
-            "SELECT f.* FROM facts f WHERE f.status='active'"
-            f" AND (f.scope='override' OR f.category='rule') AND {where}"
-            " ORDER BY f.scope='override' DESC, f.updated_at DESC, f.fact_id LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return [dict(r) for r in rows]
-
-    def list_facts(
-        self,
-        who: Principal,
-        *,
-        kinds: tuple[str, ...] | None = None,
-        topic: str | None = None,
-        participant_first: str | None = None,
-        limit: int = 100,
-    ) -> list[Row]:
-        rows = scopes.list_facts(
-            _sql(self.conn), who, kinds=kinds, topic=topic, participant_first=participant_first, limit=limit
-        )
-        return [dict(r) for r in rows]
-
-    def search_facts(
-        self,
-        who: Principal,
-        query: str,
-        *,
-        topic: str | None = None,
-        limit: int = 10,
-        kinds: tuple[str, ...] | None = None,
-        weights: Mapping[str, float] | None = None,
-        now: datetime,
-    ) -> list[ScoredFact]:
-        return scopes.search_facts(
-            _sql(self.conn), who, query, topic=topic, limit=limit, kinds=kinds, weights=weights, now=now
-        )
-
-    def kv_lookup(self, who: Principal, key: str) -> Row | None:
-        row = scopes.kv_lookup(_sql(self.conn), who, key)
-        return None if row is None else dict(row)
-
-    def visible_fact(self, who: Principal, fact_id: str) -> Row | None:
-        where, params = fact_clause(who, "f")
-        row = self.conn.execute(
-            f"SELECT f.* FROM facts f WHERE f.fact_id = ? AND f.status = 'active' AND {where}",
-            (fact_id, *params),
-        ).fetchone()
-        return None if row is None else dict(row)
-
-    def search_episodes(
-        self, who: Principal, query: str, participant: str | None = None, limit: int = 3
-    ) -> list[Row]:
-        return episode_search.search_episodes(_sql(self.conn), who, query, participant, limit)
-
-    def recall_lines(
-        self, who: Principal, query: str, participant: str | None = None, budget: int | None = None
-    ) -> list[tuple[str, tuple[str, ...]]]:
-        return episode_search.recall_lines(_sql(self.conn), who, query, participant, budget, self.dense)
-
-    def search_turns(
-        self,
-        who: Principal,
-        query: str,
-        participant: str | None = None,
-        limit: int = 5,
-        exclude: frozenset[str] = frozenset(),
-    ) -> list[Row]:
-        return unfolded.search_unfolded(_sql(self.conn), who, query, participant, limit, exclude)
+    # ------------------------------------------------------------ reads (runtime.store_reads)
+    @property
+    def _reads(self) -> sqlite3.Connection:
+        return _sql(self.conn)

@@ -16,18 +16,15 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from tiermem.runtime import episode_search, hotstore, levels, scopes, sqlite_apply, unfolded
+from tiermem.runtime import hotstore, sqlite_apply
 from tiermem.runtime.episode_search import DenseSearch
-from tiermem.runtime.levels import WorkingItem
-from tiermem.runtime.scopes import ScoredFact
-from tiermem.runtime.store import ProjectionInfo, Row
+from tiermem.runtime.store import ProjectionInfo
+from tiermem.runtime.store_reads import SharedReads
 from tiermem.runtime.vectors import VectorIndex
-from tiermem.runtime.visibility import Principal
 
 from tiermem.registry import EVENT_TYPES
 from tiermem.settings import Settings
@@ -55,11 +52,7 @@ def _projects_as(event: Mapping[str, Any], kind: str) -> bool:
     return spec is not None and spec.projection == kind
 
 
-def _row(row: sqlite3.Row | None) -> Row | None:
-    return None if row is None else dict(row)
-
-
-class SQLiteHotStore:
+class SQLiteHotStore(SharedReads):
     """`HotStore` on one SQLite database (see the module doc)."""
 
     def __init__(
@@ -139,97 +132,7 @@ class SQLiteHotStore:
             p for p in (self.path.with_name(self.path.name + s) for s in ("", "-wal", "-shm")) if p.exists()
         ]
 
-    # ------------------------------------------------------------ reads
-    def identity(self, agent_id: str) -> str:
-        row = self.conn.execute("SELECT content FROM identity WHERE agent_id=?", (agent_id,)).fetchone()
-        return "" if row is None else str(row[0])
-
-    def recent(self, who: Principal, level: str, limit: int) -> list[WorkingItem]:
-        return levels.recent_items(self.conn, who, level, limit)
-
-    def history(self, who: Principal) -> list[WorkingItem]:
-        return levels.all_items(self.conn, who)
-
-    def current_level(self, who: Principal) -> str:
-        return levels.current_level(self.conn, who)
-
-    def relationship(self, who: Principal) -> Row | None:
-        if who.user is None:
-            return None
-        where, params = hotstore.item_clause(who, "r")
-        row = self.conn.execute(
-            "SELECT r.participant, r.summary, r.rapport, r.trust, r.last_spoke_ts, r.interactions"
-            f" FROM relationships r WHERE r.participant = ? AND {where}",
-            (who.user, *params),
-        ).fetchone()
-        return _row(row)
-
-    def scope_rules(self, who: Principal, limit: int = 20) -> list[Row]:
-        where, params = hotstore.fact_clause(who, "f")
-        rows = self.conn.execute(
-            "SELECT f.* FROM facts f WHERE f.status='active'"
-            f" AND (f.scope='override' OR f.category='rule') AND {where}"
-            " ORDER BY f.scope='override' DESC, f.updated_at DESC, f.fact_id LIMIT ?",
-            (*params, limit),
-        ).fetchall()
-        return [dict(r) for r in rows]
-
-    def list_facts(
-        self,
-        who: Principal,
-        *,
-        kinds: tuple[str, ...] | None = None,
-        topic: str | None = None,
-        participant_first: str | None = None,
-        limit: int = 100,
-    ) -> list[Row]:
-        rows = scopes.list_facts(
-            self.conn, who, kinds=kinds, topic=topic, participant_first=participant_first, limit=limit
-        )
-        return [dict(r) for r in rows]
-
-    def search_facts(
-        self,
-        who: Principal,
-        query: str,
-        *,
-        topic: str | None = None,
-        limit: int = 10,
-        kinds: tuple[str, ...] | None = None,
-        weights: Mapping[str, float] | None = None,
-        now: datetime,
-    ) -> list[ScoredFact]:
-        return scopes.search_facts(
-            self.conn, who, query, topic=topic, limit=limit, kinds=kinds, weights=weights, now=now
-        )
-
-    def kv_lookup(self, who: Principal, key: str) -> Row | None:
-        return _row(scopes.kv_lookup(self.conn, who, key))
-
-    def visible_fact(self, who: Principal, fact_id: str) -> Row | None:
-        where, params = hotstore.fact_clause(who, "f")
-        row = self.conn.execute(
-            f"SELECT f.* FROM facts f WHERE f.fact_id = ? AND f.status = 'active' AND {where}",
-            (fact_id, *params),
-        ).fetchone()
-        return _row(row)
-
-    def search_episodes(
-        self, who: Principal, query: str, participant: str | None = None, limit: int = 3
-    ) -> list[Row]:
-        return episode_search.search_episodes(self.conn, who, query, participant, limit)
-
-    def recall_lines(
-        self, who: Principal, query: str, participant: str | None = None, budget: int | None = None
-    ) -> list[tuple[str, tuple[str, ...]]]:
-        return episode_search.recall_lines(self.conn, who, query, participant, budget, self.dense)
-
-    def search_turns(
-        self,
-        who: Principal,
-        query: str,
-        participant: str | None = None,
-        limit: int = 5,
-        exclude: frozenset[str] = frozenset(),
-    ) -> list[Row]:
-        return unfolded.search_unfolded(self.conn, who, query, participant, limit, exclude)
+    # ------------------------------------------------------------ reads (runtime.store_reads)
+    @property
+    def _reads(self) -> sqlite3.Connection:
+        return self.conn
