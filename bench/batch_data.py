@@ -20,32 +20,13 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+# The same conversation templates as the compressor's benchmark: the two measure comparable turns.
+from bench_compressor_offline import AGENT, NAMES, PLACES, USER
+
 from tiermem.eventlog import EventLog
 from tiermem.ids import derived_event_id, format_ts
 from tiermem.settings import resolve_settings
 
-NAMES = ["Ava", "Ben", "Chloe", "Dev", "Emma", "Finn", "Grace", "Hugo"]
-PLACES = ["Boston", "Lisbon", "Kyoto", "Oslo", "Denver", "Cairo"]
-USER = [
-    "I went to {place} last week with my sister {name} and it was amazing!",
-    "My favorite food is ramen, I could eat it every day.",
-    "Actually, I meant {place}, not Paris.",
-    "I'm so worried about the exam on {day} May.",
-    "ok thanks",
-    "Hey! How are you?",
-    "I started a new job at a bakery in {place} yesterday.",
-    "Do you remember what {name} said about the concert?",
-]
-AGENT = [
-    "That sounds wonderful. What did you like most about {place}?",
-    "Noted: ramen is your favorite.",
-    "Thanks for the correction.",
-    "You will do great, you prepared a lot.",
-    "You're welcome!",
-    "Hi! I'm well, thanks.",
-    "Congratulations on the new job!",
-    "{name} said the concert was on a Friday.",
-]
 ODD = ["", "I'm unable to help with that request.", "Let me check the schedule for you and..."]
 MODELS = ["claude-sonnet-5", "claude-haiku-5", "gpt-5-mini"]
 TOOLS = ["search", "calendar", "calculator"]
