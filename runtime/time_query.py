@@ -26,25 +26,9 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from tiermem.dates import MONTHS
+from tiermem.dates import MONTHS, NUMBER_WORDS
 
 _MONTHS = {m.lower(): i + 1 for i, m in enumerate(MONTHS)}
-_NUMBERS = {
-    "a": 1,
-    "an": 1,
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "couple of": 2,
-    "few": 3,
-}
 _AGO = re.compile(
     r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|couple of|few)\s+(day|week|month|year)s?\s+ago\b"
 )
@@ -119,7 +103,7 @@ def _ago(q: str, today: datetime) -> TimeWindow | None:
     m = _AGO.search(q)
     if m is None:
         return None
-    n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
+    n = int(m.group(1)) if m.group(1).isdigit() else NUMBER_WORDS[m.group(1)]
     unit = m.group(2)
     if unit == "day":
         at = today - timedelta(days=n)

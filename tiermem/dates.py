@@ -31,7 +31,7 @@ MONTHS = (
     "December",
 )
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-_NUMBER_WORDS = {
+NUMBER_WORDS = {
     "a": 1,
     "an": 1,
     "one": 1,
@@ -111,7 +111,7 @@ def _count(word: str) -> int:
     word = word.lower().strip()
     if word.isdigit():
         return int(word)
-    return _NUMBER_WORDS.get(word.replace("a couple of", "couple of"), 1)
+    return NUMBER_WORDS.get(word.replace("a couple of", "couple of"), 1)
 
 
 def _resolve_day(kind: str, m: re.Match[str], at: datetime) -> str:
