@@ -705,12 +705,13 @@ def _date_boost(row: Any, asked: _Asked) -> float:
 
 def _score_episode(
     row: Any,
+    quotes: Any,
     asked: _Asked,
     near: dict[tuple[str, int], float],
     notes: dict[tuple[str, str], list[Note]],
 ) -> list[tuple[float, dict[str, Any]]]:
-    """Every passage of one candidate episode with its lexical score (see `search_quotes`)."""
-    passages = episode_passages(orjson.loads(row[3] or "[]"))
+    """Every passage of one candidate episode (`quotes`: its parsed key quotes) with its lexical score."""
+    passages = episode_passages(quotes)
     if not passages:
         return []
     n_groups, weights = len(asked.groups), asked.weights
@@ -818,8 +819,11 @@ def search_quotes(
         forms=tuple(f for g in groups for f in g),
     )
     # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
-    notes = notes_for(conn, who, _quoted_event_ids(rows))
-    scored = [s for row in rows for s in _score_episode(row, asked, near, notes)]
+    quotes = [orjson.loads(row[3] or "[]") for row in rows]  # parsed once: for the notes and the scoring
+    notes = notes_for(conn, who, _quoted_event_ids(quotes))
+    scored = [
+        s for row, qs in zip(rows, quotes, strict=True) for s in _score_episode(row, qs, asked, near, notes)
+    ]
     if dense is not None:
         scored = _fused(scored, dense)
     _restatements_first(scored, weights)
@@ -843,10 +847,10 @@ def search_quotes(
     return out
 
 
-def _quoted_event_ids(rows: list[Any]) -> set[str]:
+def _quoted_event_ids(quotes: list[Any]) -> set[str]:
     ids: set[str] = set()
-    for row in rows:
-        for q in orjson.loads(row[3] or "[]"):
+    for qs in quotes:
+        for q in qs:
             if isinstance(q, dict) and q.get("event_id"):
                 ids.add(str(q["event_id"]))
     return ids
