@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window, newest_window
-from tiermem.runtime.hotstore import item_clause
+from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.notes import Note, note_words, notes_for, shown_notes
 from tiermem.runtime.packing import render_quote_block
 from tiermem.runtime.passages import episode_passages
@@ -115,8 +115,7 @@ def _archive_version(conn: sqlite3.Connection) -> tuple[str, int]:
     if index is not None:
         version: tuple[str, int] = index.version(conn)
         return version
-    db = str(conn.execute("PRAGMA database_list").fetchone()[2])
-    return db, conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0] or 0
+    return database_key(conn), conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0] or 0
 
 
 def _archive_sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:

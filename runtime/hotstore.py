@@ -279,6 +279,17 @@ class HotConnection(sqlite3.Connection):
     erasure_targets: Any = None
 
 
+def database_key(conn: Any) -> str:
+    """Which store a connection reads, for the per-process caches keyed by it (several may be open).
+
+    A backend other than SQLite names itself through its episode index.
+    """
+    index = getattr(conn, "episode_index", None)
+    if index is not None:
+        return str(index.version(conn)[0])
+    return str(conn.execute("PRAGMA database_list").fetchone()[2])
+
+
 def connect(path: Path | str, *, create: bool = True) -> sqlite3.Connection:
     """Open the hot store with WAL, a busy timeout and secure delete; create the schema."""
     path = Path(path)

@@ -26,7 +26,7 @@ from bisect import bisect_left
 from typing import Any
 
 from tiermem.runtime.episode_search import query_terms
-from tiermem.runtime.hotstore import item_clause
+from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.visibility import Principal
 
 SCAN_LIMIT = 400
@@ -80,7 +80,7 @@ def search_unfolded(
         " ORDER BY w.ts DESC, w.item_id DESC LIMIT ?",
         (*params, SCAN_LIMIT),
     ).fetchall()
-    words = _turn_words(conn, _database_key(conn), [r[3] for r in rows if r[0] not in exclude])
+    words = _turn_words(conn, database_key(conn), [r[3] for r in rows if r[0] not in exclude])
     scored: list[tuple[int, int, Any]] = []
     for rank, row in enumerate(rows):
         if row[0] in exclude:
@@ -102,14 +102,6 @@ def search_unfolded(
         }
         for neg, _, row in best
     ]
-
-
-def _database_key(conn: Any) -> str:
-    """Which store the cached words belong to (several stores may be open in one process)."""
-    index = getattr(conn, "episode_index", None)  # a backend other than SQLite names itself
-    if index is not None:
-        return str(index.version(conn)[0])
-    return str(conn.execute("PRAGMA database_list").fetchone()[2])
 
 
 def _texts(conn: sqlite3.Connection, item_ids: list[str]) -> dict[str, tuple[str, str]]:

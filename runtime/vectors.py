@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import orjson
 from numpy.typing import NDArray
+from tiermem.runtime.hotstore import database_key
 from tiermem.runtime.passages import episode_passages
 
 from tiermem.dates import human_date
@@ -130,7 +131,7 @@ class VectorIndex:
 
     # ------------------------------------------------------------ search
     def _load(self, conn: sqlite3.Connection) -> _Matrix:
-        db = str(conn.execute("PRAGMA database_list").fetchone()[2])
+        db = database_key(conn)
         count, newest = conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM quote_vectors").fetchone()
         m = self._matrix.get(db)
         if m is not None and m.version == (int(count), int(newest)):
