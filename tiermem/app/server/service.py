@@ -66,6 +66,8 @@ class MemoryService:
         # The turn queue lives on the event loop (no lock): filled by requests, emptied by one drain task.
         self._turns: list[PendingTurn] = []
         self._draining = False
+        self.turn_batches = 0  # batches written (with `turns_recorded`: the mean batch size)
+        self.turns_recorded = 0
 
     # Everything below `_on_thread` runs on the worker thread only.
     def _mem(self) -> Memory:
@@ -140,6 +142,8 @@ class MemoryService:
         try:
             while self._turns:
                 batch = self._next_batch()
+                self.turn_batches += 1
+                self.turns_recorded += len(batch)
                 try:
                     outcomes = await self.run(self._record_batch, batch)
                 except Exception as exc:  # a storage error: no turn of this write is acknowledged
