@@ -400,6 +400,10 @@ class EventLog:
         st = st or os.fstat(fd)
         size = st.st_size
         segment = f"{stream}/{partition}/{stem}"
+        if self._indexed_to.get(segment) == (st.st_ino, size):
+            # Exactly as this process last left it (ending with a whole line): nothing torn,
+            # nothing to reconcile.
+            return st
         if size and os.pread(fd, 1, size - 1) != b"\n":
             cut = _last_newline_end(fd, size)
             torn = os.pread(fd, size - cut, cut)
