@@ -66,6 +66,7 @@ class MemoryService:
         # The turn queue lives on the event loop (no lock): filled by requests, emptied by one drain task.
         self._turns: list[PendingTurn] = []
         self._draining = False
+        self._drain_task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
         self.turn_batches = 0  # batches written (with `turns_recorded`: the mean batch size)
         self.turns_recorded = 0
 
@@ -135,7 +136,7 @@ class MemoryService:
         self._turns.append(PendingTurn(agent_id, user, message, response, fields, done))
         if not self._draining:
             self._draining = True
-            asyncio.get_running_loop().create_task(self._drain_turns())
+            self._drain_task = asyncio.get_running_loop().create_task(self._drain_turns())
         return await done
 
     async def _drain_turns(self) -> None:
