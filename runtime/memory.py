@@ -435,33 +435,87 @@ def record_turn(
     else:
         memory = memory_or_settings
     try:
-        record: dict[str, Any] = {
-            "type": "interaction",
-            "agent_id": memory.agent_id,
-            "user_message": user_message,
-            "agent_response": agent_response,
-        }
-        defaults = {
-            "agent_type": memory.agent_type,
-            "project_id": memory.project_id,
-            "task_id": memory.task_id,
-            "session_id": memory.session_id,
-            "user": memory.user,
-        }
-        record.update({k: v for k, v in defaults.items() if v})
-        record.update({k: v for k, v in fields.items() if v is not None})
-        if "memory_level" not in record:
-            record["memory_level"] = memory.current_level()
-        # The turn and its enrichment come from the caller: the trust boundary applies.
-        event = memory.append([record], writer=CALLER)[0]
-        return RecordedTurn(
-            event_id=str(event["event_id"]),
-            memory_level=str(event["memory_level"]),
-            tokens=count_tokens(user_message) + count_tokens(agent_response),
-        )
+        (outcome,) = record_turns([TurnToRecord(memory, user_message, agent_response, fields)])
+        if isinstance(outcome, ValidationError):
+            raise outcome
+        return outcome
     finally:
         if own:
             memory.close()
+
+
+@dataclass(frozen=True)
+class TurnToRecord:
+    """One turn of a `record_turns` batch: the agent's memory it belongs to and its fields."""
+
+    memory: AgentMemory
+    user_message: str
+    agent_response: str
+    fields: Mapping[str, Any]
+
+
+def record_turns(turns: list[TurnToRecord]) -> list[RecordedTurn | ValidationError]:
+    """`record_turn` for many turns, of any agents of one data root, in one durable append.
+
+    Each turn is built and validated on its own, against its own agent's memory:
+    one that fails validation is quarantined and answered with its error, the
+    others go on. The valid ones are written together, so they share one fsync
+    (one per day touched), and reach the hot store in one transaction. A storage
+    error concerns the whole write and is raised to the caller of the batch.
+    """
+    if not turns:
+        return []
+    first = turns[0].memory
+    if any(t.memory.settings.log_dir != first.settings.log_dir for t in turns):
+        raise ValidationError("turns", "a batch of turns must belong to one data root")
+    outcomes: list[RecordedTurn | ValidationError] = []
+    events: list[dict[str, Any]] = []
+    for turn in turns:
+        memory = turn.memory
+        record = _turn_record(memory, turn.user_message, turn.agent_response, turn.fields)
+        try:
+            # The turn and its enrichment come from the caller: the trust boundary applies.
+            event = validate(record, writer=CALLER, limits=memory.settings.limits)
+        except ValidationError as exc:
+            memory.log.reject(record, exc)
+            outcomes.append(exc)
+            continue
+        events.append(event)
+        outcomes.append(
+            RecordedTurn(
+                event_id=str(event["event_id"]),
+                memory_level=str(event["memory_level"]),
+                tokens=count_tokens(turn.user_message) + count_tokens(turn.agent_response),
+            )
+        )
+    if events:
+        first.log.append_validated(events)
+        # One hot store per data root: any of the batch's connections applies them all.
+        first.store.apply_now(events)
+    return outcomes
+
+
+def _turn_record(
+    memory: AgentMemory, user_message: str, agent_response: str, fields: Mapping[str, Any]
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "type": "interaction",
+        "agent_id": memory.agent_id,
+        "user_message": user_message,
+        "agent_response": agent_response,
+    }
+    defaults = {
+        "agent_type": memory.agent_type,
+        "project_id": memory.project_id,
+        "task_id": memory.task_id,
+        "session_id": memory.session_id,
+        "user": memory.user,
+    }
+    record.update({k: v for k, v in defaults.items() if v})
+    record.update({k: v for k, v in fields.items() if v is not None})
+    if "memory_level" not in record:
+        record["memory_level"] = memory.current_level()
+    return record
 
 
 def end_session(

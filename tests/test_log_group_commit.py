@@ -70,16 +70,17 @@ def test_a_fsync_by_one_process_covers_what_another_wrote_before_it(tmp_path: Pa
     fd_b = os.open(seg, os.O_RDWR | os.O_APPEND)
     a, b = SharedSync(tmp_path / ".sync"), SharedSync(tmp_path / ".sync")
     try:
+        ino = os.fstat(fd_a).st_ino
         os.write(fd_a, b"a" * 10 + b"\n")  # A's record: bytes [0, 11)
         os.write(fd_b, b"b" * 10 + b"\n")  # B's record: bytes [11, 22)
-        assert b.make_durable(SyncPoint("s/date=x/seg", fd_b, 22)) is True
+        assert b.make_durable(SyncPoint("s/date=x/seg", fd_b, 22, ino)) is True
         # A's bytes were below the size B fsynced: A returns without an fsync of its own.
-        assert a.make_durable(SyncPoint("s/date=x/seg", fd_a, 11)) is False
+        assert a.make_durable(SyncPoint("s/date=x/seg", fd_a, 11, ino)) is False
         os.write(fd_a, b"c\n")
-        assert a.make_durable(SyncPoint("s/date=x/seg", fd_a, 24)) is True  # beyond it: A syncs
-        assert b.make_durable(SyncPoint("s/date=x/seg", fd_b, 24)) is False
+        assert a.make_durable(SyncPoint("s/date=x/seg", fd_a, 24, ino)) is True  # beyond it: A syncs
+        assert b.make_durable(SyncPoint("s/date=x/seg", fd_b, 24, ino)) is False
         # Another segment (same inode numbers could recur after a rewrite) is never taken as covered.
-        assert b.make_durable(SyncPoint("s/date=x/other", fd_b, 1)) is True
+        assert b.make_durable(SyncPoint("s/date=x/other", fd_b, 1, ino)) is True
         assert (a.fsyncs, b.fsyncs) == (1, 2)
     finally:
         for fd in (fd_a, fd_b):
@@ -211,7 +212,7 @@ def test_a_cut_torn_tail_clears_the_shared_record_so_new_bytes_below_it_get_thei
         other = SharedSync(path.parent.parent / ".sync")  # another process syncs, partial line included
         fd = os.open(path, os.O_RDONLY)
         try:
-            assert other.make_durable(SyncPoint(first.segment, fd, os.fstat(fd).st_size))
+            assert other.make_durable(SyncPoint(first.segment, fd, os.fstat(fd).st_size, os.fstat(fd).st_ino))
         finally:
             os.close(fd)
             other.close()

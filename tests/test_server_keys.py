@@ -86,3 +86,25 @@ def test_authorize_is_the_one_decision() -> None:
         authorize(ALICE, agent_id="bot", user="bob")
     with pytest.raises(ForbiddenError):
         authorize(ALICE, agent_id="bot", whole_agent=True)
+
+
+def test_a_remembered_key_is_refused_as_soon_as_another_store_revokes_it(settings: Settings) -> None:
+    """`verify` remembers live keys between requests; every change to the key file, made by
+    any process, must end that at once — checked on each of many back-to-back revocations."""
+    server, cli_store = KeyStore(settings), KeyStore(settings)  # the server's, and the CLI's
+    try:
+        for _ in range(20):
+            created = cli_store.create(operator=False, agent_id="support-bot")
+            first = server.verify(created["key"])
+            assert first is not None and server.verify(created["key"]) == first  # remembered
+            cli_store.revoke(created["key_id"])
+            assert server.verify(created["key"]) is None
+        # A new key reaches the server too, and the file replaced under it is followed.
+        created = cli_store.create(operator=True, agent_id=None)
+        assert server.verify(created["key"]) is not None
+        path = keys_path(settings)
+        path.replace(path.with_name("old.sqlite"))
+        assert server.verify(created["key"]) is None  # a fresh, empty key file: no key is live
+    finally:
+        server.close()
+        cli_store.close()

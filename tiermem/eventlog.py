@@ -200,6 +200,7 @@ class _StreamWriter:
         self.thread_lock = threading.Lock()
         self.lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         self.fds: dict[str, int] = {}  # partition -> fd of its active segment
+        self.inos: dict[str, int] = {}  # partition -> inode of that fd (fixed while it is open)
         self.active: dict[str, str] = {}  # partition -> active segment stem
         # partition -> (its .jsonl, its .parquet twin, the seal's "being sealed" mark)
         self.paths: dict[str, tuple[str, str, str]] = {}
@@ -217,8 +218,13 @@ class _StreamWriter:
             self.sync.close()
 
     # Called with both locks held.
-    def segment_for(self, partition: str) -> tuple[str, int]:
+    def segment_for(self, partition: str) -> tuple[str, int, os.stat_result]:
+        """(stem, fd, its stat) of the partition's segment to append to, its tail repaired.
+
+        The stat stays true until the caller writes: every writer holds the stream lock.
+        """
         stem = self.active.get(partition)
+        on_disk: os.stat_result | None = None
         if stem is not None:
             jsonl, parquet, sealing = self.paths[partition]
             # Another process may have rolled the segment over, sealed it (or be
@@ -230,7 +236,7 @@ class _StreamWriter:
                 on_disk = None
             if (
                 on_disk is None
-                or on_disk.st_ino != os.fstat(self.fds[partition]).st_ino
+                or on_disk.st_ino != self.inos[partition]
                 or on_disk.st_size >= self.log.settings.segment_max_bytes
                 or os.path.exists(parquet)
                 or os.path.exists(sealing)
@@ -238,6 +244,7 @@ class _StreamWriter:
                 self._drop(partition)
                 self.log.forget_segment(f"{self.stream}/{partition}/{stem}")
                 stem = None
+                on_disk = None
         if stem is None:
             part_dir = self.root / partition
             stem = self._choose_segment(part_dir)
@@ -251,11 +258,13 @@ class _StreamWriter:
             if new_partition:
                 fsync_path(self.root)
             self.fds[partition] = fd
+            self.inos[partition] = os.fstat(fd).st_ino
             self.active[partition] = stem
             self.paths[partition] = (str(path), str(part_dir / f"{stem}.parquet"), str(sealing_mark(path)))
         fd = self.fds[partition]
-        self.log.repair_tail(self.stream, partition, stem, fd)
-        return stem, fd
+        # The path's stat is the open file's while their inodes match (checked above).
+        st = self.log.repair_tail(self.stream, partition, stem, fd, on_disk)
+        return stem, fd, st
 
     def drop_all(self) -> None:
         for partition in list(self.fds):
@@ -263,6 +272,7 @@ class _StreamWriter:
 
     def _drop(self, partition: str) -> None:
         fd = self.fds.pop(partition, None)
+        self.inos.pop(partition, None)
         self.active.pop(partition, None)
         self.paths.pop(partition, None)
         if fd is not None:
@@ -355,14 +365,14 @@ class EventLog:
         conn.execute("COMMIT")
         return start + end
 
-    def _reconcile(self, segment: str, fd: int) -> None:
+    def _reconcile(self, segment: str, fd: int, st: os.stat_result | None = None) -> None:
         """Index lines a crashed writer made durable but never indexed (lock held).
 
         Any process may have appended since we last looked, so the check is by
         size: when the file is longer than what this process knows is indexed,
         ask the index how far it got and index the rest.
         """
-        st = os.fstat(fd)
+        st = st or os.fstat(fd)
         known = self._indexed_to.get(segment)
         if known is not None and known == (st.st_ino, st.st_size):
             return
@@ -380,10 +390,20 @@ class EventLog:
         self._indexed_to[segment] = (st.st_ino, done)
 
     # ----------------------------------------------------------- torn tails
-    def repair_tail(self, stream: str, partition: str, stem: str, fd: int) -> None:
-        """Quarantine a partial last line left by a crashed writer, then reconcile (lock held)."""
-        size = os.fstat(fd).st_size
+    def repair_tail(
+        self, stream: str, partition: str, stem: str, fd: int, st: os.stat_result | None = None
+    ) -> os.stat_result:
+        """Quarantine a partial last line left by a crashed writer, then reconcile (lock held).
+
+        `st`: the segment's stat, if the caller has just taken it. Returns the stat after the repair.
+        """
+        st = st or os.fstat(fd)
+        size = st.st_size
         segment = f"{stream}/{partition}/{stem}"
+        if self._indexed_to.get(segment) == (st.st_ino, size):
+            # Exactly as this process last left it (ending with a whole line): nothing torn,
+            # nothing to reconcile.
+            return st
         if size and os.pread(fd, 1, size - 1) != b"\n":
             cut = _last_newline_end(fd, size)
             torn = os.pread(fd, size - cut, cut)
@@ -405,7 +425,9 @@ class EventLog:
             os.ftruncate(fd, cut)
             os.fsync(fd)
             forget_synced(self.root / stream / ".sync")  # its "durable up to" may count the cut bytes
-        self._reconcile(segment, fd)
+            st = os.fstat(fd)
+        self._reconcile(segment, fd, st)
+        return st
 
     # --------------------------------------------------------------- rejects
     def reject(self, record: Any, error: ValidationError, *, source: str = "append") -> None:
@@ -511,14 +533,19 @@ class EventLog:
             try:
                 results = self._append_locked(w, events, sync=False)
                 points = []
-                segments = {r.segment for r in results if not r.duplicate}
+                written = {r.segment for r in results if not r.duplicate}
+                segments = set(written)
                 if any(r.duplicate for r in results):
                     # A duplicate's first copy may still be waiting for its fsync.
                     segments.update(f"{w.stream}/{p}/{stem}" for p, stem in w.active.items())
                 for segment in sorted(segments):
-                    partition = segment.split("/")[1]
-                    fd = w.fds[partition]
-                    points.append(SyncPoint(segment, os.dup(fd), os.fstat(fd).st_size))
+                    fd = w.fds[segment.split("/")[1]]
+                    if segment in written:  # where this group's bytes end: just recorded, no fstat
+                        ino, end = self._indexed_to[segment]
+                    else:
+                        st = os.fstat(fd)
+                        ino, end = st.st_ino, st.st_size
+                    points.append(SyncPoint(segment, os.dup(fd), end, ino))
                 return results, points
             finally:
                 fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
@@ -592,23 +619,28 @@ class EventLog:
             # A crashed writer's durable lines were just indexed: they may be ours.
             seen = self._indexed_ids(conn, ids)
         kept, duplicates = _new_per_partition(by_partition, ids, seen)
-        pending: list[tuple[str, int, bytes, list[int]]] = []
+        pending: list[tuple[str, int, os.stat_result, bytes, list[int]]] = []
         for partition, keep in kept.items():
-            stem, fd = targets[partition] if partition in targets else w.segment_for(partition)
-            pending.append((f"{w.stream}/{partition}/{stem}", fd, b"".join(lines_of(keep)), keep))
+            stem, fd, st = targets[partition] if partition in targets else w.segment_for(partition)
+            pending.append((f"{w.stream}/{partition}/{stem}", fd, st, b"".join(lines_of(keep)), keep))
         written = self._write_durably(pending, sync=sync)
         self._index_written(conn, written, ids)
-        return [(segment, first_line, keep) for segment, _fd, _end, first_line, keep in written], duplicates
+        return [
+            (segment, first_line, keep) for segment, _fd, _end, first_line, keep, _ino in written
+        ], duplicates
 
     def _write_durably(
-        self, pending: list[tuple[str, int, bytes, list[int]]], *, sync: bool = True
-    ) -> list[tuple[str, int, int, int, list[int]]]:
+        self, pending: list[tuple[str, int, os.stat_result, bytes, list[int]]], *, sync: bool = True
+    ) -> list[tuple[str, int, int, int, list[int], int]]:
         """Write each segment's payload, then one fsync each: a batch spanning days costs one
-        fsync per day touched, not per record. Returns (segment, fd, end, first line, indexes)."""
-        written: list[tuple[str, int, int, int, list[int]]] = []
-        for segment, fd, payload, keep in pending:
-            start_size = os.fstat(fd).st_size
-            first_line = self._count_lines(segment, fd, start_size)
+        fsync per day touched, not per record. Returns (segment, fd, end, first line, indexes, inode).
+
+        `pending` carries each segment's stat from `segment_for`, still true under the stream
+        lock; the file is opened O_APPEND, so the payload ends at that size plus its length."""
+        written: list[tuple[str, int, int, int, list[int], int]] = []
+        for segment, fd, st, payload, keep in pending:
+            start_size = st.st_size
+            first_line = self._count_lines(segment, fd, start_size, st.st_ino)
             try:
                 _write_all(fd, payload)
             except OSError as exc:
@@ -617,7 +649,7 @@ class EventLog:
                 raise StorageError(
                     f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
                 ) from exc
-            written.append((segment, fd, start_size + len(payload), first_line, keep))
+            written.append((segment, fd, start_size + len(payload), first_line, keep, st.st_ino))
         if sync and self.settings.fsync != "none":
             for segment, fd, *_ in written:
                 try:
@@ -630,14 +662,17 @@ class EventLog:
         return written
 
     def _index_written(
-        self, conn: sqlite3.Connection, written: list[tuple[str, int, int, int, list[int]]], ids: list[str]
+        self,
+        conn: sqlite3.Connection,
+        written: list[tuple[str, int, int, int, list[int], int]],
+        ids: list[str],
     ) -> None:
         """Record the written ids and how far each segment is indexed (after the data is durable)."""
         if not written:
             return
         try:
             conn.execute("BEGIN")
-            for segment, _fd, end, _first_line, keep in written:
+            for segment, _fd, end, _first_line, keep, _ino in written:
                 conn.executemany(
                     "INSERT OR IGNORE INTO event_ids VALUES (?, ?)", [(ids[i], segment) for i in keep]
                 )
@@ -651,8 +686,7 @@ class EventLog:
                 "the index catches up with them on the next write"
             ) from exc
         # The caches move only once the index has committed.
-        for segment, fd, end, first_line, keep in written:
-            ino = os.fstat(fd).st_ino
+        for segment, _fd, end, first_line, keep, ino in written:
             self._indexed_to[segment] = (ino, end)
             self._line_counts[segment] = (ino, end, first_line + len(keep))
 
@@ -668,9 +702,9 @@ class EventLog:
             )
         return seen
 
-    def _count_lines(self, segment: str, fd: int, size: int) -> int:
+    def _count_lines(self, segment: str, fd: int, size: int, ino: int | None = None) -> int:
         """Lines in the first `size` bytes of a segment (cached per inode: appends only grow files)."""
-        ino = os.fstat(fd).st_ino
+        ino = os.fstat(fd).st_ino if ino is None else ino
         cached = self._line_counts.get(segment)
         start_bytes, start_lines = 0, 0
         if cached and cached[0] == ino:

@@ -47,11 +47,13 @@ class SyncPoint:
 
     `fd` is this group's own duplicate of the segment's descriptor: the writer may
     roll the segment over (and close its descriptor) while the group still waits.
+    `ino` is the segment file's inode (known to the writer, so not asked again here).
     """
 
     segment: str
     fd: int
     end: int
+    ino: int
 
 
 class SharedSync:
@@ -61,17 +63,22 @@ class SharedSync:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self.lock = threading.Lock()  # flock does not exclude threads sharing one descriptor
         self.fsyncs = 0  # how many fsyncs this process issued here (for benchmarks and tests)
+        self._keys: dict[str, bytes] = {}  # segment -> its key in the record (few segments per stream)
 
     def close(self) -> None:
         os.close(self.fd)
 
-    @staticmethod
-    def _key(segment: str) -> bytes:
-        return hashlib.blake2b(segment.encode(), digest_size=8).digest()
+    def _key(self, segment: str) -> bytes:
+        key = self._keys.get(segment)
+        if key is None:
+            if len(self._keys) > 1024:  # old segments (sealed days) are not written again
+                self._keys.clear()
+            key = self._keys[segment] = hashlib.blake2b(segment.encode(), digest_size=8).digest()
+        return key
 
     def make_durable(self, point: SyncPoint) -> bool:
         """Return once bytes [0, point.end) of the segment are on disk; True if this call fsynced."""
-        key, ino = self._key(point.segment), os.fstat(point.fd).st_ino
+        key, ino = self._key(point.segment), point.ino
         # Always the shared record, never a copy kept in this process: a torn tail cut
         # off by another process (`forget_synced`) makes an older record wrong.
         with self.lock:

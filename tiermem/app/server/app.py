@@ -27,6 +27,7 @@ def create_app(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) ->
             yield
         finally:
             app.state.service.close()
+            app.state.keys.close()
 
     app = FastAPI(
         title="tiermem",

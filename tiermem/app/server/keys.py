@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 import sqlite3
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from tiermem.ids import format_ts, utcnow
 from tiermem.settings import Settings
 
 TOKEN_PREFIX = "tmk_"
+MAX_REMEMBERED_KEYS = 10_000
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS keys (
     key_id TEXT PRIMARY KEY,
@@ -73,16 +76,64 @@ def hash_token(token: str) -> str:
 
 
 class KeyStore:
-    """The small SQLite file of hashed keys (opened per call; keys change rarely)."""
+    """The small SQLite file of hashed keys (opened per call; keys change rarely).
+
+    `verify` runs on every request, so it remembers the keys it found live, for as
+    long as the file's contents stay the same: SQLite counts every committed change
+    in the file's header, and reading that counter (a `pread` of a few bytes) is
+    what each request costs; a key revoked or created by another process (the CLI)
+    changes it, and the next request looks the key up again.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self._path = keys_path(settings)
         self._ready = False  # schema created (once per store object: verify runs per request)
+        self._lock = threading.Lock()
+        self._reader: sqlite3.Connection | None = None
+        self._header_fd: int | None = None
+        self._header_ino = 0
+        self._live: dict[str, Principal] = {}  # hash -> principal, valid for `_live_version`
+        self._live_version: tuple[int, int, bytes] | None = None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+            if self._header_fd is not None:
+                os.close(self._header_fd)
+                self._header_fd = None
+
+    def _version(self) -> tuple[int, int, bytes] | None:
+        """(inode, size, SQLite's file change counter) of the key file as it is now; None when
+        the counter cannot be relied on (a WAL-mode file does not count its changes there)."""
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            st = None
+        if st is None or self._header_ino != st.st_ino:  # first use, or the file removed or replaced
+            # The open connection and descriptor would go on reading the old file.
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+            if self._header_fd is not None:
+                os.close(self._header_fd)
+                self._header_fd = None
+            if st is None:
+                self._ready = False  # the lookup creates an empty key file, as a fresh store would
+                return None
+            self._header_fd = os.open(self._path, os.O_RDONLY)
+            self._header_ino = st.st_ino
+        assert self._header_fd is not None
+        header = os.pread(self._header_fd, 28, 0)
+        if len(header) < 28 or header[18] != 1 or header[19] != 1:  # not the rollback-journal format
+            return None
+        return (st.st_ino, st.st_size, header[24:28])
 
     def _connect(self) -> sqlite3.Connection:
         if not self._ready:
             self._path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self._path, timeout=30, isolation_level=None)
+        conn = sqlite3.connect(self._path, timeout=30, isolation_level=None, check_same_thread=False)
         conn.row_factory = sqlite3.Row
         if not self._ready:
             conn.executescript(SCHEMA)
@@ -141,16 +192,29 @@ class KeyStore:
         if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
             return None
         digest = hash_token(token)
-        conn = self._connect()
-        try:
-            row = conn.execute(
+        with self._lock:
+            version = self._version()
+            if version is None or version != self._live_version:
+                self._live.clear()
+                self._live_version = version
+            known = self._live.get(digest)
+            if known is not None:
+                return known
+            if self._reader is None:
+                self._reader = self._connect()
+            row = self._reader.execute(
                 "SELECT key_id, hash, kind, agent_id, user, revoked_at FROM keys WHERE hash=?", (digest,)
             ).fetchone()
-        finally:
-            conn.close()
-        if row is None or row["revoked_at"] is not None or not hmac.compare_digest(row["hash"], digest):
-            return None
-        return Principal(key_id=row["key_id"], kind=row["kind"], agent_id=row["agent_id"], user=row["user"])
+            if row is None or row["revoked_at"] is not None or not hmac.compare_digest(row["hash"], digest):
+                return None
+            principal = Principal(
+                key_id=row["key_id"], kind=row["kind"], agent_id=row["agent_id"], user=row["user"]
+            )
+            # Remembered under the version read before the lookup: a change in between shows
+            # as a new version on the next request, which looks the key up again.
+            if version is not None and len(self._live) < MAX_REMEMBERED_KEYS:
+                self._live[digest] = principal
+            return principal
 
 
 # Fact scopes an agent key may write; wider ones are the operator's.

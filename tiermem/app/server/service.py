@@ -1,11 +1,20 @@
-"""The server's one `Memory`, driven from one worker thread.
+"""The server's one `Memory`, driven from one worker thread, and the batching of turns.
 
 `Memory` and its agent handles hold SQLite connections and per-handle state
 (the catch-up flag, an agent's level); rather than make each of them safe for
 concurrent use, every call goes through a single-thread executor. The event
 loop stays free for parsing, authentication and slow clients, while memory
-work is serialised, as it would be for one process using the Python API. A
-turn's durable append is the dominant cost, so one thread loses little.
+work is serialised, as it would be for one process using the Python API.
+
+Turns are the exception to one call per request: a turn's cost is its durable
+append, and one fsync can carry every turn that arrived meanwhile. So posted
+turns (each already authorised by its own request) wait in a queue on the
+event loop; whenever the memory thread is free, everything queued goes to it
+as one batch, recorded by `record_turns` in one write and one fsync, and each
+request is answered with its own turn's outcome once that write is durable.
+Under light load a batch is one turn and nothing waits for a timer; under
+heavy load the batches grow by themselves, by as many turns as arrived while
+the previous one was being written.
 """
 
 from __future__ import annotations
@@ -17,15 +26,32 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from tiermem.app.api import AgentMemory, Memory
+from tiermem.errors import ValidationError
+from tiermem.runtime.memory import RecordedTurn, TurnToRecord, record_turns
 from tiermem.settings import Settings
 
 T = TypeVar("T")
 
 # Open agent handles kept (each holds a hot-store connection); the least recently used closes first.
 MAX_HANDLES = 64
+# Turns per batch: bounds one write's size and the wait of the batch behind it.
+MAX_BATCH = 512
+
+
+@dataclass(eq=False)
+class PendingTurn:
+    """A posted, authorised turn waiting for its batch; `done` gets its outcome."""
+
+    agent_id: str
+    user: str | None
+    message: str
+    response: str
+    fields: dict[str, Any]
+    done: asyncio.Future[RecordedTurn] = field(repr=False)
 
 
 class MemoryService:
@@ -37,6 +63,12 @@ class MemoryService:
         self._memory: Memory | None = None
         self._agents: OrderedDict[tuple[str, str | None, str | None], AgentMemory] = OrderedDict()
         self._hot: sqlite3.Connection | None = None
+        # The turn queue lives on the event loop (no lock): filled by requests, emptied by one drain task.
+        self._turns: list[PendingTurn] = []
+        self._draining = False
+        self._drain_task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
+        self.turn_batches = 0  # batches written (with `turns_recorded`: the mean batch size)
+        self.turns_recorded = 0
 
     # Everything below `_on_thread` runs on the worker thread only.
     def _mem(self) -> Memory:
@@ -94,6 +126,62 @@ class MemoryService:
         """Run `fn(*args, **kwargs)` on the memory thread and wait for it."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    # ------------------------------------------------------------ turns, batched
+    async def record_turn(
+        self, agent_id: str, user: str | None, message: str, response: str, fields: dict[str, Any]
+    ) -> RecordedTurn:
+        """Record one turn with whatever else is queued; returns once it is durable (or raises its error)."""
+        done: asyncio.Future[RecordedTurn] = asyncio.get_running_loop().create_future()
+        self._turns.append(PendingTurn(agent_id, user, message, response, fields, done))
+        if not self._draining:
+            self._draining = True
+            self._drain_task = asyncio.get_running_loop().create_task(self._drain_turns())
+        return await done
+
+    async def _drain_turns(self) -> None:
+        try:
+            while self._turns:
+                batch = self._next_batch()
+                self.turn_batches += 1
+                self.turns_recorded += len(batch)
+                try:
+                    outcomes = await self.run(self._record_batch, batch)
+                except Exception as exc:  # a storage error: no turn of this write is acknowledged
+                    for turn in batch:
+                        if not turn.done.done():
+                            turn.done.set_exception(exc)
+                    continue
+                for turn, outcome in zip(batch, outcomes, strict=True):
+                    if turn.done.done():  # its client went away; the turn is recorded all the same
+                        continue
+                    if isinstance(outcome, ValidationError):
+                        turn.done.set_exception(outcome)
+                    else:
+                        turn.done.set_result(outcome)
+        finally:
+            self._draining = False
+
+    def _next_batch(self) -> list[PendingTurn]:
+        """The oldest queued turns, at most MAX_BATCH of them and of at most MAX_HANDLES agents,
+        so that no handle a batch uses is closed by the handle cache while the batch runs."""
+        agents: set[str] = set()
+        taken = 0
+        for turn in self._turns[:MAX_BATCH]:
+            if turn.agent_id not in agents and len(agents) == MAX_HANDLES:
+                break
+            agents.add(turn.agent_id)
+            taken += 1
+        batch, self._turns = self._turns[:taken], self._turns[taken:]
+        return batch
+
+    def _record_batch(self, batch: list[PendingTurn]) -> list[RecordedTurn | ValidationError]:
+        """On the memory thread: one `record_turns` for the whole batch."""
+        turns = []
+        for turn in batch:
+            fields = turn.fields if turn.user is None else {**turn.fields, "user": turn.user}
+            turns.append(TurnToRecord(self.agent(turn.agent_id).runtime, turn.message, turn.response, fields))
+        return record_turns(turns)
 
     def _close_on_thread(self) -> None:
         for handle in self._agents.values():
