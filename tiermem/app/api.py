@@ -19,10 +19,15 @@ arises. Component modules are imported inside the calls for the same reason:
 `tiermem --help` does not load DuckDB, Arrow or the Anthropic SDK.
 
 Freshness: the runtime reads the hot store, which the projector derives from
-the log. `mem.agent()` brings it up to date once; after this `Memory` writes to
-the log itself (ingest, append, compress, evolve, proposal decisions, forget),
-the next read of any of its agents catches up first. Events appended by other
-processes (a running scheduler) are picked up by `mem.refresh()`.
+the log. By default (`runtime.catch_up = "background"`) a read never waits for
+what other processes appended: a projector thread applies it behind the reads.
+What this `Memory` wrote itself is read at once: an agent's own writes are
+applied to the hot store as they are made, and after a call of this `Memory`
+that writes the log (ingest, append, compress, evolve, proposal decisions,
+fact edits, forget) the next read catches up first. `mem.refresh()` catches up
+with everything now (a script that reads a store others wrote; tests). With
+`catch_up = "inline"` (the one-shot CLI commands) the first read, and every read
+after a write, catches up with the whole log.
 """
 
 from __future__ import annotations
@@ -93,7 +98,9 @@ class Memory:
         # Who holds a job lock while a batch call runs (shown to whoever is refused).
         self._label = label
         self._agents: list[AgentMemory] = []
-        self._behind = True  # the hot store may lag the log until the first catch-up
+        # True while a read must catch up first: inline, until the first catch-up (the store may
+        # lag the log); in both modes, after this Memory wrote the log (it reads its own writes).
+        self._behind = settings.runtime.catch_up == "inline"
         self._projector: BackgroundProjector | None = None
         if settings.runtime.catch_up not in ("inline", "background"):
             raise ConfigError(
@@ -193,16 +200,20 @@ class Memory:
 
     @property
     def projector(self) -> BackgroundProjector | None:
-        """The projector thread when `runtime.catch_up = "background"` (None: reads catch up inline)."""
+        """The projector thread when `runtime.catch_up = "background"` (None: reads catch up inline).
+
+        Started by the first read; `mem.projector.wait()` blocks until a round begun after the
+        call has finished (a round is skipped while another process's projector holds the lock:
+        `mem.refresh()` is the call that always catches up)."""
         return self._projector
 
     def _catch_up(self) -> None:
-        if self._projector is not None:
-            # Reads are served from the hot store as it is; the thread applies what is new.
-            self._projector.poke()
-            return
         if self._behind:
+            # This Memory wrote the log (or, inline, has not caught up yet): its reads see it.
             self.refresh()
+        elif self._projector is not None:
+            # Reads are served from the hot store as it is; the thread applies what others wrote.
+            self._projector.poke()
 
     def _wrote_log(self) -> None:
         self._behind = True
