@@ -56,6 +56,22 @@ def test_a_read_does_not_wait_and_the_own_turn_is_seen(tmp_path: Path) -> None:
         assert mem.projector.state.error is None
 
 
+def test_a_round_asked_for_by_a_read_starts_when_the_read_ends(settings: Settings) -> None:
+    """The catch-up a read asks for does not run beside it (it would hold the interpreter)."""
+    append(settings, interaction("bot", "hello", user="alice"))
+    bg = BackgroundProjector(settings, poll_seconds=3600)  # no round from the poll in this test
+    try:
+        with bg.reading():
+            ticket = bg.poke()
+            # Nothing but the end of the read can start the round now: it does not come.
+            assert not bg.wait(ticket, timeout=0.3, now=False)
+            assert bg.state.rounds == 0
+        assert bg.wait(ticket, timeout=60, now=False)  # the read's end started it
+        assert bg.state.applied == 1
+    finally:
+        bg.stop()
+
+
 def test_the_memory_reads_its_own_log_writes_at_once(tmp_path: Path) -> None:
     """A batch call's output (here `Memory.append`) is in the next read, without the thread."""
     root = tmp_path / "data"
