@@ -267,6 +267,7 @@ SERIES: list[Series] = [
     ("append", "one caller, fsync each: p50", "turns", lambda r: r["one_caller"]["p50_ms"], "ms"),
     ("append", "group commit, 8 callers: p50", "turns", lambda r: r["group8"]["p50_ms"], "ms"),
     ("append", "first append (opens the log)", "turns", lambda r: r["first_append_ms"], "ms"),
+    ("append", "first append, CPU", "turns", lambda r: r["first_append_cpu_ms"], "ms"),
     ("ingest", "bulk ingest, wall", "turns", lambda r: r["wall_s"], "s"),
     ("ingest", "bulk ingest, CPU", "turns", lambda r: r["cpu_s"], "s"),
     ("seal", "seal, wall", "turns", lambda r: r["wall_s"], "s"),
