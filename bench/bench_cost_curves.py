@@ -397,6 +397,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 # ------------------------------------------------------------------ driver
@@ -427,6 +428,16 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"] = {"nproc": os.cpu_count(), "load_at_start": load()}
     results["command"] = "bench/bench_cost_curves.py " + " ".join(argv if argv is not None else sys.argv[1:])
     results["reference"] = references(root)
+    # A partial run replaces only its paths: each run's references stay beside the paths it measured.
+    results.setdefault("runs", []).append(
+        {
+            "when": results["when"],
+            "command": results["command"],
+            "paths": sorted(parts),
+            "sizes": sizes,
+            "reference": results["reference"],
+        }
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def save() -> None:  # after each path, so a long run keeps what it measured
