@@ -364,8 +364,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
     cols = 3
     rows = math.ceil(len(present) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
-    ref = results.get("reference", {})
+    latest = results.get("reference", {})
+
+    def ref_for(path: str) -> dict[str, Any]:
+        """The references of the run that measured `path` (a partial run keeps older paths)."""
+        runs = [r for r in results.get("runs", []) if path in r["paths"]]
+        return dict(runs[-1]["reference"]) if runs else dict(latest)
+
     for ax, name in zip(axes.flat, present, strict=False):
+        ref = ref_for(name)
         for f in (f for f in fitted if f["path"] == name):
             xs = [p[0] for p in f["points"]]
             ys = [p[1] for p in f["points"]]
@@ -392,7 +399,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for ax in list(axes.flat)[len(present) :]:
         ax.axis("off")
     fig.suptitle(
-        f"cost vs size ({results.get('when', '')}, {os.cpu_count()} cores, load {ref.get('load', '?')} at start)",
+        f"cost vs size (last run {results.get('when', '')}, {os.cpu_count()} cores, "
+        f"load {latest.get('load', '?')} at its start; references: each path's own run)",
         fontsize=9,
     )
     fig.tight_layout()
