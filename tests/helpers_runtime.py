@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from tiermem.eventlog import EventLog
@@ -42,3 +46,21 @@ def append(settings: Settings, *records: dict[str, Any]) -> list[str]:
         result = log.append_many(records)
         assert not result.rejected, result.rejected
         return [r.event_id for r in result.results]
+
+
+@contextmanager
+def projector_held(settings: Settings) -> Iterator[None]:
+    """Hold the data root's projector lock, as a projector in another process would.
+
+    A `Memory`'s projector thread skips its rounds meanwhile, so what other
+    processes append stays unprojected until the block ends (or `refresh()`,
+    which waits for the lock, runs after it).
+    """
+    settings.locks_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(settings.locks_dir / "projector.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

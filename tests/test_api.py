@@ -12,7 +12,7 @@ import orjson
 import polars as pl
 import pyarrow as pa
 import pytest
-from helpers_runtime import append, episode
+from helpers_runtime import append, episode, projector_held
 
 from tiermem import AgentMemory, Context, Memory
 from tiermem.app.cli import main
@@ -105,20 +105,21 @@ def test_recall_finds_episodes_written_by_others_after_refresh(
     mem: Memory, capsys: pytest.CaptureFixture[str]
 ) -> None:
     agent = mem.agent("bot")
-    append(
-        mem.settings,
-        episode(
-            "bot",
-            "Lost luggage in Lisbon",
-            "Alice lost her blue suitcase at Lisbon airport",
-            participants=["alice"],
-            key_quotes=[{"text": "it was a blue suitcase", "event_id": "x"}],
-            emotional_context="worried",
-        ),
-    )
-    assert not agent.recall(
-        "lisbon suitcase", participant="alice"
-    )  # written by another process: not projected yet
+    # Another process appends while its projector holds the lock: this Memory's reads do not
+    # wait for it, and its projector thread skips its rounds meanwhile.
+    with projector_held(mem.settings):
+        append(
+            mem.settings,
+            episode(
+                "bot",
+                "Lost luggage in Lisbon",
+                "Alice lost her blue suitcase at Lisbon airport",
+                participants=["alice"],
+                key_quotes=[{"text": "it was a blue suitcase", "event_id": "x"}],
+                emotional_context="worried",
+            ),
+        )
+        assert not agent.recall("lisbon suitcase", participant="alice")  # not projected yet
     mem.refresh()
     found = agent.recall("lisbon suitcase", participant="alice")
     assert [e.name for e in found.episodes] == ["Lost luggage in Lisbon"]

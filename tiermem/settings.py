@@ -119,9 +119,10 @@ class RuntimeSettings:
     # first; the context gets the rest, and room it leaves goes back to the turns.
     # 1.0: measured on LoCoMo, any smaller share costs evidence (docs/runtime.md).
     recall_share: float = 1.0
-    # Who applies log events other processes wrote before a read: "inline" (the read waits for
-    # the projector) or "background" (a projector thread; reads never wait, own writes are seen).
-    catch_up: str = "inline"
+    # Who applies log events other processes wrote: "background" (a projector thread; a read
+    # never waits for it, what this process wrote itself is seen) or "inline" (a read first
+    # waits for the projector; what one-shot commands use, to answer from the whole log).
+    catch_up: str = "background"
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,15 @@ arises. Component modules are imported inside the calls for the same reason:
 `tiermem --help` does not load DuckDB, Arrow or the Anthropic SDK.
 
 Freshness: the runtime reads the hot store, which the projector derives from
-the log. `mem.agent()` brings it up to date once; after this `Memory` writes to
-the log itself (ingest, append, compress, evolve, proposal decisions, forget),
-the next read of any of its agents catches up first. Events appended by other
-processes (a running scheduler) are picked up by `mem.refresh()`.
+the log. By default (`runtime.catch_up = "background"`) a read never waits for
+what other processes appended: a projector thread applies it behind the reads.
+What this `Memory` wrote itself is read at once: an agent's own writes are
+applied to the hot store as they are made, and after a call of this `Memory`
+that writes the log (ingest, append, compress, evolve, proposal decisions,
+fact edits, forget) the next read catches up first. `mem.refresh()` catches up
+with everything now (a script that reads a store others wrote; tests). With
+`catch_up = "inline"` (the one-shot CLI commands) the first read, and every read
+after a write, catches up with the whole log.
 """
 
 from __future__ import annotations
@@ -93,7 +98,9 @@ class Memory:
         # Who holds a job lock while a batch call runs (shown to whoever is refused).
         self._label = label
         self._agents: list[AgentMemory] = []
-        self._behind = True  # the hot store may lag the log until the first catch-up
+        # True while a read must catch up first: inline, until the first catch-up (the store may
+        # lag the log); in both modes, after this Memory wrote the log (it reads its own writes).
+        self._behind = settings.runtime.catch_up == "inline"
         self._projector: BackgroundProjector | None = None
         if settings.runtime.catch_up not in ("inline", "background"):
             raise ConfigError(
@@ -166,7 +173,8 @@ class Memory:
     ) -> AgentMemory:
         """A handle on one agent's memory, bound to its scopes (type, project) and optionally a
         default participant (`user`) and session."""
-        self._catch_up()
+        if self._behind:
+            self.refresh()  # no poke: the handle's first read asks the projector thread
         handle = AgentMemory(
             self,
             dict(
@@ -193,16 +201,27 @@ class Memory:
 
     @property
     def projector(self) -> BackgroundProjector | None:
-        """The projector thread when `runtime.catch_up = "background"` (None: reads catch up inline)."""
+        """The projector thread when `runtime.catch_up = "background"` (None: reads catch up inline).
+
+        Started by the first read; `mem.projector.wait()` blocks until a round begun after the
+        call has finished (a round is skipped while another process's projector holds the lock:
+        `mem.refresh()` is the call that always catches up)."""
         return self._projector
 
-    def _catch_up(self) -> None:
-        if self._projector is not None:
-            # Reads are served from the hot store as it is; the thread applies what is new.
-            self._projector.poke()
-            return
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Around every read of an agent handle: catch up first only when this Memory must."""
         if self._behind:
+            # This Memory wrote the log (or, inline, has not caught up yet): its reads see it.
             self.refresh()
+        if self._projector is None:
+            yield
+            return
+        with self._projector.reading():
+            # Served from the hot store as it is; the thread applies what others wrote once
+            # the read has returned (it would share the interpreter with the read otherwise).
+            self._projector.poke()
+            yield
 
     def _wrote_log(self) -> None:
         self._behind = True
@@ -428,7 +447,8 @@ class Facts:
 
     def get(self, key: str) -> Fact | None:
         """The fact a lookup of `key` returns for this agent (None when none is visible)."""
-        row = self._agent._runtime_for_read().get_fact(key)
+        with self._agent._read() as memory:
+            row = memory.get_fact(key)
         return None if row is None else Fact.from_row(row)
 
     def __getitem__(self, key: str) -> str:
@@ -444,8 +464,8 @@ class Facts:
 
     def list(self, limit: int = 100) -> list[Fact]:
         """Every active fact this agent sees (key-value and learned), most relevant first."""
-        memory = self._agent._runtime_for_read()
-        return [Fact.from_row(r) for r in memory.store.list_facts(memory.principal, limit=limit)]
+        with self._agent._read() as memory:
+            return [Fact.from_row(r) for r in memory.store.list_facts(memory.principal, limit=limit)]
 
     def remove(self, key: str, scope: str | None = None, *, reason: str | None = None) -> FactWrite:
         """Remove the key-value fact in `scope`, else the one a lookup of `key` returns."""
@@ -483,9 +503,11 @@ class AgentMemory:
             )
         return self._rt
 
-    def _runtime_for_read(self) -> RuntimeMemory:
-        self._memory._catch_up()
-        return self._runtime()
+    @contextmanager
+    def _read(self) -> Iterator[RuntimeMemory]:
+        """The runtime memory for one read (see `Memory._reading`)."""
+        with self._memory._reading():
+            yield self._runtime()
 
     def _disconnect(self) -> None:
         if self._rt is not None:
@@ -555,9 +577,8 @@ class AgentMemory:
         """
         from tiermem.runtime.context import assemble_context
 
-        ctx = assemble_context(
-            self._runtime_for_read(), user=user, level=level, query=query, budget=budget, record=record
-        )
+        with self._read() as memory:
+            ctx = assemble_context(memory, user=user, level=level, query=query, budget=budget, record=record)
         return Context.from_assembled(ctx)
 
     def recall(
@@ -578,33 +599,35 @@ class AgentMemory:
 
         from tiermem.tokens import count_tokens
 
-        memory = self._runtime_for_read()
-        principal = memory.as_user(user or participant)
-        found = memory.store.search_episodes(principal, query, participant, limit)
-        episodes = tuple(RecalledEpisode.from_row(e) for e in found)
-        # Turns recorded since the last compression: no episode answers for them yet.
-        turns = tuple(
-            RecalledTurn.from_row(t) for t in memory.store.search_turns(principal, query, participant, limit)
-        )
-        recall = Recall(query, participant, episodes, turns=turns)
-        if not recall:
-            return recall
-        tokens = count_tokens(orjson.dumps(recall.to_json()).decode())
-        event_id = memory.record_retrieval(
-            "recall",
-            query,
-            [e.episode_id for e in episodes] + [t.event_id for t in turns],
-            [float(e.score) for e in episodes] + [t.score for t in turns],
-            tokens,
-            reason=reason,
-            participant=principal.user,
-        )
-        return dataclasses.replace(recall, tokens=tokens, retrieval_event_id=event_id)
+        with self._read() as memory:
+            principal = memory.as_user(user or participant)
+            found = memory.store.search_episodes(principal, query, participant, limit)
+            episodes = tuple(RecalledEpisode.from_row(e) for e in found)
+            # Turns recorded since the last compression: no episode answers for them yet.
+            turns = tuple(
+                RecalledTurn.from_row(t)
+                for t in memory.store.search_turns(principal, query, participant, limit)
+            )
+            recall = Recall(query, participant, episodes, turns=turns)
+            if not recall:
+                return recall
+            tokens = count_tokens(orjson.dumps(recall.to_json()).decode())
+            event_id = memory.record_retrieval(
+                "recall",
+                query,
+                [e.episode_id for e in episodes] + [t.event_id for t in turns],
+                [float(e.score) for e in episodes] + [t.score for t in turns],
+                tokens,
+                reason=reason,
+                participant=principal.user,
+            )
+            return dataclasses.replace(recall, tokens=tokens, retrieval_event_id=event_id)
 
     # ------------------------------------------------------------ identity (L0)
     @property
     def identity(self) -> str:
-        return self._runtime_for_read().identity()
+        with self._read() as memory:
+            return memory.identity()
 
     def set_identity(self, content: str, *, source: str = "user") -> str:
         """Replace the L0 identity (at most `runtime.identity_max_chars`); returns the event id."""
@@ -621,20 +644,21 @@ class AgentMemory:
         """Run one memory tool for this agent, as the model asked (`user`: the participant)."""
         from tiermem.runtime.tools import call_tool
 
-        memory = self._runtime_for_read()
-        if user is None:
-            return call_tool(memory, name, args)
-        default, memory.user = memory.user, user
-        try:
-            return call_tool(memory, name, args)
-        finally:
-            memory.user = default
+        with self._read() as memory:
+            if user is None:
+                return call_tool(memory, name, args)
+            default, memory.user = memory.user, user
+            try:
+                return call_tool(memory, name, args)
+            finally:
+                memory.user = default
 
     def chat(self, message: str, *, client: Any | None = None, model: str | None = None) -> TurnResult:
         """One Claude turn with the memory tools, recorded with its enrichment (`tiermem chat`)."""
         from tiermem.runtime.turnloop import run_turn
 
-        return run_turn(self._runtime_for_read(), message, client=client, model=model)
+        with self._read() as memory:
+            return run_turn(memory, message, client=client, model=model)
 
     # ------------------------------------------------------------ memory levels and sessions
     def finish_task(self, summary: str) -> Transition:

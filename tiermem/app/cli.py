@@ -16,6 +16,7 @@ a traceback (`--traceback` shows one, for bug reports).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sqlite3
 import sys
@@ -77,6 +78,20 @@ NEEDS_EXISTING_DATA: dict[str, frozenset[str] | None] = {
     "identity": frozenset({"show"}),
     "keys": frozenset({"list", "revoke"}),
 }
+
+
+# Commands that serve requests for as long as they run: their reads never wait for the
+# projector (the `runtime.catch_up` setting, "background" by default). Every other command
+# answers once and exits, so it catches up with the whole log before its first read: a
+# complete answer is worth the wait there, and no request queues behind it.
+SERVING_COMMANDS = frozenset({"serve", "mcp"})
+
+
+def command_settings(command: str, settings: Settings) -> Settings:
+    """The settings a command's `Memory` runs with: one-shot commands catch up inline."""
+    if command in SERVING_COMMANDS or settings.runtime.catch_up == "inline":
+        return settings
+    return dataclasses.replace(settings, runtime=dataclasses.replace(settings.runtime, catch_up="inline"))
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -170,7 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     name = f"tiermem {args.command}"
     try:
-        settings = resolve_settings(data_dir=args.data_dir, config_file=args.config)
+        settings = command_settings(
+            args.command, resolve_settings(data_dir=args.data_dir, config_file=args.config)
+        )
         check_data_root(args, settings)
         # The label names this command in a job lock, for whoever that lock refuses.
         with Memory(settings, label=f"tiermem {args.command}") as memory:
