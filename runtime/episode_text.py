@@ -1,0 +1,204 @@
+"""Episodes' remembered turns prepared once per process, and term counts from an inverted index.
+
+Scoring a question against the candidate episodes needs each episode's key
+quotes parsed, its long turns split into passages (runtime.passages), every
+passage lowered, and how often each asked-for term occurs in each passage.
+Done on every call, that work is linear in the text of every candidate: for a
+user with two thousand turns of ~1,000 tokens (every episode a candidate) it
+was about a second per recall, almost all of it reading, splitting and
+scanning text that no question changes. Reading the quotes back from the
+store is itself most of that (tens of MB per call): the search therefore asks
+the store only for the episodes' ids and small columns, and for the quotes of
+episodes not prepared yet.
+
+So each episode is prepared once (`EpisodeTexts.prepared`) and the words of
+its passages go into one inverted index: word -> the passages holding it, with
+counts. A question's counts over the candidate passages then come from the
+postings of the words its terms match (`term_counts`), not from the text.
+
+A term counts in a passage exactly as a regex pass over the lowered text
+would count it (`\\b(?:(t1)[a-z0-9]*|(t2)\\b|...)`): each run of word
+characters is one word, a form of four or more characters matches a word it
+starts, a shorter form only the whole word, and a word counts once, for the
+first group that matches it.
+
+Episodes are immutable in the hot store (an episode row is inserted once and
+only deleted), and an episode id names one log event, so a prepared episode
+is keyed by (database, episode id). What a reader may see is never decided
+here: only episodes the candidate query returned for the principal are asked
+for, and prepared text of a deleted episode is simply never asked for again.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+from tiermem.runtime.passages import Passage, episode_passages
+
+_RUN = re.compile(r"\w+")
+PREFIX_MIN = 4  # forms of this length or more match as prefixes (as in the search's regex)
+# Bounds of the per-process cache: past either, everything prepared is dropped and prepared again.
+MAX_PASSAGES = 1_000_000
+MAX_CHARS = 200_000_000
+
+
+@dataclass
+class Prepared:
+    """One episode's quotes and passages, ready for scoring (shared: callers copy what they return)."""
+
+    quotes: list[Any]
+    passages: list[Passage]
+    lowered: list[str]  # each passage's text, lowered
+    spaces: np.ndarray  # spaces in each lowered passage (its length in words is this + 1)
+    quote_of: np.ndarray  # each passage's position in `quotes`
+    quote_spaces: list[int]  # spaces in each quote's whole lowered text ("" without text)
+    event_ids: frozenset[str]  # the turns its quotes cite
+    speakers: dict[str, np.ndarray]  # each speaker (lowered) -> their passages
+    start: int  # its first passage's id in the index
+    flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
+    keys: list[frozenset[str] | None] = field(default_factory=list)  # passages' word sets, when asked
+
+    def found(self, pattern: re.Pattern[str]) -> np.ndarray:
+        """Which passages `pattern` is found in (kept per pattern: the patterns are the search's own)."""
+        got = self.flags.get(pattern.pattern)
+        if got is None:
+            got = self.flags[pattern.pattern] = np.array(
+                [pattern.search(t) is not None for t in self.lowered], dtype=bool
+            )
+        return got
+
+
+def _prepare(raw: str | None) -> tuple[list[Any], list[Passage], list[str], list[int], frozenset[str]]:
+    quotes = orjson.loads(raw or "[]")
+    passages = episode_passages(quotes)
+    lowered = [p.text.lower() for p in passages]
+    quote_spaces = [str(q.get("text", "")).lower().count(" ") for q in quotes]
+    ids = frozenset(str(q["event_id"]) for q in quotes if isinstance(q, dict) and q.get("event_id"))
+    return quotes, passages, lowered, quote_spaces, ids
+
+
+class EpisodeTexts:
+    """The per-process cache of prepared episodes and the inverted index over their passages."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.entries: dict[tuple[str, str], Prepared] = {}
+        self.word_ids: dict[str, int] = {}
+        self.by_head: dict[str, list[str]] = {}  # a word's first PREFIX_MIN characters -> words
+        self.postings: list[array[int]] = []  # per word id: passage ids
+        self.counts: list[array[int]] = []  # per word id: occurrences in those passages
+        self.passages = 0
+        self.chars = 0
+
+    def prepared(self, conn: sqlite3.Connection, db: str, episode_ids: Sequence[str]) -> list[Prepared]:
+        """The prepared episodes, in the order asked; the missing ones read in one query."""
+        missing = [e for e in dict.fromkeys(episode_ids) if (db, e) not in self.entries]
+        if missing:
+            marks = ",".join("?" * len(missing))
+            raws = dict(
+                conn.execute(
+                    f"SELECT episode_id, key_quotes FROM episodes WHERE episode_id IN ({marks})", missing
+                ).fetchall()
+            )
+            if self.passages > MAX_PASSAGES or self.chars > MAX_CHARS:
+                self.clear()
+            for episode_id in missing:
+                self.entries[(db, episode_id)] = self._add(raws.get(episode_id))
+        return [self.entries[(db, e)] for e in episode_ids]
+
+    def _add(self, raw: str | None) -> Prepared:
+        quotes, passages, lowered, quote_spaces, ids = _prepare(raw)
+        start = self.passages
+        for i, text in enumerate(lowered):
+            for word, n in Counter(_RUN.findall(text)).items():
+                wid = self.word_ids.get(word)
+                if wid is None:
+                    wid = self.word_ids[word] = len(self.postings)
+                    self.postings.append(array("q"))
+                    self.counts.append(array("q"))
+                    if len(word) >= PREFIX_MIN:
+                        self.by_head.setdefault(word[:PREFIX_MIN], []).append(word)
+                self.postings[wid].append(start + i)
+                self.counts[wid].append(n)
+        self.passages += len(passages)
+        self.chars += len(raw or "")
+        return Prepared(
+            quotes=quotes,
+            passages=passages,
+            lowered=lowered,
+            spaces=np.array([t.count(" ") for t in lowered], dtype=np.int64),
+            quote_of=np.array([p.quote for p in passages], dtype=np.int64),
+            quote_spaces=quote_spaces,
+            event_ids=ids,
+            speakers={
+                name: np.array(
+                    [j for j, p in enumerate(passages) if p.speaker.lower() == name], dtype=np.int64
+                )
+                for name in {p.speaker.lower() for p in passages}
+            },
+            start=start,
+            keys=[None] * len(passages),
+        )
+
+    def _matching(self, form: str) -> list[int]:
+        """Ids of the indexed words `form` matches (a prefix of four or more characters, else whole)."""
+        if len(form) < PREFIX_MIN:
+            wid = self.word_ids.get(form)
+            return [] if wid is None else [wid]
+        return [self.word_ids[w] for w in self.by_head.get(form[:PREFIX_MIN], ()) if w.startswith(form)]
+
+    def term_counts(self, entries: Sequence[Prepared], groups: Sequence[Sequence[str]]) -> np.ndarray:
+        """(passages of `entries` in order, groups): how often each group's forms occur in each passage."""
+        sizes = np.array([len(e.passages) for e in entries], dtype=np.int64)
+        total = int(sizes.sum())
+        n_groups = len(groups)
+        if not total or not n_groups:
+            return np.zeros((total, n_groups))
+        group_of: dict[int, int] = {}
+        for g, forms in enumerate(groups):
+            for form in forms:
+                for wid in self._matching(form):
+                    group_of.setdefault(wid, g)  # a word counts for the first group matching it
+        if not group_of:
+            return np.zeros((total, n_groups))
+        wids = list(group_of)
+        pids = np.concatenate([np.frombuffer(self.postings[w], dtype=np.int64) for w in wids])
+        counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
+        lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
+        labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
+        # Each posting's passage among the candidates': entries are ranges of passage ids.
+        starts = np.array([e.start for e in entries], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        order = np.argsort(starts, kind="stable")
+        s_starts, s_sizes, s_offsets = starts[order], sizes[order], offsets[order]
+        at = np.searchsorted(s_starts, pids, side="right") - 1
+        ok = at >= 0
+        at = np.where(ok, at, 0)
+        ok &= pids < s_starts[at] + s_sizes[at]
+        position = s_offsets[at[ok]] + pids[ok] - s_starts[at[ok]]
+        flat = np.bincount(position * n_groups + labels[ok], weights=counts[ok], minlength=total * n_groups)
+        return flat.reshape(total, n_groups)
+
+
+TEXTS = EpisodeTexts()
+
+
+def group_counts(text: str, groups: Sequence[Sequence[str]]) -> list[int]:
+    """Counts of each group in one (lowered) text, by the same rule as `EpisodeTexts.term_counts`."""
+    out = [0] * len(groups)
+    for word in _RUN.findall(text):
+        for g, forms in enumerate(groups):
+            if any(word.startswith(f) if len(f) >= PREFIX_MIN else word == f for f in forms):
+                out[g] += 1
+                break
+    return out
