@@ -340,6 +340,7 @@ def search_episodes(
     idf = _idf(conn, agent_id, terms, overall, single)
     term_weights = [idf.get(t, 0.0) for t in terms]
     rx = _term_regex(terms) if terms else None
+    forms = tuple(terms)
     months, years = _asked_dates(query)
     named = _names_in(query)
     entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows])
@@ -363,7 +364,7 @@ def search_episodes(
                 if speaker:
                     quote_scores[i] *= SPEAKER_BOOST if speaker in named else 1.0
         head_text = f"{row[1] or ''} {row[2] or ''}".lower()
-        head_counts = _term_counts(head_text, rx, len(terms))
+        head_counts = _term_counts(head_text, rx, len(terms), forms)
         head = _bm25(head_counts, head_text.count(" ") + 1, term_weights, avg_len=AVG_HEAD_WORDS)
         best = sorted(quote_scores, reverse=True)
         in_quotes = quote_counts.any(axis=0).tolist()

@@ -150,6 +150,11 @@ class EpisodeTexts:
             keys=[None] * len(passages),
         )
 
+    def rarity(self, word: str) -> tuple[int, str]:
+        """An order of words, rarest first (passages holding it among those prepared, then the word)."""
+        wid = self.word_ids.get(word)
+        return (0 if wid is None else len(self.postings[wid]), word)
+
     def _matching(self, form: str) -> list[int]:
         """Ids of the indexed words `form` matches (a prefix of four or more characters, else whole)."""
         if len(form) < PREFIX_MIN:

@@ -477,7 +477,7 @@ def _score_passages(
     heads, head_seen, boosts, importance = [], [], [], []
     for row in rows:
         head_text = f"{row[1] or ''} {row[2] or ''}".lower()
-        head_counts = _term_counts(head_text, asked.rx, n_groups)
+        head_counts = _term_counts(head_text, asked.rx, n_groups, asked.forms)
         heads.append(_bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=AVG_HEAD_WORDS))
         head_seen.append([bool(c) for c in head_counts])
         boosts.append(_date_boost(row, asked))
@@ -504,10 +504,20 @@ def _score_passages(
     return _Scored(rows, entries, scores, counts, episode, local, boosts, notes, near)
 
 
+def _best_indices(scores: np.ndarray, n: int) -> list[int]:
+    """The first `n` of the passages sorted by score, best first, ties in passage order (ascending)."""
+    if len(scores) > n:
+        floor = np.partition(scores, len(scores) - n)[len(scores) - n]
+        chosen = np.flatnonzero(scores >= floor)  # every passage that can be among the best n
+    else:
+        chosen = np.arange(len(scores))
+    return sorted(chosen[np.argsort(-scores[chosen], kind="stable")][:n].tolist())
+
+
 def _restated(found: _Scored, weights: list[float]) -> np.ndarray:
     """The scores after `_restatements_first` (which only reorders within the best RESTATEMENT_POOL)."""
     scores = found.scores.copy()
-    pool = sorted(np.argsort(-scores, kind="stable")[:RESTATEMENT_POOL].tolist())
+    pool = _best_indices(scores, RESTATEMENT_POOL)
     scored = []
     for i in pool:
         k, j = int(found.episode[i]), int(found.local[i])
@@ -607,13 +617,35 @@ def search_quotes(
         enough *= 4  # many near-duplicates among the best: look further down
 
 
+def _near_identical(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Jaccard(a, b) >= DUPLICATE_JACCARD, without building the union (|a | b| = |a| + |b| - |a & b|).
+
+    The shared words are at most the smaller set and the union at least the
+    larger, so sets whose sizes differ by more than that share cannot be
+    near-identical: most pairs are ruled out by their sizes alone.
+    """
+    small, large = (len(a), len(b)) if len(a) <= len(b) else (len(b), len(a))
+    if small < DUPLICATE_JACCARD * large:
+        return False
+    shared = len(a & b)
+    return shared >= DUPLICATE_JACCARD * (len(a) + len(b) - shared)
+
+
 def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
     """The first `limit` of (score, item, word set) best first, near-identical passages kept once."""
     out: list[dict[str, Any]] = []
     keys: list[frozenset[str]] = []
+    # Kept sets by the words of their prefix (rarest words first, in one order for all): two
+    # near-identical sets share a word among their first |set| - ceil(DUPLICATE_JACCARD x |set|) + 1,
+    # so only kept sets met that way are compared (the prefix here is one word longer, against rounding).
+    by_word: dict[str, list[int]] = {}
     for score, item, key in ranked:
-        if any(len(key & k) >= DUPLICATE_JACCARD * len(key | k) for k in keys):
+        prefix = sorted(key, key=TEXTS.rarity)[: len(key) - int(DUPLICATE_JACCARD * len(key)) + 2]
+        met = {i for w in prefix for i in by_word.get(w, ())}
+        if any(_near_identical(key, keys[i]) for i in met):
             continue
+        for w in prefix:
+            by_word.setdefault(w, []).append(len(keys))
         keys.append(key)
         at = item.pop("at")
         # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
