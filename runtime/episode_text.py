@@ -196,14 +196,3 @@ class EpisodeTexts:
 
 
 TEXTS = EpisodeTexts()
-
-
-def group_counts(text: str, groups: Sequence[Sequence[str]]) -> list[int]:
-    """Counts of each group in one (lowered) text, by the same rule as `EpisodeTexts.term_counts`."""
-    out = [0] * len(groups)
-    for word in _RUN.findall(text):
-        for g, forms in enumerate(groups):
-            if any(word.startswith(f) if len(f) >= PREFIX_MIN else word == f for f in forms):
-                out[g] += 1
-                break
-    return out
