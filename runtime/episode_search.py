@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -351,7 +351,7 @@ def search_episodes(
         quotes = entry.quotes
         quote_counts = all_counts[first : first + len(quotes)]
         # A quote matching no term scores 0 as an int, as a sum over no terms does (shown as "match": 0).
-        matched = quote_counts.any(axis=1).tolist()
+        matched = cast(list[bool], quote_counts.any(axis=1).tolist())
         quote_scores = [
             s if hit else 0
             for s, hit in zip(all_scores[first : first + len(quotes)].tolist(), matched, strict=True)
@@ -367,7 +367,7 @@ def search_episodes(
         head_counts = _term_counts(head_text, rx, len(terms), forms)
         head = _bm25(head_counts, head_text.count(" ") + 1, term_weights, avg_len=AVG_HEAD_WORDS)
         best = sorted(quote_scores, reverse=True)
-        in_quotes = quote_counts.any(axis=0).tolist()
+        in_quotes = cast(list[bool], quote_counts.any(axis=0).tolist())
         seen = [bool(head_counts[k]) or in_quotes[k] for k in range(len(terms))]
         covered = sum(w for w, hit in zip(term_weights, seen, strict=True) if hit)
         coverage = covered / (sum(term_weights) or 1.0)

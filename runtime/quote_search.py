@@ -419,6 +419,46 @@ class _Scored:
         return key
 
 
+def _add_notes(
+    entries: list[Prepared],
+    firsts: np.ndarray,
+    notes: dict[tuple[str, str], list[Note]],
+    asked: _Asked,
+    counts: np.ndarray,
+    lengths: np.ndarray,
+    says_when: np.ndarray,
+) -> None:
+    """Notes derived from a turn (absolute dates) are scored as part of it: their words add counts."""
+    noted = {event_id for event_id, _ in notes}
+    if not noted:
+        return
+    for k, e in enumerate(entries):
+        if e.event_ids.isdisjoint(noted):
+            continue
+        for j, p in enumerate(e.passages):
+            extra = note_words(notes.get((p.event_id, p.speaker), []), p.text).lower()
+            if extra:
+                i = int(firsts[k]) + j
+                counts[i] += _term_counts(extra, asked.rx, len(asked.groups))
+                lengths[i] += extra.count(" ")
+                says_when[i] |= _SAYS_WHEN.search(extra) is not None
+
+
+def _headers(
+    rows: list[Any], asked: _Asked
+) -> tuple[list[float], list[list[bool]], list[float], list[float]]:
+    """Per candidate: its name and summary's BM25, which groups they hold, its time boost, its importance."""
+    heads, head_seen, boosts, importance = [], [], [], []
+    for row in rows:
+        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
+        head_counts = _term_counts(head_text, asked.rx, len(asked.groups), asked.forms)
+        heads.append(_bm25(head_counts, head_text.count(" ") + 1, asked.weights, avg_len=AVG_HEAD_WORDS))
+        head_seen.append([bool(c) for c in head_counts])
+        boosts.append(_date_boost(row, asked))
+        importance.append(0.01 * int(row[6] or 0))
+    return heads, head_seen, boosts, importance
+
+
 def _score_passages(
     rows: list[Any],
     entries: list[Prepared],
@@ -451,19 +491,7 @@ def _score_passages(
     says_when = np.zeros(len(episode), dtype=bool)
     if asked.asks_when and len(episode):
         says_when = np.concatenate([e.found(_SAYS_WHEN) for e in entries])
-    # Notes derived from a turn (absolute dates) are scored as part of it: their words add counts.
-    noted = {event_id for event_id, _ in notes}
-    if noted:
-        for k, e in enumerate(entries):
-            if e.event_ids.isdisjoint(noted):
-                continue
-            for j, p in enumerate(e.passages):
-                extra = note_words(notes.get((p.event_id, p.speaker), []), p.text).lower()
-                if extra:
-                    i = int(firsts[k]) + j
-                    counts[i] += _term_counts(extra, asked.rx, n_groups)
-                    lengths[i] += extra.count(" ")
-                    says_when[i] |= _SAYS_WHEN.search(extra) is not None
+    _add_notes(entries, firsts, notes, asked, counts, lengths, says_when)
     # Each passage weighed by its whole turn's words: the sum over the passages of its quote.
     quote_base = np.concatenate(([0], np.cumsum([len(e.quotes) for e in entries])[:-1])).astype(np.int64)
     turn = quote_base[episode] + np.concatenate([e.quote_of for e in entries])
@@ -474,14 +502,7 @@ def _score_passages(
     before = np.where(first, 0.0, np.roll(own, 1))
     after = np.where(last, 0.0, np.roll(own, -1))
     beside = np.maximum(before, after)
-    heads, head_seen, boosts, importance = [], [], [], []
-    for row in rows:
-        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
-        head_counts = _term_counts(head_text, asked.rx, n_groups, asked.forms)
-        heads.append(_bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=AVG_HEAD_WORDS))
-        head_seen.append([bool(c) for c in head_counts])
-        boosts.append(_date_boost(row, asked))
-        importance.append(0.01 * int(row[6] or 0))
+    heads, head_seen, boosts, importance = _headers(rows, asked)
     hit = counts > 0
     seen = hit | np.array(head_seen, dtype=bool).reshape(len(rows), n_groups)[episode]
     seen[1:] |= hit[:-1] & ~first[1:, None]
