@@ -301,10 +301,10 @@ def bm25_rows(counts: np.ndarray, lengths: np.ndarray, weights: list[float], avg
 
 
 def _quote_matches(
-    entries: list[Prepared], terms: list[str], weights: list[float]
+    entries: list[Prepared], terms: list[str], weights: list[float], rx: re.Pattern[str] | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(per quote of every entry in order: term counts, BM25): a quote's counts are its passages' sums."""
-    counts = TEXTS.term_counts(entries, [(t,) for t in terms])
+    counts = TEXTS.term_counts(entries, [(t,) for t in terms], rx)
     if not entries:
         return np.zeros((0, len(terms))), np.zeros(0)
     n_quotes = [len(e.quotes) for e in entries]
@@ -344,7 +344,7 @@ def search_episodes(
     months, years = _asked_dates(query)
     named = _names_in(query)
     entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows])
-    all_counts, all_scores = _quote_matches(entries, terms, term_weights)
+    all_counts, all_scores = _quote_matches(entries, terms, term_weights, rx)
     scored: list[tuple[float, str, int, list[float]]] = []
     first = 0
     for n, (row, entry) in enumerate(zip(rows, entries, strict=True)):

@@ -48,6 +48,8 @@ PREFIX_MIN = 4  # forms of this length or more match as prefixes (as in the sear
 # Bounds of the per-process cache: past either, everything prepared is dropped and prepared again.
 MAX_PASSAGES = 1_000_000
 MAX_CHARS = 200_000_000
+# Episodes with more passage text than this are indexed; shorter ones are counted by the search's regex.
+INDEX_CHARS = 2_000
 
 
 @dataclass
@@ -118,6 +120,9 @@ class EpisodeTexts:
 
     def _add(self, raw: str | None) -> Prepared:
         quotes, passages, lowered, quote_spaces, ids = _prepare(raw)
+        if sum(len(t) for t in lowered) <= INDEX_CHARS:
+            # Short: a regex pass per question costs less than indexing it (most episodes, once seen).
+            return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1)
         start = self.passages
         for i, text in enumerate(lowered):
             for word, n in Counter(_RUN.findall(text)).items():
@@ -132,6 +137,17 @@ class EpisodeTexts:
                 self.counts[wid].append(n)
         self.passages += len(passages)
         self.chars += len(raw or "")
+        return self._prepared(quotes, passages, lowered, quote_spaces, ids, start)
+
+    @staticmethod
+    def _prepared(
+        quotes: list[Any],
+        passages: list[Passage],
+        lowered: list[str],
+        quote_spaces: list[int],
+        ids: frozenset[str],
+        start: int,
+    ) -> Prepared:
         return Prepared(
             quotes=quotes,
             passages=passages,
@@ -162,13 +178,44 @@ class EpisodeTexts:
             return [] if wid is None else [wid]
         return [self.word_ids[w] for w in self.by_head.get(form[:PREFIX_MIN], ()) if w.startswith(form)]
 
-    def term_counts(self, entries: Sequence[Prepared], groups: Sequence[Sequence[str]]) -> np.ndarray:
-        """(passages of `entries` in order, groups): how often each group's forms occur in each passage."""
+    def term_counts(
+        self, entries: Sequence[Prepared], groups: Sequence[Sequence[str]], rx: re.Pattern[str] | None
+    ) -> np.ndarray:
+        """(passages of `entries` in order, groups): how often each group's forms occur in each passage.
+
+        `rx` is the search's pattern for the groups (group k = its k-th group):
+        it counts the short episodes, which are not indexed.
+        """
         sizes = np.array([len(e.passages) for e in entries], dtype=np.int64)
         total = int(sizes.sum())
         n_groups = len(groups)
+        out = np.zeros((total, n_groups))
         if not total or not n_groups:
-            return np.zeros((total, n_groups))
+            return out
+        forms = tuple(f for g in groups for f in g)
+        at = 0
+        for e in entries:
+            if e.start < 0 and rx is not None:
+                for j, text in enumerate(e.lowered):
+                    # Every match contains one of the forms as it is: a text holding none needs no pass.
+                    if any(f in text for f in forms):
+                        for m in rx.finditer(text):
+                            out[at + j, (m.lastindex or 1) - 1] += 1
+            at += len(e.passages)
+        indexed = [k for k, e in enumerate(entries) if e.start >= 0]
+        if indexed:
+            out += self._indexed_counts(entries, groups, sizes, indexed)
+        return out
+
+    def _indexed_counts(
+        self,
+        entries: Sequence[Prepared],
+        groups: Sequence[Sequence[str]],
+        sizes: np.ndarray,
+        indexed: list[int],
+    ) -> np.ndarray:
+        """The counts of the indexed entries' passages from the postings of the words the groups match."""
+        total, n_groups = int(sizes.sum()), len(groups)
         group_of: dict[int, int] = {}
         for g, forms in enumerate(groups):
             for form in forms:
@@ -182,10 +229,11 @@ class EpisodeTexts:
         lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
         labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
         # Each posting's passage among the candidates': entries are ranges of passage ids.
-        starts = np.array([e.start for e in entries], dtype=np.int64)
-        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        chosen = np.array(indexed, dtype=np.int64)
+        starts = np.array([entries[k].start for k in indexed], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))[chosen]
         order = np.argsort(starts, kind="stable")
-        s_starts, s_sizes, s_offsets = starts[order], sizes[order], offsets[order]
+        s_starts, s_sizes, s_offsets = starts[order], sizes[chosen][order], offsets[order]
         at = np.searchsorted(s_starts, pids, side="right") - 1
         ok = at >= 0
         at = np.where(ok, at, 0)

@@ -486,7 +486,7 @@ def _score_passages(
     episode = np.repeat(np.arange(len(entries), dtype=np.int64), sizes)
     firsts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     local = np.arange(len(episode), dtype=np.int64) - firsts[episode]
-    counts = TEXTS.term_counts(entries, asked.groups)
+    counts = TEXTS.term_counts(entries, asked.groups, asked.rx)
     lengths = np.concatenate([e.spaces for e in entries]).astype(np.float64) + 2
     says_when = np.zeros(len(episode), dtype=bool)
     if asked.asks_when and len(episode):
