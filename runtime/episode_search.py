@@ -9,15 +9,11 @@ important episodes. Each result's quotes are ordered best match first, so a
 caller that must cut to a budget cuts the least relevant quote. Dates are
 returned both as timestamps and human-readable.
 
-`search_quotes` / `recall_lines` rank the remembered turns themselves across
-all candidate episodes (the answer to a question usually sits in one turn):
-BM25 per quote with IDF over the agent's quotes, morphological term groups
-("activities" ~ "activity", "make" ~ "made"), part of the neighbouring turns'
-and the episode header's match, boosts for the named speaker, a named
-month/year and, for "when" questions, turns that say when. `recall_lines`
-renders the best that fit a budget as one date header per day and one
-`Speaker: text (yesterday = 7 May 2023)` line per turn — the compact form
-`recall_memory` should show (measured on LoCoMo in bench/results/compressor.md).
+The quote-level search (`search_quotes` / `recall_lines`: the remembered
+turns themselves, ranked across the candidates) is `runtime.quote_search`; it
+uses this module's candidate query, term statistics and BM25. Neither reads
+the candidates' quotes with them: `runtime.episode_text` keeps each episode
+prepared (parsed, split into passages, indexed) once per process.
 
 Every search takes the `Principal` of the read and returns only episodes it
 may see (`tiermem.runtime.visibility`: the agent's episodes without an owner
