@@ -339,7 +339,7 @@ def search_episodes(
     forms = tuple(terms)
     months, years = _asked_dates(query)
     named = _names_in(query)
-    entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows])
+    entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     all_counts, all_scores = _quote_matches(entries, terms, term_weights, rx)
     scored: list[tuple[float, str, int, list[float]]] = []
     first = 0

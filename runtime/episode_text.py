@@ -64,7 +64,8 @@ class Prepared:
     quote_spaces: list[int]  # spaces in each quote's whole lowered text ("" without text)
     event_ids: frozenset[str]  # the turns its quotes cite
     speakers: dict[str, np.ndarray]  # each speaker (lowered) -> their passages
-    start: int  # its first passage's id in the index
+    start: int  # its first passage's id in the index (-1: not indexed)
+    name: str | None = None  # the episode's name when it was prepared
     flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
     keys: list[frozenset[str] | None] = field(default_factory=list)  # passages' word sets, when asked
 
@@ -102,9 +103,25 @@ class EpisodeTexts:
         self.passages = 0
         self.chars = 0
 
-    def prepared(self, conn: sqlite3.Connection, db: str, episode_ids: Sequence[str]) -> list[Prepared]:
-        """The prepared episodes, in the order asked; the missing ones read in one query."""
-        missing = [e for e in dict.fromkeys(episode_ids) if (db, e) not in self.entries]
+    def prepared(
+        self,
+        conn: sqlite3.Connection,
+        db: str,
+        episode_ids: Sequence[str],
+        names: Sequence[str] | None = None,
+    ) -> list[Prepared]:
+        """The prepared episodes, in the order asked; the missing ones read in one query.
+
+        `names` (the episodes' names as just read) also re-reads an episode
+        whose name is not the one it was prepared with: a row that was deleted
+        and inserted again with other content is never scored with the old text.
+        """
+        stale = {
+            e
+            for e, name in zip(episode_ids, names or (), strict=False)
+            if (db, e) in self.entries and self.entries[(db, e)].name != name
+        }
+        missing = [e for e in dict.fromkeys(episode_ids) if (db, e) not in self.entries or e in stale]
         if missing:
             marks = ",".join("?" * len(missing))
             raws = dict(
@@ -114,8 +131,11 @@ class EpisodeTexts:
             )
             if self.passages > MAX_PASSAGES or self.chars > MAX_CHARS:
                 self.clear()
+            named = dict(zip(episode_ids, names or (), strict=False))
             for episode_id in missing:
-                self.entries[(db, episode_id)] = self._add(raws.get(episode_id))
+                entry = self._add(raws.get(episode_id))
+                entry.name = named.get(episode_id)
+                self.entries[(db, episode_id)] = entry
         return [self.entries[(db, e)] for e in episode_ids]
 
     def _add(self, raw: str | None) -> Prepared:

@@ -618,7 +618,7 @@ def search_quotes(
         asks_when=bool(_ASKS_WHEN.search(query)),
         forms=tuple(f for g in groups for f in g),
     )
-    entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows])
+    entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
     notes = notes_for(conn, who, set().union(*(e.event_ids for e in entries)))
     found = _score_passages(rows, entries, asked, near, notes)

@@ -134,6 +134,10 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         assert counts.astype(int).tolist() == expected
     # A second call reads nothing: every episode is prepared.
     assert texts.prepared(None, "db", ["ep3", "ep1"]) == [entries[3], entries[1]]  # type: ignore[arg-type]
+    # An episode read again under another name (deleted, inserted again) is prepared again.
+    rows[3] = ("ep3", orjson.dumps([{"text": "quite different words", "event_id": "x"}]).decode())
+    again = texts.prepared(Conn(), "db", ["ep3", "ep1"], ["renamed", None])  # type: ignore[arg-type]
+    assert again[0].lowered == ["quite different words"] and again[1] is entries[1]
 
 
 def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[str, Any]]:
