@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import numpy as np
 import orjson
-from tiermem.runtime.episode_text import TEXTS, Prepared
+from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window, newest_window
 from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.visibility import Principal
@@ -176,23 +176,19 @@ def _names_in(query: str) -> set[str]:
     return {w.lower() for w in re.findall(r"\b[A-Z][a-z]+", query)}
 
 
-def _term_regex(terms: list[str]) -> re.Pattern[str]:
-    """One pattern finding every term (stems as prefixes, short words whole); group k = term k."""
-    parts = [f"({re.escape(t)})" + (r"[a-z0-9]*" if len(t) >= 4 else r"\b") for t in terms]
-    return re.compile(r"\b(?:" + "|".join(parts) + ")")
+def _term_matcher(terms: list[str]) -> TermMatcher:
+    """What finds every term (stems as prefixes, short words whole); group k = term k."""
+    return TermMatcher([(t,) for t in terms])
 
 
 def _term_counts(
-    text: str, rx: re.Pattern[str] | None, n_terms: int, forms: tuple[str, ...] | None = None
+    text: str, rx: TermMatcher | None, n_terms: int, forms: tuple[str, ...] | None = None
 ) -> list[int]:
     counts = [0] * n_terms
-    # Every match contains one of the `forms` as it is: a text holding none needs no regex pass.
+    # Every match contains one of the `forms` as it is: a text holding none needs no pass.
     if forms is not None and not any(f in text for f in forms):
         return counts
-    if rx is not None:
-        for m in rx.finditer(text):
-            counts[(m.lastindex or 1) - 1] += 1
-    return counts
+    return rx.counts(text) if rx is not None else counts
 
 
 def _bm25(counts: list[int], length: int, weights: list[float], avg_len: float = AVG_QUOTE_WORDS) -> float:
@@ -297,7 +293,7 @@ def bm25_rows(counts: np.ndarray, lengths: np.ndarray, weights: list[float], avg
 
 
 def _quote_matches(
-    entries: list[Prepared], terms: list[str], weights: list[float], rx: re.Pattern[str] | None
+    entries: list[Prepared], terms: list[str], weights: list[float], rx: TermMatcher | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(per quote of every entry in order: term counts, BM25): a quote's counts are its passages' sums."""
     counts = TEXTS.term_counts(entries, [(t,) for t in terms], rx)
@@ -335,7 +331,7 @@ def search_episodes(
 
     idf = _idf(conn, agent_id, terms, overall, single)
     term_weights = [idf.get(t, 0.0) for t in terms]
-    rx = _term_regex(terms) if terms else None
+    rx = _term_matcher(terms) if terms else None
     forms = tuple(terms)
     months, years = _asked_dates(query)
     named = _names_in(query)

@@ -43,7 +43,7 @@ from tiermem.runtime.episode_search import (
     _term_counts,
     bm25_rows,
 )
-from tiermem.runtime.episode_text import TEXTS, Prepared
+from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.notes import Note, note_words, notes_for, shown_notes
 from tiermem.runtime.packing import render_quote_block
@@ -152,12 +152,9 @@ def query_term_groups(query: str) -> list[tuple[str, ...]]:
     return out[:24]
 
 
-def _group_regex(groups: list[tuple[str, ...]]) -> re.Pattern[str]:
-    parts = [
-        "(" + "|".join(re.escape(f) + (r"[a-z0-9]*" if len(f) >= 4 else r"\b") for f in g) + ")"
-        for g in groups
-    ]
-    return re.compile(r"\b(?:" + "|".join(parts) + ")")
+def _group_matcher(groups: list[tuple[str, ...]]) -> TermMatcher:
+    """What counts the groups (each word for the first group with a form matching it; runtime.episode_text)."""
+    return TermMatcher(groups)
 
 
 _QUOTE_INDEX: dict[tuple[str, str], tuple[int, int, list[str], list[int]]] = {}
@@ -352,7 +349,7 @@ class _Asked:
 
     groups: list[tuple[str, ...]]
     weights: list[float]
-    rx: re.Pattern[str] | None
+    rx: TermMatcher | None
     dates: tuple[set[str], set[str]]  # months, years named
     window: TimeWindow | None
     named: set[str]
@@ -611,7 +608,7 @@ def search_quotes(
     asked = _Asked(
         groups=groups,
         weights=weights,
-        rx=_group_regex(groups) if groups else None,
+        rx=_group_matcher(groups) if groups else None,
         dates=_asked_dates(query),
         window=_asked_window(conn, who, query),
         named=_names_in(query),

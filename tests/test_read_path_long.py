@@ -14,6 +14,7 @@ questions, months, the importance boost).
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 from helpers_runtime import append, episode
 from tiermem.runtime import quote_search as qs
 from tiermem.runtime.episode_search import _candidate_rows, _frequencies, _term_counts, search_episodes
-from tiermem.runtime.episode_text import EpisodeTexts
+from tiermem.runtime.episode_text import EpisodeTexts, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.notes import notes_for
 from tiermem.runtime.passages import episode_passages
@@ -96,6 +97,22 @@ def _text(rng: random.Random, n: int) -> str:
     return " ".join(out).replace(" \n\n ", "\n\n")
 
 
+def _regex(groups: list[tuple[str, ...]]) -> re.Pattern[str]:
+    """The pattern the search counted terms with: stems as prefixes, short forms whole; group k = group k."""
+    parts = [
+        "(" + "|".join(re.escape(f) + (r"[a-z0-9]*" if len(f) >= 4 else r"\b") for f in g) + ")"
+        for g in groups
+    ]
+    return re.compile(r"\b(?:" + "|".join(parts) + ")")
+
+
+def _regex_counts(text: str, rx: re.Pattern[str], n: int) -> list[int]:
+    counts = [0] * n
+    for m in rx.finditer(text):
+        counts[(m.lastindex or 1) - 1] += 1
+    return counts
+
+
 def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
     rng = random.Random(5)
     texts = EpisodeTexts()
@@ -124,14 +141,12 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         [("x2",), ("foo",), ("caf",), ("don",), ("t",)],
         [("stra",), ("naï",), ("école",)],
     ):
-        rx = qs._group_regex(groups)
-        counts = texts.term_counts(entries, groups, rx)
-        expected = [
-            _term_counts(text, rx, len(groups))
-            for e in entries
-            for text in [p.text.lower() for p in e.passages]
-        ]
+        rx = _regex(groups)
+        counts = texts.term_counts(entries, groups, qs._group_matcher(groups))
+        expected = [_regex_counts(p.text.lower(), rx, len(groups)) for e in entries for p in e.passages]
         assert counts.astype(int).tolist() == expected
+        matcher = TermMatcher(groups)
+        assert [matcher.counts(p.text.lower()) for e in entries for p in e.passages] == expected
     # A second call reads nothing: every episode is prepared.
     assert texts.prepared(None, "db", ["ep3", "ep1"]) == [entries[3], entries[1]]  # type: ignore[arg-type]
     # An episode read again under another name (deleted, inserted again) is prepared again.
@@ -153,7 +168,7 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
     asked = qs._Asked(
         groups=groups,
         weights=weights,
-        rx=qs._group_regex(groups) if groups else None,
+        rx=qs._group_matcher(groups) if groups else None,
         dates=qs._asked_dates(query),
         window=qs._asked_window(conn, who, query),
         named=qs._names_in(query),
