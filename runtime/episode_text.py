@@ -44,11 +44,11 @@ import orjson
 from tiermem.runtime.passages import Passage, episode_passages
 
 _RUN = re.compile(r"\w+")
-PREFIX_MIN = 4  # forms of this length or more match as prefixes (as in the search's regex)
+PREFIX_MIN = 4  # forms of this length or more match as prefixes (as the search always matched them)
 # Bounds of the per-process cache: past either, everything prepared is dropped and prepared again.
 MAX_PASSAGES = 1_000_000
 MAX_CHARS = 200_000_000
-# Episodes with more passage text than this are indexed; shorter ones are counted by the search's regex.
+# Episodes with more passage text than this are indexed; shorter ones are counted per question (`TermMatcher`).
 INDEX_CHARS = 2_000
 
 
@@ -141,7 +141,7 @@ class EpisodeTexts:
     def _add(self, raw: str | None) -> Prepared:
         quotes, passages, lowered, quote_spaces, ids = _prepare(raw)
         if sum(len(t) for t in lowered) <= INDEX_CHARS:
-            # Short: a regex pass per question costs less than indexing it (most episodes, once seen).
+            # Short: counting its words per question costs less than indexing it (most episodes, once seen).
             return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1)
         start = self.passages
         for i, text in enumerate(lowered):
