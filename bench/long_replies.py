@@ -253,7 +253,7 @@ def check_updates(data: Path, budgets: list[int]) -> dict[str, Any]:
     import tempfile
     from dataclasses import replace
 
-    from tiermem.runtime.episode_search import search_quotes
+    from tiermem.runtime.quote_search import search_quotes
 
     from tiermem.app.locomo import TiermemContext, load_locomo, prepare
     from tiermem.settings import resolve_settings

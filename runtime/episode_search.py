@@ -9,15 +9,11 @@ important episodes. Each result's quotes are ordered best match first, so a
 caller that must cut to a budget cuts the least relevant quote. Dates are
 returned both as timestamps and human-readable.
 
-`search_quotes` / `recall_lines` rank the remembered turns themselves across
-all candidate episodes (the answer to a question usually sits in one turn):
-BM25 per quote with IDF over the agent's quotes, morphological term groups
-("activities" ~ "activity", "make" ~ "made"), part of the neighbouring turns'
-and the episode header's match, boosts for the named speaker, a named
-month/year and, for "when" questions, turns that say when. `recall_lines`
-renders the best that fit a budget as one date header per day and one
-`Speaker: text (yesterday = 7 May 2023)` line per turn — the compact form
-`recall_memory` should show (measured on LoCoMo in bench/results/compressor.md).
+The quote-level search (`search_quotes` / `recall_lines`: the remembered
+turns themselves, ranked across the candidates) is `runtime.quote_search`; it
+uses this module's candidate query, term statistics and BM25. Neither reads
+the candidates' quotes with them: `runtime.episode_text` keeps each episode
+prepared (parsed, split into passages, indexed) once per process.
 
 Every search takes the `Principal` of the read and returns only episodes it
 may see (`tiermem.runtime.visibility`: the agent's episodes without an owner
@@ -31,29 +27,16 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from bisect import bisect_left
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import orjson
+from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window, newest_window
 from tiermem.runtime.hotstore import database_key, item_clause
-from tiermem.runtime.notes import Note, note_words, notes_for, shown_notes
-from tiermem.runtime.packing import render_quote_block
-from tiermem.runtime.passages import episode_passages
-from tiermem.runtime.time_query import (
-    TimeWindow,
-    event_phrase,
-    mentions_time,
-    relative_to_event,
-    time_window,
-)
-from tiermem.runtime.vectors import VectorIndex
 from tiermem.runtime.visibility import Principal
 
-from tiermem.dates import MONTHS, anchor_relative_dates, human_date, human_range
-from tiermem.fusion import weighted_fusion
+from tiermem.dates import MONTHS, human_range
 from tiermem.ids import parse_ts
 from tiermem.text import STOP_WORDS, stem
 
@@ -193,23 +176,19 @@ def _names_in(query: str) -> set[str]:
     return {w.lower() for w in re.findall(r"\b[A-Z][a-z]+", query)}
 
 
-def _term_regex(terms: list[str]) -> re.Pattern[str]:
-    """One pattern finding every term (stems as prefixes, short words whole); group k = term k."""
-    parts = [f"({re.escape(t)})" + (r"[a-z0-9]*" if len(t) >= 4 else r"\b") for t in terms]
-    return re.compile(r"\b(?:" + "|".join(parts) + ")")
+def _term_matcher(terms: list[str]) -> TermMatcher:
+    """What finds every term (stems as prefixes, short words whole); group k = term k."""
+    return TermMatcher([(t,) for t in terms])
 
 
 def _term_counts(
-    text: str, rx: re.Pattern[str] | None, n_terms: int, forms: tuple[str, ...] | None = None
+    text: str, rx: TermMatcher | None, n_terms: int, forms: tuple[str, ...] | None = None
 ) -> list[int]:
     counts = [0] * n_terms
-    # Every match contains one of the `forms` as it is: a text holding none needs no regex pass.
+    # Every match contains one of the `forms` as it is: a text holding none needs no pass.
     if forms is not None and not any(f in text for f in forms):
         return counts
-    if rx is not None:
-        for m in rx.finditer(text):
-            counts[(m.lastindex or 1) - 1] += 1
-    return counts
+    return rx.counts(text) if rx is not None else counts
 
 
 def _bm25(counts: list[int], length: int, weights: list[float], avg_len: float = AVG_QUOTE_WORDS) -> float:
@@ -303,6 +282,35 @@ def _candidate_rows(
     return conn.execute(sql, [who.agent_id, *params, fallback]).fetchall()
 
 
+def bm25_rows(counts: np.ndarray, lengths: np.ndarray, weights: list[float], avg_len: float) -> np.ndarray:
+    """`_bm25` of every row of `counts` at once, term by term in the same order (the same sums)."""
+    norm = K1 * ((1 - B) + (B * lengths) / avg_len)
+    out = np.zeros(len(lengths))
+    for k, w in enumerate(weights):
+        tf = counts[:, k]
+        out = out + np.where(tf > 0, w * tf * (K1 + 1) / (tf + norm), 0.0)
+    return out
+
+
+def _quote_matches(
+    entries: list[Prepared], terms: list[str], weights: list[float], rx: TermMatcher | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(per quote of every entry in order: term counts, BM25): a quote's counts are its passages' sums."""
+    counts = TEXTS.term_counts(entries, [(t,) for t in terms], rx)
+    if not entries:
+        return np.zeros((0, len(terms))), np.zeros(0)
+    n_quotes = [len(e.quotes) for e in entries]
+    base = np.concatenate(([0], np.cumsum(n_quotes)[:-1])).astype(np.int64)
+    sizes = [len(e.passages) for e in entries]
+    quote = np.repeat(base, sizes) + np.concatenate([e.quote_of for e in entries])
+    total = int(sum(n_quotes))
+    by_quote = np.zeros((total, len(terms)))
+    for k in range(len(terms)):
+        by_quote[:, k] = np.bincount(quote, weights=counts[:, k], minlength=total)
+    lengths = np.array([n + 1 for e in entries for n in e.quote_spaces], dtype=np.float64)
+    return by_quote, bm25_rows(by_quote, lengths, weights, AVG_QUOTE_WORDS)
+
+
 def search_episodes(
     conn: sqlite3.Connection,
     who: Principal,
@@ -315,25 +323,32 @@ def search_episodes(
     terms = query_terms(query)
     single: dict[str, str] = {}
     overall = _frequencies(conn, terms, single)
-    cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context, e.important"
+    # The quotes are not read with the candidates: runtime.episode_text has them prepared.
+    cols = "e.episode_id, e.name, e.summary, NULL, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context, e.important"
     rows = _candidate_rows(
         conn, who, cols, COLUMN_WEIGHTS, terms, overall, participant, CANDIDATES, limit, single
     )
 
     idf = _idf(conn, agent_id, terms, overall, single)
     term_weights = [idf.get(t, 0.0) for t in terms]
-    rx = _term_regex(terms) if terms else None
+    rx = _term_matcher(terms) if terms else None
     forms = tuple(terms)
     months, years = _asked_dates(query)
     named = _names_in(query)
-    scored: list[tuple[float, dict[str, Any]]] = []
-    for row in rows:
-        quotes = orjson.loads(row[3] or "[]")
-        texts = [str(q.get("text", "")).lower() for q in quotes]
-        quote_counts = [_term_counts(t, rx, len(terms), forms) for t in texts]
+    entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
+    all_counts, all_scores = _quote_matches(entries, terms, term_weights, rx)
+    scored: list[tuple[float, str, int, list[float]]] = []
+    first = 0
+    for n, (row, entry) in enumerate(zip(rows, entries, strict=True)):
+        quotes = entry.quotes
+        quote_counts = all_counts[first : first + len(quotes)]
+        # A quote matching no term scores 0 as an int, as a sum over no terms does (shown as "match": 0).
+        matched = cast(list[bool], quote_counts.any(axis=1).tolist())
         quote_scores = [
-            _bm25(c, t.count(" ") + 1, term_weights) for c, t in zip(quote_counts, texts, strict=True)
+            s if hit else 0
+            for s, hit in zip(all_scores[first : first + len(quotes)].tolist(), matched, strict=True)
         ]
+        first += len(quotes)
         if named:
             # Who said it: a question about someone is usually answered by their own words.
             for i, q in enumerate(quotes):
@@ -341,10 +356,11 @@ def search_episodes(
                 if speaker:
                     quote_scores[i] *= SPEAKER_BOOST if speaker in named else 1.0
         head_text = f"{row[1] or ''} {row[2] or ''}".lower()
-        head_counts = _term_counts(head_text, rx, len(terms))
+        head_counts = _term_counts(head_text, rx, len(terms), forms)
         head = _bm25(head_counts, head_text.count(" ") + 1, term_weights, avg_len=AVG_HEAD_WORDS)
         best = sorted(quote_scores, reverse=True)
-        seen = [any(c[k] for c in [head_counts, *quote_counts]) for k in range(len(terms))]
+        in_quotes = cast(list[bool], quote_counts.any(axis=0).tolist())
+        seen = [bool(head_counts[k]) or in_quotes[k] for k in range(len(terms))]
         covered = sum(w for w, hit in zip(term_weights, seen, strict=True) if hit)
         coverage = covered / (sum(term_weights) or 1.0)
         # The best single quote carries the episode (answers live in one turn); a second good quote,
@@ -357,538 +373,34 @@ def search_episodes(
             when = {row[5][:4], row[6][:4]} | {_MONTHS[int(row[5][5:7]) - 1], _MONTHS[int(row[6][5:7]) - 1]}
             asked = months | years
             score *= 1.0 + 0.5 * len(asked & when) / len(asked)
+        scored.append((score, str(row[0]), n, quote_scores))
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    # Only the results are built (their quotes best match first, copied from the prepared episode).
+    out = []
+    for score, _, n, quote_scores in scored[:limit]:
+        row, quotes = rows[n], entries[n].quotes
         order = sorted(range(len(quotes)), key=lambda i: (-quote_scores[i], i))
-        ordered = [{**quotes[i], "match": round(quote_scores[i], 3)} for i in order]
         start, end = parse_ts(row[5]), parse_ts(row[6])
-        scored.append(
-            (
-                score,
-                {
-                    "episode_id": row[0],
-                    "name": row[1],
-                    "summary": row[2],
-                    "key_quotes": ordered,
-                    "participants": orjson.loads(row[4] or "[]"),
-                    "start_ts": row[5],
-                    "end_ts": row[6],
-                    "when": human_range(start, end),
-                    "importance": int(row[7] or 0),
-                    "emotional_context": row[8] or "",
-                    "important": bool(row[9]),
-                    "score": round(score, 4) if math.isfinite(score) else 0.0,
-                },
-            )
+        out.append(
+            {
+                "episode_id": row[0],
+                "name": row[1],
+                "summary": row[2],
+                "key_quotes": [{**quotes[i], "match": round(quote_scores[i], 3)} for i in order],
+                "participants": orjson.loads(row[4] or "[]"),
+                "start_ts": row[5],
+                "end_ts": row[6],
+                "when": human_range(start, end),
+                "importance": int(row[7] or 0),
+                "emotional_context": row[8] or "",
+                "important": bool(row[9]),
+                "score": round(score, 4) if math.isfinite(score) else 0.0,
+            }
         )
-    scored.sort(key=lambda s: (-s[0], s[1]["episode_id"]))
-    return [item for _, item in scored[:limit]]
+    return out
 
 
 def query_matches(query: str, text: str) -> int:
     """How many of the query's terms `text` contains (the measure quotes are ordered by)."""
     words = set(_WORD.findall(text.lower()))
     return sum(1 for t in query_terms(query) if _matches(words, t))
-
-
-# ------------------------------------------------------------------ quote-level search
-
-# Words of how a question is asked rather than what it is about ("What kind of...", "Would X likely...").
-# Measured on LoCoMo dev: dropping them lowered recall (their IDF is already low), so only these few.
-QUESTION_FILLER = frozenset(["likely", "probably"])
-# Irregular forms, so "What did she make?" meets "I made..." (both directions via the groups below).
-_IRREGULAR = [
-    "make made making",
-    "go went gone going goes",
-    "buy bought",
-    "see saw seen",
-    "take took taken",
-    "give gave given",
-    "meet met",
-    "find found",
-    "run ran",
-    "win won",
-    "teach taught",
-    "bring brought",
-    "feel felt",
-    "leave left",
-    "lose lost",
-    "write wrote written",
-    "begin began begun",
-    "tell told",
-    "say said",
-    "sing sang sung",
-    "swim swam",
-    "drive drove driven",
-    "ride rode",
-    "eat ate eaten",
-    "fly flew flown",
-    "grow grew grown",
-    "draw drew drawn",
-    "know knew known",
-    "break broke broken",
-    "choose chose chosen",
-    "catch caught",
-    "fall fell fallen",
-    "hear heard",
-    "hold held",
-    "keep kept",
-    "sell sold",
-    "send sent",
-    "spend spent",
-    "build built",
-    "pay paid",
-    "wear wore worn",
-    "do did",
-    "have had has",
-    "think thought",
-    "child children",
-    "person people",
-    "man men",
-    "woman women",
-]
-_FORMS = {w: tuple(line.split()) for line in _IRREGULAR for w in line.split()}
-
-
-def _normal_form(word: str) -> str:
-    """A stem to match as a prefix: 'activities' -> 'activit', 'shopped' -> 'shop', 'status' stays."""
-    if len(word) > 5 and word.endswith("ies"):
-        return word[:-3]
-    if word.endswith(("ss", "us", "is")):
-        return word
-    term = stem(word) if len(word) > 4 else word
-    if term != word and len(term) >= 4 and term[-1] == term[-2] and term[-1] not in "aeiouls":
-        term = term[:-1]  # doubled consonant before -ed/-ing
-    return term
-
-
-def query_term_groups(query: str) -> list[tuple[str, ...]]:
-    """Each content word of the query as the forms that count as it (stem first)."""
-    out: list[tuple[str, ...]] = []
-    names = _names_in(query)
-    for word in _WORD.findall(query.lower()):
-        if word in STOP_WORDS or word in QUESTION_FILLER or len(word) < 2:
-            continue
-        forms = [_normal_form(word)]
-        for other in _FORMS.get(word, ()):
-            if other != word and len(_normal_form(other)) > 3:
-                forms.append(_normal_form(other))
-            elif other != word:
-                forms.append(other)
-        if word.endswith("e") and len(word) >= 4 and word not in names:
-            forms.append(word[:-1] + "ing")  # "make" -> "making", which the prefix "make" misses
-        group = tuple(dict.fromkeys(forms))
-        if all(group[0] != g[0] for g in out):
-            out.append(group)
-    return out[:24]
-
-
-def _group_regex(groups: list[tuple[str, ...]]) -> re.Pattern[str]:
-    parts = [
-        "(" + "|".join(re.escape(f) + (r"[a-z0-9]*" if len(f) >= 4 else r"\b") for f in g) + ")"
-        for g in groups
-    ]
-    return re.compile(r"\b(?:" + "|".join(parts) + ")")
-
-
-_QUOTE_INDEX: dict[tuple[str, str], tuple[int, int, list[str], list[int]]] = {}
-_GROUP_DF: dict[tuple[str, str, int, str], float] = {}
-
-
-def _group_idf(
-    conn: sqlite3.Connection, agent_id: str, groups: list[tuple[str, ...]], overall: dict[str, int]
-) -> list[float]:
-    """IDF of each term group over the agent's remembered turns (quotes), not its episodes.
-
-    Quotes are what is ranked, and an episode-level count makes every word of
-    a long episode look as common as its commonest. The quotes' word sets are
-    loaded once per archive version (the episode count is the version: a
-    compression run adds episodes) as an index from word to quotes, and only
-    the newest version per agent is kept.
-    Above QUOTE_IDF_MAX_EPISODES the index's episode-level counts are used
-    instead (measured on LoCoMo: 0.807 evidence recall instead of 0.811).
-    """
-    db, total, all_docs = _archive_sizes(conn, agent_id)
-    if total > QUOTE_IDF_MAX_EPISODES:
-        # A large archive: counting over every remembered turn would take longer than the search,
-        # so the search index's episode counts stand in (scaled to this agent's share).
-        out_index = []
-        for g in groups:
-            df = min(total, max((overall[f] for f in g), default=0) * total / all_docs)
-            out_index.append(math.log(1 + (total - df + 0.5) / (df + 0.5)))
-        return out_index
-    _, n_quotes, vocabulary, masks = _quote_index(conn, db, agent_id, total)
-    n = n_quotes or 1
-    out = []
-    for g in groups:
-        key = (db, agent_id, total, "|".join(g))
-        idf = _GROUP_DF.get(key)
-        if idf is None:
-            if len(_GROUP_DF) > 50_000:
-                _GROUP_DF.clear()
-            # The quotes holding a form of the group: a short form as a whole word, a longer one
-            # as the prefix of any word (all such words sit together in the sorted vocabulary).
-            found = 0
-            for form in g:
-                i = bisect_left(vocabulary, form)
-                if len(form) < 4:
-                    if i < len(vocabulary) and vocabulary[i] == form:
-                        found |= masks[i]
-                    continue
-                while i < len(vocabulary) and vocabulary[i].startswith(form):
-                    found |= masks[i]
-                    i += 1
-            df = found.bit_count()
-            idf = _GROUP_DF[key] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        out.append(idf)
-    return out
-
-
-def _quote_index(
-    conn: sqlite3.Connection, db: str, agent_id: str, total: int
-) -> tuple[int, int, list[str], list[int]]:
-    """(version, quotes, sorted vocabulary, per word the set of quotes holding it as a bit mask).
-
-    Built once per archive version of the agent (the newest only), so a new
-    query's term weights cost a binary search per form, not a pass over every
-    word of every remembered turn.
-    """
-    cached = _QUOTE_INDEX.get((db, agent_id))
-    if cached is None or cached[0] != total:
-        by_word: dict[str, int] = {}
-        n = 0
-        for (raw,) in conn.execute("SELECT key_quotes FROM episodes WHERE agent_id = ?", [agent_id]):
-            for q in orjson.loads(raw or "[]"):
-                if isinstance(q, dict) and q.get("text"):
-                    bit = 1 << n
-                    for word in set(_WORD.findall(str(q["text"]).lower())):
-                        by_word[word] = by_word.get(word, 0) | bit
-                    n += 1
-        vocabulary = sorted(by_word)
-        cached = _QUOTE_INDEX[(db, agent_id)] = (total, n, vocabulary, [by_word[w] for w in vocabulary])
-    return cached
-
-
-QUOTE_CANDIDATES = 200  # episodes whose quotes are scored one by one
-QUOTE_IDF_MAX_EPISODES = 5000  # above this, term weights come from the search index, not every quote
-NEIGHBOUR_WEIGHT = 0.6  # a quote answering (or asked by) a matching turn shares some of its match
-QUOTE_SPEAKER_BOOST = 2.5  # stronger than for whole episodes: a quote has exactly one speaker
-HEAD_WEIGHT = 0.3  # the episode's name and summary (topics, anchored dates) as context for each quote
-DUPLICATE_JACCARD = 0.9
-WHEN_BOOST = 1.2  # "When did...": a quote that says when (a date or a relative time) is the likelier answer
-_SAYS_WHEN = re.compile(
-    r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|weekend|week|month|year|since|(?:19|20)\d\d|"
-    + "|".join(_MONTHS)
-    + r")\b"
-)
-_ASKS_WHEN = re.compile(r"^\s*(?:when|how long|what (?:year|month|date|day|time))\b", re.I)
-COVERAGE_FLOOR = 0.5  # score x (floor + share of the question's weight the quote and its context cover)
-WINDOW_BOOST = 0.5  # a turn said within the question's time window ("last year", "before the trip")
-RESTATEMENT_POOL = 60  # the best passages among which a newer restatement is moved above the older
-RESTATEMENT_COVER = 0.6  # share of the question's weight two turns must both contain to restate each other
-RESTATEMENT_MIN_SHARE = 0.5  # ...and the newer one's score at least this share of the older one's
-
-
-def _dedup_key(text: str) -> frozenset[str]:
-    return frozenset(_WORD.findall(text.lower()))
-
-
-@dataclass(frozen=True)
-class DenseSearch:
-    """How the dense side takes part in a quote search (absent: lexical only).
-
-    `mode` "hybrid" fuses the two rankings (weighted fusion, `weight` the
-    dense share, both sides over their `candidates` best); "dense" ranks by
-    cosine alone (for comparison; the lexical path is not consulted).
-    """
-
-    index: VectorIndex
-    mode: str = "hybrid"
-    weight: float = 0.4
-    candidates: int = 100
-
-
-def _rows_by_id(
-    conn: sqlite3.Connection, who: Principal, cols: str, ids: list[str], participant: str | None
-) -> list[Any]:
-    """The visible episodes among `ids` (the dense side's candidates), with a zero lexical rank."""
-    if not ids:
-        return []
-    where, params = item_clause(who, "e")
-    if participant and getattr(conn, "dialect", "sqlite") == "postgres":
-        where += (
-            " AND EXISTS (SELECT 1 FROM jsonb_array_elements_text(coalesce(e.participants, '[]')::jsonb)"
-            " AS p(value) WHERE lower(p.value) = lower(?))"
-        )
-        params.append(participant)
-    elif participant:
-        where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
-        params.append(participant)
-    marks = ",".join("?" * len(ids))
-    sql = f"SELECT {cols}, 0.0 AS rank FROM episodes e WHERE e.episode_id IN ({marks}) AND {where}"
-    return conn.execute(sql, [*ids, *params]).fetchall()
-
-
-def _reference_time(conn: sqlite3.Connection, who: Principal) -> datetime | None:
-    """The present of the memory: when the newest turn `who` may see was said."""
-    where, params = item_clause(who, "e")
-    row = conn.execute(f"SELECT max(e.end_ts) FROM episodes e WHERE {where}", params).fetchone()
-    return parse_ts(row[0]) if row and row[0] else None
-
-
-def _asked_window(conn: sqlite3.Connection, who: Principal, query: str) -> TimeWindow | None:
-    """The date window of the question's time expression, if it has one (runtime.time_query)."""
-    if not mentions_time(query):
-        return None  # most questions: no lookup of the memory's present
-    relative = event_phrase(query)
-    if relative is not None:
-        # "before the trip": when the trip was is what the best turn about it says.
-        found = search_quotes(conn, who, relative[1], limit=1)
-        if found:
-            return relative_to_event(relative[0], parse_ts(found[0]["ts"]), " ".join(relative))
-    ref = _reference_time(conn, who)
-    return time_window(query, ref) if ref is not None else None
-
-
-def _restatements_first(scored: list[tuple[float, dict[str, Any]]], weights: list[float]) -> None:
-    """A newer restatement by the same speaker ranks just above the older one it restates.
-
-    Two turns restate each other, for a question, when the same speaker said
-    both and they contain the same of the question's words, covering most of
-    its weight ("my budget for the remodel is $12,000" and, later, "the
-    remodel budget is now $15,500"): the newer one is what holds now, so it
-    must not lose to the stale one on word counts or length.
-    """
-    total = sum(weights) or 1.0
-    top = sorted(range(len(scored)), key=lambda i: -scored[i][0])[:RESTATEMENT_POOL]
-    for a in top:
-        qa = scored[a][1]
-        hits = qa["hits"]
-        if not hits or sum(weights[k] for k in hits) < RESTATEMENT_COVER * total:
-            continue
-        for b in top:
-            qb = scored[b][1]
-            if (
-                qb["hits"] == hits
-                and qb["speaker"] == qa["speaker"]
-                and qb["ts"] < qa["ts"]
-                and scored[b][0] > scored[a][0] >= RESTATEMENT_MIN_SHARE * scored[b][0]
-            ):
-                scored[a] = (scored[b][0] * 1.001, qa)
-
-
-@dataclass(frozen=True)
-class _Asked:
-    """What a question asks, prepared once for scoring every candidate passage."""
-
-    groups: list[tuple[str, ...]]
-    weights: list[float]
-    rx: re.Pattern[str] | None
-    dates: tuple[set[str], set[str]]  # months, years named
-    window: TimeWindow | None
-    named: set[str]
-    asks_when: bool
-    forms: tuple[str, ...] = ()  # every query form as written: a text holding none skips the regex
-
-
-def _date_boost(row: Any, asked: _Asked) -> float:
-    """x1 + up to 0.5 for an episode of the month/year the question names, or inside its time window."""
-    months, years = asked.dates
-    if months or years:
-        when = {row[4][:4], row[5][:4], _MONTHS[int(row[4][5:7]) - 1], _MONTHS[int(row[5][5:7]) - 1]}
-        named = months | years
-        return 1.0 + 0.5 * len(named & when) / len(named)
-    w = asked.window
-    if w is not None and (w.contains(parse_ts(row[4])) or w.contains(parse_ts(row[5]))):
-        return 1.0 + WINDOW_BOOST
-    return 1.0
-
-
-def _score_episode(
-    row: Any,
-    quotes: Any,
-    asked: _Asked,
-    near: dict[tuple[str, int], float],
-    notes: dict[tuple[str, str], list[Note]],
-) -> list[tuple[float, dict[str, Any]]]:
-    """Every passage of one candidate episode (`quotes`: its parsed key quotes) with its lexical score."""
-    passages = episode_passages(quotes)
-    if not passages:
-        return []
-    n_groups, weights = len(asked.groups), asked.weights
-    total_weight = sum(weights) or 1.0
-    texts = [
-        f"{p.text} {note_words(notes.get((p.event_id, p.speaker), []), p.text)}".lower() for p in passages
-    ]
-    counts = [_term_counts(t, asked.rx, n_groups, asked.forms) for t in texts]
-    # A passage is weighed by the length of its whole turn: a long reply that mentions the topic on
-    # every page is not more of an answer for being cut in parts (measured on long-reply conversations:
-    # weighed by its own length, the reply's passages crowded short user turns out of small budgets).
-    turn_words: dict[int, int] = {}
-    for p, t in zip(passages, texts, strict=True):
-        turn_words[p.quote] = turn_words.get(p.quote, 0) + t.count(" ") + 1
-    own = [_bm25(c, turn_words[p.quote], weights) for c, p in zip(counts, passages, strict=True)]
-    head_text = f"{row[1] or ''} {row[2] or ''}".lower()
-    head_counts = _term_counts(head_text, asked.rx, n_groups)
-    head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=AVG_HEAD_WORDS)
-    start = parse_ts(row[4])
-    boost = _date_boost(row, asked)
-    out: list[tuple[float, dict[str, Any]]] = []
-    for i, p in enumerate(passages):
-        beside = max(own[i - 1] if i > 0 else 0.0, own[i + 1] if i + 1 < len(passages) else 0.0)
-        seen = [
-            bool(counts[i][k] or head_counts[k] or (i > 0 and counts[i - 1][k]))
-            or bool(i + 1 < len(passages) and counts[i + 1][k])
-            for k in range(n_groups)
-        ]
-        coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / total_weight
-        score = (
-            (own[i] + NEIGHBOUR_WEIGHT * beside + HEAD_WEIGHT * head) * (COVERAGE_FLOOR + coverage) * boost
-        )
-        if asked.named and p.speaker.lower() in asked.named:
-            score *= QUOTE_SPEAKER_BOOST
-        if asked.asks_when and _SAYS_WHEN.search(texts[i]):
-            score *= WHEN_BOOST
-        score += 0.01 * int(row[6] or 0)
-        item = {
-            "text": p.text,
-            "speaker": p.speaker,
-            "event_id": p.event_id,
-            "part": p.part,
-            "notes": shown_notes(notes.get((p.event_id, p.speaker), [])),
-            "episode_id": row[0],
-            "ts": row[4],
-            "date": human_date(start),
-            "at": start,
-            "cosine": near.get((row[0], p.idx)),
-            "hits": frozenset(k for k in range(n_groups) if counts[i][k]),
-            "boost": boost,
-        }
-        out.append((score, item))
-    return out
-
-
-def search_quotes(
-    conn: sqlite3.Connection,
-    who: Principal,
-    query: str,
-    participant: str | None = None,
-    limit: int = 40,
-    dense: DenseSearch | None = None,
-) -> list[dict[str, Any]]:
-    """The agent's remembered turns best matching `query`, across episodes, best first.
-
-    Episodes are only the unit of retrieval from FTS; the answer to a question
-    usually sits in one turn, so every passage of the candidate episodes (a
-    short turn whole, a long one in parts: runtime.passages) is scored on its
-    own (BM25 with the agent's IDF, stems matched as prefixes), plus part of
-    its neighbours' match (a question and its answer are adjacent turns) and
-    of its episode's name/summary, and a boost when the question names its
-    speaker, its month/year or a time window it falls in (runtime.time_query).
-    With `dense`, the candidates of the vector index join those of FTS and
-    the two rankings are fused (or, in "dense" mode, cosine alone ranks).
-    A newer restatement ranks above the older one; near-identical passages are
-    kept once. Each result carries its date and the relative dates it
-    contains resolved against that date, so `render_quote_block` can state
-    when it was said compactly.
-    """
-    groups = query_term_groups(query)
-    terms = [f for g in groups for f in g]
-    single: dict[str, str] = {}
-    overall = _frequencies(conn, terms, single)
-    cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
-    near: dict[tuple[str, int], float] = {}
-    if dense is not None:
-        near = dense.index.nearest(conn, query, dense.candidates)
-    rows: list[Any] = []
-    if dense is None or dense.mode != "dense":
-        rows = _candidate_rows(
-            conn, who, cols, None, terms, overall, participant, QUOTE_CANDIDATES, 3, single
-        )
-    if near:
-        have = {r[0] for r in rows}
-        rows += _rows_by_id(conn, who, cols, sorted({e for e, _ in near} - have), participant)
-    weights = _group_idf(conn, who.agent_id, groups, overall)
-    asked = _Asked(
-        groups=groups,
-        weights=weights,
-        rx=_group_regex(groups) if groups else None,
-        dates=_asked_dates(query),
-        window=_asked_window(conn, who, query),
-        named=_names_in(query),
-        asks_when=bool(_ASKS_WHEN.search(query)),
-        forms=tuple(f for g in groups for f in g),
-    )
-    # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
-    quotes = [orjson.loads(row[3] or "[]") for row in rows]  # parsed once: for the notes and the scoring
-    notes = notes_for(conn, who, _quoted_event_ids(quotes))
-    scored = [
-        s for row, qs in zip(rows, quotes, strict=True) for s in _score_episode(row, qs, asked, near, notes)
-    ]
-    if dense is not None:
-        scored = _fused(scored, dense)
-    _restatements_first(scored, weights)
-    scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
-    out: list[dict[str, Any]] = []
-    keys: list[frozenset[str]] = []
-    for score, item in scored:
-        key = _dedup_key(item["text"])
-        if any(len(key & k) >= DUPLICATE_JACCARD * len(key | k) for k in keys):
-            continue
-        keys.append(key)
-        at = item.pop("at")
-        # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
-        item["anchors"] = [] if item["notes"] else anchor_relative_dates(item["text"], at)
-        item.pop("boost")
-        item.pop("hits")
-        item["score"] = round(score, 4)
-        out.append(item)
-        if len(out) >= limit:
-            break
-    return out
-
-
-def _quoted_event_ids(quotes: list[Any]) -> set[str]:
-    ids: set[str] = set()
-    for qs in quotes:
-        for q in qs:
-            if isinstance(q, dict) and q.get("event_id"):
-                ids.add(str(q["event_id"]))
-    return ids
-
-
-def _fused(
-    scored: list[tuple[float, dict[str, Any]]], dense: DenseSearch
-) -> list[tuple[float, dict[str, Any]]]:
-    """Lexical scores fused with the cosines of the dense candidates (runtime doc: tiermem.fusion).
-
-    The lexical side is every scored passage (a passage without a shared word
-    scores about 0); the dense side only the passages among the index's
-    nearest. The time and speaker boosts were applied to the lexical score;
-    the dense side gets the time boost too, so "in May" still favours May.
-    """
-    if dense.mode == "dense":
-        return [(item["cosine"] * item["boost"], item) for _, item in scored if item["cosine"] is not None]
-    lexical = {i: s for i, (s, _) in enumerate(scored)}
-    near = {
-        i: item["cosine"] * item["boost"] for i, (_, item) in enumerate(scored) if item["cosine"] is not None
-    }
-    return [(s, scored[i][1]) for i, s in weighted_fusion(lexical, near, dense.weight)]
-
-
-RECALL_QUOTES = 60
-
-
-def recall_lines(
-    conn: sqlite3.Connection,
-    who: Principal,
-    query: str,
-    participant: str | None = None,
-    budget: int | None = None,
-    dense: DenseSearch | None = None,
-) -> list[tuple[str, tuple[str, ...]]]:
-    """What `recall_memory` should show for `query`: the best remembered turns as a dated block.
-
-    One call for both the recall tool and the context harness, so what is
-    measured is what the agent reads. Lines are (text, cited event ids).
-    """
-    found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES, dense=dense)
-    return render_quote_block(found, budget, query)

@@ -34,8 +34,9 @@ from tiermem.runtime.visibility import Principal, member_pattern
 
 from tiermem.settings import Settings
 
-# 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision` and `original`, `folded_turns`, a turn's `topic`
-SCHEMA_VERSION = 4
+# 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision` and `original`, `folded_turns`, a turn's `topic`;
+# 5: an episode's long columns (key quotes, source ids) stored last
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 30_000
 
 SCHEMA = """
@@ -123,12 +124,13 @@ CREATE TRIGGER IF NOT EXISTS facts_au AFTER UPDATE OF key, content, topic ON fac
 END;
 
 -- The episodic archive (L2). Agreed with the compressor engineer; do not change lightly.
+-- The long columns last: a row's columns are stored in this order, and reading one after a
+-- value that spills onto overflow pages walks those pages (the search reads the short ones per match).
 CREATE TABLE IF NOT EXISTS episodes (
     episode_id TEXT PRIMARY KEY,
     agent_id TEXT,
     name TEXT,
     summary TEXT,
-    key_quotes TEXT,                 -- JSON [{text, event_id}]
     participants TEXT,               -- JSON list of names
     start_ts TEXT,
     end_ts TEXT,
@@ -137,9 +139,10 @@ CREATE TABLE IF NOT EXISTS episodes (
     emotional_context TEXT,
     kind TEXT,
     project_id TEXT,
-    source_event_ids TEXT,           -- JSON list
     recall_count INTEGER DEFAULT 0,
-    owner TEXT                       -- participants and the users of its source turns
+    owner TEXT,                      -- participants and the users of its source turns
+    key_quotes TEXT,                 -- JSON [{text, event_id}]
+    source_event_ids TEXT            -- JSON list
 );
 CREATE INDEX IF NOT EXISTS episodes_agent ON episodes (agent_id, end_ts);
 CREATE INDEX IF NOT EXISTS episodes_owner ON episodes (owner);
@@ -277,6 +280,9 @@ class HotConnection(sqlite3.Connection):
     """A hot-store connection; carries per-connection caches (erasure targets)."""
 
     erasure_targets: Any = None
+    database_file: str | None = (
+        None  # `database_key`, once asked (a connection's main database never changes)
+    )
 
 
 def database_key(conn: Any) -> str:
@@ -287,7 +293,13 @@ def database_key(conn: Any) -> str:
     index = getattr(conn, "episode_index", None)
     if index is not None:
         return str(index.version(conn)[0])
-    return str(conn.execute("PRAGMA database_list").fetchone()[2])
+    known = getattr(conn, "database_file", None)
+    if known is not None:
+        return str(known)
+    key = str(conn.execute("PRAGMA database_list").fetchone()[2])
+    if isinstance(conn, HotConnection):
+        conn.database_file = key
+    return key
 
 
 def connect(path: Path | str, *, create: bool = True) -> sqlite3.Connection:

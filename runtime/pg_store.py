@@ -16,7 +16,7 @@ released by the server if the holder's connection dies (the lease's expiry).
 
 With embeddings (retrieval.mode hybrid or dense), passages are embedded at
 projection into pgvector (`tiermem.runtime.pg_vectors`) and quote searches
-fuse them with the lexical side through the same `episode_search.DenseSearch`
+fuse them with the lexical side through the same `quote_search.DenseSearch`
 as on SQLite; lexical mode (the default) writes and reads no vectors.
 """
 
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from tiermem.runtime import pg_hotstore, sqlite_apply
-from tiermem.runtime.episode_search import DenseSearch
 from tiermem.runtime.hotstore import item_clause
 from tiermem.runtime.pg_hotstore import PgConnection
 from tiermem.runtime.pg_vectors import PgVectorIndex
+from tiermem.runtime.quote_search import DenseSearch
 from tiermem.runtime.sqlite_store import dense_search
 from tiermem.runtime.store import ProjectionInfo
 from tiermem.runtime.store_reads import SharedReads

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.runtime import hotstore, sqlite_apply
-from tiermem.runtime.episode_search import DenseSearch
+from tiermem.runtime.quote_search import DenseSearch
 from tiermem.runtime.store import ProjectionInfo
 from tiermem.runtime.store_reads import SharedReads
 from tiermem.runtime.vectors import VectorIndex

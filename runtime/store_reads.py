@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from tiermem.runtime import episode_search, levels, scopes, unfolded
-from tiermem.runtime.episode_search import DenseSearch
+from tiermem.runtime import episode_search, levels, quote_search, scopes, unfolded
 from tiermem.runtime.hotstore import fact_clause, item_clause
 from tiermem.runtime.levels import WorkingItem
+from tiermem.runtime.quote_search import DenseSearch
 from tiermem.runtime.scopes import ScoredFact
 from tiermem.runtime.store import Row
 from tiermem.runtime.visibility import Principal
@@ -117,7 +117,7 @@ class SharedReads:
     def recall_lines(
         self, who: Principal, query: str, participant: str | None = None, budget: int | None = None
     ) -> list[tuple[str, tuple[str, ...]]]:
-        return episode_search.recall_lines(self._reads, who, query, participant, budget, self.dense)
+        return quote_search.recall_lines(self._reads, who, query, participant, budget, self.dense)
 
     def search_turns(
         self,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from tiermem.runtime.episode_search import (
+from tiermem.runtime.quote_search import (
     query_term_groups,
     recall_lines,
     render_quote_block,

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from helpers_runtime import append, episode
 from tiermem.runtime import episode_search, fts_terms
-from tiermem.runtime.episode_search import recall_lines, search_episodes, search_quotes
+from tiermem.runtime.episode_search import search_episodes
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.projector import project
+from tiermem.runtime.quote_search import recall_lines, search_quotes
 
 from tiermem.settings import Settings
 
@@ -238,7 +239,8 @@ def test_quote_term_weights_count_what_a_pass_over_every_quote_counts(memory: Ag
     import math
 
     import orjson
-    from tiermem.runtime.episode_search import _WORD, _group_idf, query_term_groups
+    from tiermem.runtime.episode_search import _WORD
+    from tiermem.runtime.quote_search import _group_idf, query_term_groups
 
     quote_words = [
         frozenset(_WORD.findall(str(q["text"]).lower()))

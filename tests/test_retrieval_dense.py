@@ -12,8 +12,8 @@ import numpy as np
 import orjson
 import pytest
 from tiermem.runtime import vectors
-from tiermem.runtime.episode_search import search_quotes
 from tiermem.runtime.passages import episode_passages
+from tiermem.runtime.quote_search import search_quotes
 from tiermem.runtime.vectors import VectorIndex, sign_bits
 
 from tiermem.app.locomo import TiermemContext, load_locomo, prepare

@@ -15,7 +15,7 @@ Pipeline, exactly as a user runs it, offline, in a temporary data root:
 `EventLog.append_many` (the public write path) -> `run_compress` ->
 `run_evolve` (when the evolver is installed) -> projector. Then, per question
 of categories 1-4, the delivered memory is what `recall_memory` shows for
-the question (`runtime.episode_search.recall_lines`: the agent's remembered
+the question (`runtime.quote_search.recall_lines`: the agent's remembered
 turns ranked one by one across episodes, taken best first while they fit the
 budget, shown under one date header per day with relative dates resolved,
 e.g. `8 May 2023:` / `Caroline: I went ... yesterday (yesterday = 7 May 2023)`,
@@ -585,7 +585,7 @@ def run_locomo(
         "conversations": len(convs),
         "captions": captions,
         "derived_notes": notes,
-        "context_path": "recall_memory (episode_search.recall_lines, dated turn block) + runtime.context.assemble_context",
+        "context_path": "recall_memory (quote_search.recall_lines, dated turn block) + runtime.context.assemble_context",
         "recall_share": settings.runtime.recall_share,
         "sections": section_shares(attribution),
         "pipeline": steps,

@@ -1,0 +1,98 @@
+"""Read paths before/after in one run: a base commit and the working tree, interleaved.
+
+    .venv/bin/python bench/read_paths_ab.py --base af9155c --root /tmp/read_paths_ab --rounds 2
+
+The base commit is exported (git archive) next to --root and run with the same
+virtualenv, its packages mapped the way the editable install maps this tree's.
+Each side reads its own copy of the stores (a store of another hot-store
+schema version would be rebuilt on open): --root/base and --root/head, built
+by the first run of each side (bench_read_paths builds what is missing).
+Parts alternate base, head, base, head... so both see the same machine load;
+every line gives CPU and wall percentiles and the load average, as
+bench_read_paths measures them. Writes bench/results/read_paths_ab.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+COMPONENTS = ("ingest", "log", "compressor", "reviewer", "evolver", "runtime")
+PARTS = {
+    "recall": ["--only", "recall", "--episodes", "100000"],
+    "context": ["--only", "context", "--turns", "1000000"],
+    "long": ["--only", "long"],
+}
+
+
+def export_base(commit: str, into: Path) -> Path:
+    """The base commit's tree, and a package folder mapping tiermem.<component> to it (returned)."""
+    tree, package = into / "tree", into / "pkg"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    package.mkdir()
+    subprocess.run(["cp", "-r", str(tree / "tiermem"), str(package / "tiermem")], check=True)
+    for part in COMPONENTS:
+        (package / "tiermem" / part).symlink_to(tree / part)
+    return package
+
+
+def run(side: str, bench: Path, root: Path, args: list[str], package: Path | None) -> dict[str, Any]:
+    """One part on one side, in its own process; the part's results as bench_read_paths saved them."""
+    env = dict(os.environ)
+    cmd = [sys.executable, str(bench), "--root", str(root), *args]
+    if package is not None:
+        # No site processing: the editable install's finder would map tiermem to this tree.
+        site = next(p for p in sys.path if p.endswith("site-packages"))
+        env["PYTHONPATH"] = f"{package}:{site}"
+        cmd = [sys.executable, "-S", *cmd[1:]]
+    out = subprocess.run(cmd, env=env, cwd="/", check=True, capture_output=True, text=True)
+    print(f"  {side}: {out.stdout.strip().splitlines()[0]}", flush=True)
+    saved = orjson.loads((bench.parent / "results" / "read_paths.json").read_bytes())
+    return dict(saved)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", required=True, help="the commit to compare against")
+    p.add_argument("--root", required=True, help="stores of both sides (kept for the next run)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--n-long", type=int, default=10)
+    p.add_argument("--parts", default="recall,context,long")
+    args = p.parse_args(argv)
+    root = Path(args.root)
+    out: dict[str, Any] = {"base": args.base, "rounds": []}
+    with tempfile.TemporaryDirectory(prefix="read_paths_base_") as tmp:
+        package = export_base(args.base, Path(tmp))
+        benches = {
+            "base": Path(tmp) / "tree" / "bench" / "bench_read_paths.py",
+            "head": HERE / "bench_read_paths.py",
+        }
+        for r in range(args.rounds):
+            got: dict[str, Any] = {}
+            for part in args.parts.split(","):
+                extra = [*PARTS[part], "--n", str(args.n), "--n-long", str(args.n_long)]
+                for side in ("base", "head"):
+                    print(f"round {r + 1}, {part}, {side}", flush=True)
+                    saved = run(side, benches[side], root / side, extra, package if side == "base" else None)
+                    got.setdefault(part, {})[side] = (
+                        saved[part][0] if isinstance(saved[part], list) else saved[part]
+                    )
+            out["rounds"].append(got)
+    (HERE / "results" / "read_paths_ab.json").write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""Episodes' remembered turns prepared once per process, and term counts from an inverted index.
+
+Scoring a question against the candidate episodes needs each episode's key
+quotes parsed, its long turns split into passages (runtime.passages), every
+passage lowered, and how often each asked-for term occurs in each passage.
+Done on every call, that work is linear in the text of every candidate: for a
+user with two thousand turns of ~1,000 tokens (every episode a candidate) it
+was about a second per recall, almost all of it reading, splitting and
+scanning text that no question changes. Reading the quotes back from the
+store is itself most of that (tens of MB per call): the search therefore asks
+the store only for the episodes' ids and small columns, and for the quotes of
+episodes not prepared yet.
+
+So each episode is prepared once (`EpisodeTexts.prepared`) and the words of
+its passages go into one inverted index: word -> the passages holding it, with
+counts. A question's counts over the candidate passages then come from the
+postings of the words its terms match (`term_counts`), not from the text.
+
+A term counts in a passage exactly as a regex pass over the lowered text
+would count it (`\\b(?:(t1)[a-z0-9]*|(t2)\\b|...)`): each run of word
+characters is one word, a form of four or more characters matches a word it
+starts, a shorter form only the whole word, and a word counts once, for the
+first group that matches it.
+
+Episodes are immutable in the hot store (an episode row is inserted once and
+only deleted), and an episode id names one log event, so a prepared episode
+is keyed by (database, episode id). What a reader may see is never decided
+here: only episodes the candidate query returned for the principal are asked
+for, and prepared text of a deleted episode is simply never asked for again.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+from tiermem.runtime.passages import Passage, episode_passages
+
+_RUN = re.compile(r"\w+")
+PREFIX_MIN = 4  # forms of this length or more match as prefixes (as the search always matched them)
+# Bounds of the per-process cache: past either, everything prepared is dropped and prepared again.
+MAX_PASSAGES = 1_000_000
+MAX_CHARS = 200_000_000
+# Episodes with more passage text than this are indexed; shorter ones are counted per question (`TermMatcher`).
+INDEX_CHARS = 2_000
+
+
+@dataclass
+class Prepared:
+    """One episode's quotes and passages, ready for scoring (shared: callers copy what they return)."""
+
+    quotes: list[Any]
+    passages: list[Passage]
+    lowered: list[str]  # each passage's text, lowered
+    spaces: np.ndarray  # spaces in each lowered passage (its length in words is this + 1)
+    quote_of: np.ndarray  # each passage's position in `quotes`
+    quote_spaces: list[int]  # spaces in each quote's whole lowered text ("" without text)
+    event_ids: frozenset[str]  # the turns its quotes cite
+    speakers: dict[str, np.ndarray]  # each speaker (lowered) -> their passages
+    start: int  # its first passage's id in the index (-1: not indexed)
+    name: str | None = None  # the episode's name when it was prepared
+    flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
+    keys: list[frozenset[str] | None] = field(default_factory=list)  # passages' word sets, when asked
+
+    def found(self, pattern: re.Pattern[str]) -> np.ndarray:
+        """Which passages `pattern` is found in (kept per pattern: the patterns are the search's own)."""
+        got = self.flags.get(pattern.pattern)
+        if got is None:
+            got = self.flags[pattern.pattern] = np.array(
+                [pattern.search(t) is not None for t in self.lowered], dtype=bool
+            )
+        return got
+
+
+def _prepare(raw: str | None) -> tuple[list[Any], list[Passage], list[str], list[int], frozenset[str]]:
+    quotes = orjson.loads(raw or "[]")
+    passages = episode_passages(quotes)
+    lowered = [p.text.lower() for p in passages]
+    quote_spaces = [str(q.get("text", "")).lower().count(" ") for q in quotes]
+    ids = frozenset(str(q["event_id"]) for q in quotes if isinstance(q, dict) and q.get("event_id"))
+    return quotes, passages, lowered, quote_spaces, ids
+
+
+class EpisodeTexts:
+    """The per-process cache of prepared episodes and the inverted index over their passages."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.entries: dict[tuple[str, str], Prepared] = {}
+        self.word_ids: dict[str, int] = {}
+        self.by_head: dict[str, list[str]] = {}  # a word's first PREFIX_MIN characters -> words
+        self.postings: list[array[int]] = []  # per word id: passage ids
+        self.counts: list[array[int]] = []  # per word id: occurrences in those passages
+        self.passages = 0
+        self.chars = 0
+
+    def prepared(
+        self,
+        conn: sqlite3.Connection,
+        db: str,
+        episode_ids: Sequence[str],
+        names: Sequence[str] | None = None,
+    ) -> list[Prepared]:
+        """The prepared episodes, in the order asked; the missing ones read in one query.
+
+        `names` (the episodes' names as just read) also re-reads an episode
+        whose name is not the one it was prepared with: a row that was deleted
+        and inserted again with other content is never scored with the old text.
+        """
+        stale = {
+            e
+            for e, name in zip(episode_ids, names or (), strict=False)
+            if (db, e) in self.entries and self.entries[(db, e)].name != name
+        }
+        missing = [e for e in dict.fromkeys(episode_ids) if (db, e) not in self.entries or e in stale]
+        if missing:
+            marks = ",".join("?" * len(missing))
+            raws = dict(
+                conn.execute(
+                    f"SELECT episode_id, key_quotes FROM episodes WHERE episode_id IN ({marks})", missing
+                ).fetchall()
+            )
+            if self.passages > MAX_PASSAGES or self.chars > MAX_CHARS:
+                self.clear()
+            named = dict(zip(episode_ids, names or (), strict=False))
+            for episode_id in missing:
+                entry = self._add(raws.get(episode_id))
+                entry.name = named.get(episode_id)
+                self.entries[(db, episode_id)] = entry
+        return [self.entries[(db, e)] for e in episode_ids]
+
+    def _add(self, raw: str | None) -> Prepared:
+        quotes, passages, lowered, quote_spaces, ids = _prepare(raw)
+        if sum(len(t) for t in lowered) <= INDEX_CHARS:
+            # Short: counting its words per question costs less than indexing it (most episodes, once seen).
+            return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1)
+        start = self.passages
+        for i, text in enumerate(lowered):
+            for word, n in Counter(_RUN.findall(text)).items():
+                wid = self.word_ids.get(word)
+                if wid is None:
+                    wid = self.word_ids[word] = len(self.postings)
+                    self.postings.append(array("q"))
+                    self.counts.append(array("q"))
+                    if len(word) >= PREFIX_MIN:
+                        self.by_head.setdefault(word[:PREFIX_MIN], []).append(word)
+                self.postings[wid].append(start + i)
+                self.counts[wid].append(n)
+        self.passages += len(passages)
+        self.chars += len(raw or "")
+        return self._prepared(quotes, passages, lowered, quote_spaces, ids, start)
+
+    @staticmethod
+    def _prepared(
+        quotes: list[Any],
+        passages: list[Passage],
+        lowered: list[str],
+        quote_spaces: list[int],
+        ids: frozenset[str],
+        start: int,
+    ) -> Prepared:
+        return Prepared(
+            quotes=quotes,
+            passages=passages,
+            lowered=lowered,
+            spaces=np.array([t.count(" ") for t in lowered], dtype=np.int64),
+            quote_of=np.array([p.quote for p in passages], dtype=np.int64),
+            quote_spaces=quote_spaces,
+            event_ids=ids,
+            speakers={
+                name: np.array(
+                    [j for j, p in enumerate(passages) if p.speaker.lower() == name], dtype=np.int64
+                )
+                for name in {p.speaker.lower() for p in passages}
+            },
+            start=start,
+            keys=[None] * len(passages),
+        )
+
+    def rarity(self, word: str) -> tuple[int, str]:
+        """An order of words, rarest first (passages holding it among those prepared, then the word)."""
+        wid = self.word_ids.get(word)
+        return (0 if wid is None else len(self.postings[wid]), word)
+
+    def _matching(self, form: str) -> list[int]:
+        """Ids of the indexed words `form` matches (a prefix of four or more characters, else whole)."""
+        if len(form) < PREFIX_MIN:
+            wid = self.word_ids.get(form)
+            return [] if wid is None else [wid]
+        return [self.word_ids[w] for w in self.by_head.get(form[:PREFIX_MIN], ()) if w.startswith(form)]
+
+    def term_counts(
+        self, entries: Sequence[Prepared], groups: Sequence[Sequence[str]], matcher: TermMatcher | None
+    ) -> np.ndarray:
+        """(passages of `entries` in order, groups): how often each group's forms occur in each passage.
+
+        `matcher` (the search's, for these groups) counts the short episodes, which are not indexed.
+        """
+        sizes = np.array([len(e.passages) for e in entries], dtype=np.int64)
+        total = int(sizes.sum())
+        n_groups = len(groups)
+        out = np.zeros((total, n_groups))
+        if not total or not n_groups:
+            return out
+        forms = tuple(f for g in groups for f in g)
+        at = 0
+        for e in entries:
+            if e.start < 0 and matcher is not None:
+                for j, text in enumerate(e.lowered):
+                    # Every match contains one of the forms as it is: a text holding none needs no pass.
+                    if any(f in text for f in forms):
+                        out[at + j] = matcher.counts(text)
+            at += len(e.passages)
+        indexed = [k for k, e in enumerate(entries) if e.start >= 0]
+        if indexed:
+            out += self._indexed_counts(entries, groups, sizes, indexed)
+        return out
+
+    def _indexed_counts(
+        self,
+        entries: Sequence[Prepared],
+        groups: Sequence[Sequence[str]],
+        sizes: np.ndarray,
+        indexed: list[int],
+    ) -> np.ndarray:
+        """The counts of the indexed entries' passages from the postings of the words the groups match."""
+        total, n_groups = int(sizes.sum()), len(groups)
+        group_of: dict[int, int] = {}
+        for g, forms in enumerate(groups):
+            for form in forms:
+                for wid in self._matching(form):
+                    group_of.setdefault(wid, g)  # a word counts for the first group matching it
+        if not group_of:
+            return np.zeros((total, n_groups))
+        wids = list(group_of)
+        pids = np.concatenate([np.frombuffer(self.postings[w], dtype=np.int64) for w in wids])
+        counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
+        lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
+        labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
+        # Each posting's passage among the candidates': entries are ranges of passage ids.
+        chosen = np.array(indexed, dtype=np.int64)
+        starts = np.array([entries[k].start for k in indexed], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))[chosen]
+        order = np.argsort(starts, kind="stable")
+        s_starts, s_sizes, s_offsets = starts[order], sizes[chosen][order], offsets[order]
+        at = np.searchsorted(s_starts, pids, side="right") - 1
+        ok = at >= 0
+        at = np.where(ok, at, 0)
+        ok &= pids < s_starts[at] + s_sizes[at]
+        position = s_offsets[at[ok]] + pids[ok] - s_starts[at[ok]]
+        flat = np.bincount(position * n_groups + labels[ok], weights=counts[ok], minlength=total * n_groups)
+        return flat.reshape(total, n_groups)
+
+
+TEXTS = EpisodeTexts()
+
+
+class TermMatcher:
+    """Counts of term groups in a text, as a regex `\\b(?:(g1 forms)|(g2 forms)|...)` would count them.
+
+    Each run of word characters is one word; a form of four or more
+    characters matches a word it starts, a shorter one only the whole word,
+    and a word counts once, for the first group with a matching form. No
+    pattern is compiled: compiling one per question (its alternatives are the
+    question's words) cost about a millisecond a search, more than counting.
+    """
+
+    def __init__(self, groups: Sequence[Sequence[str]]) -> None:
+        self.groups = [tuple(g) for g in groups]
+        self._group_of: dict[str, int] = {}  # word -> its group (-1: none), as met
+
+    def group_of(self, word: str) -> int:
+        g = self._group_of.get(word)
+        if g is None:
+            g = next(
+                (
+                    k
+                    for k, forms in enumerate(self.groups)
+                    if any(word.startswith(f) if len(f) >= PREFIX_MIN else word == f for f in forms)
+                ),
+                -1,
+            )
+            self._group_of[word] = g
+        return g
+
+    def counts(self, text: str) -> list[int]:
+        out = [0] * len(self.groups)
+        for word in _RUN.findall(text):
+            g = self.group_of(word)
+            if g >= 0:
+                out[g] += 1
+        return out
