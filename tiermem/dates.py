@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 from tiermem.text import fold
 
@@ -262,16 +263,24 @@ _NEEDS = {kind: tuple(frozenset(g) for g in groups) for kind, groups in _NEEDS_W
 _NEEDED_WORDS = frozenset(w for groups in _NEEDS_WORDS.values() for g in groups for w in g)
 
 
+@lru_cache(
+    maxsize=4096
+)  # few distinct sets of needed words occur: checking every kind's groups was most of the cost
+def _kinds_for(present: frozenset[str]) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """The patterns that can match a text whose folded form holds exactly the needed words `present`."""
+    return tuple(
+        (kind, rx) for kind, rx in _PATTERNS if all(not group.isdisjoint(present) for group in _NEEDS[kind])
+    )
+
+
 def _matches(text: str, at: datetime, limit: int, folded: str | None) -> list[tuple[str, re.Match[str], str]]:
     """(kind, match, what it points to) for the relative time phrases of `text`, at most `limit`."""
     found: list[tuple[str, re.Match[str], str]] = []
     low = fold(text) if folded is None else folded
-    present = {word for word in _NEEDED_WORDS if word in low}
+    present = frozenset([word for word in _NEEDED_WORDS if word in low])
     if not present:
         return found
-    kinds = [
-        (kind, rx) for kind, rx in _PATTERNS if all(not group.isdisjoint(present) for group in _NEEDS[kind])
-    ]
+    kinds = _kinds_for(present)
     if not kinds or not _CHEAP_CHECK.search(text):
         return found  # most turns mention no time at all
     taken: list[tuple[int, int]] = []
