@@ -29,9 +29,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from bench_compressor_offline import seed as seed_bench_turns
+from tiermem.compressor.job import run_compress
 
 from tiermem.app import samples
-from tiermem.compressor.job import run_compress
 from tiermem.eventlog import EventLog
 from tiermem.events import STREAMS
 from tiermem.ids import derived_event_id, format_ts
