@@ -30,7 +30,7 @@ from datetime import datetime
 
 from tiermem.dates import human_date, resolve_relative_dates
 from tiermem.similarity import normalize, text_similarity
-from tiermem.text import WORD_RE, any_word_pattern, content_words, fold, wordset
+from tiermem.text import STOP_WORDS, WORD_RE, any_word_pattern, content_words, fold, wordset
 
 PREFERENCE_RE = re.compile(
     r"\b(i (?:really )?(?:love|like|enjoy|prefer|adore|hate|dislike|can't stand)|my fav(?:ou?rite)?|"
@@ -53,6 +53,8 @@ CORRECTION_RE = re.compile(
 PREFERENCE_WORDS = any_word_pattern(
     ("love", "like", "enjoy", "prefer", "adore", "hate", "stand", "fav", "fan of", "into", "passionate", "rather")
 )  # fmt: skip
+# Every alternative of DISCLOSURE_RE starts with "i " (a literal space), "i'" or "my ".
+DISCLOSURE_WORDS = any_word_pattern(("i ", "i'", "my "))
 CORRECTION_WORDS = any_word_pattern(
     ("actually", "correction", "meant", "clear", "quite", "wrong", "right", "no,", "scratch", "misspoke", "changed")
 )  # fmt: skip
@@ -64,7 +66,7 @@ def signals(text: str) -> tuple[bool, bool, bool]:
     return (
         PREFERENCE_WORDS.search(low) is not None and PREFERENCE_RE.search(text) is not None,
         CORRECTION_WORDS.search(low) is not None and CORRECTION_RE.search(text) is not None,
-        DISCLOSURE_RE.search(text) is not None,
+        DISCLOSURE_WORDS.search(low) is not None and DISCLOSURE_RE.search(text) is not None,
     )
 
 
@@ -193,6 +195,13 @@ _THEY_VERB = {"am": "are", "was": "were", "wasn't": "weren't"}
 _THEY_CONTRACTED = {"m": "are", "ve": "have", "ll": "will", "d": "would", "re": "are"}
 
 
+# The words `_Rewrite.word` turns (before any apostrophe): every other word is kept as
+# written unless a verb is waiting for its new subject.
+_PERSON_WORDS = frozenset(("i", "you", "your", "yours", "yourself", *_THEY))
+_SPACES = re.compile(r"\s+")
+_SPACE_BEFORE_MARK = re.compile(r"\s+([,.;:!?])")
+
+
 class _Rewrite:
     """One pass over a clause's words, turning the first and second persons into third ones."""
 
@@ -232,6 +241,8 @@ class _Rewrite:
         """The replacement of one word, or None to keep it."""
         low = tok.lower().replace("’", "'")
         base, _, tail = low.partition("'")
+        if not self.agree and base not in _PERSON_WORDS:
+            return None  # most words: no person to turn and no verb waiting for its subject
         if base == "i" and tok[0] in "Ii":
             return self.first_person(tail)
         if base == "you" or low in ("your", "yours", "yourself"):
@@ -248,7 +259,7 @@ class _Rewrite:
     def run(self, clause: str) -> str:
         out: list[str] = []
         for tok in _TOKENS.findall(clause):
-            if tok.isspace():
+            if tok[0].isspace():  # a token is all whitespace or holds none
                 out.append(" ")
                 continue
             repl = self.word(tok) if tok[0].isalpha() else None
@@ -262,8 +273,8 @@ class _Rewrite:
                 out.pop()
             if tok[0].isalpha():
                 self.last = tok.lower()
-        text = re.sub(r"\s+", " ", "".join(out)).strip()
-        return re.sub(r"\s+([,.;:!?])", r"\1", text)
+        text = _SPACES.sub(" ", "".join(out)).strip()
+        return _SPACE_BEFORE_MARK.sub(r"\1", text)
 
 
 def third_person(clause: str, speaker: str, listener: str, *, named: bool = False) -> str:
@@ -316,7 +327,11 @@ _GENERIC = _SMALL | wordset(
 
 def topic_of(text: str) -> str:
     """One word naming what `text` is about: the vocabulary's first match, else its most telling word."""
-    words = content_words(text)
+    return _topic(content_words(text))
+
+
+def _topic(words: list[str]) -> str:
+    """`topic_of` for a text whose content words are `words`."""
     for w in words:
         topic = _TOPIC_WORDS.get(w)
         if topic:
@@ -328,8 +343,9 @@ def topic_of(text: str) -> str:
 # ------------------------------------------------------------------ extraction
 
 
-def _confidence(base: float, clause: str) -> float:
-    if _MODIFIER_WORDS.isdisjoint(WORD_RE.findall(fold(clause))):
+def _confidence(base: float, clause: str, words: list[str] | None = None) -> float:
+    """`words`: those of `fold(clause)` when the caller has them."""
+    if _MODIFIER_WORDS.isdisjoint(WORD_RE.findall(fold(clause)) if words is None else words):
         return round(min(0.95, max(0.3, base)), 2)
     kinds = {m.lastgroup for m in _MODIFIERS.finditer(clause)}
     conf = base - sum(_PENALTY[k] for k in kinds if k)
@@ -417,7 +433,11 @@ def extract(
     corrections: dict[str, bool] = {}
     for raw, sentence in clauses(text):
         clause = DISCOURSE.sub("", raw).strip().rstrip(".!;,")
-        if len(substance(clause)) < (2 if speaker_is_user else 3):
+        # The clause's words, read once for its substance, topic and confidence.
+        words = WORD_RE.findall(fold(clause))
+        # On ASCII text fold() is lower(): its content words are these minus the stop words.
+        cwords = [w for w in words if w not in STOP_WORDS] if clause.isascii() else content_words(clause)
+        if sum(1 for w in cwords if w not in _GENERIC and w not in _MOODS) < (2 if speaker_is_user else 3):
             continue
         if sentence not in corrections:  # a correction marker covers its whole sentence
             corrections[sentence] = _corrects(sentence)
@@ -430,8 +450,8 @@ def extract(
             Statement(
                 content=_finish(_resolved(content, at, time_phrases)),
                 category="user" if about_listener else "personal",
-                topic=topic_of(clause),
-                confidence=_confidence(base, clause),
+                topic=_topic(cwords),
+                confidence=_confidence(base, clause, words),
                 is_correction=corr,
                 about_listener=about_listener,
                 quote=sentence,

@@ -25,7 +25,7 @@ from typing import Any
 
 from tiermem.compressor.scoring import Interaction
 
-from tiermem.dates import anchor_relative_dates, resolve_relative_dates
+from tiermem.dates import anchor_relative_dates, resolved_if_dated
 from tiermem.events import SCHEMA_VERSION
 from tiermem.ids import derived_event_id, format_ts
 
@@ -64,9 +64,10 @@ def _statements(text: str, speaker: str, interaction: Interaction) -> list[str]:
     out: list[str] = []
     for sentence in _SENTENCE.split(text):
         sentence = sentence.strip()
-        if not sentence or not anchor_relative_dates(sentence, interaction.ts, 1):
-            continue
-        stated = third_person(resolve_relative_dates(sentence, interaction.ts), speaker)
+        resolved = resolved_if_dated(sentence, interaction.ts) if sentence else None
+        if resolved is None:
+            continue  # only the sentences that say when
+        stated = third_person(resolved, speaker)
         if len(stated) > MAX_STATEMENT_CHARS:
             stated = stated[: MAX_STATEMENT_CHARS - 1].rsplit(" ", 1)[0] + "…"
         out.append(stated)

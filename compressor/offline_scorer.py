@@ -232,7 +232,9 @@ class _Features:
     def of(cls, it: Interaction) -> _Features:
         text = it.text
         low = fold(text)
-        cwords = content_words(text)
+        words = WORD_RE.findall(low)
+        # On ASCII text fold() is lower(): the content words are these words minus the stop words.
+        cwords = [w for w in words if w not in STOP_WORDS] if text.isascii() else content_words(text)
         anchors = anchor_relative_dates(text, it.ts, ANCHOR_LIMIT, folded=low)
         return cls(
             cwords=cwords,
@@ -246,7 +248,7 @@ class _Features:
                 or _NUMBER_RE.search(text)
                 or (_MONTH_WORDS.search(low) and _MONTH_RE.search(text))
             ),
-            gravity=_gravity(text, set(WORD_RE.findall(low))),
+            gravity=_gravity(text, set(words)),
             sides=tuple(_signals(side) for _speaker, side in it.spoken),
         )
 
@@ -304,7 +306,7 @@ class OfflineScorer:
         self, batch: list[Interaction], feats: dict[str, _Features] | None = None
     ) -> list[list[Interaction]]:
         groups: list[list[Interaction]] = []
-        vocab: Counter[str] = Counter()
+        vocab: set[str] = set()  # the stems of the episode so far
         for it in batch:
             stems = feats[it.event_id].stems if feats else frozenset(content_stems(it.text))
             current = groups[-1] if groups else None
@@ -320,11 +322,11 @@ class OfflineScorer:
                 ):
                     new = True
                 elif len(current) >= MIN_TOPIC_TURNS and len(stems) >= 5:
-                    overlap = sum(1 for s in stems if vocab[s]) / len(stems)
+                    overlap = sum(1 for s in stems if s in vocab) / len(stems)
                     new = overlap < TOPIC_OVERLAP  # the talk moved on to something else
             if new:
                 groups.append([it])
-                vocab = Counter(stems)
+                vocab = set(stems)
             else:
                 groups[-1].append(it)
                 vocab.update(stems)

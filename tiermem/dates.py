@@ -347,9 +347,17 @@ def resolve_relative_dates(text: str, at: datetime, *, limit: int = 5) -> str:
 
     "I moved here last year" said on 8 May 2023 -> "I moved here in 2022".
     """
+    return resolved_if_dated(text, at, limit=limit) or text
+
+
+def resolved_if_dated(text: str, at: datetime, *, limit: int = 5) -> str | None:
+    """`resolve_relative_dates(text, at)` when `text` holds a relative time phrase, else None.
+
+    One scan where asking `anchor_relative_dates` first and resolving after would take two.
+    """
     found = _matches(text, at, limit, None)
     if not found:
-        return text
+        return None
     out: list[str] = []
     pos = 0
     for kind, m, _resolved in sorted(found, key=lambda f: f[1].start()):
