@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from tiermem.text import fold
+from tiermem.text import fold, folded_twin
 
 MONTHS = (
     "January",
@@ -234,10 +234,12 @@ def _resolve(kind: str, m: re.Match[str], at: datetime) -> str | None:
 
 _CHEAP_CHECK = re.compile(
     r"\b(ago|last|next|this|past|coming|yesterday|tomorrow|today|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|the other day|for|"
-    + "|".join(MONTHS)
+    + "|".join(m.lower() for m in MONTHS)
     + r")\b",
     re.IGNORECASE,
 )
+# The same check, searched in fold(text) without IGNORECASE (same yes/no, cheaper).
+_CHEAP_CHECK_FOLDED = folded_twin(_CHEAP_CHECK)
 
 
 # Each pattern's words it cannot match without (every group needs one of its
@@ -281,7 +283,7 @@ def _matches(text: str, at: datetime, limit: int, folded: str | None) -> list[tu
     if not present:
         return found
     kinds = _kinds_for(present)
-    if not kinds or not _CHEAP_CHECK.search(text):
+    if not kinds or not _CHEAP_CHECK_FOLDED.search(low):
         return found  # most turns mention no time at all
     taken: list[tuple[int, int]] = []
     for kind, rx in kinds:

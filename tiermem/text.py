@@ -44,6 +44,20 @@ def fold(text: str) -> str:
     return text.translate(_FOLD).lower()
 
 
+def folded_twin(rx: re.Pattern[str]) -> re.Pattern[str]:
+    """`rx` (IGNORECASE, written in lower case) as a case-sensitive pattern to search `fold(text)` with.
+
+    Whether it matches anywhere is the same (see above: fold keeps every character's
+    place and kind, and maps each character that an ASCII letter matches under
+    IGNORECASE to that letter), and a case-sensitive scan is cheaper. For a yes/no
+    answer only: positions and groups are those of the folded text.
+    """
+    body = re.sub(r"\\.", "", rx.pattern)  # escapes such as \b or \S are not letters to match
+    if not rx.flags & re.IGNORECASE or any(c.isupper() for c in body):
+        raise ValueError(f"not an IGNORECASE pattern written in lower case: {rx.pattern[:60]!r}")
+    return re.compile(rx.pattern, rx.flags & ~re.IGNORECASE)
+
+
 def any_word_pattern(needed: tuple[str, ...]) -> re.Pattern[str]:
     """A case-sensitive literal alternation, to test `fold(text)` for any of `needed` in one scan."""
     return re.compile("|".join(re.escape(w) for w in needed))
