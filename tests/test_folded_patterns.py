@@ -15,10 +15,10 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from tiermem import dates
 from tiermem.compressor import facts as f
 from tiermem.compressor import offline_scorer as o
+
+from tiermem import dates
 from tiermem.text import fold, folded_twin
 
 PAIRS: list[tuple[str, re.Pattern[str], re.Pattern[str]]] = [
@@ -29,7 +29,7 @@ PAIRS: list[tuple[str, re.Pattern[str], re.Pattern[str]]] = [
     ("dates", dates._CHEAP_CHECK, dates._CHEAP_CHECK_FOLDED),
 ] + [
     (f"weighty-{i}", rx, twin)
-    for i, ((_w, rx, _n), (_w2, twin, _n2)) in enumerate(zip(o._WEIGHTY, o._WEIGHTY_FOLDED))
+    for i, ((_w, rx, _n), (_w2, twin, _n2)) in enumerate(zip(o._WEIGHTY, o._WEIGHTY_FOLDED, strict=True))
 ]
 
 PIECES = [
