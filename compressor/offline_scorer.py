@@ -248,11 +248,11 @@ class _Features:
         anchors = anchor_relative_dates(text, it.ts, ANCHOR_LIMIT, folded=low)
         return cls(
             cwords=cwords,
-            informative=sum(1 for w in cwords if w not in _SMALL_TALK),
+            informative=len([w for w in cwords if w not in _SMALL_TALK]),
             names=_names(text),
             anchors=anchors,
             emotions=[_EMOTIONS[w] for w in cwords if w in _EMOTIONS],
-            stems=frozenset(stem(w) for w in cwords),
+            stems=frozenset(map(stem, cwords)),
             dated=bool(
                 any(phrase.lower() not in _PRESENT_MOMENT for phrase, _ in anchors)
                 or _NUMBER_RE.search(text)
