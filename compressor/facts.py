@@ -265,20 +265,27 @@ class _Rewrite:
     def run(self, clause: str) -> str:
         out: list[str] = []
         for tok in _TOKENS.findall(clause):
-            if tok[0].isspace():  # a token is all whitespace or holds none
+            first = tok[0]
+            if first.isspace():  # a token is all whitespace or holds none
                 out.append(" ")
                 continue
-            repl = self.word(tok) if tok[0].isalpha() else None
+            if not first.isalpha():
+                out.append(tok)
+                self.agree = ""  # punctuation ends the subject's reach
+                continue
+            low = tok.lower()
+            if not self.agree and low.replace("’", "'").partition("'")[0] not in _PERSON_WORDS:
+                out.append(tok)  # what `word` would keep, without the call
+                self.last = low
+                continue
+            repl = self.word(tok)
             if repl is None:
                 out.append(tok)
-                if not tok[0].isalpha():
-                    self.agree = ""  # punctuation ends the subject's reach
             elif repl:
                 out.append(repl)
             elif out and out[-1] == " ":
                 out.pop()
-            if tok[0].isalpha():
-                self.last = tok.lower()
+            self.last = low
         text = _SPACES.sub(" ", "".join(out)).strip()
         return _SPACE_BEFORE_MARK.sub(r"\1", text)
 
@@ -383,11 +390,13 @@ def substance(clause: str) -> list[str]:
 
 
 def _corrects(sentence: str) -> bool:
-    return CORRECTION_WORDS.search(fold(sentence)) is not None and CORRECTION_RE.search(sentence) is not None
+    low = fold(sentence)
+    return CORRECTION_WORDS.search(low) is not None and _CORRECTION_FOLDED.search(low) is not None
 
 
 def _prefers(clause: str) -> bool:
-    return PREFERENCE_WORDS.search(fold(clause)) is not None and PREFERENCE_RE.search(clause) is not None
+    low = fold(clause)
+    return PREFERENCE_WORDS.search(low) is not None and _PREFERENCE_FOLDED.search(low) is not None
 
 
 def _statement(
@@ -401,7 +410,7 @@ def _statement(
             return f"{speaker} asked {listener} to {body}", 0.85, True
         if first_person and (corr or _prefers(clause)):
             return third_person(clause, speaker, listener), 0.9, True
-        if first_person and DISCLOSURE_RE.search(clause):
+        if first_person and _DISCLOSURE_FOLDED.search(fold(clause)):
             return third_person(clause, speaker, listener), 0.8, True
         if corr:
             said = third_person(clause, speaker, listener, named=True)
