@@ -35,11 +35,12 @@ def episode_event(
     # Dates must survive compression even when a model forgets them.
     if human_date(start) not in summary:
         summary = f"{summary} ({human_range(start, end)})"
+    end_ts = format_ts(end)
     event: dict[str, Any] = {
         "event_id": derived_event_id(end, "episode", agent_id, *draft.member_ids),
         "type": "episode",
         "schema_version": SCHEMA_VERSION,
-        "ts": format_ts(end),
+        "ts": end_ts,
         "agent_id": agent_id,
         "name": draft.name,
         "summary": summary,
@@ -48,7 +49,7 @@ def episode_event(
         ],
         "participants": participants,
         "start_ts": format_ts(start),
-        "end_ts": format_ts(end),
+        "end_ts": end_ts,
         "importance": draft.importance,
         "important": draft.importance >= threshold,
         "emotional_context": draft.emotional_context,

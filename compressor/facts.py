@@ -30,7 +30,7 @@ from datetime import datetime
 
 from tiermem.dates import human_date, resolve_relative_dates
 from tiermem.similarity import normalize, text_similarity
-from tiermem.text import WORD_RE, any_word_pattern, content_words, fold, wordset
+from tiermem.text import STOP_WORDS, WORD_RE, any_word_pattern, content_words, fold, folded_twin, wordset
 
 PREFERENCE_RE = re.compile(
     r"\b(i (?:really )?(?:love|like|enjoy|prefer|adore|hate|dislike|can't stand)|my fav(?:ou?rite)?|"
@@ -53,18 +53,26 @@ CORRECTION_RE = re.compile(
 PREFERENCE_WORDS = any_word_pattern(
     ("love", "like", "enjoy", "prefer", "adore", "hate", "stand", "fav", "fan of", "into", "passionate", "rather")
 )  # fmt: skip
+# Every alternative of DISCLOSURE_RE starts with "i " (a literal space), "i'" or "my ".
+DISCLOSURE_WORDS = any_word_pattern(("i ", "i'", "my "))
 CORRECTION_WORDS = any_word_pattern(
     ("actually", "correction", "meant", "clear", "quite", "wrong", "right", "no,", "scratch", "misspoke", "changed")
 )  # fmt: skip
+
+
+# The same patterns, searched in fold(text) without IGNORECASE: same yes/no, cheaper.
+_PREFERENCE_FOLDED = folded_twin(PREFERENCE_RE)
+_CORRECTION_FOLDED = folded_twin(CORRECTION_RE)
+_DISCLOSURE_FOLDED = folded_twin(DISCLOSURE_RE)
 
 
 def signals(text: str) -> tuple[bool, bool, bool]:
     """(states a preference, makes a correction, discloses something) anywhere in `text`."""
     low = fold(text)
     return (
-        PREFERENCE_WORDS.search(low) is not None and PREFERENCE_RE.search(text) is not None,
-        CORRECTION_WORDS.search(low) is not None and CORRECTION_RE.search(text) is not None,
-        DISCLOSURE_RE.search(text) is not None,
+        PREFERENCE_WORDS.search(low) is not None and _PREFERENCE_FOLDED.search(low) is not None,
+        CORRECTION_WORDS.search(low) is not None and _CORRECTION_FOLDED.search(low) is not None,
+        DISCLOSURE_WORDS.search(low) is not None and _DISCLOSURE_FOLDED.search(low) is not None,
     )
 
 
@@ -193,6 +201,13 @@ _THEY_VERB = {"am": "are", "was": "were", "wasn't": "weren't"}
 _THEY_CONTRACTED = {"m": "are", "ve": "have", "ll": "will", "d": "would", "re": "are"}
 
 
+# The words `_Rewrite.word` turns (before any apostrophe): every other word is kept as
+# written unless a verb is waiting for its new subject.
+_PERSON_WORDS = frozenset(("i", "you", "your", "yours", "yourself", *_THEY))
+_SPACES = re.compile(r"\s+")
+_SPACE_BEFORE_MARK = re.compile(r"\s+([,.;:!?])")
+
+
 class _Rewrite:
     """One pass over a clause's words, turning the first and second persons into third ones."""
 
@@ -232,6 +247,8 @@ class _Rewrite:
         """The replacement of one word, or None to keep it."""
         low = tok.lower().replace("’", "'")
         base, _, tail = low.partition("'")
+        if not self.agree and base not in _PERSON_WORDS:
+            return None  # most words: no person to turn and no verb waiting for its subject
         if base == "i" and tok[0] in "Ii":
             return self.first_person(tail)
         if base == "you" or low in ("your", "yours", "yourself"):
@@ -248,22 +265,29 @@ class _Rewrite:
     def run(self, clause: str) -> str:
         out: list[str] = []
         for tok in _TOKENS.findall(clause):
-            if tok.isspace():
+            first = tok[0]
+            if first.isspace():  # a token is all whitespace or holds none
                 out.append(" ")
                 continue
-            repl = self.word(tok) if tok[0].isalpha() else None
+            if not first.isalpha():
+                out.append(tok)
+                self.agree = ""  # punctuation ends the subject's reach
+                continue
+            low = tok.lower()
+            if not self.agree and low.replace("’", "'").partition("'")[0] not in _PERSON_WORDS:
+                out.append(tok)  # what `word` would keep, without the call
+                self.last = low
+                continue
+            repl = self.word(tok)
             if repl is None:
                 out.append(tok)
-                if not tok[0].isalpha():
-                    self.agree = ""  # punctuation ends the subject's reach
             elif repl:
                 out.append(repl)
             elif out and out[-1] == " ":
                 out.pop()
-            if tok[0].isalpha():
-                self.last = tok.lower()
-        text = re.sub(r"\s+", " ", "".join(out)).strip()
-        return re.sub(r"\s+([,.;:!?])", r"\1", text)
+            self.last = low
+        text = _SPACES.sub(" ", "".join(out)).strip()
+        return _SPACE_BEFORE_MARK.sub(r"\1", text)
 
 
 def third_person(clause: str, speaker: str, listener: str, *, named: bool = False) -> str:
@@ -316,7 +340,11 @@ _GENERIC = _SMALL | wordset(
 
 def topic_of(text: str) -> str:
     """One word naming what `text` is about: the vocabulary's first match, else its most telling word."""
-    words = content_words(text)
+    return _topic(content_words(text))
+
+
+def _topic(words: list[str]) -> str:
+    """`topic_of` for a text whose content words are `words`."""
     for w in words:
         topic = _TOPIC_WORDS.get(w)
         if topic:
@@ -328,8 +356,9 @@ def topic_of(text: str) -> str:
 # ------------------------------------------------------------------ extraction
 
 
-def _confidence(base: float, clause: str) -> float:
-    if _MODIFIER_WORDS.isdisjoint(WORD_RE.findall(fold(clause))):
+def _confidence(base: float, clause: str, words: list[str] | None = None) -> float:
+    """`words`: those of `fold(clause)` when the caller has them."""
+    if _MODIFIER_WORDS.isdisjoint(WORD_RE.findall(fold(clause)) if words is None else words):
         return round(min(0.95, max(0.3, base)), 2)
     kinds = {m.lastgroup for m in _MODIFIERS.finditer(clause)}
     conf = base - sum(_PENALTY[k] for k in kinds if k)
@@ -361,11 +390,13 @@ def substance(clause: str) -> list[str]:
 
 
 def _corrects(sentence: str) -> bool:
-    return CORRECTION_WORDS.search(fold(sentence)) is not None and CORRECTION_RE.search(sentence) is not None
+    low = fold(sentence)
+    return CORRECTION_WORDS.search(low) is not None and _CORRECTION_FOLDED.search(low) is not None
 
 
 def _prefers(clause: str) -> bool:
-    return PREFERENCE_WORDS.search(fold(clause)) is not None and PREFERENCE_RE.search(clause) is not None
+    low = fold(clause)
+    return PREFERENCE_WORDS.search(low) is not None and _PREFERENCE_FOLDED.search(low) is not None
 
 
 def _statement(
@@ -379,7 +410,7 @@ def _statement(
             return f"{speaker} asked {listener} to {body}", 0.85, True
         if first_person and (corr or _prefers(clause)):
             return third_person(clause, speaker, listener), 0.9, True
-        if first_person and DISCLOSURE_RE.search(clause):
+        if first_person and _DISCLOSURE_FOLDED.search(fold(clause)):
             return third_person(clause, speaker, listener), 0.8, True
         if corr:
             said = third_person(clause, speaker, listener, named=True)
@@ -417,7 +448,11 @@ def extract(
     corrections: dict[str, bool] = {}
     for raw, sentence in clauses(text):
         clause = DISCOURSE.sub("", raw).strip().rstrip(".!;,")
-        if len(substance(clause)) < (2 if speaker_is_user else 3):
+        # The clause's words, read once for its substance, topic and confidence.
+        words = WORD_RE.findall(fold(clause))
+        # On ASCII text fold() is lower(): its content words are these minus the stop words.
+        cwords = [w for w in words if w not in STOP_WORDS] if clause.isascii() else content_words(clause)
+        if sum(1 for w in cwords if w not in _GENERIC and w not in _MOODS) < (2 if speaker_is_user else 3):
             continue
         if sentence not in corrections:  # a correction marker covers its whole sentence
             corrections[sentence] = _corrects(sentence)
@@ -430,8 +465,8 @@ def extract(
             Statement(
                 content=_finish(_resolved(content, at, time_phrases)),
                 category="user" if about_listener else "personal",
-                topic=topic_of(clause),
-                confidence=_confidence(base, clause),
+                topic=_topic(cwords),
+                confidence=_confidence(base, clause, words),
                 is_correction=corr,
                 about_listener=about_listener,
                 quote=sentence,

@@ -25,7 +25,7 @@ from typing import Any
 
 from tiermem.compressor.scoring import Interaction
 
-from tiermem.dates import anchor_relative_dates, resolve_relative_dates
+from tiermem.dates import anchor_relative_dates, resolved_if_dated
 from tiermem.events import SCHEMA_VERSION
 from tiermem.ids import derived_event_id, format_ts
 
@@ -64,9 +64,10 @@ def _statements(text: str, speaker: str, interaction: Interaction) -> list[str]:
     out: list[str] = []
     for sentence in _SENTENCE.split(text):
         sentence = sentence.strip()
-        if not sentence or not anchor_relative_dates(sentence, interaction.ts, 1):
-            continue
-        stated = third_person(resolve_relative_dates(sentence, interaction.ts), speaker)
+        resolved = resolved_if_dated(sentence, interaction.ts) if sentence else None
+        if resolved is None:
+            continue  # only the sentences that say when
+        stated = third_person(resolved, speaker)
         if len(stated) > MAX_STATEMENT_CHARS:
             stated = stated[: MAX_STATEMENT_CHARS - 1].rsplit(" ", 1)[0] + "…"
         out.append(stated)
@@ -78,12 +79,14 @@ def _statements(text: str, speaker: str, interaction: Interaction) -> list[str]:
 def turn_notes(agent_id: str, interaction: Interaction) -> list[dict[str, Any]]:
     """The `derived_note` events for one turn (none when it says nothing about time)."""
     out: list[dict[str, Any]] = []
+    said = ""  # the turn's time in stored form, made once for all its notes
     for side, (speaker, text) in enumerate(interaction.spoken):
         anchors = anchor_relative_dates(text, interaction.ts, NOTE_ANCHORS)
         if not anchors:
             continue
         texts = [("dates", "; ".join(f"{phrase} = {when}" for phrase, when in anchors))]
         texts += [("who_did_what", s) for s in _statements(text, speaker, interaction)]
+        said = said or format_ts(interaction.ts)
         for n, (kind, note) in enumerate(texts):
             event: dict[str, Any] = {
                 "event_id": derived_event_id(
@@ -91,12 +94,12 @@ def turn_notes(agent_id: str, interaction: Interaction) -> list[dict[str, Any]]:
                 ),
                 "type": "derived_note",
                 "schema_version": SCHEMA_VERSION,
-                "ts": format_ts(interaction.ts),
+                "ts": said,
                 "agent_id": agent_id,
                 "text": note,
                 "kind": kind,
                 "speaker": speaker,
-                "said_ts": format_ts(interaction.ts),
+                "said_ts": said,
                 "source_event_ids": [interaction.event_id],
             }
             if interaction.user:

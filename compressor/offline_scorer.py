@@ -31,6 +31,7 @@ from tiermem.text import (
     content_stems,
     content_words,
     fold,
+    folded_twin,
     stem,
     wordset,
 )
@@ -187,9 +188,15 @@ WEIGHT_CAP = 5.0
 _PRESENT_MOMENT = frozenset(("today", "tonight", "this morning", "this afternoon", "this evening"))
 
 
-def _gravity(text: str, present: set[str]) -> float:
-    """The weight of the kinds of moment `text` is; `present` are the words of `fold(text)`."""
-    total = sum(weight for weight, rx, needs in _WEIGHTY if not needs.isdisjoint(present) and rx.search(text))
+# Each kind's pattern searched in fold(text) without IGNORECASE: same yes/no, cheaper.
+_WEIGHTY_FOLDED = tuple((weight, folded_twin(rx), needs) for weight, rx, needs in _WEIGHTY)
+
+
+def _gravity(low: str, present: set[str]) -> float:
+    """The weight of the kinds of moment a text is; `low` is `fold(text)`, `present` its words."""
+    total = sum(
+        weight for weight, rx, needs in _WEIGHTY_FOLDED if not needs.isdisjoint(present) and rx.search(low)
+    )
     return min(WEIGHT_CAP, total)
 
 
@@ -197,6 +204,9 @@ _MONTH_WORDS = any_word_pattern(
     ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
     "november", "december", "day", "weekend", "anniversary")
 )  # fmt: skip
+
+
+_MONTH_FOLDED = folded_twin(_MONTH_RE)
 
 
 @dataclass(frozen=True)
@@ -232,21 +242,23 @@ class _Features:
     def of(cls, it: Interaction) -> _Features:
         text = it.text
         low = fold(text)
-        cwords = content_words(text)
+        words = WORD_RE.findall(low)
+        # On ASCII text fold() is lower(): the content words are these words minus the stop words.
+        cwords = [w for w in words if w not in STOP_WORDS] if text.isascii() else content_words(text)
         anchors = anchor_relative_dates(text, it.ts, ANCHOR_LIMIT, folded=low)
         return cls(
             cwords=cwords,
-            informative=sum(1 for w in cwords if w not in _SMALL_TALK),
+            informative=len([w for w in cwords if w not in _SMALL_TALK]),
             names=_names(text),
             anchors=anchors,
             emotions=[_EMOTIONS[w] for w in cwords if w in _EMOTIONS],
-            stems=frozenset(stem(w) for w in cwords),
+            stems=frozenset(map(stem, cwords)),
             dated=bool(
                 any(phrase.lower() not in _PRESENT_MOMENT for phrase, _ in anchors)
                 or _NUMBER_RE.search(text)
-                or (_MONTH_WORDS.search(low) and _MONTH_RE.search(text))
+                or (_MONTH_WORDS.search(low) and _MONTH_FOLDED.search(low))
             ),
-            gravity=_gravity(text, set(WORD_RE.findall(low))),
+            gravity=_gravity(low, set(words)),
             sides=tuple(_signals(side) for _speaker, side in it.spoken),
         )
 
@@ -304,7 +316,7 @@ class OfflineScorer:
         self, batch: list[Interaction], feats: dict[str, _Features] | None = None
     ) -> list[list[Interaction]]:
         groups: list[list[Interaction]] = []
-        vocab: Counter[str] = Counter()
+        vocab: set[str] = set()  # the stems of the episode so far
         for it in batch:
             stems = feats[it.event_id].stems if feats else frozenset(content_stems(it.text))
             current = groups[-1] if groups else None
@@ -320,11 +332,11 @@ class OfflineScorer:
                 ):
                     new = True
                 elif len(current) >= MIN_TOPIC_TURNS and len(stems) >= 5:
-                    overlap = sum(1 for s in stems if vocab[s]) / len(stems)
+                    overlap = sum(1 for s in stems if s in vocab) / len(stems)
                     new = overlap < TOPIC_OVERLAP  # the talk moved on to something else
             if new:
                 groups.append([it])
-                vocab = Counter(stems)
+                vocab = set(stems)
             else:
                 groups[-1].append(it)
                 vocab.update(stems)

@@ -151,9 +151,12 @@ def summary_text(agent_id: str, acc: _Acc, emotions: Counter[str], first: dateti
     weighty = sorted(acc.episodes, key=lambda e: (-e[2], e[0]))
     names = [e[1].rstrip(".") for e in weighty if not e[1].startswith("Small talk")]
     # A moment that restates (or contradicts) what is known adds nothing to the note.
-    remembered = [n for n in dict.fromkeys(names) if all(text_similarity(n, k) < SAME_THING for k in known)][
-        :REMEMBERED
-    ]
+    remembered: list[str] = []
+    for name in dict.fromkeys(names):  # the first REMEMBERED that pass: the rest need not be compared
+        if all(text_similarity(name, k) < SAME_THING for k in known):
+            remembered.append(name)
+            if len(remembered) == REMEMBERED:
+                break
     if remembered:
         parts.append("Remembered: " + "; ".join(n.rstrip(".") for n in remembered) + ".")
     return " ".join(parts)

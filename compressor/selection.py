@@ -214,7 +214,14 @@ class CompressorState:
             raise
 
     def relationships_done(self, agents: Iterable[str]) -> None:
-        self.conn.executemany("DELETE FROM relationships_due WHERE agent_id = ?", [(a,) for a in agents])
+        # One transaction: each statement on its own would be a durable commit (an fsync per agent).
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.executemany("DELETE FROM relationships_due WHERE agent_id = ?", [(a,) for a in agents])
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
 
     # ------------------------------------------------------------ contents
     def load(self, log: EventLog, refs: list[PendingRef]) -> dict[str, Interaction]:

@@ -60,4 +60,4 @@ WORDS = [
 def test_the_weight_pre_check_never_changes_a_score(words: list[str]) -> None:
     text = " ".join(words)
     full = min(o.WEIGHT_CAP, sum(weight for weight, rx, _needs in o._WEIGHTY if rx.search(text)))
-    assert o._gravity(text, set(WORD_RE.findall(fold(text)))) == full
+    assert o._gravity(fold(text), set(WORD_RE.findall(fold(text)))) == full

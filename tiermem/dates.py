@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import lru_cache
 
-from tiermem.text import fold
+from tiermem.text import fold, folded_twin
 
 MONTHS = (
     "January",
@@ -233,10 +234,12 @@ def _resolve(kind: str, m: re.Match[str], at: datetime) -> str | None:
 
 _CHEAP_CHECK = re.compile(
     r"\b(ago|last|next|this|past|coming|yesterday|tomorrow|today|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|the other day|for|"
-    + "|".join(MONTHS)
+    + "|".join(m.lower() for m in MONTHS)
     + r")\b",
     re.IGNORECASE,
 )
+# The same check, searched in fold(text) without IGNORECASE (same yes/no, cheaper).
+_CHEAP_CHECK_FOLDED = folded_twin(_CHEAP_CHECK)
 
 
 # Each pattern's words it cannot match without (every group needs one of its
@@ -262,17 +265,25 @@ _NEEDS = {kind: tuple(frozenset(g) for g in groups) for kind, groups in _NEEDS_W
 _NEEDED_WORDS = frozenset(w for groups in _NEEDS_WORDS.values() for g in groups for w in g)
 
 
+@lru_cache(
+    maxsize=4096
+)  # few distinct sets of needed words occur: checking every kind's groups was most of the cost
+def _kinds_for(present: frozenset[str]) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """The patterns that can match a text whose folded form holds exactly the needed words `present`."""
+    return tuple(
+        (kind, rx) for kind, rx in _PATTERNS if all(not group.isdisjoint(present) for group in _NEEDS[kind])
+    )
+
+
 def _matches(text: str, at: datetime, limit: int, folded: str | None) -> list[tuple[str, re.Match[str], str]]:
     """(kind, match, what it points to) for the relative time phrases of `text`, at most `limit`."""
     found: list[tuple[str, re.Match[str], str]] = []
     low = fold(text) if folded is None else folded
-    present = {word for word in _NEEDED_WORDS if word in low}
+    present = frozenset([word for word in _NEEDED_WORDS if word in low])
     if not present:
         return found
-    kinds = [
-        (kind, rx) for kind, rx in _PATTERNS if all(not group.isdisjoint(present) for group in _NEEDS[kind])
-    ]
-    if not kinds or not _CHEAP_CHECK.search(text):
+    kinds = _kinds_for(present)
+    if not kinds or not _CHEAP_CHECK_FOLDED.search(low):
         return found  # most turns mention no time at all
     taken: list[tuple[int, int]] = []
     for kind, rx in kinds:
@@ -338,9 +349,17 @@ def resolve_relative_dates(text: str, at: datetime, *, limit: int = 5) -> str:
 
     "I moved here last year" said on 8 May 2023 -> "I moved here in 2022".
     """
+    return resolved_if_dated(text, at, limit=limit) or text
+
+
+def resolved_if_dated(text: str, at: datetime, *, limit: int = 5) -> str | None:
+    """`resolve_relative_dates(text, at)` when `text` holds a relative time phrase, else None.
+
+    One scan where asking `anchor_relative_dates` first and resolving after would take two.
+    """
     found = _matches(text, at, limit, None)
     if not found:
-        return text
+        return None
     out: list[str] = []
     pos = 0
     for kind, m, _resolved in sorted(found, key=lambda f: f[1].start()):

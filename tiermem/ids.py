@@ -45,7 +45,13 @@ def parse_ts(text: str) -> datetime:
     return value.astimezone(UTC)
 
 
+# Every two characters of an id, by the 10 bits they encode: ids are built a pair at a time.
+_PAIRS = tuple(a + b for a in _ALPHABET for b in _ALPHABET)
+
+
 def _encode(value: int, length: int) -> str:
+    if length % 2 == 0:
+        return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(5 * length - 10, -1, -10)])
     out = []
     for _ in range(length):
         out.append(_ALPHABET[value & 31])
