@@ -214,7 +214,9 @@ def _term_counts(
     return counts
 
 
-def _bm25(counts: Sequence[float], length: int, weights: list[float], avg_len: float = AVG_QUOTE_WORDS) -> float:
+def _bm25(
+    counts: Sequence[float], length: int, weights: list[float], avg_len: float = AVG_QUOTE_WORDS
+) -> float:
     if not length:
         return 0.0
     norm = K1 * (1 - B + B * length / avg_len)
