@@ -32,9 +32,9 @@ import math
 import re
 import sqlite3
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
