@@ -21,9 +21,10 @@ budget, shown under one date header per day with relative dates resolved,
 e.g. `8 May 2023:` / `Caroline: I went ... yesterday (yesterday = 7 May 2023)`,
 the dates being the compressor's derived notes for the turn),
 and the runtime's `assemble_context` (the question as query; the fixed
-prompt sections excluded), split by `runtime.recall_share`: the context is
-built in `(1 - share) x budget`, lines that only repeat a recalled turn are
-dropped, and the recalled turns take every token left; packed line by line
+prompt sections excluded), split by `runtime.recall_share`: the recalled
+turns for `share x budget` first, the context in the rest, told which turns
+they are so its retrieval does not repeat them (a fact line cites the turns
+it was derived from), and the recalled turns take every token left; packed line by line
 (never cut) until the budget (tokens = ceil(len(text)/4) over the whole
 delivered text). Each delivered line keeps the section it came from, so the
 result attributes tokens, evidence and answer words per section (`sections`).
