@@ -582,7 +582,6 @@ DUPLICATE_JACCARD = 0.9
 # LoCoMo dev @500 (lexical): 0.5 ranked better than 1.0 (+0.3 evidence with every caption shown)
 # and better than 0 (captions ignored: -0.4).
 CAPTION_WEIGHT = 0.5
-BORROWED_FACTOR = 1.0
 WHEN_BOOST = 1.2  # "When did...": a quote that says when (a date or a relative time) is the likelier answer
 _SAYS_WHEN = re.compile(
     r"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|weekend|week|month|year|since|(?:19|20)\d\d|"
@@ -763,8 +762,6 @@ def _score_episode(
         score = (
             (own[i] + NEIGHBOUR_WEIGHT * beside + HEAD_WEIGHT * head) * (COVERAGE_FLOOR + coverage) * boost
         )
-        if not any(counts[i]):
-            score *= BORROWED_FACTOR
         if asked.named and p.speaker.lower() in asked.named:
             score *= QUOTE_SPEAKER_BOOST
         if asked.asks_when and _SAYS_WHEN.search(texts[i]):
