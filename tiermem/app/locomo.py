@@ -407,6 +407,7 @@ _ID_PREFIX = re.compile(r"^\s*-?\s*\[([^\]]+)\]")
 
 
 _QUOTED = re.compile(r'"([^"]+)"')
+FACT_SECTIONS = ("knowledge", "memory_context:fact")  # lines whose ids are (fact, *its source turns)
 
 
 def _repeats(item: Item, seen: set[str], shown: str) -> bool:
@@ -414,7 +415,7 @@ def _repeats(item: Item, seen: set[str], shown: str) -> bool:
     turn it quotes is already shown whole."""
     if len(item.ids) == 1 and item.ids[0] in seen:
         return True
-    if len(item.ids) > 1 and all(i in seen for i in item.ids[1:]):
+    if item.section in FACT_SECTIONS and len(item.ids) > 1 and all(i in seen for i in item.ids[1:]):
         return True  # a fact whose source turns are all shown
     if item.section == "memory_context:episode" and " Quotes: " in item.text:
         quotes = _QUOTED.findall(item.text.split(" Quotes: ", 1)[1])
@@ -459,7 +460,8 @@ class TiermemContext:
                 name = section.name
                 if name == "memory_context":
                     name += ":" + (ctx.retrieval_kinds.get(own[0], "fence") if m else "fence")
-                out.append(Item(line, own + self._sources(own), name))
+                sources = self._sources(own) if name in FACT_SECTIONS else ()
+                out.append(Item(line, own + sources, name))
         return out
 
     def _sources(self, ids: tuple[str, ...]) -> tuple[str, ...]:
