@@ -52,6 +52,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import orjson
 from tiermem.runtime.levels import check_level
 from tiermem.runtime.memory import AgentMemory
 from tiermem.runtime.visibility import Principal
@@ -338,6 +339,7 @@ def _retrieve(
     episode_limit: int = 5,
     shown: frozenset[str] = frozenset(),
     turn_limit: int = 5,
+    elsewhere: frozenset[str] = frozenset(),
 ) -> tuple[list[ContextItem], dict[str, float], dict[str, str]]:
     facts = memory.store.search_facts(
         who,
@@ -347,6 +349,17 @@ def _retrieve(
         now=utcnow(),
     )
     episodes = memory.store.search_episodes(who, query, None, episode_limit)
+    if elsewhere:
+        # What the caller shows already (turns a recall_memory answer holds) is not said twice:
+        # a fact all of whose source turns are shown, an episode all of whose quotes are.
+        facts = [f for f in facts if not _sources_shown(memory, who, f.fact_id, elsewhere)]
+        episodes = [
+            e
+            for e in episodes
+            if not all(
+                isinstance(q, dict) and str(q.get("event_id")) in elsewhere for q in e["key_quotes"][:3]
+            )
+        ]
     scored: list[tuple[float, str, str]] = []
     important: set[str] = set()
     for f in facts:
@@ -364,7 +377,7 @@ def _retrieve(
             important.add(str(e["episode_id"]))
     # Turns since the last compression: no episode answers for them yet (those the recent
     # section already shows are not repeated).
-    turns = memory.store.search_turns(who, query, None, turn_limit, shown)
+    turns = memory.store.search_turns(who, query, None, turn_limit, shown | elsewhere)
     turn_part = [(float(t["score"]), str(t["event_id"]), _turn_line(t)) for t in turns]
     # Interleave by rank so no kind crowds the others out of a small budget.
     fact_part = [s for s in scored if s[1] in {f.fact_id for f in facts}]
@@ -382,6 +395,15 @@ def _retrieve(
     kinds.update({str(e["episode_id"]): "episode" for e in episodes})
     kinds.update({str(t["event_id"]): "turn" for t in turns})
     return items, {i: round(s, 6) for s, i, _ in ordered}, kinds
+
+
+def _sources_shown(memory: AgentMemory, who: Principal, fact_id: str, shown: frozenset[str]) -> bool:
+    """Whether every turn a fact was derived from is among `shown` (a fact without sources: no)."""
+    row = memory.store.visible_fact(who, fact_id)
+    if row is None:
+        return False
+    sources = set(orjson.loads(row["source_event_ids"] or "[]"))
+    return bool(sources) and sources <= shown
 
 
 def _fit_retrieval(
@@ -416,11 +438,15 @@ def assemble_context(
     budget: int | None = None,
     tier_budgets: Mapping[str, int] | None = None,
     record: bool = False,
+    shown_turns: frozenset[str] = frozenset(),
 ) -> AssembledContext:
     """Build the prompt sections for one turn (see the module doc for the budget rules).
 
     `record=True` appends a `retrieval` event for the memory-context items (the
-    turn loop does; inspection commands do not).
+    turn loop does; inspection commands do not). `shown_turns`: event ids of
+    turns the caller shows beside the context (a `recall_memory` answer); the
+    per-turn retrieval skips facts, episodes and turns that would only repeat
+    them, so its room goes to what the caller does not show.
     """
     started = time.perf_counter()
     rt = memory.settings.runtime
@@ -437,7 +463,7 @@ def assemble_context(
     kinds: dict[str, str] = {}
     if query and query.strip():
         shown = frozenset(it.item_id for it in kept.get("recent", []))
-        mc_items, scores, kinds = _retrieve(memory, query, who, shown=shown)
+        mc_items, scores, kinds = _retrieve(memory, query, who, shown=shown, elsewhere=shown_turns)
         mc_budget = int(tiers.get("memory_context", 600))
         if budget is not None:
             used = sum(count_tokens(_render(n, its)) for n, its in kept.items() if its)

@@ -191,7 +191,9 @@ def _term_counts(
     return rx.counts(text) if rx is not None else counts
 
 
-def _bm25(counts: list[int], length: int, weights: list[float], avg_len: float = AVG_QUOTE_WORDS) -> float:
+def _bm25(
+    counts: Sequence[float], length: int, weights: list[float], avg_len: float = AVG_QUOTE_WORDS
+) -> float:
     if not length:
         return 0.0
     norm = K1 * (1 - B + B * length / avg_len)

@@ -43,6 +43,8 @@ import numpy as np
 import orjson
 from tiermem.runtime.passages import Passage, episode_passages
 
+from tiermem.attachments import split_described
+
 _RUN = re.compile(r"\w+")
 PREFIX_MIN = 4  # forms of this length or more match as prefixes (as the search always matched them)
 # Bounds of the per-process cache: past either, everything prepared is dropped and prepared again.
@@ -68,6 +70,8 @@ class Prepared:
     name: str | None = None  # the episode's name when it was prepared
     flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
     keys: list[frozenset[str] | None] = field(default_factory=list)  # passages' word sets, when asked
+    # Per passage, its attachments' descriptions (lowered; "" for none): scored at a weight of their own.
+    described: list[str] = field(default_factory=list)
 
     def found(self, pattern: re.Pattern[str]) -> np.ndarray:
         """Which passages `pattern` is found in (kept per pattern: the patterns are the search's own)."""
@@ -184,6 +188,7 @@ class EpisodeTexts:
             },
             start=start,
             keys=[None] * len(passages),
+            described=[split_described(t)[1] if "[" in t else "" for t in lowered],
         )
 
     def rarity(self, word: str) -> tuple[int, str]:

@@ -253,9 +253,9 @@ def test_captions_are_attachments_and_count_as_part_of_their_turn(tmp_path: Path
 
 
 def test_each_delivered_section_is_attributed_its_tokens_and_evidence(tmp_path: Path) -> None:
-    whole = run_locomo(_write(tmp_path), 120, work_dir=tmp_path)
+    whole = run_locomo(_write(tmp_path), 120, work_dir=tmp_path, recall_share=1.0)
     shares = whole["sections"]
-    assert whole["recall_share"] == 1.0
+    assert whole["recall_share"] == 1.0 and set(shares) == {"recall"}
     assert shares["recall"]["evidence_questions"] == 2 and shares["recall"]["evidence_share"] == 1.0
     assert abs(sum(m["token_share"] for m in shares.values()) - 1.0) < 0.01
     split = run_locomo(_write(tmp_path), 120, work_dir=tmp_path, recall_share=0.5)

@@ -29,6 +29,7 @@ from tiermem.runtime.notes import notes_for
 from tiermem.runtime.passages import episode_passages
 from tiermem.runtime.projector import project
 
+from tiermem.attachments import split_described
 from tiermem.dates import anchor_relative_dates, human_date
 from tiermem.ids import parse_ts
 from tiermem.settings import Settings
@@ -155,6 +156,17 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
     assert again[0].lowered == ["quite different words"] and again[1] is entries[1]
 
 
+def said_counts(text: str, asked: Any, n: int) -> list[float]:
+    """A passage's term counts as the original per-passage scorer weighed them: its attachments'
+    descriptions (`[image: ...]`) at CAPTION_WEIGHT of a said word."""
+    said, described = split_described(text)
+    counts: list[float] = list(_term_counts(said, asked.rx, n, asked.forms))
+    if described:
+        for k, c in enumerate(_term_counts(described, asked.rx, n, asked.forms)):
+            counts[k] += qs.CAPTION_WEIGHT * c
+    return counts
+
+
 def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[str, Any]]:
     """search_quotes as it scored before: every passage of every candidate from the stored text."""
     conn, who = m.conn, m.principal
@@ -188,7 +200,7 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
             f"{p.text} {qs.note_words(notes.get((p.event_id, p.speaker), []), p.text)}".lower()
             for p in passages
         ]
-        counts = [_term_counts(t, asked.rx, n, asked.forms) for t in texts]
+        counts = [said_counts(t, asked, n) for t in texts]
         turn_words: dict[int, int] = {}
         for p, t in zip(passages, texts, strict=True):
             turn_words[p.quote] = turn_words.get(p.quote, 0) + t.count(" ") + 1
@@ -263,6 +275,8 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
             }
             for j in range(6)
         ]
+        if i % 3 == 0:  # a shared picture: its caption is scored at its own weight
+            quotes[1] = {**quotes[1], "text": f"{quotes[1]['text']} [image: {_text(rng, 9).rstrip('.')}]"}
         if i % 5 == 0:  # the same turn said again later: kept once
             quotes.append({**quotes[0], "event_id": f"t{i}.again"})
         events.append(

@@ -142,3 +142,36 @@ def test_before_and_after_an_event() -> None:
     assert before.contains(datetime(2023, 5, 31, tzinfo=UTC)) and not before.contains(trip)
     after = relative_to_event("after", trip, "after trip")
     assert after.contains(datetime(2023, 6, 2, tzinfo=UTC)) and not after.contains(trip)
+
+
+# ------------------------------------------------------------------ media descriptions
+
+
+def test_descriptions_split_from_what_was_said_and_compacted() -> None:
+    from tiermem.attachments import compact_described, split_described, with_attachments
+    from tiermem.text import STOP_WORDS
+
+    stored = with_attachments(
+        "Look at my new painting!", [{"kind": "image", "caption": "a painting of a sunset over a lake"}]
+    )
+    said, described = split_described(stored)
+    assert (said, described) == ("Look at my new painting!", "[image: a painting of a sunset over a lake]")
+    assert split_described("a note [sic] with brackets") == ("a note [sic] with brackets", "")
+    # Content words only, none the turn already says.
+    assert compact_described(said, described, STOP_WORDS) == "[image: sunset lake]"
+    assert compact_described("", "[file]", STOP_WORDS) == "[file]"
+
+
+def test_block_shows_compact_captions_for_the_best_ranked_turns_only() -> None:
+    pic = " [image: a man holding a surfboard on a beach]"
+    quotes = [
+        _q("We went surfing." + pic, 1, 9.0, "e1"),
+        _q("Lovely day out." + pic, 2, 5.0, "e2", speaker="Ben"),
+        _q(pic.strip(), 3, 4.0, "e3"),
+    ]
+    text = "\n".join(t for t, _ in render_quote_block(quotes, None, captions=1))
+    assert "We went surfing. [image: man holding surfboard beach]" in text  # best ranked: compact
+    assert "Lovely day out." in text and text.count("[image") == 2
+    assert "[image: man holding surfboard beach]" in text.splitlines()[-1]  # a picture alone keeps it
+    shown = "\n".join(t for t, _ in render_quote_block(quotes, None, captions=3))
+    assert shown.count("[image:") == 3

@@ -177,3 +177,37 @@ def test_retrieval_shares_keep_room_for_episodes_and_facts_when_turns_rank_first
     )
     everything = _fit_retrieval(items, 5000, kinds, {"episodes": 0.25, "facts": 0.1})
     assert everything == items  # when all fits, shares change nothing
+
+
+def test_shown_turns_keep_the_retrieval_from_repeating_what_the_caller_shows(settings: Settings) -> None:
+    """A fact whose source turns, or an episode whose quotes, a recall answer already shows is
+    left out of the per-turn retrieval; one with a turn not shown stays."""
+    decided = {"type": "knowledge_decided", "agent_id": "bot", "decision": "created", "status": "active"}
+    append(
+        settings,
+        {**decided, "fact_id": "f-shown", "content": "Dana paints lighthouses", "source_event_ids": ["t1"]},
+        {
+            **decided,
+            "fact_id": "f-other",
+            "content": "Dana paints harbours",
+            "source_event_ids": ["t1", "t2"],
+        },
+        episode(
+            "bot",
+            "Lighthouse painting",
+            "Dana paints lighthouses",
+            key_quotes=[{"text": "I paint lighthouses", "event_id": "t1", "speaker": "Dana"}],
+        ),
+    )
+    project(settings)
+    with open_memory(settings, "bot") as m:
+        both = assemble_context(m, query="Dana paints lighthouses harbours", budget=400)
+        mc = both.section("memory_context")
+        assert mc is not None and {"f-shown", "f-other"} <= set(mc.item_ids)
+        assert "episode" in both.retrieval_kinds.values()
+        rest = assemble_context(
+            m, query="Dana paints lighthouses harbours", budget=400, shown_turns=frozenset({"t1"})
+        )
+        mc = rest.section("memory_context")
+        assert mc is not None and "f-shown" not in mc.item_ids and "f-other" in mc.item_ids
+        assert "episode" not in rest.retrieval_kinds.values()

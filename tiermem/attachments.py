@@ -111,3 +111,43 @@ def with_attachments(text: str, attachments: Sequence[Mapping[str, Any]] | None)
     if not extra:
         return text
     return f"{text} {extra}" if text.strip() else extra
+
+
+# The descriptions `describe` appends: `[image: a sunset over a lake]`, `[file]`.
+_DESCRIBED = re.compile(r"\s*\[(?:" + "|".join(ATTACHMENT_KINDS) + r")(?:: [^\]]*)?\]")
+
+
+def split_described(text: str) -> tuple[str, str]:
+    """A stored turn's text as (what was said, the descriptions of its attachments).
+
+    The inverse of `with_attachments` on the stored form, so a reader can weigh
+    or render the two parts differently: a captioner's words ("a man standing
+    on a beach") are about the picture, not what the person said.
+    """
+    described = " ".join(m.group().strip() for m in _DESCRIBED.finditer(text))
+    if not described:
+        return text, ""
+    return _DESCRIBED.sub("", text).strip(), described
+
+
+_DESCRIPTION_PARTS = re.compile(r"\[(\w+)(?:: ([^\]]*))?\]")
+_CAPTION_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'-]*")
+
+
+def compact_described(said: str, described: str, stop_words: frozenset[str]) -> str:
+    """The descriptions in their shortest readable form for a token-bound block.
+
+    A captioner's sentence is mostly function words ("a man standing on a
+    beach with a surfboard"): only its content words are kept, and those the
+    turn itself already says are not repeated: `[image: man beach surfboard]`.
+    """
+    said_words = {w.lower() for w in _CAPTION_WORD.findall(said)}
+    parts = []
+    for kind, caption in _DESCRIPTION_PARTS.findall(described):
+        words = [
+            w
+            for w in _CAPTION_WORD.findall(caption)
+            if w.lower() not in stop_words and w.lower() not in said_words
+        ]
+        parts.append(f"[{kind}: {' '.join(dict.fromkeys(words))}]" if words else f"[{kind}]")
+    return " ".join(parts)

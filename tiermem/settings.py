@@ -116,9 +116,11 @@ class RuntimeSettings:
     retrieval_shares: Mapping[str, float] = field(default_factory=lambda: {"episodes": 0.25, "facts": 0.25})
     # When a recall_memory answer and the assembled context share one token budget
     # (what the LoCoMo protocol delivers), the recalled turns may take this share
-    # first; the context gets the rest, and room it leaves goes back to the turns.
-    # 1.0: measured on LoCoMo, any smaller share costs evidence (docs/runtime.md).
-    recall_share: float = 1.0
+    # first; the context gets the rest (told which turns the recall shows, so it does not repeat
+    # them), and room it leaves goes back to the turns. 0.9: measured on LoCoMo dev @500, the
+    # knowledge facts then carry evidence and a tenth of the answer words per token more than the
+    # turns, at -0.1 point of evidence against 1.0; 0.85 and below cost more (bench/RESULTS.md).
+    recall_share: float = 0.9
     # Who applies log events other processes wrote: "background" (a projector thread; a read
     # never waits for it, what this process wrote itself is seen) or "inline" (a read first
     # waits for the projector; what one-shot commands use, to answer from the whole log).

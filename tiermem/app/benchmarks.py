@@ -57,7 +57,7 @@ def register(sub: Any) -> None:
         type=float,
         default=None,
         help="share of the budget the recalled turns take before the assembled context "
-        "(default: runtime.recall_share, 1.0)",
+        "(default: runtime.recall_share, 0.9)",
     )
     p.add_argument(
         "--retrieval",

@@ -21,9 +21,10 @@ budget, shown under one date header per day with relative dates resolved,
 e.g. `8 May 2023:` / `Caroline: I went ... yesterday (yesterday = 7 May 2023)`,
 the dates being the compressor's derived notes for the turn),
 and the runtime's `assemble_context` (the question as query; the fixed
-prompt sections excluded), split by `runtime.recall_share`: the context is
-built in `(1 - share) x budget`, lines that only repeat a recalled turn are
-dropped, and the recalled turns take every token left; packed line by line
+prompt sections excluded), split by `runtime.recall_share`: the recalled
+turns for `share x budget` first, the context in the rest, told which turns
+they are so its retrieval does not repeat them (a fact line cites the turns
+it was derived from), and the recalled turns take every token left; packed line by line
 (never cut) until the budget (tokens = ceil(len(text)/4) over the whole
 delivered text). Each delivered line keeps the section it came from, so the
 result attributes tokens, evidence and answer words per section (`sections`).
@@ -406,6 +407,7 @@ _ID_PREFIX = re.compile(r"^\s*-?\s*\[([^\]]+)\]")
 
 
 _QUOTED = re.compile(r'"([^"]+)"')
+FACT_SECTIONS = ("knowledge", "memory_context:fact")  # lines whose ids are (fact, *its source turns)
 
 
 def _repeats(item: Item, seen: set[str], shown: str) -> bool:
@@ -413,6 +415,8 @@ def _repeats(item: Item, seen: set[str], shown: str) -> bool:
     turn it quotes is already shown whole."""
     if len(item.ids) == 1 and item.ids[0] in seen:
         return True
+    if item.section in FACT_SECTIONS and len(item.ids) > 1 and all(i in seen for i in item.ids[1:]):
+        return True  # a fact whose source turns are all shown
     if item.section == "memory_context:episode" and " Quotes: " in item.text:
         quotes = _QUOTED.findall(item.text.split(" Quotes: ", 1)[1])
         return bool(quotes) and all(q in shown for q in quotes)
@@ -432,11 +436,16 @@ class TiermemContext:
     def close(self) -> None:
         self.memory.close()
 
-    def assembled(self, question: str, budget: int) -> list[Item]:
+    def assembled(self, question: str, budget: int, shown: frozenset[str] = frozenset()) -> list[Item]:
         from tiermem.runtime.context import assemble_context
 
         ctx = assemble_context(
-            self.memory, user=self.conv.speaker_b, query=question, budget=budget, tier_budgets=FIXED_SECTIONS
+            self.memory,
+            user=self.conv.speaker_b,
+            query=question,
+            budget=budget,
+            tier_budgets=FIXED_SECTIONS,
+            shown_turns=shown,
         )
         out: list[Item] = []
         for section in ctx.sections:
@@ -451,8 +460,19 @@ class TiermemContext:
                 name = section.name
                 if name == "memory_context":
                     name += ":" + (ctx.retrieval_kinds.get(own[0], "fence") if m else "fence")
-                out.append(Item(line, own, name))
+                sources = self._sources(own) if name in FACT_SECTIONS else ()
+                out.append(Item(line, own + sources, name))
         return out
+
+    def _sources(self, ids: tuple[str, ...]) -> tuple[str, ...]:
+        """The turns a delivered fact was derived from: its record cites them, so a fact line that
+        states a turn's content carries that turn (scored like any citing item)."""
+        if len(ids) != 1:
+            return ()
+        row = self.memory.store.visible_fact(self.memory.principal, ids[0])
+        if row is None:
+            return ()
+        return tuple(dict.fromkeys(orjson.loads(row["source_event_ids"] or "[]")))
 
     def recall_block(self, question: str, budget: int) -> list[Item]:
         """recall_memory's remembered turns for the question: dated block, best turns that fit the budget."""
@@ -461,22 +481,23 @@ class TiermemContext:
         return [Item(text, ids, "recall") for text, ids in lines]
 
     def deliver(self, question: str, budget: int) -> list[Item]:
-        """The budget split (`runtime.recall_share`): the assembled context gets the part the
-        recalled turns leave it, the recalled turns then take every token it does not use;
-        shown recalled turns first. A context line citing a turn the recall shows is dropped."""
+        """The budget split (`runtime.recall_share`): the recalled turns for their share come
+        first; the assembled context gets the rest, told which turns the recall shows so its
+        retrieval does not repeat them; the recalled turns then take every token the context
+        leaves. Shown recalled turns first; a context line repeating a shown turn is dropped."""
         room = budget - int(budget * self.settings.runtime.recall_share)
-        full = self.recall_block(question, budget)
-        shown = "\n".join(i.text for i in full)
-        seen = {i for item in full for i in item.ids}
-        rest = [
-            item
-            for item in (self.assembled(question, room) if room > 0 else [])
-            if not _repeats(item, seen, shown)
-        ]
+        first = self.recall_block(question, budget - room)
+        seen = {i for item in first for i in item.ids}
+        context = self.assembled(question, room, frozenset(seen)) if room > 0 else []
+        if not any(item.section != "memory_context:fence" for item in context):
+            return pack(self.recall_block(question, budget), budget)
+        used = count_tokens("\n".join(i.text for i in context)) + 1
+        recalled = self.recall_block(question, max(0, budget - used))
+        shown = "\n".join(i.text for i in recalled)
+        seen = {i for item in recalled for i in item.ids}
+        rest = [item for item in context if not _repeats(item, seen, shown)]
         if not any(item.section != "memory_context:fence" for item in rest):
-            return pack(full, budget)
-        used = count_tokens("\n".join(i.text for i in rest)) + 1
-        recalled = pack(self.recall_block(question, max(0, budget - used)), budget)
+            return pack(self.recall_block(question, budget), budget)
         return pack(recalled + rest, budget)
 
 
