@@ -180,18 +180,25 @@ def encode_block(
     raw = block.split(b"\n")
     out.lines = len(raw)
     lines = [line.rstrip(b"\r") if line.endswith(b"\r") else line for line in raw]
-    fast = _fast(lines, default_ts, limits, native) if columnar else {}
-    for index, line in enumerate(lines):
-        row = fast.get(index)
-        if row is not None:
-            out.streams.append(STREAM)
-            out.ids.append(row[0])
-            out.partitions.append(_interned(row[1]))
-            out.stored.append(row[2])
-        elif not line.strip():
+    settled = _fast(lines, default_ts, limits, native) if columnar else {}
+    others: dict[int, str] = {}  # index -> stream, for lines of another stream than interactions
+    for index in [i for i in range(len(lines)) if i not in settled]:
+        line = lines[index]
+        if not line.strip():
             out.blank_lines += 1
         else:
-            _encode_one(out, index, line, default_ts, limits)
+            _encode_one(settled, others, out, index, line, default_ts, limits)
+    # Assembled in line order a column at a time (a per-line loop here costs as much as a check).
+    order = sorted(settled)
+    if order:
+        ids, partitions, stored = zip(*map(settled.__getitem__, order), strict=True)
+        out.ids, out.stored = list(ids), list(stored)
+        out.partitions = list(map(sys.intern, partitions))  # each name pickled once per block
+        out.streams = [STREAM] * len(order)
+        if others:
+            position = {index: k for k, index in enumerate(order)}
+            for index, stream in others.items():
+                out.streams[position[index]] = stream
     return out
 
 
@@ -207,8 +214,16 @@ def _fast(lines: list[bytes], default_ts: str, limits: LimitSettings, native: bo
     return fast
 
 
-def _encode_one(out: EncodedBlock, index: int, line: bytes, default_ts: str, limits: LimitSettings) -> None:
-    """One line through the per-record path: stored, or refused naming the field."""
+def _encode_one(
+    settled: dict[int, Row],
+    others: dict[int, str],
+    out: EncodedBlock,
+    index: int,
+    line: bytes,
+    default_ts: str,
+    limits: LimitSettings,
+) -> None:
+    """One line through the per-record path: settled, or refused naming the field."""
     try:
         event = parse_line(line, default_ts, limits)
         stream = stream_of(event["type"])
@@ -219,10 +234,9 @@ def _encode_one(out: EncodedBlock, index: int, line: bytes, default_ts: str, lim
     except orjson.JSONEncodeError as exc:  # validation should have caught it: still one line's problem
         out.rejects.append((index, line, "<record>", f"cannot be stored as JSON: {exc}"))
         return
-    out.streams.append(_interned(stream))
-    out.ids.append(event["event_id"])
-    out.partitions.append(_interned("date=" + event["ts"][:10]))
-    out.stored.append(stored)
+    if stream != STREAM:
+        others[index] = _interned(stream)
+    settled[index] = (event["event_id"], "date=" + event["ts"][:10], stored)
 
 
 def _worker_init(parent: int) -> None:
