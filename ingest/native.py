@@ -104,19 +104,19 @@ def native_rows(lines: Sequence[bytes], default_ts: str, limits: LimitSettings) 
     """The lines (without newline) settled by the native path, by their index in `lines`."""
     if not lines or limits.max_depth < 2:  # a flat `metadata` object is at depth 2
         return {}
-    picked = _candidates(lines, limits)
+    raw = pa.array(lines, pa.binary())
+    picked = _candidates(raw, lines, limits)
     if not picked:
         return {}
     table, kept = _parse([lines[i] for i in picked])
     if table is None or not kept:
         return {}
     rows = [picked[k] for k in kept]
-    return _settle(table, rows, lines, default_ts, limits)
+    return _settle(table, raw.take(pa.array(rows, pa.int64())), rows, lines, default_ts, limits)
 
 
-def _candidates(lines: Sequence[bytes], limits: LimitSettings) -> list[int]:
+def _candidates(raw: pa.Array, lines: Sequence[bytes], limits: LimitSettings) -> list[int]:
     """Indexes of the lines in the serialiser's form for known fields, valid UTF-8, within the limits."""
-    raw = pa.array(lines, pa.binary())
     try:
         text = raw.cast(pa.string())
     except pa.ArrowInvalid:  # some line is not UTF-8: leave those to the slower paths
@@ -181,11 +181,15 @@ def _column(table: pa.Table, name: str) -> pa.Array:
 
 
 def _settle(
-    table: pa.Table, rows: list[int], lines: Sequence[bytes], default_ts: str, limits: LimitSettings
+    table: pa.Table,
+    raw: pa.Array,
+    rows: list[int],
+    lines: Sequence[bytes],
+    default_ts: str,
+    limits: LimitSettings,
 ) -> dict[int, Row]:
-    """Check the columns; for the rows that pass, the id, partition and stored line."""
+    """Check the columns of the parsed lines (`raw`: their bytes); for those that pass, id, partition, line."""
     col = {name: _column(table, name) for name in _USED}
-    raw = pa.array([lines[i] for i in rows], pa.binary())
     ts, own_ids, version = col["ts"], col["event_id"], col["schema_version"]
     ok = _rows_pass(col, limits)
     # A record with its own id and no time is stamped when validated, not from the file.
