@@ -14,11 +14,10 @@ field. For one block of lines it:
    with its known counters, `tools_used` a list of strings, `metadata` a flat
    object of strings, integers, booleans and nulls, and no null anywhere else,
    no whitespace outside strings;
-2. parses those lines in one call with DuckDB's JSON reader (`json_transform`
-   to the declared types; Arrow's own JSON reader costs twice as much per
-   line). The reader keeps one value of a key given twice in one object, which
-   the regular expression cannot see either, so such lines are found by
-   counting keys (see `_parse`);
+2. parses those lines in one call with Arrow's JSON reader and an explicit
+   schema. The reader refuses a key given twice in one object ("specified
+   twice"), which the regular expression cannot see; a refused line is left
+   out and the rest parsed again;
 3. checks the columns with Arrow and numpy: the type, the version, a
    non-blank agent, both texts, the level, `response_length` against the
    answer's length, given ids, timestamps (real dates in the log's own form,
@@ -38,16 +37,15 @@ and version fields not at the front of the line, an `event_id` without `ts`.
 
 from __future__ import annotations
 
-import json
-import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
-import duckdb
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from tiermem.registry import MEMORY_LEVELS, STR, TS, USAGE_FIELDS
 from tiermem.settings import LimitSettings
@@ -77,24 +75,24 @@ _FIELD = (
 LINE_PATTERN = rf"^\{{(?:{_FIELD})(?:,(?:{_FIELD}))*\}}$"
 
 _TEXT_COLUMNS = [k for k, kind in FAST_FIELDS.items() if kind in (STR, TS)]
-_TYPES: dict[str, Any] = {k: "VARCHAR" for k in _TEXT_COLUMNS}
-_TYPES.update(
-    schema_version="BIGINT",
-    response_length="BIGINT",
-    latency_ms="DOUBLE",
-    usage={k: "BIGINT" for k in USAGE_FIELDS},
-    tools_used=["VARCHAR"],
-    metadata="JSON",  # free-form: kept as text, only its keys are counted
+_SCHEMA = pa.schema(
+    [(k, pa.string()) for k in _TEXT_COLUMNS]
+    + [
+        ("schema_version", pa.int64()),
+        ("response_length", pa.int64()),
+        ("latency_ms", pa.float64()),
+        ("usage", pa.struct([(k, pa.int64()) for k in USAGE_FIELDS])),
+        ("tools_used", pa.list_(pa.string())),
+    ]
 )
+# `metadata` is free-form: its parse is inferred, only to have the reader refuse repeated keys.
+_PARSE = pj.ParseOptions(explicit_schema=_SCHEMA, unexpected_field_behavior="infer")
 _USED = ["event_id", "type", "ts", "schema_version", "agent_id", "memory_level"]
 _USED += ["user_message", "agent_response", "response_length", "latency_ms", "tools_used"]
-# One small query (binding a query costs more than parsing a block when it names every field).
-_QUERY = (
-    "SELECT j, len(list_distinct(json_keys(j.metadata))) AS metadata_keys"
-    f" FROM (SELECT json_transform(line, '{json.dumps(_TYPES)}') AS j FROM ingest_lines)"
-)
 _TS_FORM = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"
 _ID_FORM = r"^[0-9A-Za-z_.:\-]{1,128}$"
+_ROW_IN_ERROR = re.compile(r"in row (\d+)")
+_MAX_RETRIES = 8  # refused lines in one block before the rest of it goes to the slower paths
 _DAYS_IN_MONTH = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 _HEAD = b'","type":"interaction","schema_version":' + str(_VERSION).encode() + b","
 _LATENCY_TEXT = r'"latency_ms":(?P<text>[0-9.]+)[,}]'
@@ -110,7 +108,7 @@ def native_rows(lines: Sequence[bytes], default_ts: str, limits: LimitSettings) 
     picked = _candidates(raw, lines, limits)
     if not picked:
         return {}
-    table, kept = _parse(raw.take(pa.array(picked, pa.int64())), [lines[i] for i in picked])
+    table, kept = _parse([lines[i] for i in picked])
     if table is None or not kept:
         return {}
     rows = [picked[k] for k in kept]
@@ -140,54 +138,42 @@ def _utf8(line: bytes) -> bool:
     return True
 
 
-def _parse(raw: pa.Array, lines: list[bytes]) -> tuple[pa.Table | None, list[int]]:
-    """The used columns of the lines parsed with no key repeated, and their indexes in `lines`.
-
-    DuckDB's JSON reader (`json_transform` to the declared types) parses the
-    lines; it keeps one value of a repeated key without a word, so repeats are
-    found by counting: in a line of the serialiser's form, every `":` ends a key
-    (a quote inside a string is escaped), so the line holds a repeated key
-    exactly when it has more `":` than the distinct keys parsed (the fields
-    present, the counters of `usage`, the distinct keys of `metadata`). A line
-    with `\\":` inside a string is left to the other paths.
-    """
-    con = _connection()
-    con.register("ingest_lines", pa.table({"line": raw.cast(pa.string())}))
-    try:
-        table = con.sql(_QUERY).to_arrow_table()
-    except duckdb.Error:  # not expected for lines of this shape: leave them all to the other paths
+def _parse(lines: list[bytes]) -> tuple[pa.Table | None, list[int]]:
+    """The used columns of the lines the reader accepts, and their indexes in `lines`."""
+    tables: list[pa.Table] = []
+    kept: list[int] = []
+    start, retries = 0, 0
+    while start < len(lines):
+        part = lines[start:]
+        try:
+            tables.append(_read(part))
+            kept.extend(range(start, len(lines)))
+            break
+        except pa.ArrowInvalid as exc:
+            found = _ROW_IN_ERROR.search(str(exc))
+            retries += 1
+            if found is None or retries > _MAX_RETRIES:
+                break
+            bad = int(found.group(1))
+            if bad >= len(part):
+                break
+            if bad:  # the lines before the refused one parse on their own
+                try:
+                    tables.append(_read(part[:bad]))
+                except pa.ArrowInvalid:
+                    break
+                kept.extend(range(start, start + bad))
+            start += bad + 1
+    if not tables:
         return None, []
-    finally:
-        con.unregister("ingest_lines")
-    parsed = table.column("j").combine_chunks()
-    keys = pc.fill_null(table.column("metadata_keys").combine_chunks(), 0).to_numpy(zero_copy_only=False)
-    for name in _TYPES:
-        keys = keys + _mask(parsed.field(name).is_valid())
-    usage = parsed.field("usage")
-    for name in USAGE_FIELDS:
-        keys = keys + _mask(usage.field(name).is_valid())
-    written = np.array([line.count(b'":') if b'\\":' not in line else -1 for line in lines], dtype=np.int64)
-    distinct = keys == written
-    kept = np.flatnonzero(distinct)
-    columns = {name: parsed.field(name) for name in _USED}
-    table = pa.table(columns)
-    if len(kept) < len(lines):
-        table = table.filter(pa.array(distinct))
-    return table, kept.tolist()
+    return pa.concat_tables(tables), kept
 
 
-_CONNECTIONS: dict[int, duckdb.DuckDBPyConnection] = {}
-
-
-def _connection() -> duckdb.DuckDBPyConnection:
-    """This process's own DuckDB connection (a worker forked from the ingest opens its own)."""
-    pid = os.getpid()
-    con = _CONNECTIONS.get(pid)
-    if con is None:
-        _CONNECTIONS.clear()
-        con = _CONNECTIONS[pid] = duckdb.connect(":memory:")
-        con.execute("SET threads = 1")  # parallelism is the ingest's worker processes
-    return con
+def _read(lines: list[bytes]) -> pa.Table:
+    data = b"\n".join(lines)
+    options = pj.ReadOptions(use_threads=False, block_size=max(len(data) + 1, 1 << 16))
+    table = pj.read_json(pa.BufferReader(data), read_options=options, parse_options=_PARSE)
+    return table.select(_USED)
 
 
 def _column(table: pa.Table, name: str) -> pa.Array:
