@@ -326,6 +326,9 @@ NATIVE_EDGES: list[bytes] = [
     orjson.dumps({**_good(68), "unknown": 1}),
     orjson.dumps({k: v for k, v in _good(69).items() if k not in ("usage", "metadata", "latency_ms")}),
     orjson.dumps({**_good(70), "agent_response": "x" * 70}),  # over a tight field limit
+    orjson.dumps({**_good(71), "user_message": 'say "x": y'}),  # an escaped quote before a colon
+    orjson.dumps({**_good(72), "metadata": {"a\\": 1, "b": 2}}),  # a key ending in a backslash
+    orjson.dumps({**_good(73), "metadata": {"a\\": 1}}).replace(b'{"a', b'{"a\\":0,"a'),
 ]
 
 
