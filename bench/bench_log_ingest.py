@@ -1,6 +1,6 @@
 """Bulk ingest rate of a JSONL file of realistic turns (tiermem.app.samples).
 
-    .venv/bin/python bench/bench_log_ingest.py [RECORDS]
+    .venv/bin/python bench/bench_log_ingest.py [RECORDS] [ROUNDS]
     .venv/bin/python bench/bench_log_ingest.py --curve   # rate vs file size, PNG + JSON in bench/results/
 
 Target: >= 150,000 records/s. Measured with fsync=always (one
