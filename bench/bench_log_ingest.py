@@ -1,13 +1,14 @@
 """Bulk ingest rate of a JSONL file of realistic turns (tiermem.app.samples).
 
-    .venv/bin/python bench/bench_log_ingest.py [RECORDS]
+    .venv/bin/python bench/bench_log_ingest.py [RECORDS] [ROUNDS]
     .venv/bin/python bench/bench_log_ingest.py --curve   # rate vs file size, PNG + JSON in bench/results/
 
 Target: >= 150,000 records/s. Measured with fsync=always (one
 fsync per 20,000-record batch and day) and fsync=none, with the default
 encoding workers (one per core, up to 4) and with everything in one process
-(workers=0), each with the columnar fast path and with the per-record path
-(old vs new in the same run), then a re-run of the same file (every record a duplicate: the
+(workers=0), each with the three paths back to back: per-record, the Python
+columnar path, and the native (Arrow) path in front of it (old vs new in the
+same run, interleaved), then a re-run of the same file (every record a duplicate: the
 idempotency check alone). Besides the wall-clock rate, each line gives the CPU
 time spent per record (this process plus its workers): on a machine shared
 with other work the rate follows the free cores, the CPU cost does not.
@@ -48,8 +49,14 @@ def _line(label: str, info: IngestInfo, cpu: float) -> str:
     )
 
 
-def main(n: int) -> None:
-    print(f"cores: {os.cpu_count()}, default workers: {ingest_workers(None)}, load: {os.getloadavg()[0]:.1f}")
+PATHS = {"per-record": (False, False), "columnar": (True, False), "native": (True, True)}
+
+
+def main(n: int, rounds: int = 2) -> None:
+    print(
+        f"cores: {os.cpu_count()}, default workers: {ingest_workers(None)}, "
+        f"load: {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
         src = Path(tmp) / "turns.jsonl"
         t = time.perf_counter()
@@ -57,29 +64,34 @@ def main(n: int) -> None:
         print(
             f"sample: {n:,} turns, {src.stat().st_size / 1e6:.0f} MB, generated in {time.perf_counter() - t:.1f}s"
         )
-        settings = resolve_settings(data_dir=Path(tmp) / "x", env={})
-        runs: tuple[tuple[FsyncPolicy, int | None, bool], ...] = (
-            ("always", None, False),
-            ("always", None, True),
-            ("none", None, False),
-            ("none", None, True),
-            ("always", 0, False),
-            ("always", 0, True),
+        # Each setting runs the three paths back to back (old and new in the same minute,
+        # so the machine's load is shared alike), `rounds` times over.
+        settings_runs: tuple[tuple[FsyncPolicy, int | None], ...] = (
+            ("always", None),
+            ("none", None),
+            ("always", 0),
         )
-        for policy, workers, columnar in runs:
-            settings = resolve_settings(data_dir=Path(tmp) / f"{policy}-{workers}-{columnar}", env={})
-            cpu = _cpu_s()
-            info = ingest_file(
-                settings, src, progress=False, fsync=policy, workers=workers, columnar=columnar
-            )
-            label = (
-                f"ingest {'columnar  ' if columnar else 'per-record'} fsync={policy} "
-                f"workers={'auto' if workers is None else workers}"
-            )
-            print(_line(label, info, _cpu_s() - cpu))
+        run = 0
+        for round_ in range(rounds):
+            for policy, workers in settings_runs:
+                for label, (columnar, native) in PATHS.items():
+                    run += 1
+                    settings = resolve_settings(data_dir=Path(tmp) / f"run{run}", env={})
+                    cpu = _cpu_s()
+                    info = ingest_file(
+                        settings,
+                        src,
+                        progress=False,
+                        fsync=policy,
+                        workers=workers,
+                        columnar=columnar,
+                        native=native,
+                    )
+                    tag = f"[{round_ + 1}] ingest {label:<10} fsync={policy} workers={'auto' if workers is None else workers}"
+                    print(_line(tag, info, _cpu_s() - cpu) + f" load {os.getloadavg()[0]:.1f}")
         cpu = _cpu_s()
         again = ingest_file(settings, src, progress=False)
-        print(_line("re-run (all duplicates), workers=auto", again, _cpu_s() - cpu))
+        print(_line("re-run (all duplicates), native, workers=auto", again, _cpu_s() - cpu))
         print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
@@ -101,12 +113,14 @@ def curve(sizes: tuple[int, ...] = (10_000, 30_000, 100_000, 300_000)) -> None:
             samples.write_jsonl(src, samples.generate(days=5, per_day=n // 5, seed=1))
             settings = resolve_settings(data_dir=Path(tmp) / f"d{n}", env={})
             row: dict[str, float] = {"records": n}
-            for columnar in (False, True):
-                settings = resolve_settings(data_dir=Path(tmp) / f"d{n}-{columnar}", env={})
+            for key, (columnar, native) in PATHS.items():
+                key = key.replace("-", "_")
+                settings = resolve_settings(data_dir=Path(tmp) / f"d{n}-{key}", env={})
                 cpu = _cpu_s()
-                info = ingest_file(settings, src, progress=False, fsync="always", columnar=columnar)
+                info = ingest_file(
+                    settings, src, progress=False, fsync="always", columnar=columnar, native=native
+                )
                 used = _cpu_s() - cpu
-                key = "columnar" if columnar else "per_record"
                 row[f"rate_{key}"] = info.rate_per_s
                 row[f"cpu_us_per_record_{key}"] = used / n * 1e6
                 print(
@@ -125,7 +139,7 @@ def curve(sizes: tuple[int, ...] = (10_000, 30_000, 100_000, 300_000)) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     xs = [r["records"] for r in rows]
-    for key in ("per_record", "columnar"):
+    for key in ("per_record", "columnar", "native"):
         ax1.plot(xs, [r[f"rate_{key}"] for r in rows], "o-", label=f"bulk ingest {key}, fsync=always")
         ax2.plot(xs, [r[f"cpu_us_per_record_{key}"] for r in rows], "o-", label=f"CPU per record, {key}")
     ax1.axhline(150_000, color="red", ls="--", label="target 150k/s")
@@ -145,4 +159,4 @@ if __name__ == "__main__":
     if "--curve" in sys.argv:
         curve()
     else:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 300_000)
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 300_000, int(sys.argv[2]) if len(sys.argv) > 2 else 2)

@@ -70,7 +70,7 @@ from tiermem.registry import (
 )
 from tiermem.settings import LimitSettings
 
-__all__ = ["FAST_FIELDS", "STREAM", "fast_rows"]
+__all__ = ["FAST_FIELDS", "STREAM", "derived_ids", "fast_rows", "ids_from_ms"]
 
 STREAM = EVENT_TYPES["interaction"].stream
 _VERSION = EVENT_TYPES["interaction"].version
@@ -332,7 +332,15 @@ def derived_ids(stamps: list[datetime], lines: list[bytes]) -> list[str] | None:
     ms = (seconds * 1000.0).astype(np.int64)  # int(ts.timestamp() * 1000): the same float product, truncated
     if ms.min() < 0 or ms.max() >= 1 << 48:
         return None
-    digests = b"".join([hashlib.blake2b(b"ingest\x1f" + line, digest_size=10).digest() for line in lines])
+    return ids_from_ms(ms, lines)
+
+
+def ids_from_ms(ms: Any, lines: Sequence[bytes]) -> list[str]:
+    """`derived_ids` from the milliseconds (a numpy int64 array, each in 0 .. 2**48 - 1)."""
+    n = len(lines)
+    if not n:
+        return []
+    digests = b"".join([_digest(line) for line in lines])
     value = np.empty((n, 16), dtype=np.uint8)
     value[:, :6] = ms.astype(">u8").view(np.uint8).reshape(n, 8)[:, 2:]
     value[:, 6:] = np.frombuffer(digests, dtype=np.uint8).reshape(n, 10)
@@ -341,6 +349,16 @@ def derived_ids(stamps: list[datetime], lines: list[bytes]) -> list[str] | None:
     digits = bits.reshape(n, 26, 5) @ _BITS
     text = _CROCKFORD[digits].tobytes().decode("ascii")
     return [text[k : k + 26] for k in range(0, 26 * n, 26)]
+
+
+# The hash state after the derivation's prefix, copied for each line (cheaper than starting over).
+_PREFIXED = hashlib.blake2b(b"ingest\x1f", digest_size=10)
+
+
+def _digest(line: bytes) -> bytes:
+    state = _PREFIXED.copy()
+    state.update(line)
+    return state.digest()
 
 
 _FRONT = ("event_id", "type", "schema_version")

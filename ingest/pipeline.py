@@ -49,8 +49,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-from tiermem.ingest.columnar import STREAM, fast_rows
+from tiermem.ingest.columnar import STREAM, Row, fast_rows
 from tiermem.ingest.lines import BLOCK_BYTES, HEAD_BYTES, Oversize, decode_line, read_blocks
+from tiermem.ingest.native import native_rows
 
 from tiermem.errors import InputError, StorageError, ValidationError, os_reason
 from tiermem.eventlog import AppendResult, EventLog
@@ -163,35 +164,66 @@ def _interned(text: str) -> str:
     return _INTERN.setdefault(text, text)
 
 
-def encode_block(block: bytes, default_ts: str, limits: LimitSettings, columnar: bool = True) -> EncodedBlock:
+def encode_block(
+    block: bytes, default_ts: str, limits: LimitSettings, columnar: bool = True, native: bool = True
+) -> EncodedBlock:
     """Validate and serialise every line of a block (whole lines; the last may lack its newline).
 
-    `columnar`: settle the ordinary interactions a column at a time
-    (`tiermem.ingest.columnar`), the rest one record at a time; False: every
-    line one record at a time. The stored bytes, ids and quarantine reasons are
-    the same either way.
+    `columnar`: settle the ordinary interactions a column at a time, the rest
+    one record at a time; False: every line one record at a time. `native`
+    (with `columnar`): first parse and check the block in Arrow
+    (`tiermem.ingest.native`), then give the lines it left to the Python
+    columnar path (`tiermem.ingest.columnar`); False: the Python columnar path
+    only. The stored bytes, ids and quarantine reasons are the same every way.
     """
     out = EncodedBlock()
     raw = block.split(b"\n")
     out.lines = len(raw)
-    lines = [line.rstrip(b"\r") for line in raw]
-    fast = fast_rows(lines, default_ts, limits) if columnar else {}
-    for index, line in enumerate(lines):
-        row = fast.get(index)
-        if row is not None:
-            out.streams.append(STREAM)
-            out.ids.append(row[0])
-            out.partitions.append(_interned(row[1]))
-            out.stored.append(row[2])
-        elif not line.strip():
+    lines = [line.rstrip(b"\r") if line.endswith(b"\r") else line for line in raw]
+    settled = _fast(lines, default_ts, limits, native) if columnar else {}
+    others: dict[int, str] = {}  # index -> stream, for lines of another stream than interactions
+    for index in [i for i in range(len(lines)) if i not in settled]:
+        line = lines[index]
+        if not line.strip():
             out.blank_lines += 1
         else:
-            _encode_one(out, index, line, default_ts, limits)
+            _encode_one(settled, others, out, index, line, default_ts, limits)
+    # Assembled in line order a column at a time (a per-line loop here costs as much as a check).
+    order = sorted(settled)
+    if order:
+        ids, partitions, stored = zip(*map(settled.__getitem__, order), strict=True)
+        out.ids, out.stored = list(ids), list(stored)
+        out.partitions = list(map(sys.intern, partitions))  # each name pickled once per block
+        out.streams = [STREAM] * len(order)
+        if others:
+            position = {index: k for k, index in enumerate(order)}
+            for index, stream in others.items():
+                out.streams[position[index]] = stream
     return out
 
 
-def _encode_one(out: EncodedBlock, index: int, line: bytes, default_ts: str, limits: LimitSettings) -> None:
-    """One line through the per-record path: stored, or refused naming the field."""
+def _fast(lines: list[bytes], default_ts: str, limits: LimitSettings, native: bool) -> dict[int, Row]:
+    """The lines settled without the per-record path: natively first, then the Python columnar path."""
+    fast = native_rows(lines, default_ts, limits) if native else {}
+    if len(fast) == len(lines):
+        return fast
+    rest = [i for i in range(len(lines)) if i not in fast]
+    more = fast_rows([lines[i] for i in rest], default_ts, limits)
+    for k, row in more.items():
+        fast[rest[k]] = row
+    return fast
+
+
+def _encode_one(
+    settled: dict[int, Row],
+    others: dict[int, str],
+    out: EncodedBlock,
+    index: int,
+    line: bytes,
+    default_ts: str,
+    limits: LimitSettings,
+) -> None:
+    """One line through the per-record path: settled, or refused naming the field."""
     try:
         event = parse_line(line, default_ts, limits)
         stream = stream_of(event["type"])
@@ -202,10 +234,9 @@ def _encode_one(out: EncodedBlock, index: int, line: bytes, default_ts: str, lim
     except orjson.JSONEncodeError as exc:  # validation should have caught it: still one line's problem
         out.rejects.append((index, line, "<record>", f"cannot be stored as JSON: {exc}"))
         return
-    out.streams.append(_interned(stream))
-    out.ids.append(event["event_id"])
-    out.partitions.append(_interned("date=" + event["ts"][:10]))
-    out.stored.append(stored)
+    if stream != STREAM:
+        others[index] = _interned(stream)
+    settled[index] = (event["event_id"], "date=" + event["ts"][:10], stored)
 
 
 def _worker_init(parent: int) -> None:
@@ -241,6 +272,7 @@ def encoded_blocks(
     workers: int,
     limits: LimitSettings,
     columnar: bool = True,
+    native: bool = True,
 ) -> Iterator[tuple[EncodedBlock, int]]:
     """(encoded block, its input bytes) in order: inline at first, then (large inputs) in worker processes."""
     blocks = iter(blocks)
@@ -250,7 +282,7 @@ def encoded_blocks(
             yield _skipped(block, limits), block.length
             consumed += block.length
         else:
-            yield encode_block(block, default_ts, limits, columnar), len(block)
+            yield encode_block(block, default_ts, limits, columnar, native), len(block)
             consumed += len(block)
         if workers and consumed >= PARALLEL_AFTER_BYTES:
             break
@@ -265,7 +297,10 @@ def encoded_blocks(
                 window.append((_skipped(block, limits), block.length))
             else:
                 window.append(
-                    (pool.apply_async(encode_block, (block, default_ts, limits, columnar)), len(block))
+                    (
+                        pool.apply_async(encode_block, (block, default_ts, limits, columnar, native)),
+                        len(block),
+                    )
                 )
             if len(window) >= 2 * workers + 2:
                 yield _done(window.popleft())
@@ -304,13 +339,15 @@ def ingest_file(
     batch_records: int = BATCH_RECORDS,
     workers: int | None = None,
     columnar: bool = True,
+    native: bool = True,
 ) -> IngestInfo:
     """Bulk-load a JSONL file (a path, "-" for stdin, or a binary stream). Idempotent on re-run.
 
     `workers`: encoding processes (None: one per core up to 4 when there are
     several cores; 0: all in this process). `columnar`: check ordinary
-    interactions a column at a time (False: every line one record at a time).
-    Results are identical either way.
+    interactions a column at a time (False: every line one record at a time);
+    `native`: parse and check whole blocks in Arrow first (False: the Python
+    columnar path alone). Results are identical every way.
     """
     from dataclasses import replace
 
@@ -326,7 +363,7 @@ def ingest_file(
         default_ts = format_ts(utcnow())
     try:
         return _ingest_stream(
-            settings, handle, name, default_ts, progress, batch_records, workers, started, columnar
+            settings, handle, name, default_ts, progress, batch_records, workers, started, columnar, native
         )
     finally:
         if own_handle:
@@ -343,6 +380,7 @@ def _ingest_stream(
     workers: int | None,
     started: float,
     columnar: bool = True,
+    native: bool = True,
 ) -> IngestInfo:
     bar = Progress("ingest", enabled=progress if isinstance(progress, bool) else None)
     if isinstance(progress, Progress):
@@ -390,7 +428,9 @@ def _ingest_stream(
             bad.clear()
 
         blocks = read_blocks(handle, limits.max_record_bytes)
-        for block, size in encoded_blocks(blocks, default_ts, ingest_workers(workers), limits, columnar):
+        for block, size in encoded_blocks(
+            blocks, default_ts, ingest_workers(workers), limits, columnar, native
+        ):
             info.lines += block.lines
             info.blank_lines += block.blank_lines
             _collect_rejects(block, name, next_line, limits.max_record_bytes, bad, fields)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np

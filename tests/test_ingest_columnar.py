@@ -18,6 +18,7 @@ from hostile_corpus import corpus, file_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiermem.ingest.columnar import derived_ids, fast_rows
+from tiermem.ingest.native import native_rows
 from tiermem.ingest.pipeline import EncodedBlock, encode_block, ingest_file, line_event_id
 
 from tiermem.app import samples
@@ -219,3 +220,169 @@ def test_ingest_file_stores_the_same_bytes_either_way(tmp_path: Path, settings: 
         stored.append(by_partition)
     assert infos[0] == infos[1]
     assert stored[0] == stored[1] and stored[0]
+
+
+# ------------------------------------------------------------ the native (Arrow) path
+
+
+def assert_same_three_ways(block: bytes, limits: LimitSettings = LIMITS) -> EncodedBlock:
+    """Per-record, Python columnar alone, and native in front of it: one outcome."""
+    old = encode_block(block, DEFAULT_TS, limits, columnar=False)
+    python = encode_block(block, DEFAULT_TS, limits, columnar=True, native=False)
+    new = encode_block(block, DEFAULT_TS, limits, columnar=True, native=True)
+    assert outcome(python) == outcome(old)
+    assert outcome(new) == outcome(old)
+    return new
+
+
+def _good(n: int = 0) -> dict[str, Any]:
+    return {
+        "type": "interaction",
+        "ts": f"2026-05-0{1 + n % 9}T10:11:12.{n % 1000:03d}Z",
+        "agent_id": "agent-a",
+        "user": "u1",
+        "user_message": f"question {n}",
+        "agent_response": f"answer {n}",
+        "usage": {"input_tokens": 10 + n, "output_tokens": 3},
+        "tools_used": ["search"],
+        "latency_ms": 812.5,
+        "metadata": {"client": "web", "turn": n},
+    }
+
+
+def _raw(rec: dict[str, Any], extra: bytes) -> bytes:
+    return orjson.dumps(rec)[:-1] + extra + b"}"
+
+
+# Lines the native path must either settle exactly as the per-record path does, or leave to it:
+# each probes something the regular expression, the reader or a column check decides.
+NATIVE_EDGES: list[bytes] = [
+    _raw(_good(1), b',"user":"twice"'),  # key repeated at the top
+    orjson.dumps(_good(2)).replace(b'"output_tokens":3', b'"output_tokens":3,"output_tokens":4'),
+    orjson.dumps(_good(3)).replace(b'"turn":3', b'"turn":3,"turn":4'),  # repeated inside metadata
+    orjson.dumps(_good(4)).replace(b'"turn":4', b'"turn":-0'),
+    orjson.dumps(_good(5)).replace(b'"turn":5', b'"turn":1.50'),
+    orjson.dumps(_good(6)).replace(b'"turn":6', b'"turn":{"deep":1}'),
+    orjson.dumps(_good(7)).replace(b'"turn":7', b'"turn":-7'),
+    orjson.dumps(_good(8)).replace(b'"client":"web"', b'"latency_ms":5'),
+    orjson.dumps(_good(9)).replace(b'"client":"web"', b'"latency_ms":"812.5"'),
+    orjson.dumps({**_good(10), "metadata": {"latency_ms": 812}}),
+    orjson.dumps(_good(11)).replace(b"812.5", b"812.50"),
+    orjson.dumps(_good(12)).replace(b"812.5", b"8.125e2"),
+    orjson.dumps(_good(13)).replace(b"812.5", b"812"),
+    orjson.dumps({**_good(14), "latency_ms": 0.0000061}),
+    orjson.dumps(_good(15)).replace(b"812.5", b"0.0000061"),
+    orjson.dumps({**_good(16), "latency_ms": 0.001}),
+    orjson.dumps({**_good(17), "latency_ms": 0.30000000000000004}),
+    orjson.dumps(_good(18)).replace(b"812.5", b"0.30000000000000005"),
+    orjson.dumps({**_good(19), "latency_ms": 0.0}),
+    orjson.dumps(_good(20)).replace(b"812.5", b"0.00"),
+    orjson.dumps({"event_id": "own-1", **_good(21)}),
+    orjson.dumps({"type": "interaction", "event_id": "own-2", **_good(22)}),
+    orjson.dumps({"schema_version": 1, **_good(23)}),
+    orjson.dumps({**_good(24), "schema_version": 1}),
+    orjson.dumps({**_good(25), "event_id": "own-3"}),
+    orjson.dumps({"event_id": "has space", **_good(27)}),
+    orjson.dumps({"event_id": "x" * 129, **_good(28)}),
+    orjson.dumps({**_good(29), "user_message": "a/b"}).replace(b"a/b", b"a\\/b"),
+    orjson.dumps({**_good(30), "user_message": "caf\u00e9"}).replace("é".encode(), b"\\u00e9"),
+    orjson.dumps({**_good(31), "user_message": "nul\x00"}),
+    orjson.dumps({**_good(32), "user_message": 'del\x7f, bell\x07, tab\t, ff\x0c, bs\x08, q" b\\'}),
+    orjson.dumps({**_good(33), "user_message": "line\u2028sep \u00e9\u4e2d\U0001f600"}),
+    orjson.dumps({**_good(34), "user_message": "x"}).replace(b'"x"', b'"a\tb"'),  # raw tab: not JSON
+    orjson.dumps(_good(35)).replace(b'"type":"interaction",', b'"type": "interaction", '),
+    orjson.dumps(_good(36)) + b"  ",
+    orjson.dumps(_good(37)) + b"\r",
+    orjson.dumps({**_good(38), "user_message": "ok"}).replace(b'"ok"', b'"o\xffk"'),  # not UTF-8
+    orjson.dumps(_good(39)).replace(b'"user":"u1"', b'"user":null'),
+    orjson.dumps({**_good(40), "ts": "2024-02-29T23:59:59.999Z"}),
+    orjson.dumps({**_good(41), "ts": "2026-02-29T00:00:00.000Z"}),
+    orjson.dumps({**_good(42), "ts": "2026-01-01T24:00:00.000Z"}),
+    orjson.dumps({**_good(43), "ts": "2026-01-01T23:59:60.000Z"}),
+    orjson.dumps({**_good(44), "ts": "1969-12-31T23:59:59.999Z"}),
+    orjson.dumps({**_good(45), "ts": "2200-01-01T00:00:00.000Z"}),
+    orjson.dumps({**_good(46), "ts": "2026-13-01T00:00:00.000Z"}),
+    orjson.dumps({**_good(47), "ts": "2026-04-31T00:00:00.000Z"}),
+    orjson.dumps({**_good(48), "ts": "1970-01-01T00:00:00.000Z"}),
+    orjson.dumps({k: v for k, v in _good(49).items() if k != "ts"}),
+    orjson.dumps({**_good(50), "agent_id": "\u0430\u0433\u0435\u043d\u0442"}),
+    orjson.dumps({**_good(51), "agent_id": "\u3000"}),
+    orjson.dumps({**_good(52), "agent_id": " \t"}),
+    orjson.dumps({**_good(53), "agent_response": "\u00e9t\u00e9 \U0001f600", "response_length": 4}),
+    orjson.dumps({**_good(54), "agent_response": "\u00e9t\u00e9 \U0001f600", "response_length": 9}),
+    orjson.dumps({**_good(55), "user_message": "", "agent_response": ""}),
+    orjson.dumps({**_good(56), "user_message": ""}),
+    orjson.dumps({**_good(57), "memory_level": "project"}),
+    orjson.dumps({**_good(58), "memory_level": "planet"}),
+    orjson.dumps({**_good(59), "type": "session_ended"}),
+    orjson.dumps({**_good(60), "usage": {"input_tokens": 10**18}}),
+    orjson.dumps({**_good(61), "usage": {"input_tokens": 10**18 - 1}}),
+    orjson.dumps({**_good(62), "usage": {}}),
+    orjson.dumps({**_good(63), "tools_used": []}),
+    orjson.dumps({**_good(64), "metadata": {}}),
+    orjson.dumps({**_good(65), "metadata": {"a": None, "b": True, "c": False, "d": "x"}}),
+    orjson.dumps({**_good(66), "task_id": "t-1", "model": "m", "approval_status": "approved"}),
+    orjson.dumps({**_good(67), "attachments": [{"kind": "image", "caption": "c"}]}),
+    orjson.dumps({**_good(68), "unknown": 1}),
+    orjson.dumps({k: v for k, v in _good(69).items() if k not in ("usage", "metadata", "latency_ms")}),
+    orjson.dumps({**_good(70), "agent_response": "x" * 70}),  # over a tight field limit
+    orjson.dumps({**_good(71), "user_message": 'say "x": y'}),  # an escaped quote before a colon
+    orjson.dumps({**_good(72), "metadata": {"a\\": 1, "b": 2}}),  # a key ending in a backslash
+    orjson.dumps({**_good(73), "metadata": {"a\\": 1}}).replace(b'{"a', b'{"a\\":0,"a'),
+]
+
+
+def test_native_edges_same_outcome_in_a_block_and_alone() -> None:
+    base = [orjson.dumps(_good(100 + k)) for k in range(30)]
+    assert_same_three_ways(b"\n".join(base[:10] + NATIVE_EDGES + base[10:]))
+    tight = LimitSettings(max_field_chars=60, max_depth=3, min_year=2026, max_year=2026)
+    assert_same_three_ways(b"\n".join(base[:10] + NATIVE_EDGES + base[10:]), tight)
+    for line in NATIVE_EDGES:
+        assert_same_three_ways(b"\n".join([base[0], line, base[1]]))
+
+
+def test_native_path_settles_the_usual_lines_and_leaves_the_rest() -> None:
+    lines = [orjson.dumps(rec) for rec in islice(samples.generate(days=2, per_day=500, seed=4), 1000)]
+    settled = native_rows(lines, DEFAULT_TS, LIMITS)
+    legacy = sum(b'"agentId"' in line for line in lines)
+    assert len(settled) == len(lines) - legacy  # every current-schema sample line, natively
+    edges = native_rows(NATIVE_EDGES, DEFAULT_TS, LIMITS)
+    assert 10 < len(edges) < len(NATIVE_EDGES)  # some edges settled natively, the others left
+    assert_same_three_ways(b"\n".join(lines))
+    # An own id without a time is stamped when validated (not from the file): never settled here.
+    no_time = {"event_id": "own-4", **{k: v for k, v in _good(26).items() if k != "ts"}}
+    assert native_rows([orjson.dumps(no_time)], DEFAULT_TS, LIMITS) == {}
+
+
+def test_native_hostile_corpus_same_outcome() -> None:
+    data = file_bytes(corpus())[3:]
+    assert_same_three_ways(data)
+    lines = [line.rstrip(b"\r") for line in data.split(b"\n")]
+    assert native_rows(lines, DEFAULT_TS, LIMITS)  # the native path took part
+
+
+_TEXT = st.text(
+    alphabet=st.sampled_from(list("ab /\\\"'é中\U0001f600\u2028\x00\x01\x07\x08\t\n\x0c\r\x1f\x7f ")),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(_TEXT, min_size=3, max_size=3),
+    latency=st.one_of(st.floats(0, 1e8, allow_nan=False), st.integers(0, 10**6)),
+    spelling=st.sampled_from(["orjson", "json-ascii", "json-utf8", "json-spaced"]),
+)
+def test_native_spellings_same_outcome(texts: list[str], latency: float, spelling: str) -> None:
+    import json
+
+    rec = {**_good(1), "user_message": texts[0], "agent_response": texts[1], "latency_ms": latency}
+    rec["metadata"] = {texts[2]: texts[0]}
+    if spelling == "orjson":
+        line = orjson.dumps(rec)
+    elif spelling == "json-spaced":
+        line = json.dumps(rec, ensure_ascii=False).encode()
+    else:
+        separators = (",", ":")
+        line = json.dumps(rec, ensure_ascii=spelling == "json-ascii", separators=separators).encode()
+    assert_same_three_ways(b"\n".join([orjson.dumps(_good(2)), line]))
