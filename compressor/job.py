@@ -38,9 +38,10 @@ from tiermem.compressor.scoring import Scorer, make_scorer
 from tiermem.compressor.selection import CompressorState, pending_counts, select_due
 from tiermem.compressor.work import Chunk, conversation_batches, engine_batches, scored_batches
 
+from tiermem.durable_files import write_atomic
 from tiermem.engine import Engine
 from tiermem.errors import AlreadyRunningError, TiermemError, ValidationError
-from tiermem.eventlog import EventLog, write_atomic
+from tiermem.eventlog import EventLog
 from tiermem.events import MAX_TEXT, validate
 from tiermem.ids import format_ts, parse_ts
 from tiermem.output import Progress

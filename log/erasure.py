@@ -39,8 +39,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tiermem.durable_files import fsync_path, line_event_id, write_atomic
 from tiermem.erased import ErasureTargets, compute_erased, load_targets
-from tiermem.eventlog import ERASED_MARK, EventLog, fsync_path, line_event_id, write_atomic
+from tiermem.eventlog import ERASED_MARK, EventLog
 from tiermem.events import upcast
 from tiermem.settings import Settings
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import pyarrow.parquet as pq
 
-from tiermem.eventlog import write_atomic
+from tiermem.durable_files import write_atomic
 from tiermem.events import SCHEMA_VERSION, STREAMS
 from tiermem.ids import format_ts, utcnow
 from tiermem.settings import Settings

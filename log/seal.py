@@ -35,8 +35,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tiermem.catalog import DUCK_TYPES, _q, jsonl_reader
+from tiermem.durable_files import fsync_path, line_event_id
 from tiermem.errors import LogCorruptionError, StorageError, ValidationError, os_reason
-from tiermem.eventlog import ERASED_MARK, EventLog, fsync_path, line_event_id, sealing_mark
+from tiermem.eventlog import ERASED_MARK, EventLog, sealing_mark
 from tiermem.events import (
     BOOL,
     FLOAT,

@@ -20,7 +20,7 @@ from tiermem.log.seal import seal
 from tiermem.log.sql import run_query
 from tiermem.reviewer.job import report_name, report_paths, run_review
 
-from tiermem import eventlog
+from tiermem import durable_files
 from tiermem.errors import StorageError
 from tiermem.eventlog import EventLog
 from tiermem.settings import Settings, resolve_settings
@@ -158,7 +158,7 @@ def test_disk_full_during_ingest_leaves_whole_records_and_says_so(
         interaction(i, event_id=f"t-{i}", ts=f"{days[i // 100]}T10:00:00.{i % 1000:03d}Z") for i in range(300)
     ]
     src = write_jsonl(tmp_path / "t.jsonl", rows)
-    real = eventlog._write_all
+    real = durable_files.write_all
     calls = {"n": 0}
 
     def fills_up(fd: int, payload: bytes) -> None:
@@ -168,7 +168,7 @@ def test_disk_full_during_ingest_leaves_whole_records_and_says_so(
             raise OSError(errno.ENOSPC, "No space left on device")
         real(fd, payload)
 
-    monkeypatch.setattr(eventlog, "_write_all", fills_up)
+    monkeypatch.setattr(durable_files, "write_all", fills_up)
     with pytest.raises(StorageError) as err:
         ingest_file(settings, src, progress=False, workers=0)
     text = str(err.value)
@@ -177,7 +177,7 @@ def test_disk_full_during_ingest_leaves_whole_records_and_says_so(
     _whole_lines_only(settings)
     stored = _count(settings)
     assert 200 < stored < 300  # two days, plus the whole lines of the third before the disk filled
-    monkeypatch.setattr(eventlog, "_write_all", real)
+    monkeypatch.setattr(durable_files, "write_all", real)
     # Room again: the same ingest completes the load, each record exactly once.
     info = ingest_file(settings, src, progress=False, workers=0)
     assert info.accepted + info.duplicates == 300 and info.rejected == 0
@@ -198,7 +198,7 @@ def test_disk_full_through_the_cli_is_one_line(
     def full(fd: int, payload: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(eventlog, "_write_all", full)
+    monkeypatch.setattr(durable_files, "write_all", full)
     code, out, err = run_cli(capsys, settings.data_dir, ["ingest", str(src)])
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "disk full" in err
     code, out, err = run_cli(

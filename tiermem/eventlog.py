@@ -30,6 +30,8 @@ from typing import Any
 
 import orjson
 
+from tiermem import durable_files
+from tiermem.durable_files import fsync_path, line_event_id, write_atomic
 from tiermem.errors import StorageError, ValidationError, os_reason
 from tiermem.events import CALLER, INTERNAL, STREAMS, stream_of, upcast, validate
 from tiermem.groupcommit import GroupQueue, SharedSync, SyncPoint, forget_synced, group_commit
@@ -70,15 +72,6 @@ def partition_of(event: Mapping[str, Any]) -> str:
     return "date=" + str(event["ts"])[:10]
 
 
-def fsync_path(path: Path) -> None:
-    """fsync a file or a directory by path (a directory: so a create or rename in it is durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def sealing_mark(jsonl: Path) -> Path:
     """The file a seal creates (under the stream lock) before converting a segment.
 
@@ -101,22 +94,6 @@ def open_index(log_dir: Path) -> sqlite3.Connection:
     return conn
 
 
-_ID_PREFIX = b'{"event_id":"'
-
-
-def line_event_id(line: bytes) -> str | None:
-    """The event id of one stored line; cheap for lines this log wrote (id first)."""
-    if line.startswith(_ID_PREFIX):
-        end = line.find(b'"', len(_ID_PREFIX))
-        if end > 0 and line[end - 1] != 0x5C:  # not an escaped quote inside the id
-            return line[len(_ID_PREFIX) : end].decode()
-    try:
-        eid = orjson.loads(line).get("event_id")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    return eid if isinstance(eid, str) else None
-
-
 def _new_per_partition(
     by_partition: dict[str, list[int]], ids: list[str], seen: set[str]
 ) -> tuple[dict[str, list[int]], list[int]]:
@@ -137,56 +114,6 @@ def _new_per_partition(
         if keep:
             kept[partition] = keep
     return kept, duplicates
-
-
-def _write_all(fd: int, payload: bytes) -> None:
-    view = memoryview(payload)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-def _last_newline_end(fd: int, size: int) -> int:
-    """Offset just past the last newline in the first `size` bytes (0 if none); reads backwards."""
-    pos = size
-    while pos > 0:
-        start = max(0, pos - (1 << 16))
-        chunk = os.pread(fd, pos - start, start)
-        nl = chunk.rfind(b"\n")
-        if nl >= 0:
-            return start + nl + 1
-        pos = start
-    return 0
-
-
-def _cut_to_whole_lines(fd: int, start: int) -> None:
-    """After a failed write: drop the partial last line it may have left (best effort).
-
-    Whole lines it managed to write stay (readers may already have seen them;
-    the id index catches up with them on the next write); a partial one would
-    otherwise wait for the next writer to quarantine it.
-    """
-    try:
-        size = os.fstat(fd).st_size
-        cut = max(start, _last_newline_end(fd, size))
-        if cut < size:
-            os.ftruncate(fd, cut)
-    except OSError:
-        pass  # the next writer's tail check quarantines what is left
-
-
-def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Write a small file by temp-file + rename, so readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        if durable:
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    if durable:
-        fsync_path(path.parent)
 
 
 class _StreamWriter:
@@ -405,7 +332,7 @@ class EventLog:
             # nothing to reconcile.
             return st
         if size and os.pread(fd, 1, size - 1) != b"\n":
-            cut = _last_newline_end(fd, size)
+            cut = durable_files.last_newline_end(fd, size)
             torn = os.pread(fd, size - cut, cut)
             qdir = self.settings.quarantine_dir
             qdir.mkdir(parents=True, exist_ok=True)
@@ -642,9 +569,9 @@ class EventLog:
             start_size = st.st_size
             first_line = self._count_lines(segment, fd, start_size, st.st_ino)
             try:
-                _write_all(fd, payload)
+                durable_files.write_all(fd, payload)
             except OSError as exc:
-                _cut_to_whole_lines(fd, start_size)
+                durable_files.cut_to_whole_lines(fd, start_size)
                 self.forget_segment(segment)
                 raise StorageError(
                     f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
