@@ -11,7 +11,7 @@ owns it, called as a function (or, for the batch jobs, run as the command it
 documents), so the curves follow the code when those paths change:
 
     append (one caller, fsync each; group commit, 8 callers of one record)
-                               bench_log_append: record, _calls, _summary, on a log of N turns
+                               bench_log_append: record, calls, threads_on, on a log of N turns
     bulk ingest                tiermem.ingest.pipeline.ingest_file on a file of N sample turns
     seal                       tiermem.log.seal.seal of the N ingested turns (closed days)
     analyst query              bench_log_query.timed: its GROUP BY and one-day query, N sealed rows
@@ -42,7 +42,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from datetime import date, timedelta
@@ -133,12 +132,8 @@ def bench_append(root: Path, turns: int, n: int) -> dict[str, Any]:
         settings = bla._settings(tmp, "always")
         with EventLog(settings) as log:
             (_, open_s, open_cpu) = timed_once(lambda: log.append(bla.record(-1, "first")))
-            lat = []
             t0, c0 = time.perf_counter(), time.process_time()
-            for i in range(n):
-                s = time.perf_counter()
-                log.append(bla.record(i, "one"))
-                lat.append(time.perf_counter() - s)
+            lat = bla.calls(log, "one", n, 1, 0)
             elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         out["first_append_ms"] = round(open_s * 1000, 2)
         out["first_append_cpu_ms"] = round(open_cpu * 1000, 2)
@@ -158,31 +153,10 @@ def group_commit(settings: Any, callers: int, per_caller: int) -> dict[str, Any]
     """bench_log_append's thread harness, on the given (pre-filled) log instead of an empty one."""
     with EventLog(settings) as log:
         log.append(bla.record(-1, "g"))
-        before = bla._fsyncs(log)
-        lat: list[float] = []
-        lock = threading.Lock()
-        barrier = threading.Barrier(callers + 1)
-
-        def worker(t: int) -> None:
-            barrier.wait()
-            mine = bla._calls(log, f"g{t}", per_caller, 1, 0)
-            with lock:
-                lat.extend(mine)
-
-        pool = [threading.Thread(target=worker, args=(t,)) for t in range(callers)]
-        for th in pool:
-            th.start()
-        barrier.wait()
-        t0, c0 = time.perf_counter(), time.process_time()
-        for th in pool:
-            th.join()
-        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-        fsyncs = bla._fsyncs(log) - before
-    total = callers * per_caller
-    summary = bla._summary(total, elapsed, lat, fsyncs, 1)
+        summary = bla.threads_on(log, callers, per_caller, who="g")
     return {
-        **{k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()},
-        "cpu_us_per_record": round(cpu / total * 1e6, 1),
+        k: (round(v, 1) if k == "cpu_us_per_record" else round(v, 3)) if isinstance(v, float) else v
+        for k, v in summary.items()
     }
 
 

@@ -68,17 +68,13 @@ def _settings(tmp: str, fsync: str) -> Settings:
 def one_at_a_time(n: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp, EventLog(_settings(tmp, "always")) as log:
         log.append(record(-1))  # open the segment and the index
-        lat = []
         start = time.perf_counter()
-        for i in range(n):
-            t = time.perf_counter()
-            log.append(record(i))
-            lat.append(time.perf_counter() - t)
+        lat = calls(log, "a", n, 1, 0)
         elapsed = time.perf_counter() - start
     return {"rate": n / elapsed, "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99), "n": n}
 
 
-def _calls(log: EventLog, who: str, n: int, batch: int, size: int) -> list[float]:
+def calls(log: EventLog, who: str, n: int, batch: int, size: int) -> list[float]:
     lat = []
     events = [validate(record(i, who, size)) for i in range(n)] if batch > 1 else []
     for k in range(0, n, batch):
@@ -98,26 +94,33 @@ def _fsyncs(log: EventLog) -> int:
 def threads(callers: int, per_caller: int, batch: int = 1, size: int = 0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp, EventLog(_settings(tmp, "group")) as log:
         log.append(record(-1))
-        before = _fsyncs(log)
-        lat: list[float] = []
-        lock = threading.Lock()
-        barrier = threading.Barrier(callers + 1)
+        return threads_on(log, callers, per_caller, batch, size)
 
-        def worker(t: int) -> None:
-            barrier.wait()
-            mine = _calls(log, f"t{t}", per_caller, batch, size)
-            with lock:
-                lat.extend(mine)
 
-        pool = [threading.Thread(target=worker, args=(t,)) for t in range(callers)]
-        for th in pool:
-            th.start()
+def threads_on(
+    log: EventLog, callers: int, per_caller: int, batch: int = 1, size: int = 0, who: str = "t"
+) -> dict[str, Any]:
+    """`callers` threads appending `per_caller` records each to `log`, released together."""
+    before = _fsyncs(log)
+    lat: list[float] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(callers + 1)
+
+    def worker(t: int) -> None:
         barrier.wait()
-        start, cpu = time.perf_counter(), time.process_time()
-        for th in pool:
-            th.join()
-        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-        fsyncs = _fsyncs(log) - before
+        mine = calls(log, f"{who}{t}", per_caller, batch, size)
+        with lock:
+            lat.extend(mine)
+
+    pool = [threading.Thread(target=worker, args=(t,)) for t in range(callers)]
+    for th in pool:
+        th.start()
+    barrier.wait()
+    start, cpu = time.perf_counter(), time.process_time()
+    for th in pool:
+        th.join()
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    fsyncs = _fsyncs(log) - before
     total = callers * per_caller
     return {**_summary(total, elapsed, lat, fsyncs, batch), "cpu_us_per_record": cpu / total * 1e6}
 
@@ -127,7 +130,7 @@ def _proc(tmp: str, who: str, n: int, barrier: Any, out: Any) -> None:
         log.append(record(-1, who))
         before = _fsyncs(log)
         barrier.wait()
-        lat = _calls(log, who, n, 1, 0)
+        lat = calls(log, who, n, 1, 0)
         out.put((lat, _fsyncs(log) - before))
 
 
