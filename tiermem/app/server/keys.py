@@ -97,12 +97,16 @@ class KeyStore:
 
     def close(self) -> None:
         with self._lock:
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
-            if self._header_fd is not None:
-                os.close(self._header_fd)
-                self._header_fd = None
+            self._drop_handles()
+
+    def _drop_handles(self) -> None:
+        """Close the reading connection and the header descriptor (both reopen on next use)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._header_fd is not None:
+            os.close(self._header_fd)
+            self._header_fd = None
 
     def _version(self) -> tuple[int, int, bytes] | None:
         """(inode, size, SQLite's file change counter) of the key file as it is now; None when
@@ -113,12 +117,7 @@ class KeyStore:
             st = None
         if st is None or self._header_ino != st.st_ino:  # first use, or the file removed or replaced
             # The open connection and descriptor would go on reading the old file.
-            if self._reader is not None:
-                self._reader.close()
-                self._reader = None
-            if self._header_fd is not None:
-                os.close(self._header_fd)
-                self._header_fd = None
+            self._drop_handles()
             if st is None:
                 self._ready = False  # the lookup creates an empty key file, as a fresh store would
                 return None
