@@ -53,8 +53,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tiermem.errors import ValidationError
-from tiermem.events import check_json_value
+from tiermem.events import json_container_passes
 from tiermem.registry import (
     COMMON_FIELDS,
     EVENT_TYPES,
@@ -214,16 +213,7 @@ def _json_pass(name: str, values: list[Any], limits: LimitSettings, plain: bool)
 
 
 def _json_passes(name: str, limits: LimitSettings) -> Callable[[Any], bool]:
-    def check(value: Any) -> bool:
-        if type(value) is not dict and type(value) is not list:
-            return False
-        try:
-            check_json_value(name, value, limits)
-        except ValidationError:
-            return False
-        return True
-
-    return check
+    return lambda value: json_container_passes(name, value, limits)
 
 
 def _strings_pass(name: str, values: list[Any], limits: LimitSettings, plain: bool) -> bool:

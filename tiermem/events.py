@@ -587,14 +587,19 @@ def _fast_usage(value: Any) -> dict[str, int] | None:
     return dict(value)
 
 
-def _fast_json(name: str, value: Any, limits: LimitSettings) -> Any:
+def json_container_passes(name: str, value: Any, limits: LimitSettings) -> bool:
+    """Whether `value` is a dict or list within the JSON limits (the fast paths' check: no error built)."""
     if type(value) is not dict and type(value) is not list:
-        return None
+        return False
     try:
         check_json_value(name, value, limits)
     except ValidationError:
-        return None
-    return value
+        return False
+    return True
+
+
+def _fast_json(name: str, value: Any, limits: LimitSettings) -> Any:
+    return value if json_container_passes(name, value, limits) else None
 
 
 def _fast_finish(out: dict[str, Any], now: datetime | None) -> dict[str, Any] | None:
