@@ -70,8 +70,9 @@ class Prepared:
     name: str | None = None  # the episode's name when it was prepared
     flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
     keys: list[frozenset[str] | None] = field(default_factory=list)  # passages' word sets, when asked
-    # Per passage, its attachments' descriptions (lowered; "" for none): scored at a weight of their own.
-    described: list[str] = field(default_factory=list)
+    # (passage, its attachments' descriptions, lowered) for the passages that have any: scored at a
+    # weight of their own, and only these are visited per question.
+    described: list[tuple[int, str]] = field(default_factory=list)
 
     def found(self, pattern: re.Pattern[str]) -> np.ndarray:
         """Which passages `pattern` is found in (kept per pattern: the patterns are the search's own)."""
@@ -188,7 +189,7 @@ class EpisodeTexts:
             },
             start=start,
             keys=[None] * len(passages),
-            described=[split_described(t)[1] if "[" in t else "" for t in lowered],
+            described=[(j, d) for j, t in enumerate(lowered) if "[" in t and (d := split_described(t)[1])],
         )
 
     def rarity(self, word: str) -> tuple[int, str]:

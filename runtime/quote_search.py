@@ -425,11 +425,10 @@ def _weigh_captions(entries: list[Prepared], firsts: np.ndarray, asked: _Asked, 
     """Counts of what the passages' attachment descriptions add, scaled down to CAPTION_WEIGHT."""
     n_groups = len(asked.groups)
     for k, e in enumerate(entries):
-        for j, described in enumerate(e.described):
-            if described:
-                extra = _term_counts(described, asked.rx, n_groups, asked.forms)
-                if any(extra):
-                    counts[int(firsts[k]) + j] -= (1.0 - CAPTION_WEIGHT) * np.array(extra, dtype=np.float64)
+        for j, described in e.described:
+            extra = _term_counts(described, asked.rx, n_groups, asked.forms)
+            if any(extra):
+                counts[int(firsts[k]) + j] -= (1.0 - CAPTION_WEIGHT) * np.array(extra, dtype=np.float64)
 
 
 def _add_notes(
