@@ -158,6 +158,7 @@ CREATE INDEX IF NOT EXISTS quote_vectors_agent ON quote_vectors (agent_id);
 """
 
 # Tables whose rows belong to one agent: each gets the agent policy.
+ROLE_MAP = "tm_agent_roles"
 AGENT_TABLES = (
     "wm_items",
     "identity",
@@ -301,6 +302,7 @@ def ensure_schema(conn: PgConnection) -> None:
         for statement in _statements(FUNCTIONS) + _statements(INDEXES):
             conn.execute(statement)
         _enable_row_security(conn)
+        _grant_mapped_roles(conn)
         conn.execute(
             "INSERT INTO meta (key, value) VALUES ('schema_version', ?)"
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -328,26 +330,47 @@ def _enable_row_security(conn: PgConnection) -> None:
         using = f"USING ({MINE})" if action != "INSERT" else ""
         conn.execute(f"CREATE POLICY facts_{action.lower()} ON facts FOR {action} {using} {check}")
     conn.execute("ALTER TABLE tm_agent_roles ENABLE ROW LEVEL SECURITY")
+    # The role map survives a rebuild (see `drop_all`), and its policy with it.
+    conn.execute("DROP POLICY IF EXISTS tm_agent_roles_own ON tm_agent_roles")
     conn.execute("CREATE POLICY tm_agent_roles_own ON tm_agent_roles USING (role_name = current_user)")
 
 
 def grant_agent(conn: PgConnection, role: str, agent_ids: Sequence[str]) -> None:
     """Let database role `role` (which must exist) read and write the rows of `agent_ids` only."""
-    r = pgsql.Identifier(role)
     with conn.transaction():
-        for table, _ in TABLES:
-            rights = "SELECT" if table in ("tm_agent_roles",) else "SELECT, INSERT, UPDATE, DELETE"
-            conn.raw.execute(pgsql.SQL(f"GRANT {rights} ON {table} TO {{}}").format(r))
-        conn.raw.execute(pgsql.SQL("GRANT USAGE, SELECT ON SEQUENCE episodes_seq_seq TO {}").format(r))
+        _grant_tables(conn, role)
         conn.executemany(
             "INSERT INTO tm_agent_roles (role_name, agent_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
             [(role, a) for a in agent_ids],
         )
 
 
-def drop_all(conn: PgConnection) -> None:
+def _grant_tables(conn: PgConnection, role: str) -> None:
+    r = pgsql.Identifier(role)
     for table, _ in TABLES:
-        conn.execute(f"DROP TABLE IF EXISTS {table} CASCADE")
+        rights = "SELECT" if table == ROLE_MAP else "SELECT, INSERT, UPDATE, DELETE"
+        conn.raw.execute(pgsql.SQL(f"GRANT {rights} ON {table} TO {{}}").format(r))
+    conn.raw.execute(pgsql.SQL("GRANT USAGE, SELECT ON SEQUENCE episodes_seq_seq TO {}").format(r))
+
+
+def _grant_mapped_roles(conn: PgConnection) -> None:
+    # Tables created anew carry no rights: the roles already mapped to agents get theirs
+    # back, so a rebuild from the log does not lock every agent's connection out.
+    # A mapped role dropped from the server since is skipped (its rows stay unreadable).
+    rows = conn.execute(
+        f"SELECT DISTINCT m.role_name FROM {ROLE_MAP} m JOIN pg_roles r ON r.rolname = m.role_name"
+        " ORDER BY m.role_name"
+    ).fetchall()
+    for (role,) in rows:
+        _grant_tables(conn, str(role))
+
+
+def drop_all(conn: PgConnection, *, keep_role_map: bool = True) -> None:
+    """Drop the store's tables. The map of roles to agents is configuration, not derived
+    from the log, so a rebuild keeps it unless told otherwise."""
+    for table, _ in TABLES:
+        if table != ROLE_MAP or not keep_role_map:
+            conn.execute(f"DROP TABLE IF EXISTS {table} CASCADE")
 
 
 def get_meta(conn: PgConnection, key: str) -> str | None:

@@ -177,6 +177,36 @@ def test_the_runtime_and_rebuild_on_hot_url(settings: Settings, pg_url: str) -> 
     assert info.digest == live and not (settings.hot_dir / "hot.sqlite").exists()
 
 
+def test_agent_roles_keep_their_rows_and_only_theirs_across_a_rebuild(
+    settings: Settings, pg_server: PgServer, pg_url: str
+) -> None:
+    settings = dataclasses.replace(settings, hot_url=pg_url)
+    for agent, canary in (("a1", "CANARY-A1-quince"), ("a2", "CANARY-A2-medlar")):
+        with open_memory(settings, agent, agent_type="support", project_id="web", user="alice") as m:
+            record_turn(m, f"remember {canary}", "noted")
+    project(settings)
+    with PostgresHotStore.connect(pg_url) as owner:
+        for agent in ("a1", "a2"):
+            pg_server.role(f"tm_agent_{agent}")
+            pg_hotstore.grant_agent(owner.conn, f"tm_agent_{agent}", [agent])
+    rebuild(settings)
+    with PostgresHotStore.connect(_agent_url(pg_server, pg_url, "tm_agent_a1"), create=False) as a1:
+        # Raw SQL, no filter: the rights and the role map came back with the rebuilt tables.
+        texts = " ".join(str(r[0]) for r in a1.conn.execute("SELECT user_message FROM wm_items"))
+        assert "CANARY-A1-quince" in texts and "CANARY-A2-medlar" not in texts
+        mapped = {tuple(r) for r in a1.conn.execute("SELECT role_name, agent_id FROM tm_agent_roles")}
+        assert mapped == {("tm_agent_a1", "a1")}
+    # A store of another schema version is dropped and created anew: the map and the rights survive.
+    with PostgresHotStore.connect(pg_url) as owner:
+        pg_hotstore.set_meta(owner.conn, "schema_version", "pg-older")
+    with PostgresHotStore.connect(pg_url) as owner:
+        assert owner.conn.execute("SELECT count(*) FROM wm_items").fetchone()[0] == 0
+    project(settings)
+    with PostgresHotStore.connect(_agent_url(pg_server, pg_url, "tm_agent_a2"), create=False) as a2:
+        texts = " ".join(str(r[0]) for r in a2.conn.execute("SELECT user_message FROM wm_items"))
+        assert "CANARY-A2-medlar" in texts and "CANARY-A1-quince" not in texts
+
+
 def test_an_erasure_leaves_no_copy_in_the_databases_files(pg_server: PgServer, pg_url: str) -> None:
     world = World(5)
     with PostgresHotStore.connect(pg_url) as store:
