@@ -18,10 +18,16 @@ from typing import Any
 import orjson
 from tiermem.runtime.context import assemble_context
 from tiermem.runtime.memory import AgentMemory
-from tiermem.runtime.tools import call_tool, tool_specs
-from tiermem.runtime.turnloop import DEFAULT_MAX_TOKENS, MAX_TOOL_ROUNDS, TurnResult, record_finished_turn
+from tiermem.runtime.tools import tool_specs
+from tiermem.runtime.turnloop import (
+    DEFAULT_MAX_TOKENS,
+    MAX_TOOL_ROUNDS,
+    TurnResult,
+    TurnTally,
+    record_finished_turn,
+)
 
-from tiermem.errors import TerminalError, TiermemError, TransientError
+from tiermem.errors import TerminalError, TransientError
 from tiermem.llm import Reachability, model_name, openai_client
 
 
@@ -82,9 +88,7 @@ def run_turn_openai(
         {"role": "system", "content": ctx.system_prompt},
         {"role": "user", "content": ctx.user_message(user_message)},
     ]
-    usage = {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0, "tool_calls": 0}
-    tools_used: list[str] = []
-    tool_results: list[dict[str, Any]] = []
+    tally = TurnTally()
     completion: Any = None
     text = ""
     finish: str | None = None
@@ -95,10 +99,8 @@ def run_turn_openai(
         )
         u = completion.usage
         if u is not None:
-            usage["input_tokens"] += int(u.prompt_tokens or 0)
-            usage["output_tokens"] += int(u.completion_tokens or 0)
             details = getattr(u, "prompt_tokens_details", None)
-            usage["cache_read_tokens"] += int(getattr(details, "cached_tokens", 0) or 0)
+            tally.add_usage(u.prompt_tokens, u.completion_tokens, getattr(details, "cached_tokens", 0))
         choice = completion.choices[0]
         finish = choice.finish_reason
         message = choice.message
@@ -122,19 +124,9 @@ def run_turn_openai(
         )
         for call in calls:
             name = call.function.name
-            usage["tool_calls"] += 1
-            if name not in tools_used:
-                tools_used.append(name)
             args = _arguments(call.function.arguments)
-            try:
-                if "__invalid__" in args:
-                    raise TerminalError(f"the arguments of {name} are not a JSON object")
-                output = call_tool(memory, name, args)
-                is_error = False
-            except TiermemError as exc:  # the model sees the error and can correct itself
-                output = {"error": str(exc)}
-                is_error = True
-            tool_results.append({"tool": name, "input": args, "output": output, "is_error": is_error})
+            refused = f"the arguments of {name} are not a JSON object" if "__invalid__" in args else None
+            output, _ = tally.run_tool(memory, name, args, refused=refused)
             messages.append(
                 {"role": "tool", "tool_call_id": call.id, "content": orjson.dumps(output).decode()}
             )
@@ -144,9 +136,7 @@ def run_turn_openai(
         user_message,
         text.strip(),
         str(getattr(completion, "model", None) or model),
-        usage,
-        tools_used,
-        tool_results,
+        tally,
         started=started,
         selection_reason=selection_reason,
         stop_reason=finish,

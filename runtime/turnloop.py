@@ -40,6 +40,46 @@ class TurnResult:
     path: str = "claude"
 
 
+@dataclass
+class TurnTally:
+    """What a turn's model calls and tool calls add up to, whichever provider answers."""
+
+    usage: dict[str, int] = field(
+        default_factory=lambda: {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cache_read_tokens": 0,
+            "tool_calls": 0,
+        }
+    )
+    tools_used: list[str] = field(default_factory=list)
+    tool_results: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_usage(self, input_tokens: int | None, output_tokens: int | None, cache_read: int | None) -> None:
+        self.usage["input_tokens"] += int(input_tokens or 0)
+        self.usage["output_tokens"] += int(output_tokens or 0)
+        self.usage["cache_read_tokens"] += int(cache_read or 0)
+
+    def run_tool(
+        self, memory: AgentMemory, name: str, args: dict[str, Any], *, refused: str | None = None
+    ) -> tuple[Any, bool]:
+        """Execute one tool call the model asked for; an error is the tool's output, so the
+        model sees it and can correct itself. `refused`: why the call cannot run at all."""
+        self.usage["tool_calls"] += 1
+        if name not in self.tools_used:
+            self.tools_used.append(name)
+        try:
+            if refused is not None:
+                raise TerminalError(refused)
+            output: Any = call_tool(memory, name, args)
+            is_error = False
+        except TiermemError as exc:
+            output = {"error": str(exc)}
+            is_error = True
+        self.tool_results.append({"tool": name, "input": args, "output": output, "is_error": is_error})
+        return output, is_error
+
+
 def make_client(memory: AgentMemory) -> Any:
     """An `anthropic.Anthropic` client from settings, or a clear error when no key is set."""
     if not memory.settings.claude_available:
@@ -102,9 +142,7 @@ def run_turn(
     ctx = assemble_context(memory, query=user_message, budget=budget, record=True)
     system = [{"type": "text", "text": ctx.system_prompt, "cache_control": {"type": "ephemeral"}}]
     messages: list[dict[str, Any]] = [{"role": "user", "content": ctx.user_message(user_message)}]
-    usage = {"input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0, "tool_calls": 0}
-    tools_used: list[str] = []
-    tool_results: list[dict[str, Any]] = []
+    tally = TurnTally()
     texts: list[str] = []
     response: Any = None
     for _ in range(max_tool_rounds + 1):
@@ -112,9 +150,7 @@ def run_turn(
             client, model=model, max_tokens=max_tokens, system=system, tools=tool_specs(), messages=messages
         )
         u = response.usage
-        usage["input_tokens"] += int(u.input_tokens or 0)
-        usage["output_tokens"] += int(u.output_tokens or 0)
-        usage["cache_read_tokens"] += int(getattr(u, "cache_read_input_tokens", 0) or 0)
+        tally.add_usage(u.input_tokens, u.output_tokens, getattr(u, "cache_read_input_tokens", 0))
         texts = [b.text for b in response.content if getattr(b, "type", None) == "text"]
         calls = [b for b in response.content if getattr(b, "type", None) == "tool_use"]
         if response.stop_reason != "tool_use" or not calls:
@@ -122,18 +158,7 @@ def run_turn(
         messages.append({"role": "assistant", "content": [_block_dict(b) for b in response.content]})
         results = []
         for call in calls:
-            usage["tool_calls"] += 1
-            if call.name not in tools_used:
-                tools_used.append(call.name)
-            try:
-                output = call_tool(memory, call.name, dict(call.input or {}))
-                is_error = False
-            except TiermemError as exc:  # the model sees the error and can correct itself
-                output = {"error": str(exc)}
-                is_error = True
-            tool_results.append(
-                {"tool": call.name, "input": call.input, "output": output, "is_error": is_error}
-            )
+            output, is_error = tally.run_tool(memory, call.name, dict(call.input or {}))
             results.append(
                 {
                     "type": "tool_result",
@@ -150,9 +175,7 @@ def run_turn(
         user_message,
         text,
         str(getattr(response, "model", None) or model),
-        usage,
-        tools_used,
-        tool_results,
+        tally,
         started=started,
         selection_reason=selection_reason,
         stop_reason=getattr(response, "stop_reason", None),
@@ -165,9 +188,7 @@ def record_finished_turn(
     user_message: str,
     text: str,
     used_model: str,
-    usage: dict[str, int],
-    tools_used: list[str],
-    tool_results: list[dict[str, Any]],
+    tally: TurnTally,
     *,
     started: float,
     selection_reason: str | None,
@@ -183,8 +204,8 @@ def record_finished_turn(
         user_message,
         text,
         model=used_model,
-        usage=usage,
-        tools_used=tools_used,
+        usage=tally.usage,
+        tools_used=tally.tools_used,
         latency_ms=latency_ms,
         selection_reason=selection_reason,
         approval_status="auto_approved",
@@ -193,12 +214,12 @@ def record_finished_turn(
     return TurnResult(
         text=text,
         model=used_model,
-        usage=usage,
-        tools_used=tools_used,
+        usage=tally.usage,
+        tools_used=tally.tools_used,
         latency_ms=latency_ms,
         event_id=recorded.event_id,
         stop_reason=stop_reason,
         context=ctx,
-        tool_results=tool_results,
+        tool_results=tally.tool_results,
         path=path,
     )
