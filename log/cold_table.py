@@ -29,11 +29,21 @@ copied into the transaction log, which no delete rewrites, so no content
 column may reach it. One process writes a table at a time (the seal, or
 `forget --now`, of the machine that owns the log): vacuuming with no
 retention would otherwise remove a file another writer is about to commit.
+
+That one writer is enforced, not only documented: each data root has a
+writer id (the file `cold_writer`, created once), a table records its
+writer's id in its description when it is created (or claimed, for a table
+made before), and a data root refuses to commit to, delete from or vacuum a
+table another data root writes, with an error naming both. Two machines
+configured with the same `cold_url` prefix are a configuration mistake; this
+turns it into an error before either removes the other's files.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +54,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from tiermem.durable_files import fsync_path
 from tiermem.errors import ConfigError, StorageError
 
 try:
@@ -64,6 +75,12 @@ TABLE_CONFIG = {
     "delta.dataSkippingStatsColumns": "event_id,ts",
 }
 _DELETE_CHUNK = 500  # ids per DELETE predicate
+WRITER_FILE = "cold_writer"  # in the data root: the id this root writes its tables as
+_WRITER = re.compile(r"\bwriter=([0-9a-f]{32})\b")
+
+
+class ForeignTableError(ConfigError):
+    """The table at this `cold_url` is written by another data root."""
 
 
 @dataclass
@@ -118,6 +135,61 @@ def open_table(settings: Settings, stream: str) -> DeltaTable | None:
         raise _fail(settings, f"opening the {stream} table", exc) from exc
 
 
+def writer_id(settings: Settings) -> str:
+    """This data root's writer id, created on first use (by link, so two processes agree)."""
+    path = settings.data_dir / WRITER_FILE
+    try:
+        found = path.read_text().strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{WRITER_FILE}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+        tmp.write_text(uuid.uuid4().hex + "\n")
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)  # fails if another process made it first: theirs stands
+            fsync_path(path.parent)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        found = path.read_text().strip()
+    if not re.fullmatch(r"[0-9a-f]{32}", found):
+        raise ConfigError(f"{path}: not a writer id (32 hex digits); remove it to make a new one")
+    return found
+
+
+def _description(writer: str) -> str:
+    return f"tiermem cold tier; one writer per table: writer={writer}"
+
+
+def _check_writer(settings: Settings, stream: str, table: DeltaTable) -> None:
+    """Refuse a table another data root writes; claim one made before tables named their writer."""
+    mine = writer_id(settings)
+    found = _WRITER.search(table.metadata().description or "")
+    if found is None:
+        try:
+            table.alter.set_table_description(_description(mine))
+            table.update_incremental()
+        except (DeltaError, OSError) as exc:
+            raise _fail(settings, f"claiming the {stream} table", exc) from exc
+        found = _WRITER.search(table.metadata().description or "")
+    owner = found.group(1) if found else None
+    if owner != mine:
+        raise ForeignTableError(
+            f"cold_url {settings.cold_url}: the {stream} table is written by another data root"
+            f" (writer {owner}, this one is {mine}); give each log-writing machine its own cold_url prefix"
+        )
+
+
+def _own_table(settings: Settings, stream: str) -> DeltaTable | None:
+    """The stream's table for writing: None when there is none yet; refused when not ours."""
+    table = open_table(settings, stream)
+    if table is not None:
+        _check_writer(settings, stream, table)
+    return table
+
+
 def segment_txn(segment: str) -> str:
     return SEGMENT_TXN + segment
 
@@ -168,6 +240,7 @@ def commit_segment(settings: Settings, stream: str, path: Path, table: DeltaTabl
             partition_by=[PARTITION],
             schema_mode="merge",  # a later schema version may add columns
             configuration=TABLE_CONFIG,
+            description=_description(writer_id(settings)),  # read at creation only
             storage_options=None if table is not None else storage_options(settings),
             writer_properties=WriterProperties(compression="ZSTD"),
             commit_properties=CommitProperties(
@@ -196,7 +269,7 @@ def commit_sealed(settings: Settings, before: str) -> ColdCommit:
         paths = list(sealed_segments(settings, stream, before))
         if not paths:
             continue
-        table = open_table(settings, stream)
+        table = _own_table(settings, stream)
         for path in paths:
             rows = commit_segment(settings, stream, path, table)
             if rows is None:
@@ -205,7 +278,9 @@ def commit_sealed(settings: Settings, before: str) -> ColdCommit:
             done.segments += 1
             done.rows += rows
             if table is None:
-                table = open_table(settings, stream)
+                # Two roots creating one table at once: only one creation wins; the
+                # other's first segment was appended to it, and it stops here.
+                table = _own_table(settings, stream)
             else:
                 table.update_incremental()
     return done
@@ -230,7 +305,7 @@ def delete_events(settings: Settings, erased: set[str]) -> ColdErasure:
     report = ColdErasure()
     ids = sorted(erased)
     for stream in STREAMS:
-        table = open_table(settings, stream)
+        table = _own_table(settings, stream)
         if table is None:
             continue
         try:
@@ -259,7 +334,7 @@ def vacuum(settings: Settings) -> int:
     """Remove every file no table version references (orphans of an interrupted commit); how many."""
     removed = 0
     for stream in STREAMS:
-        table = open_table(settings, stream)
+        table = _own_table(settings, stream)
         if table is None:
             continue
         try:

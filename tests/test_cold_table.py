@@ -274,3 +274,50 @@ def test_an_erasure_interrupted_before_its_vacuum_is_finished_by_the_next_seal(
     info = seal(settings)
     assert info.cold_deleted_rows == 0 and info.cold_files_removed >= 1  # already deleted; vacuumed now
     assert SECRET.encode() not in bucket_text(s3, bucket)
+
+
+def test_a_second_data_root_on_the_same_prefix_is_refused_before_it_touches_the_tables(
+    cold: tuple[Settings, str], s3: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings, bucket = cold
+    _ingest_days(settings, tmp_path, n=20)
+    seal(settings)
+    before = bucket_objects(s3, bucket)
+    # Another machine's data root, misconfigured with the same cold_url prefix.
+    other = write_config(tmp_path / "other", s3, bucket)
+    src = write_jsonl(tmp_path / "other.jsonl", [interaction(i, event_id=f"o{i:03d}") for i in range(20)])
+    ingest_file(other, src, progress=False)
+    assert cold_table.writer_id(other) != cold_table.writer_id(settings)
+    code, _out, err = run_cli(capsys, other.data_dir, ["seal"])
+    assert code == 2 and err.count("\n") == 1
+    assert "written by another data root" in err and cold_table.writer_id(settings) in err
+    with pytest.raises(cold_table.ForeignTableError):
+        forget(other, event="o003", now=True)
+    assert bucket_objects(s3, bucket) == before  # nothing written, deleted or vacuumed
+    # The owner goes on as before; its id lives in its data root and in the table's description.
+    again = seal(settings)
+    assert (again.cold_segments, again.cold_already) == (0, 5)
+    description = (
+        DeltaTable(
+            cold_table.table_uri(settings, "interactions"),
+            storage_options=cold_table.storage_options(settings),
+        )
+        .metadata()
+        .description
+    )
+    assert cold_table.writer_id(settings) in (description or "")
+
+
+def test_a_table_made_before_writers_were_recorded_is_claimed_by_its_first_sealer(
+    cold: tuple[Settings, str], s3: S3Server, tmp_path: Path
+) -> None:
+    settings, _bucket = cold
+    _ingest_days(settings, tmp_path, n=10)
+    seal(settings)
+    uri = cold_table.table_uri(settings, "interactions")
+    options = cold_table.storage_options(settings)
+    DeltaTable(uri, storage_options=options).alter.set_table_description("made by an older tiermem")
+    assert seal(settings).cold_already == 5  # claimed, then nothing to commit
+    assert cold_table.writer_id(settings) in (
+        DeltaTable(uri, storage_options=options).metadata().description or ""
+    )
