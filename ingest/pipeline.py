@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
+from tiermem.ingest import compiled as scanner
 from tiermem.ingest.columnar import STREAM, Row, fast_rows
 from tiermem.ingest.lines import BLOCK_BYTES, HEAD_BYTES, Oversize, decode_line, read_blocks
 from tiermem.ingest.native import native_rows
@@ -165,7 +166,12 @@ def _interned(text: str) -> str:
 
 
 def encode_block(
-    block: bytes, default_ts: str, limits: LimitSettings, columnar: bool = True, native: bool = True
+    block: bytes,
+    default_ts: str,
+    limits: LimitSettings,
+    columnar: bool = True,
+    native: bool = True,
+    compiled: bool = True,
 ) -> EncodedBlock:
     """Validate and serialise every line of a block (whole lines; the last may lack its newline).
 
@@ -174,8 +180,12 @@ def encode_block(
     (with `columnar`): first parse and check the block in Arrow
     (`tiermem.ingest.native`), then give the lines it left to the Python
     columnar path (`tiermem.ingest.columnar`); False: the Python columnar path
-    only. The stored bytes, ids and quarantine reasons are the same every way.
+    only. `compiled` (with both, when the scanner is built): the compiled
+    scanner (`tiermem.ingest.compiled`) goes first over the whole block. The
+    stored bytes, ids and quarantine reasons are the same every way.
     """
+    if columnar and native and compiled and scanner.available():
+        return _encode_scanned(block, default_ts, limits)
     out = EncodedBlock()
     raw = block.split(b"\n")
     out.lines = len(raw)
@@ -199,6 +209,52 @@ def encode_block(
             position = {index: k for k, index in enumerate(order)}
             for index, stream in others.items():
                 out.streams[position[index]] = stream
+    return out
+
+
+def _encode_scanned(block: bytes, default_ts: str, limits: LimitSettings) -> EncodedBlock:
+    """The compiled scanner over the block, then the other paths for the lines it left, merged in line order."""
+    count, ids, partitions, stored, rest = scanner.scan_block(block, default_ts, limits)
+    out = EncodedBlock(lines=count)
+    if not rest:  # the usual block: the scanner's lists are the block's
+        out.ids, out.partitions, out.stored = ids, partitions, stored
+        out.streams = [STREAM] * len(ids)
+        return out
+    raw = block.split(b"\n")
+    left = [raw[i].rstrip(b"\r") for i in rest]
+    # The scanner settles exactly what the Arrow pass would: the left lines skip it.
+    settled = {rest[k]: row for k, row in fast_rows(left, default_ts, limits).items()}
+    others: dict[int, str] = {}
+    for index, line in zip(rest, left, strict=True):
+        if index in settled:
+            continue
+        if not line.strip():
+            out.blank_lines += 1
+        else:
+            _encode_one(settled, others, out, index, line, default_ts, limits)
+    # The scanner's rows are those of every line not in `rest`, in order: the rows of the
+    # left lines go between them, a slice at a time.
+    prev = 0
+    moved: dict[int, str] = {}  # position in the block's output -> stream, for other streams
+    for k, index in enumerate(rest):
+        cut = index - k  # scanner rows for the lines before this one
+        out.ids += ids[prev:cut]
+        out.partitions += partitions[prev:cut]
+        out.stored += stored[prev:cut]
+        prev = cut
+        row = settled.get(index)
+        if row is not None:
+            out.ids.append(row[0])
+            out.partitions.append(sys.intern(row[1]))
+            out.stored.append(row[2])
+            if index in others:
+                moved[len(out.ids) - 1] = others[index]
+    out.ids += ids[prev:]
+    out.partitions += partitions[prev:]
+    out.stored += stored[prev:]
+    out.streams = [STREAM] * len(out.ids)
+    for position, stream in moved.items():
+        out.streams[position] = stream
     return out
 
 
@@ -273,6 +329,7 @@ def encoded_blocks(
     limits: LimitSettings,
     columnar: bool = True,
     native: bool = True,
+    compiled: bool = True,
 ) -> Iterator[tuple[EncodedBlock, int]]:
     """(encoded block, its input bytes) in order: inline at first, then (large inputs) in worker processes."""
     blocks = iter(blocks)
@@ -282,7 +339,7 @@ def encoded_blocks(
             yield _skipped(block, limits), block.length
             consumed += block.length
         else:
-            yield encode_block(block, default_ts, limits, columnar, native), len(block)
+            yield encode_block(block, default_ts, limits, columnar, native, compiled), len(block)
             consumed += len(block)
         if workers and consumed >= PARALLEL_AFTER_BYTES:
             break
@@ -298,7 +355,9 @@ def encoded_blocks(
             else:
                 window.append(
                     (
-                        pool.apply_async(encode_block, (block, default_ts, limits, columnar, native)),
+                        pool.apply_async(
+                            encode_block, (block, default_ts, limits, columnar, native, compiled)
+                        ),
                         len(block),
                     )
                 )
@@ -340,6 +399,7 @@ def ingest_file(
     workers: int | None = None,
     columnar: bool = True,
     native: bool = True,
+    compiled: bool = True,
 ) -> IngestInfo:
     """Bulk-load a JSONL file (a path, "-" for stdin, or a binary stream). Idempotent on re-run.
 
@@ -347,7 +407,8 @@ def ingest_file(
     several cores; 0: all in this process). `columnar`: check ordinary
     interactions a column at a time (False: every line one record at a time);
     `native`: parse and check whole blocks in Arrow first (False: the Python
-    columnar path alone). Results are identical every way.
+    columnar path alone); `compiled`: the compiled scanner first, when built
+    (False: the Arrow pass first). Results are identical every way.
     """
     from dataclasses import replace
 
@@ -363,7 +424,17 @@ def ingest_file(
         default_ts = format_ts(utcnow())
     try:
         return _ingest_stream(
-            settings, handle, name, default_ts, progress, batch_records, workers, started, columnar, native
+            settings,
+            handle,
+            name,
+            default_ts,
+            progress,
+            batch_records,
+            workers,
+            started,
+            columnar,
+            native,
+            compiled,
         )
     finally:
         if own_handle:
@@ -381,6 +452,7 @@ def _ingest_stream(
     started: float,
     columnar: bool = True,
     native: bool = True,
+    compiled: bool = True,
 ) -> IngestInfo:
     bar = Progress("ingest", enabled=progress if isinstance(progress, bool) else None)
     if isinstance(progress, Progress):
@@ -429,7 +501,7 @@ def _ingest_stream(
 
         blocks = read_blocks(handle, limits.max_record_bytes)
         for block, size in encoded_blocks(
-            blocks, default_ts, ingest_workers(workers), limits, columnar, native
+            blocks, default_ts, ingest_workers(workers), limits, columnar, native, compiled
         ):
             info.lines += block.lines
             info.blank_lines += block.blank_lines

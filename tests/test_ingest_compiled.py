@@ -1,0 +1,194 @@
+"""The compiled scanner of bulk ingest gives exactly the per-record path's outcomes.
+
+Four ways encode the same blocks: per-record, the Python columnar path, the
+Arrow pass in front of it, and the compiled scanner in front of those. The
+stored bytes, ids, partitions and every quarantine (line, field, reason) must
+be identical; the scanner must settle at least what the Arrow pass settles on
+each line alone, and its own pieces (BLAKE2b, the float spelling rule) must
+agree with the library functions they stand for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import replace
+from itertools import islice
+from pathlib import Path
+
+import orjson
+import pytest
+from hostile_corpus import corpus, file_bytes
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_ingest_columnar import DEFAULT_TS, LIMITS, NATIVE_EDGES, _good, mixed_block, outcome
+from tiermem.ingest import compiled
+from tiermem.ingest.native import native_rows
+from tiermem.ingest.pipeline import EncodedBlock, encode_block, ingest_file
+
+from tiermem.app import samples
+from tiermem.settings import LimitSettings, Settings
+
+pytestmark = pytest.mark.skipif(not compiled.available(), reason="the compiled scanner is not built")
+
+TIGHT = LimitSettings(max_field_chars=60, max_depth=3, min_year=2026, max_year=2026)
+
+
+def assert_same_four_ways(block: bytes, limits: LimitSettings = LIMITS) -> EncodedBlock:
+    old = encode_block(block, DEFAULT_TS, limits, columnar=False)
+    python = encode_block(block, DEFAULT_TS, limits, columnar=True, native=False)
+    arrow = encode_block(block, DEFAULT_TS, limits, columnar=True, native=True, compiled=False)
+    new = encode_block(block, DEFAULT_TS, limits, columnar=True, native=True, compiled=True)
+    assert outcome(python) == outcome(old)
+    assert outcome(arrow) == outcome(old)
+    assert outcome(new) == outcome(old)
+    return new
+
+
+def _settled(lines: list[bytes], limits: LimitSettings = LIMITS) -> set[int]:
+    count, _ids, _partitions, _stored, rest = compiled.scan_block(b"\n".join(lines), DEFAULT_TS, limits)
+    assert count == len(lines)
+    return set(range(count)) - set(rest)
+
+
+def test_blake2b_matches_the_standard_library_at_every_block_boundary() -> None:
+    from tiermem.ingest import _scan  # type: ignore[attr-defined]
+
+    rnd = random.Random(1)
+    for n in [*range(0, 300), 383, 384, 385, 1023, 1024, 1025, 70_000]:
+        data = rnd.randbytes(n)
+        assert _scan.blake2b_10(data) == hashlib.blake2b(data, digest_size=10).digest(), n
+
+
+def test_hostile_corpus_same_outcome_four_ways() -> None:
+    data = file_bytes(corpus())[3:]
+    new = assert_same_four_ways(data)
+    assert new.rejects and new.stored
+    assert _settled([line.rstrip(b"\r") for line in data.split(b"\n")])  # the scanner took part
+
+
+def test_edges_same_outcome_in_a_block_alone_and_under_tight_limits() -> None:
+    base = [orjson.dumps(_good(100 + k)) for k in range(30)]
+    block = b"\n".join(base[:10] + NATIVE_EDGES + base[10:])
+    assert_same_four_ways(block)
+    assert_same_four_ways(block, TIGHT)
+    for line in NATIVE_EDGES:
+        assert_same_four_ways(b"\n".join([base[0], line, base[1]]))
+
+
+def test_scanner_settles_each_line_the_arrow_pass_settles() -> None:
+    lines = [line.rstrip(b"\r") for line in NATIVE_EDGES]
+    for limits in (LIMITS, TIGHT):
+        scanned = _settled(lines, limits)
+        for k, line in enumerate(lines):
+            if native_rows([line], DEFAULT_TS, limits):
+                assert k in scanned, line
+    assert 10 < len(_settled(lines)) < len(lines)  # some edges settled, the others left
+
+
+def test_scanner_settles_the_usual_lines_and_leaves_legacy_ones() -> None:
+    lines = [orjson.dumps(rec) for rec in islice(samples.generate(days=2, per_day=500, seed=4), 1000)]
+    legacy = {k for k, line in enumerate(lines) if b'"agentId"' in line}
+    assert _settled(lines) == set(range(len(lines))) - legacy
+    assert_same_four_ways(b"\n".join(lines))
+    # An own id without a time is stamped when validated (not from the file): never settled here.
+    no_time = {"event_id": "own-4", **{k: v for k, v in _good(26).items() if k != "ts"}}
+    assert _settled([orjson.dumps(no_time)]) == set()
+
+
+def test_mixes_same_outcome_four_ways() -> None:
+    block = mixed_block(seed=7, n=3000, bad_share=0.2)  # blank lines, other streams, rejects between
+    new = assert_same_four_ways(block)
+    assert len(new.rejects) > 100 and len(new.stored) > 2000
+    assert set(new.streams) == {"interactions", "sessions"}  # the merge placed another stream
+    assert_same_four_ways(mixed_block(seed=11, n=1500, bad_share=0.1), TIGHT)
+    # Line endings: CRLF, a trailing newline, blank and whitespace-only lines.
+    lines = mixed_block(seed=3, n=200, bad_share=0.3).split(b"\n")
+    assert_same_four_ways(b"\r\n".join(lines) + b"\r\n")
+    assert_same_four_ways(b"\n\n".join(lines[:50]) + b"\n \t\n")
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), share=st.floats(0.0, 1.0))
+def test_generated_mixes_same_outcome_four_ways(seed: int, share: float) -> None:
+    assert_same_four_ways(mixed_block(seed, 200, share))
+
+
+def test_float_rule_accepts_the_serialisers_spelling_and_nothing_else() -> None:
+    """Every latency orjson writes in the plain range is settled; any other spelling is not."""
+    rnd = random.Random(9)
+    values = [rnd.uniform(0.001, 10.0 ** rnd.randint(-2, 16)) for _ in range(3000)]
+    values += [round(rnd.uniform(0, 1e6), rnd.randint(0, 6)) for _ in range(3000)]
+    values += [0.0, 0.001, 1e15, 9999999999999998.0, 0.1 + 0.2, 1 / 3, 123456789012345.6]
+    plain = [v for v in values if v == 0.0 or (0.001 <= v < 1e16)]
+    lines = [orjson.dumps({**_good(k), "latency_ms": v}) for k, v in enumerate(plain)]
+    assert _settled(lines) == set(range(len(lines)))
+    wrong = []
+    for k, v in enumerate(plain[:500]):
+        text = orjson.dumps(v).decode()
+        for other in (text + "0", f"{v:.17f}", f"{v:.17g}"):
+            # a spelling that is not the serialiser's for the number it reads as
+            if "e" not in other and orjson.dumps(float(other)).decode() != other:
+                wrong.append(orjson.dumps(_good(k)).replace(b"812.5", other.encode()))
+    assert wrong
+    assert _settled(wrong) == set()
+    assert_same_four_ways(b"\n".join(lines[:300] + wrong[:300]))
+
+
+_TEXT = st.text(
+    alphabet=st.sampled_from(list("ab /\\\"'é中\U0001f600\u2028\x00\x01\x07\x08\t\n\x0c\r\x1f\x7f \ud800")),
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(_TEXT, min_size=4, max_size=4),
+    latency=st.one_of(st.floats(0, 1e17, allow_nan=False), st.integers(0, 10**6)),
+    spelling=st.sampled_from(["orjson", "json-ascii", "json-utf8", "json-spaced"]),
+    own_id=st.booleans(),
+)
+def test_spellings_same_outcome_four_ways(
+    texts: list[str], latency: float, spelling: str, own_id: bool
+) -> None:
+    import json
+
+    rec = {**_good(1), "user_message": texts[0], "agent_response": texts[1], "latency_ms": latency}
+    rec["metadata"] = {texts[2]: texts[0], texts[3]: 1}
+    rec["agent_id"] = texts[3] or "a"
+    if own_id:
+        rec = {"event_id": "own-9", **rec}
+    if spelling == "orjson":
+        try:
+            line = orjson.dumps(rec)
+        except orjson.JSONEncodeError:  # a lone surrogate
+            line = json.dumps(rec).encode()
+    elif spelling == "json-spaced":
+        line = json.dumps(rec, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    else:
+        separators = (",", ":")
+        text = json.dumps(rec, ensure_ascii=spelling == "json-ascii", separators=separators)
+        line = text.encode("utf-8", "surrogatepass")
+    assert_same_four_ways(b"\n".join([orjson.dumps(_good(2)), line]))
+
+
+def test_ingest_file_same_bytes_with_and_without_the_scanner(
+    tmp_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "mix.jsonl"
+    src.write_bytes(mixed_block(seed=2, n=3000, bad_share=0.1) + b"\n")
+    results = []
+    for run, built in enumerate((True, False)):
+        if not built:  # as on a machine without a C compiler: the module is missing
+            monkeypatch.setattr(compiled, "_scan", None)
+            assert not compiled.available()
+        data = tmp_path / f"data-{run}"
+        info = ingest_file(replace(settings, data_dir=data), src, progress=False, workers=0)
+        stored: dict[Path, bytes] = {}
+        for path in sorted(data.rglob("*.jsonl")):  # segment names differ between runs
+            if "_rejects" not in path.parts:
+                key = path.parent.relative_to(data)
+                stored[key] = stored.get(key, b"") + path.read_bytes()
+        results.append((info.accepted, info.rejected, info.duplicates, info.reject_fields, stored))
+    assert results[0] == results[1]
+    assert results[0][0] > 2000 and results[0][1] > 50
