@@ -96,17 +96,31 @@ static void b2_compress(Blake2b *s, const uint8_t *block, int last) {
     }
     v[12] ^= s->t; /* inputs here are far below 2**64 bytes: the high counter word stays 0 */
     if (last) v[14] = ~v[14];
-    for (int r = 0; r < 12; r++) {
-        const uint8_t *sg = B2_SIGMA[r];
-        B2_G(0, 4, 8, 12, m[sg[0]], m[sg[1]]);
-        B2_G(1, 5, 9, 13, m[sg[2]], m[sg[3]]);
-        B2_G(2, 6, 10, 14, m[sg[4]], m[sg[5]]);
-        B2_G(3, 7, 11, 15, m[sg[6]], m[sg[7]]);
-        B2_G(0, 5, 10, 15, m[sg[8]], m[sg[9]]);
-        B2_G(1, 6, 11, 12, m[sg[10]], m[sg[11]]);
-        B2_G(2, 7, 8, 13, m[sg[12]], m[sg[13]]);
-        B2_G(3, 4, 9, 14, m[sg[14]], m[sg[15]]);
-    }
+    /* The rounds written out with constant message indexes: the words stay in registers. */
+#define B2_ROUND(r)                                                    \
+    do {                                                               \
+        B2_G(0, 4, 8, 12, m[B2_SIGMA[r][0]], m[B2_SIGMA[r][1]]);       \
+        B2_G(1, 5, 9, 13, m[B2_SIGMA[r][2]], m[B2_SIGMA[r][3]]);       \
+        B2_G(2, 6, 10, 14, m[B2_SIGMA[r][4]], m[B2_SIGMA[r][5]]);      \
+        B2_G(3, 7, 11, 15, m[B2_SIGMA[r][6]], m[B2_SIGMA[r][7]]);      \
+        B2_G(0, 5, 10, 15, m[B2_SIGMA[r][8]], m[B2_SIGMA[r][9]]);      \
+        B2_G(1, 6, 11, 12, m[B2_SIGMA[r][10]], m[B2_SIGMA[r][11]]);    \
+        B2_G(2, 7, 8, 13, m[B2_SIGMA[r][12]], m[B2_SIGMA[r][13]]);     \
+        B2_G(3, 4, 9, 14, m[B2_SIGMA[r][14]], m[B2_SIGMA[r][15]]);     \
+    } while (0)
+    B2_ROUND(0);
+    B2_ROUND(1);
+    B2_ROUND(2);
+    B2_ROUND(3);
+    B2_ROUND(4);
+    B2_ROUND(5);
+    B2_ROUND(6);
+    B2_ROUND(7);
+    B2_ROUND(8);
+    B2_ROUND(9);
+    B2_ROUND(10);
+    B2_ROUND(11);
+#undef B2_ROUND
     for (int i = 0; i < 8; i++) s->h[i] ^= v[i] ^ v[i + 8];
 }
 
@@ -198,6 +212,27 @@ typedef struct {
     int visible;          /* holds a visible ASCII character once unescaped */
 } Str;
 
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* Whether some byte of x is zero (the classic bit trick: exact, no false positive). */
+static inline uint64_t has_zero(uint64_t x) { return (x - ONES) & ~x & HIGHS; }
+
+/* Whether some byte of x is a quote, a backslash, below 0x20 or from 0x80 up. */
+static inline int has_special(uint64_t x) {
+    uint64_t below = (x - 0x20 * ONES) & ~x & HIGHS; /* exact for bytes < 0x80, which are all left */
+    return ((x & HIGHS) | below | has_zero(x ^ ('"' * ONES)) | has_zero(x ^ ('\\' * ONES))) != 0;
+}
+
+/* Whether eight printable ASCII bytes hold nothing but spaces and DEL (no visible character). */
+static inline int invisible8(uint64_t x) {
+    for (int k = 0; k < 8; k++) {
+        uint8_t c = (uint8_t)(x >> (8 * k));
+        if (c != ' ' && c != 0x7f) return 0;
+    }
+    return 1;
+}
+
 /* A string at p (its opening quote) in the serialiser's form; returns the byte after it, or NULL. */
 static const uint8_t *scan_string(const uint8_t *p, const uint8_t *end, Str *out) {
     if (p >= end || *p != '"') return NULL;
@@ -206,6 +241,16 @@ static const uint8_t *scan_string(const uint8_t *p, const uint8_t *end, Str *out
     Py_ssize_t chars = 0;
     int visible = 0;
     while (p < end) {
+        /* Eight bytes at a time while none is a quote, a backslash, a control byte or non-ASCII. */
+        while (end - p >= 8) {
+            uint64_t x;
+            memcpy(&x, p, 8);
+            if (has_special(x)) break;
+            if (!visible && !invisible8(x)) visible = 1;
+            p += 8;
+            chars += 8;
+        }
+        if (p >= end) break;
         uint8_t c = *p;
         if (c == '"') {
             out->len = p - out->start;
@@ -298,17 +343,14 @@ static const uint8_t *scan_latency(const uint8_t *p, const uint8_t *end) {
         frac_digits++;
     }
     if (frac_digits == 0 || frac_digits > 20) return NULL; /* 17 significant digits after 0.00 */
-    Py_ssize_t n = q - start;
-    char text[40];
-    memcpy(text, start, (size_t)n);
-    text[n] = '\0';
-    double value = PyOS_string_to_double(text, NULL, NULL);
-    if (value == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
+    /* Below 0.001 the serialisers' notations differ: left to the other paths. Read from the
+     * text: a whole part of 0 and three zeros after the point (a decimal that rounds up to
+     * 0.001 is left too, which is only slower). */
+    int zero = int_digits == 1 && start[0] == '0';
+    int all_zero = 1;
+    for (int k = 0; k < frac_digits; k++) all_zero &= frac[k] == '0';
+    if (zero && !all_zero && frac_digits >= 3 && frac[0] == '0' && frac[1] == '0' && frac[2] == '0')
         return NULL;
-    }
-    /* Below 0.001 the serialisers' notations differ: left to the other paths. */
-    if (!(value == 0.0 || value >= 0.001)) return NULL;
     /* With at most 15 significant digits and no needless trailing zero, the text is the only
      * shortest spelling of its value (DBL_DIG decimals never share a double): the serialiser's. */
     int trailing_ok = (frac_digits == 1 && frac[0] == '0') || frac[frac_digits - 1] != '0';
@@ -323,6 +365,17 @@ static const uint8_t *scan_latency(const uint8_t *p, const uint8_t *end) {
     }
     int significant = first < 0 ? 0 : last - first + 1;
     if (trailing_ok && significant <= 15) return q;
+    /* Otherwise the one sure test: the shortest round-trip text of the value, compared. */
+    Py_ssize_t n = q - start;
+    char text[40];
+    memcpy(text, start, (size_t)n);
+    text[n] = '\0';
+    double value = PyOS_string_to_double(text, NULL, NULL);
+    if (value == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (!(value == 0.0 || value >= 0.001)) return NULL;
     char *shown = PyOS_double_to_string(value, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     if (shown == NULL) {
         PyErr_Clear();
@@ -416,7 +469,7 @@ static const uint8_t *scan_metadata(const uint8_t *p, const uint8_t *end) {
 }
 
 /* The shape of the line, field by field; 0 when it is not an ordinary line of known fields. */
-static int scan_fields(const uint8_t *p, const uint8_t *end, const Spec *spec, Line *ln) {
+static int scan_fields(const uint8_t *p, const uint8_t *end, const Spec *spec, Line *ln, int *guess) {
     uint64_t seen = 0;
     memset(ln->seen, 0, sizeof ln->seen);
     ln->nfields = 0;
@@ -428,7 +481,16 @@ static int scan_fields(const uint8_t *p, const uint8_t *end, const Spec *spec, L
         p = scan_string(p, end, &key);
         if (p == NULL || p >= end || *p != ':') return 0;
         p++;
-        int f = lookup(spec->fields.name, spec->fields.len, spec->fields.n, key.start, key.len);
+        /* Lines of one writer list their fields in one order: the previous line's field at
+         * this position is tried first. */
+        int f = -1;
+        if (ln->nfields < MAX_FIELDS) {
+            int g = guess[ln->nfields];
+            if (g >= 0 && spec->fields.len[g] == key.len && memcmp(spec->fields.name[g], key.start, (size_t)key.len) == 0)
+                f = g;
+        }
+        if (f < 0) f = lookup(spec->fields.name, spec->fields.len, spec->fields.n, key.start, key.len);
+        if (f >= 0 && ln->nfields < MAX_FIELDS) guess[ln->nfields] = f;
         if (f < 0 || (seen & (1ULL << f))) return 0;
         seen |= 1ULL << f;
         int role = spec->fields.role[f];
@@ -561,11 +623,23 @@ static void derived_id(int64_t ms, const uint8_t *line, Py_ssize_t n, char out[2
     }
 }
 
+/* The decimal digits of a non-negative count; returns their number. */
+static int decimal(Py_ssize_t v, char *out) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    for (int k = 0; k < n; k++) out[k] = tmp[n - 1 - k];
+    return n;
+}
+
 static const char OPEN[] = "{\"event_id\":\"";
 static const char HEAD[] = "\",\"type\":\"interaction\",\"schema_version\":1,";
 
 typedef struct {
-    PyObject *ids, *partitions, *stored, *rest;
+    PyObject *ids, *partitions, *stored, *rest, *left;
     PyObject *last_partition;
     char last_day[10];
 } Out;
@@ -587,7 +661,7 @@ static int emit(Out *out, const Line *ln, const uint8_t *line, Py_ssize_t n, con
     char length[24];
     int length_len = 0;
     if (!ln->seen[F_RESPONSE_LENGTH])
-        length_len = snprintf(length, sizeof length, "%lld", (long long)ln->text[F_AGENT_RESPONSE].chars);
+        length_len = decimal(ln->text[F_AGENT_RESPONSE].chars, length);
     Py_ssize_t body_len = (line + n - 1) - body; /* up to the closing brace */
     static const char TS[] = ",\"ts\":\"", LEVEL[] = ",\"memory_level\":\"global\"";
     static const char RLEN[] = ",\"response_length\":", TOOLS[] = ",\"tools_used\":[]";
@@ -713,14 +787,17 @@ static PyObject *scan_block(PyObject *self, PyObject *args) {
                           &max_line, &spec.min_year, &spec.max_year))
         return NULL;
     spec.max_line = max_line;
-    Out out = {PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0), NULL, {0}};
+    Out out = {PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0), NULL, {0}};
     PyObject *result = NULL;
-    if (out.ids == NULL || out.partitions == NULL || out.stored == NULL || out.rest == NULL) goto done;
+    if (out.ids == NULL || out.partitions == NULL || out.stored == NULL || out.rest == NULL || out.left == NULL)
+        goto done;
     if (!spec_from(fields, usage, levels, &spec)) goto done;
     const uint8_t *dts = (const uint8_t *)default_ts;
     int64_t default_ms = stamp_ms(dts, default_len, &spec);
     const uint8_t *data = block.buf, *stop = data + block.len;
     Py_ssize_t index = 0;
+    int guess[MAX_FIELDS];
+    for (int k = 0; k < MAX_FIELDS; k++) guess[k] = -1;
     for (const uint8_t *p = data;; index++) {
         const uint8_t *nl = memchr(p, '\n', (size_t)(stop - p));
         const uint8_t *line = p, *end = nl ? nl : stop;
@@ -729,7 +806,7 @@ static PyObject *scan_block(PyObject *self, PyObject *args) {
         Line ln;
         const uint8_t *body = NULL, *stamp = NULL;
         int64_t ms = -1;
-        if (n <= spec.max_line && scan_fields(line, end, &spec, &ln) && line_passes(&ln, &spec)) {
+        if (n <= spec.max_line && scan_fields(line, end, &spec, &ln, guess) && line_passes(&ln, &spec)) {
             if (ln.seen[F_TS]) {
                 stamp = ln.text[F_TS].start;
                 ms = stamp_ms(stamp, ln.text[F_TS].len, &spec);
@@ -743,20 +820,24 @@ static PyObject *scan_block(PyObject *self, PyObject *args) {
             if (!emit(&out, &ln, line, n, body, stamp, ms, dts)) goto done;
         } else {
             PyObject *i = PyLong_FromSsize_t(index);
-            int failed = i == NULL || PyList_Append(out.rest, i) < 0;
+            PyObject *text = PyBytes_FromStringAndSize((const char *)line, n);
+            int failed = i == NULL || text == NULL || PyList_Append(out.rest, i) < 0 ||
+                         PyList_Append(out.left, text) < 0;
             Py_XDECREF(i);
+            Py_XDECREF(text);
             if (failed) goto done;
         }
         if (nl == NULL) break;
         p = nl + 1;
     }
-    result = Py_BuildValue("nOOOO", index + 1, out.ids, out.partitions, out.stored, out.rest);
+    result = Py_BuildValue("nOOOOO", index + 1, out.ids, out.partitions, out.stored, out.rest, out.left);
 done:
     PyBuffer_Release(&block);
     Py_XDECREF(out.ids);
     Py_XDECREF(out.partitions);
     Py_XDECREF(out.stored);
     Py_XDECREF(out.rest);
+    Py_XDECREF(out.left);
     Py_XDECREF(out.last_partition);
     return result;
 }
@@ -776,7 +857,7 @@ static PyObject *blake2b_10(PyObject *self, PyObject *args) {
 static PyMethodDef METHODS[] = {
     {"scan_block", scan_block, METH_VARARGS,
      "scan_block(block, default_ts, fields, usage_keys, levels, max_line, min_year, max_year)"
-     " -> (lines, ids, partitions, stored, rest)"},
+     " -> (lines, ids, partitions, stored, rest, left)"},
     {"blake2b_10", blake2b_10, METH_VARARGS, "BLAKE2b with a 10-byte digest (for the tests)"},
     {NULL, NULL, 0, NULL},
 };

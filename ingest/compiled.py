@@ -37,9 +37,9 @@ __all__ = ["ScanResult", "available", "scan_block"]
 # The scanner's value kinds (enum Kind in _scan.c), by the registry's field kinds.
 _KINDS = {STR: 0, TS: 0, INT: 1, FLOAT: 2, USAGE: 3, STRLIST: 4, JSON: 5}
 
-# (lines in the block, ids, partitions, stored lines, indexes of the lines left to the other paths);
-# the settled lines' results are in line order.
-ScanResult = tuple[int, list[str], list[str], list[bytes], list[int]]
+# (lines in the block, ids, partitions, stored lines, indexes of the lines left to the other paths,
+# those lines without their line end); the settled lines' results are in line order.
+ScanResult = tuple[int, list[str], list[str], list[bytes], list[int], list[bytes]]
 
 
 @cache

@@ -214,14 +214,12 @@ def encode_block(
 
 def _encode_scanned(block: bytes, default_ts: str, limits: LimitSettings) -> EncodedBlock:
     """The compiled scanner over the block, then the other paths for the lines it left, merged in line order."""
-    count, ids, partitions, stored, rest = scanner.scan_block(block, default_ts, limits)
+    count, ids, partitions, stored, rest, left = scanner.scan_block(block, default_ts, limits)
     out = EncodedBlock(lines=count)
     if not rest:  # the usual block: the scanner's lists are the block's
         out.ids, out.partitions, out.stored = ids, partitions, stored
         out.streams = [STREAM] * len(ids)
         return out
-    raw = block.split(b"\n")
-    left = [raw[i].rstrip(b"\r") for i in rest]
     # The scanner settles exactly what the Arrow pass would: the left lines skip it.
     settled = {rest[k]: row for k, row in fast_rows(left, default_ts, limits).items()}
     others: dict[int, str] = {}

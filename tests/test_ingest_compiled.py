@@ -46,7 +46,9 @@ def assert_same_four_ways(block: bytes, limits: LimitSettings = LIMITS) -> Encod
 
 
 def _settled(lines: list[bytes], limits: LimitSettings = LIMITS) -> set[int]:
-    count, _ids, _partitions, _stored, rest = compiled.scan_block(b"\n".join(lines), DEFAULT_TS, limits)
+    count, _ids, _partitions, _stored, rest, _left = compiled.scan_block(
+        b"\n".join(lines), DEFAULT_TS, limits
+    )
     assert count == len(lines)
     return set(range(count)) - set(rest)
 
