@@ -161,15 +161,17 @@ enum Kind { K_TEXT, K_COUNT, K_LATENCY, K_USAGE, K_TOOLS, K_META };
 /* Fields with a role beyond their kind; the other known fields are plain texts. */
 enum {
     F_EVENT_ID, F_TYPE, F_TS, F_SCHEMA_VERSION, F_AGENT_ID, F_MEMORY_LEVEL, F_USER_MESSAGE,
-    F_AGENT_RESPONSE, F_RESPONSE_LENGTH, F_LATENCY, F_USAGE, F_TOOLS, F_METADATA, F_ROLES
+    F_AGENT_RESPONSE, F_RESPONSE_LENGTH, F_LATENCY, F_USAGE, F_TOOLS, F_METADATA, F_OLD_AGENT_ID,
+    F_OLD_TS, F_ROLES
 };
 static const char *ROLE_NAMES[F_ROLES] = {
     "event_id", "type", "ts", "schema_version", "agent_id", "memory_level", "user_message",
-    "agent_response", "response_length", "latency_ms", "usage", "tools_used", "metadata",
+    "agent_response", "response_length", "latency_ms", "usage", "tools_used", "metadata", "agentId",
+    "timestamp",
 };
 static const int ROLE_KINDS[F_ROLES] = {
     K_TEXT, K_TEXT, K_TEXT, K_COUNT, K_TEXT, K_TEXT, K_TEXT, K_TEXT, K_COUNT, K_LATENCY, K_USAGE,
-    K_TOOLS, K_META,
+    K_TOOLS, K_META, K_TEXT, K_TEXT,
 };
 
 #define MAX_FIELDS 64
@@ -393,8 +395,10 @@ typedef struct {
     Str text[F_ROLES];
     int64_t count[F_ROLES];
     int order[3]; /* the roles of the first three fields (-1: a plain text field) */
-    const uint8_t *field_start[4];
+    const uint8_t *field_start[MAX_FIELDS], *field_end[MAX_FIELDS];
+    int field_role[MAX_FIELDS];
     int nfields;
+    int old; /* the original line form (`agentId`, `timestamp`), upcast */
 } Line;
 
 static const uint8_t *scan_usage(const uint8_t *p, const uint8_t *end, const Spec *spec) {
@@ -476,7 +480,7 @@ static int scan_fields(const uint8_t *p, const uint8_t *end, const Spec *spec, L
     if (p >= end || *p != '{') return 0;
     p++;
     for (;;) {
-        if (ln->nfields < 4) ln->field_start[ln->nfields] = p;
+        const uint8_t *key_start = p;
         Str key;
         p = scan_string(p, end, &key);
         if (p == NULL || p >= end || *p != ':') return 0;
@@ -495,6 +499,8 @@ static int scan_fields(const uint8_t *p, const uint8_t *end, const Spec *spec, L
         seen |= 1ULL << f;
         int role = spec->fields.role[f];
         if (ln->nfields < 3) ln->order[ln->nfields] = role;
+        ln->field_start[ln->nfields] = key_start;
+        ln->field_role[ln->nfields] = role;
         ln->nfields++;
         switch (spec->fields.kind[f]) {
         case K_TEXT: {
@@ -516,6 +522,7 @@ static int scan_fields(const uint8_t *p, const uint8_t *end, const Spec *spec, L
         }
         if (p == NULL || p >= end) return 0;
         if (role >= 0) ln->seen[role] = 1;
+        ln->field_end[ln->nfields - 1] = p;
         if (*p == '}') return p + 1 == end;
         if (*p != ',') return 0;
         p++;
@@ -577,6 +584,27 @@ static int visible_id(const Str *s) {
     return 1;
 }
 
+/* A line of the original form (camelCase `agentId`, `timestamp`, no `type`) read as the
+ * current one, as the per-record path upcasts it: those two become `agent_id` and `ts`, moved
+ * after the other fields. Taken only in its plain form: both given, and none of the fields
+ * the upcast would have to reconcile them with (`agent_id`, `ts`, `type`, `schema_version`,
+ * `event_id`); 0 for any other mix. */
+static int upcast_old(Line *ln) {
+    static const uint8_t INTERACTION[] = "interaction";
+    int agent = ln->seen[F_OLD_AGENT_ID], stamp = ln->seen[F_OLD_TS];
+    ln->old = 0;
+    if (!agent && !stamp) return 1;
+    if (!agent || !stamp || ln->seen[F_AGENT_ID] || ln->seen[F_TS] || ln->seen[F_TYPE] ||
+        ln->seen[F_SCHEMA_VERSION] || ln->seen[F_EVENT_ID])
+        return 0;
+    ln->old = 1;
+    ln->text[F_AGENT_ID] = ln->text[F_OLD_AGENT_ID];
+    ln->text[F_TS] = ln->text[F_OLD_TS];
+    ln->text[F_TYPE] = (Str){INTERACTION, 11, 11, 1};
+    ln->seen[F_AGENT_ID] = ln->seen[F_TS] = ln->seen[F_TYPE] = 1;
+    return 1;
+}
+
 /* Whether the parsed line passes every column check of the Arrow pass. */
 static int line_passes(const Line *ln, const Spec *spec) {
     const Str *t = ln->text;
@@ -597,6 +625,7 @@ static int line_passes(const Line *ln, const Spec *spec) {
 
 /* Where the caller's own fields start: after the front fields, which must come first. */
 static const uint8_t *body_start(const Line *ln) {
+    if (ln->old) return ln->field_start[0]; /* no front fields: the body is rebuilt in `emit` */
     int front = 1 + ln->seen[F_EVENT_ID] + ln->seen[F_SCHEMA_VERSION];
     if (ln->nfields <= front) return NULL;
     for (int k = 0; k < front; k++) {
@@ -663,6 +692,15 @@ static int emit(Out *out, const Line *ln, const uint8_t *line, Py_ssize_t n, con
     if (!ln->seen[F_RESPONSE_LENGTH])
         length_len = decimal(ln->text[F_AGENT_RESPONSE].chars, length);
     Py_ssize_t body_len = (line + n - 1) - body; /* up to the closing brace */
+    static const char OLD_AGENT[] = ",\"agent_id\":\"", OLD_TS[] = "\",\"ts\":\"";
+    if (ln->old) { /* the fields but the two old ones, then those two under their new names */
+        body_len = 0;
+        for (int k = 0; k < ln->nfields; k++)
+            if (ln->field_role[k] != F_OLD_AGENT_ID && ln->field_role[k] != F_OLD_TS)
+                body_len += (ln->field_end[k] - ln->field_start[k]) + 1;
+        body_len += (Py_ssize_t)(sizeof OLD_AGENT - 1) + ln->text[F_AGENT_ID].len +
+                    (Py_ssize_t)(sizeof OLD_TS - 1) + ln->text[F_TS].len + 1 - 1;
+    }
     static const char TS[] = ",\"ts\":\"", LEVEL[] = ",\"memory_level\":\"global\"";
     static const char RLEN[] = ",\"response_length\":", TOOLS[] = ",\"tools_used\":[]";
     Py_ssize_t size = (Py_ssize_t)(sizeof OPEN - 1) + id_len + (Py_ssize_t)(sizeof HEAD - 1) + body_len;
@@ -682,7 +720,21 @@ static int emit(Out *out, const Line *ln, const uint8_t *line, Py_ssize_t n, con
     PUT(OPEN, sizeof OPEN - 1);
     PUT(id, id_len);
     PUT(HEAD, sizeof HEAD - 1);
-    PUT(body, body_len);
+    if (ln->old) {
+        int first = 1;
+        for (int k = 0; k < ln->nfields; k++) {
+            if (ln->field_role[k] == F_OLD_AGENT_ID || ln->field_role[k] == F_OLD_TS) continue;
+            if (!first) *w++ = ',';
+            first = 0;
+            PUT(ln->field_start[k], ln->field_end[k] - ln->field_start[k]);
+        }
+        PUT(OLD_AGENT, sizeof OLD_AGENT - 1);
+        PUT(ln->text[F_AGENT_ID].start, ln->text[F_AGENT_ID].len);
+        PUT(OLD_TS, sizeof OLD_TS - 1);
+        PUT(ln->text[F_TS].start, ln->text[F_TS].len);
+        *w++ = '"';
+    } else
+        PUT(body, body_len);
     if (!ln->seen[F_TS]) {
         PUT(TS, sizeof TS - 1);
         PUT(default_ts, 24);
@@ -806,7 +858,8 @@ static PyObject *scan_block(PyObject *self, PyObject *args) {
         Line ln;
         const uint8_t *body = NULL, *stamp = NULL;
         int64_t ms = -1;
-        if (n <= spec.max_line && scan_fields(line, end, &spec, &ln, guess) && line_passes(&ln, &spec)) {
+        if (n <= spec.max_line && scan_fields(line, end, &spec, &ln, guess) && upcast_old(&ln) &&
+            line_passes(&ln, &spec)) {
             if (ln.seen[F_TS]) {
                 stamp = ln.text[F_TS].start;
                 ms = stamp_ms(stamp, ln.text[F_TS].len, &spec);

@@ -37,6 +37,10 @@ __all__ = ["ScanResult", "available", "scan_block"]
 # The scanner's value kinds (enum Kind in _scan.c), by the registry's field kinds.
 _KINDS = {STR: 0, TS: 0, INT: 1, FLOAT: 2, USAGE: 3, STRLIST: 4, JSON: 5}
 
+# The original line form's names (`tiermem.events.upcast`): the scanner takes a line written that
+# way in its plain form and stores it as the per-record path does.
+_OLD_FIELDS = (("agentId", 0), ("timestamp", 0))
+
 # (lines in the block, ids, partitions, stored lines, indexes of the lines left to the other paths,
 # those lines without their line end); the settled lines' results are in line order.
 ScanResult = tuple[int, list[str], list[str], list[bytes], list[int], list[bytes]]
@@ -47,7 +51,7 @@ def _fields() -> tuple[tuple[str, int], ...] | None:
     """The known fields with their scanner kind; None when one has a kind the scanner lacks."""
     if any(kind not in _KINDS for kind in FAST_FIELDS.values()):
         return None
-    return tuple((name, _KINDS[kind]) for name, kind in FAST_FIELDS.items())
+    return tuple((name, _KINDS[kind]) for name, kind in FAST_FIELDS.items()) + _OLD_FIELDS
 
 
 def available() -> bool:

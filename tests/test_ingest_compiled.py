@@ -88,10 +88,10 @@ def test_scanner_settles_each_line_the_arrow_pass_settles() -> None:
     assert 10 < len(_settled(lines)) < len(lines)  # some edges settled, the others left
 
 
-def test_scanner_settles_the_usual_lines_and_leaves_legacy_ones() -> None:
+def test_scanner_settles_every_sample_line_of_either_form() -> None:
     lines = [orjson.dumps(rec) for rec in islice(samples.generate(days=2, per_day=500, seed=4), 1000)]
-    legacy = {k for k, line in enumerate(lines) if b'"agentId"' in line}
-    assert _settled(lines) == set(range(len(lines))) - legacy
+    assert sum(b'"agentId"' in line for line in lines) > 10  # the original form is among them
+    assert _settled(lines) == set(range(len(lines)))
     assert_same_four_ways(b"\n".join(lines))
     # An own id without a time is stamped when validated (not from the file): never settled here.
     no_time = {"event_id": "own-4", **{k: v for k, v in _good(26).items() if k != "ts"}}
@@ -114,6 +114,63 @@ def test_mixes_same_outcome_four_ways() -> None:
 @given(seed=st.integers(0, 10_000), share=st.floats(0.0, 1.0))
 def test_generated_mixes_same_outcome_four_ways(seed: int, share: float) -> None:
     assert_same_four_ways(mixed_block(seed, 200, share))
+
+
+def _old(n: int = 0, **changes: object) -> dict[str, object]:
+    """A record in the original form (camelCase names, no type)."""
+    rec: dict[str, object] = {
+        "agentId": "agent-a",
+        "timestamp": f"2026-05-0{1 + n % 9}T10:11:12.{n % 1000:03d}Z",
+        "channel": "web",
+        "user_message": f"question {n}",
+        "agent_response": f"answer {n}",
+    }
+    rec.update(changes)
+    return {k: v for k, v in rec.items() if v is not None}
+
+
+# The original form: settled by the scanner in its plain shape, the rest left to the per-record path.
+OLD_EDGES: list[bytes] = [
+    orjson.dumps(_old(1)),
+    orjson.dumps({"timestamp": "2026-05-01T00:00:00.000Z", **_old(2)}),  # timestamp first
+    orjson.dumps({"channel": "x", **_old(3)}),  # another field before them
+    orjson.dumps(_old(4, memory_level="project", tools_used=["a"], response_length=8)),
+    orjson.dumps(_old(5, response_length=3)),
+    orjson.dumps(_old(6, usage={"input_tokens": 3})),
+    orjson.dumps(_old(7, usage={"inputTokens": 3})),
+    orjson.dumps(_old(8, agent_id="b")),
+    orjson.dumps(_old(9, ts="2026-05-01T00:00:00.000Z")),
+    orjson.dumps(_old(10, type="interaction")),
+    orjson.dumps(_old(11, schema_version=0)),
+    orjson.dumps(_old(12, schema_version=1)),
+    orjson.dumps(_old(13, event_id="own-13")),
+    orjson.dumps(_old(14, timestamp=None)),
+    orjson.dumps(_old(15, agentId=None)),
+    orjson.dumps(_old(16, agentId="  ")),
+    orjson.dumps(_old(17, agentId="")),
+    orjson.dumps(_old(18, timestamp="2026-05-01T00:00:00Z")),
+    orjson.dumps(_old(19, timestamp="2026-02-30T00:00:00.000Z")),
+    orjson.dumps(_old(20, timestamp="1969-12-31T23:59:59.999Z")),
+    orjson.dumps(_old(21, user_message="", agent_response="")),
+    orjson.dumps(_old(22, agent_response='\u00e9t\u00e9 "q"\n')),
+    orjson.dumps(_old(23, metadata={"a": 1, "b": None})),
+    orjson.dumps(_old(24, agentId='a"b')),
+    orjson.dumps(_old(25, unknown=1)),
+    orjson.dumps(_old(26)).replace(b'"channel":"web"', b'"channel":"web","agentId":"again"'),
+    orjson.dumps(_old(27, latency_ms=12.5)),
+    orjson.dumps(_old(28, memory_level="planet")),
+]
+
+
+def test_original_form_same_outcome_four_ways() -> None:
+    base = [orjson.dumps(_good(200 + k)) for k in range(10)]
+    assert_same_four_ways(b"\n".join(base[:5] + OLD_EDGES + base[5:]))
+    assert_same_four_ways(b"\n".join(base[:5] + OLD_EDGES + base[5:]), TIGHT)
+    for line in OLD_EDGES:
+        assert_same_four_ways(b"\n".join([base[0], line, base[1]]))
+    settled = _settled(OLD_EDGES)
+    assert {0, 1, 2, 3, 5, 21, 22, 23, 26} <= settled  # the plain shapes, fields around them
+    assert not settled & {6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 24, 25}
 
 
 def test_float_rule_accepts_the_serialisers_spelling_and_nothing_else() -> None:
