@@ -23,12 +23,19 @@ Bad records are never lost and never stop the file: each goes to `_rejects/`
 with the source file, its line number, the field and the reason, every good
 line around it is stored, and the exit code says 3 (partial).
 
-Parallelism. Parsing, validating and serialising is CPU-bound Python (about
-10-20 us a record), so on a machine with several cores the file is cut into
-blocks of whole lines that worker processes encode (`encode_block`) while this
-process, the only writer, takes the results back in file order and appends them
-(`EventLog.append_encoded`: id index + write + fsync). The stored bytes and ids
-are the same either way; small inputs stay in one process.
+Encoding. Each block goes first through the compiled scanner
+(`tiermem.ingest.compiled`: one pass per line in C, ~2 us a record), then
+the lines it left through the Arrow pass or the Python columnar path and the
+per-record validator (10-20 us a record of Python).
+
+Parallelism. On a machine with several cores, a file the slower paths must
+read is cut into blocks of whole lines that worker processes encode
+(`encode_block`) while this process, the only writer, takes the results back
+in file order and appends them (`EventLog.append_encoded`: id index + write +
+fsync). The stored bytes and ids are the same either way; small inputs, and
+with the automatic worker count files the scanner settles almost whole, stay
+in one process (handing a line to a worker and back costs more than scanning
+it).
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ from tiermem.settings import FsyncPolicy, LimitSettings, Settings
 BATCH_RECORDS = 20_000
 BATCH_BYTES = 64 << 20  # a batch is flushed at this many input bytes too (bounded memory on big lines)
 PARALLEL_AFTER_BYTES = 8 << 20  # smaller inputs are not worth starting workers for
+SCANNED_INLINE = 0.9  # share of lines the compiled scanner settles from which one process is faster
 __all__ = ["BLOCK_BYTES", "IngestInfo", "ingest_file", "ingest_record"]
 
 
@@ -155,6 +163,7 @@ class EncodedBlock:
     rejects: list[tuple[int, bytes, str, str]] = field(
         default_factory=list
     )  # (index in block, line, field, reason)
+    scanned: int = 0  # lines settled by the compiled scanner
 
 
 _INTERN: dict[str, str] = {}
@@ -215,7 +224,7 @@ def encode_block(
 def _encode_scanned(block: bytes, default_ts: str, limits: LimitSettings) -> EncodedBlock:
     """The compiled scanner over the block, then the other paths for the lines it left, merged in line order."""
     count, ids, partitions, stored, rest, left = scanner.scan_block(block, default_ts, limits)
-    out = EncodedBlock(lines=count)
+    out = EncodedBlock(lines=count, scanned=len(ids))
     if not rest:  # the usual block: the scanner's lists are the block's
         out.ids, out.partitions, out.stored = ids, partitions, stored
         out.streams = [STREAM] * len(ids)
@@ -328,18 +337,31 @@ def encoded_blocks(
     columnar: bool = True,
     native: bool = True,
     compiled: bool = True,
+    adaptive: bool = False,
 ) -> Iterator[tuple[EncodedBlock, int]]:
-    """(encoded block, its input bytes) in order: inline at first, then (large inputs) in worker processes."""
+    """(encoded block, its input bytes) in order: inline at first, then (large inputs) in worker processes.
+
+    `adaptive` (the automatic worker count): when the compiled scanner settled
+    nearly every line of the first blocks, the rest stays in this process too.
+    Then encoding costs less per line than handing the line to a worker and its
+    result back (copying both through pipes), and the writer here is the slower
+    part anyway; workers pay off only for files the slower paths must read.
+    """
     blocks = iter(blocks)
-    consumed = 0
+    consumed = lines = scanned = 0
     for block in blocks:
         if isinstance(block, Oversize):
             yield _skipped(block, limits), block.length
             consumed += block.length
         else:
-            yield encode_block(block, default_ts, limits, columnar, native, compiled), len(block)
+            encoded = encode_block(block, default_ts, limits, columnar, native, compiled)
+            lines, scanned = lines + encoded.lines, scanned + encoded.scanned
+            yield encoded, len(block)
             consumed += len(block)
         if workers and consumed >= PARALLEL_AFTER_BYTES:
+            if adaptive and scanned >= SCANNED_INLINE * lines:
+                workers = 0  # and go on inline
+                continue
             break
     else:
         return
@@ -402,7 +424,8 @@ def ingest_file(
     """Bulk-load a JSONL file (a path, "-" for stdin, or a binary stream). Idempotent on re-run.
 
     `workers`: encoding processes (None: one per core up to 4 when there are
-    several cores; 0: all in this process). `columnar`: check ordinary
+    several cores and the file needs the slower paths, see `encoded_blocks`;
+    0: all in this process). `columnar`: check ordinary
     interactions a column at a time (False: every line one record at a time);
     `native`: parse and check whole blocks in Arrow first (False: the Python
     columnar path alone); `compiled`: the compiled scanner first, when built
@@ -499,7 +522,14 @@ def _ingest_stream(
 
         blocks = read_blocks(handle, limits.max_record_bytes)
         for block, size in encoded_blocks(
-            blocks, default_ts, ingest_workers(workers), limits, columnar, native, compiled
+            blocks,
+            default_ts,
+            ingest_workers(workers),
+            limits,
+            columnar,
+            native,
+            compiled,
+            adaptive=workers is None,
         ):
             info.lines += block.lines
             info.blank_lines += block.blank_lines

@@ -251,3 +251,39 @@ def test_ingest_file_same_bytes_with_and_without_the_scanner(
         results.append((info.accepted, info.rejected, info.duplicates, info.reject_fields, stored))
     assert results[0] == results[1]
     assert results[0][0] > 2000 and results[0][1] > 50
+
+
+def test_automatic_workers_only_for_files_the_slower_paths_must_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import json
+
+    from tiermem.ingest import pipeline
+    from tiermem.ingest.lines import read_blocks
+
+    monkeypatch.setattr(pipeline, "PARALLEL_AFTER_BYTES", 64 << 10)
+    pools: list[str] = []
+    real = pipeline.multiprocessing.get_context
+
+    def counted(method: str) -> object:
+        pools.append(method)
+        return real(method)
+
+    monkeypatch.setattr(pipeline.multiprocessing, "get_context", counted)
+    recs = list(islice(samples.generate(days=2, per_day=300, seed=5), 600))
+    plain = b"\n".join(orjson.dumps(rec) for rec in recs)
+    spaced = b"\n".join(json.dumps(rec).encode() for rec in recs)  # ", " and ": ": slower paths only
+
+    def run(data: bytes, workers: int, adaptive: bool) -> list[EncodedBlock]:
+        blocks = read_blocks(io.BytesIO(data), LIMITS.max_record_bytes, block_bytes=16 << 10)
+        return [
+            b for b, _size in pipeline.encoded_blocks(blocks, DEFAULT_TS, workers, LIMITS, adaptive=adaptive)
+        ]
+
+    inline = run(plain, 0, False)
+    assert [outcome(b) for b in run(plain, 2, True)] == [outcome(b) for b in inline]
+    assert pools == []  # the scanner settled every line: no workers started
+    assert sum(b.scanned for b in inline) == len(recs)
+    assert [outcome(b) for b in run(spaced, 2, True)] == [outcome(b) for b in run(spaced, 0, False)]
+    assert pools == ["fork"]  # none scanned: the rest of the file went to workers
+    run(plain, 2, False)  # a worker count asked for is used whatever the file
+    assert pools == ["fork", "fork"]
