@@ -19,16 +19,19 @@ results.
 
 from __future__ import annotations
 
+import importlib
 from functools import cache
-from typing import Any
+from types import ModuleType
+from typing import cast
 
 from tiermem.registry import FLOAT, INT, JSON, MEMORY_LEVELS, STR, STRLIST, TS, USAGE, USAGE_FIELDS
 from tiermem.settings import LimitSettings
 
 from .columnar import FAST_FIELDS
 
+_scan: ModuleType | None
 try:
-    from . import _scan  # type: ignore[attr-defined]
+    _scan = importlib.import_module("tiermem.ingest._scan")
 except ImportError:  # built without a C compiler
     _scan = None
 
@@ -69,7 +72,7 @@ def scan_block(block: bytes, default_ts: str, limits: LimitSettings) -> ScanResu
     if _scan is None or fields is None:
         raise RuntimeError("the compiled ingest scanner is not built")
     max_line = min(limits.max_field_chars, limits.max_record_bytes) if limits.max_depth >= 2 else -1
-    result: Any = _scan.scan_block(
+    result = _scan.scan_block(
         block,
         default_ts,
         fields,
@@ -79,4 +82,4 @@ def scan_block(block: bytes, default_ts: str, limits: LimitSettings) -> ScanResu
         limits.min_year,
         limits.max_year,
     )
-    return result  # type: ignore[no-any-return]
+    return cast(ScanResult, result)

@@ -54,7 +54,8 @@ def _settled(lines: list[bytes], limits: LimitSettings = LIMITS) -> set[int]:
 
 
 def test_blake2b_matches_the_standard_library_at_every_block_boundary() -> None:
-    from tiermem.ingest import _scan  # type: ignore[attr-defined]
+    _scan = compiled._scan
+    assert _scan is not None
 
     rnd = random.Random(1)
     for n in [*range(0, 300), 383, 384, 385, 1023, 1024, 1025, 70_000]:
