@@ -220,18 +220,18 @@ typedef struct {
 /* Whether some byte of x is zero (the classic bit trick: exact, no false positive). */
 static inline uint64_t has_zero(uint64_t x) { return (x - ONES) & ~x & HIGHS; }
 
-/* Whether some byte of x is a quote, a backslash, below 0x20 or from 0x80 up. */
-static inline int has_special(uint64_t x) {
-    uint64_t below = (x - 0x20 * ONES) & ~x & HIGHS; /* exact for bytes < 0x80, which are all left */
-    return ((x & HIGHS) | below | has_zero(x ^ ('"' * ONES)) | has_zero(x ^ ('\\' * ONES))) != 0;
+/* The high bit of each byte of x that is a quote, a backslash, below 0x20 or from 0x80 up. The
+ * lowest bit set marks the first such byte exactly; bits above it may be false marks (a borrow
+ * carried from it), which is why only the first is used. */
+static inline uint64_t specials(uint64_t x) {
+    uint64_t below = (x - 0x20 * ONES) & ~x & HIGHS;
+    return (x & HIGHS) | below | has_zero(x ^ ('"' * ONES)) | has_zero(x ^ ('\\' * ONES));
 }
 
-/* Whether eight printable ASCII bytes hold nothing but spaces and DEL (no visible character). */
-static inline int invisible8(uint64_t x) {
-    for (int k = 0; k < 8; k++) {
-        uint8_t c = (uint8_t)(x >> (8 * k));
-        if (c != ' ' && c != 0x7f) return 0;
-    }
+/* Whether printable ASCII bytes hold nothing but spaces and DEL (no visible character). */
+static inline int invisible(const uint8_t *p, int n) {
+    for (int k = 0; k < n; k++)
+        if (p[k] != ' ' && p[k] != 0x7f) return 0;
     return 1;
 }
 
@@ -247,10 +247,12 @@ static const uint8_t *scan_string(const uint8_t *p, const uint8_t *end, Str *out
         while (end - p >= 8) {
             uint64_t x;
             memcpy(&x, p, 8);
-            if (has_special(x)) break;
-            if (!visible && !invisible8(x)) visible = 1;
-            p += 8;
-            chars += 8;
+            uint64_t mark = specials(x);
+            int plain = mark ? __builtin_ctzll(mark) >> 3 : 8; /* ordinary bytes before the first mark */
+            if (!visible && plain && !invisible(p, plain)) visible = 1;
+            p += plain;
+            chars += plain;
+            if (plain < 8) break;
         }
         if (p >= end) break;
         uint8_t c = *p;
