@@ -751,6 +751,11 @@ static int emit(Out *out, const Line *ln, const uint8_t *line, Py_ssize_t n, con
     *w++ = '}';
     *w++ = '\n';
 #undef PUT
+    if (w != PyBytes_AS_STRING(stored) + size) { /* a sizing slip would be a bug here, not bad input */
+        Py_DECREF(stored);
+        PyErr_SetString(PyExc_SystemError, "ingest scanner: stored line size mismatch");
+        return 0;
+    }
     PyObject *id_obj = PyUnicode_FromStringAndSize(id, id_len);
     if (id_obj == NULL || PyList_Append(out->ids, id_obj) < 0 || PyList_Append(out->stored, stored) < 0) {
         Py_XDECREF(id_obj);
