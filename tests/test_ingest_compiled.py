@@ -288,3 +288,44 @@ def test_automatic_workers_only_for_files_the_slower_paths_must_read(monkeypatch
     assert pools == ["fork"]  # none scanned: the rest of the file went to workers
     run(plain, 2, False)  # a worker count asked for is used whatever the file
     assert pools == ["fork", "fork"]
+
+
+def _byte_mutants(seed: int, n: int) -> bytes:
+    """Sample lines with random byte-level damage: flips, cuts, insertions of JSON's special bytes."""
+    rnd = random.Random(seed)
+    specials = [
+        b'"',
+        b"\\",
+        b"\\u0000",
+        b"\x00",
+        b"\x1f",
+        b"\xff",
+        b"\xc3",
+        b"\xed\xa0\x80",
+        b",",
+        b"}",
+        b"{",
+    ]
+    specials += [b":", b" ", b"0", b"-", b".", b"e", b"\r", b"\\n", b"\\x", b"\xf4\x90\x80\x80"]
+    lines = []
+    for rec in islice(samples.generate(days=2, per_day=max(1, n // 2), seed=seed), n):
+        line = bytearray(orjson.dumps(rec))
+        for _ in range(rnd.randint(0, 3)):
+            at = rnd.randrange(len(line) + 1)
+            action = rnd.random()
+            if action < 0.3 and line:
+                line[min(at, len(line) - 1)] = rnd.randrange(256)
+            elif action < 0.5:
+                del line[at : at + rnd.randint(1, 4)]
+            elif action < 0.9:
+                line[at:at] = rnd.choice(specials)
+            else:
+                del line[at:]
+        lines.append(bytes(line))
+    return b"\n".join(lines)
+
+
+def test_byte_level_damage_same_outcome_four_ways() -> None:
+    for seed in range(6):
+        new = assert_same_four_ways(_byte_mutants(seed, 300))
+        assert new.rejects and new.stored and new.scanned  # all three kinds of line were there
