@@ -3,11 +3,11 @@
  * `scan_block` walks a block of JSONL lines once, byte by byte, and for each
  * line that is an ordinary interaction in the serialiser's own form it proves
  * the line valid, derives its id and builds the stored line, with no Python
- * object per field. It accepts exactly what the Arrow pass (`native.py`)
- * accepts, with the same checks, so the stored bytes, ids and partitions are
- * those of the per-record path; every other line is returned by index, to go
- * through the slower paths, which name the field and the reason when a line is
- * refused. A line is taken only when:
+ * object per field. It accepts what the Arrow pass (`native.py`) accepts, with
+ * the same checks, plus lines of the original form in their plain shape, so the
+ * stored bytes, ids and partitions are those of the per-record path; every other
+ * line is returned by index, to go through the slower paths, which name the
+ * field and the reason when a line is refused. A line is taken only when:
  *
  * - it is `{` field (`,` field)* `}` with no whitespace outside strings, each
  *   field a known one given once, with a value of its kind: strings with only
@@ -26,7 +26,10 @@
  *   within `max_field_chars` bytes;
  * - its front fields (`type`, and `event_id`, `schema_version` when given)
  *   come first, so the stored line is the input with the id put in front and
- *   the enrichment defaults at the end.
+ *   the enrichment defaults at the end;
+ * - or it is in the original form: `agentId` and `timestamp` instead of
+ *   `agent_id` and `ts`, no `type`, `schema_version` or `event_id`; it is then
+ *   stored as the upcast leaves it, those two renamed after the other fields.
  *
  * The replay-safe id is the per-record derivation: 48 bits of milliseconds
  * (computed with the same floating-point steps) and 80 bits of BLAKE2b over

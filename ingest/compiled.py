@@ -7,10 +7,12 @@ and Python to cut and join. The compiled scanner (`_scan.c`, built with the
 package) does all of that in one pass over each line's bytes: the same shape,
 the same checks and limits, the same replay-safe id (BLAKE2b over the line,
 milliseconds through the same float steps) and the same stored line, without a
-Python object per field. It settles exactly the lines the Arrow pass settles;
-every other line is returned by index and goes on to the Arrow pass, the
-Python columnar path and the per-record validator, which names the field and
-the reason of a refusal.
+Python object per field. It settles every line the Arrow pass settles (and a
+few that pass refuses for reasons of its own: a `metadata` value whose type
+differs between lines of a block, a fraction of more than 17 digits, lines of
+the original form with `agentId` and `timestamp`); every other line is returned
+by index and goes on to the Python columnar path and the per-record validator,
+which names the field and the reason of a refusal.
 
 The scanner is optional: a build without a C compiler leaves it out
 (`available()` is False) and ingest runs its other passes alone, with the same

@@ -25,8 +25,9 @@ line around it is stored, and the exit code says 3 (partial).
 
 Encoding. Each block goes first through the compiled scanner
 (`tiermem.ingest.compiled`: one pass per line in C, ~2 us a record), then
-the lines it left through the Arrow pass or the Python columnar path and the
-per-record validator (10-20 us a record of Python).
+the lines it left through the Python columnar path and the per-record
+validator (10-20 us a record of Python). With `compiled=False` the Arrow pass
+(`tiermem.ingest.native`) goes first instead.
 
 Parallelism. On a machine with several cores, a file the slower paths must
 read is cut into blocks of whole lines that worker processes encode
@@ -229,7 +230,7 @@ def _encode_scanned(block: bytes, default_ts: str, limits: LimitSettings) -> Enc
         out.ids, out.partitions, out.stored = ids, partitions, stored
         out.streams = [STREAM] * len(ids)
         return out
-    # The scanner settles exactly what the Arrow pass would: the left lines skip it.
+    # The scanner settles every line the Arrow pass would settle: the left lines skip that pass.
     settled = {rest[k]: row for k, row in fast_rows(left, default_ts, limits).items()}
     others: dict[int, str] = {}
     for index, line in zip(rest, left, strict=True):
