@@ -1,17 +1,19 @@
 """Bulk ingest rate of a JSONL file of realistic turns (tiermem.app.samples).
 
-    .venv/bin/python bench/bench_log_ingest.py [RECORDS] [ROUNDS]
+    .venv/bin/python bench/bench_log_ingest.py [RECORDS] [ROUNDS] [--only=native,compiled]
     .venv/bin/python bench/bench_log_ingest.py --curve   # rate vs file size, PNG + JSON in bench/results/
 
-Target: >= 150,000 records/s. Measured with fsync=always (one
-fsync per 20,000-record batch and day) and fsync=none, with the default
-encoding workers (one per core, up to 4) and with everything in one process
-(workers=0), each with the three paths back to back: per-record, the Python
-columnar path, and the native (Arrow) path in front of it (old vs new in the
-same run, interleaved), then a re-run of the same file (every record a duplicate: the
-idempotency check alone). Besides the wall-clock rate, each line gives the CPU
-time spent per record (this process plus its workers): on a machine shared
-with other work the rate follows the free cores, the CPU cost does not.
+Target: >= 150,000 records/s. Measured with fsync=always (one fsync per
+20,000-record batch and day) and fsync=none, with the default encoding workers
+(one per core, up to 4) and with everything in one process (workers=0), each
+with the paths back to back: per-record, the Python columnar path, the native
+(Arrow) pass in front of it, and the compiled scanner in front of those (old vs
+new in the same run, interleaved), then a re-run of the same file (every record
+a duplicate: the idempotency check alone). The disk's references (buffered
+writes, batched fsync) are measured first in the same run. Besides the
+wall-clock rate, each line gives the CPU time spent per record (this process
+plus its workers): on a machine shared with other work the rate follows the
+free cores, the CPU cost does not.
 """
 
 from __future__ import annotations
@@ -49,15 +51,28 @@ def _line(label: str, info: IngestInfo, cpu: float) -> str:
     )
 
 
-PATHS = {"per-record": (False, False), "columnar": (True, False), "native": (True, True)}
+# (columnar, native, compiled) of `ingest_file`; "native" is the default before the compiled scanner.
+PATHS = {
+    "per-record": (False, False, False),
+    "columnar": (True, False, False),
+    "native": (True, True, False),
+    "compiled": (True, True, True),
+}
 
 
-def main(n: int, rounds: int = 2) -> None:
+def main(n: int, rounds: int = 2, only: tuple[str, ...] = tuple(PATHS)) -> None:
     print(
         f"cores: {os.cpu_count()}, default workers: {ingest_workers(None)}, "
         f"load: {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
+    ROOT.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+        buffered = buffered_rate(Path(tmp) / "w", n=200_000)
+        batched = batched_fsync_rate(Path(tmp) / "b", batches=100)
+        print(
+            f"reference (this run): buffered 400 B writes {buffered:,.0f}/s; "
+            f"500 records per fsync {batched:,.0f}/s; load {os.getloadavg()[0]:.1f}"
+        )
         src = Path(tmp) / "turns.jsonl"
         t = time.perf_counter()
         samples.write_jsonl(src, samples.generate(days=5, per_day=n // 5, seed=1))
@@ -74,7 +89,9 @@ def main(n: int, rounds: int = 2) -> None:
         run = 0
         for round_ in range(rounds):
             for policy, workers in settings_runs:
-                for label, (columnar, native) in PATHS.items():
+                for label, (columnar, native, compiled) in PATHS.items():
+                    if label not in only:
+                        continue
                     run += 1
                     settings = resolve_settings(data_dir=Path(tmp) / f"run{run}", env={})
                     cpu = _cpu_s()
@@ -86,12 +103,13 @@ def main(n: int, rounds: int = 2) -> None:
                         workers=workers,
                         columnar=columnar,
                         native=native,
+                        compiled=compiled,
                     )
                     tag = f"[{round_ + 1}] ingest {label:<10} fsync={policy} workers={'auto' if workers is None else workers}"
                     print(_line(tag, info, _cpu_s() - cpu) + f" load {os.getloadavg()[0]:.1f}")
         cpu = _cpu_s()
         again = ingest_file(settings, src, progress=False)
-        print(_line("re-run (all duplicates), native, workers=auto", again, _cpu_s() - cpu))
+        print(_line("re-run (all duplicates), default path, workers=auto", again, _cpu_s() - cpu))
         print(f"load after: {os.getloadavg()[0]:.1f}")
 
 
@@ -113,12 +131,18 @@ def curve(sizes: tuple[int, ...] = (10_000, 30_000, 100_000, 300_000)) -> None:
             samples.write_jsonl(src, samples.generate(days=5, per_day=n // 5, seed=1))
             settings = resolve_settings(data_dir=Path(tmp) / f"d{n}", env={})
             row: dict[str, float] = {"records": n}
-            for key, (columnar, native) in PATHS.items():
+            for key, (columnar, native, compiled) in PATHS.items():
                 key = key.replace("-", "_")
                 settings = resolve_settings(data_dir=Path(tmp) / f"d{n}-{key}", env={})
                 cpu = _cpu_s()
                 info = ingest_file(
-                    settings, src, progress=False, fsync="always", columnar=columnar, native=native
+                    settings,
+                    src,
+                    progress=False,
+                    fsync="always",
+                    columnar=columnar,
+                    native=native,
+                    compiled=compiled,
                 )
                 used = _cpu_s() - cpu
                 row[f"rate_{key}"] = info.rate_per_s
@@ -139,7 +163,7 @@ def curve(sizes: tuple[int, ...] = (10_000, 30_000, 100_000, 300_000)) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     xs = [r["records"] for r in rows]
-    for key in ("per_record", "columnar", "native"):
+    for key in ("per_record", "columnar", "native", "compiled"):
         ax1.plot(xs, [r[f"rate_{key}"] for r in rows], "o-", label=f"bulk ingest {key}, fsync=always")
         ax2.plot(xs, [r[f"cpu_us_per_record_{key}"] for r in rows], "o-", label=f"CPU per record, {key}")
     ax1.axhline(150_000, color="red", ls="--", label="target 150k/s")
@@ -159,4 +183,11 @@ if __name__ == "__main__":
     if "--curve" in sys.argv:
         curve()
     else:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 300_000, int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+        args = [a for a in sys.argv[1:] if not a.startswith("--")]
+        # --only=native,compiled: just those paths (the A/B of the default path against its predecessor)
+        picked = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), ",".join(PATHS))
+        main(
+            int(args[0]) if args else 300_000,
+            int(args[1]) if len(args) > 1 else 2,
+            tuple(picked.split(",")),
+        )

@@ -23,12 +23,20 @@ Bad records are never lost and never stop the file: each goes to `_rejects/`
 with the source file, its line number, the field and the reason, every good
 line around it is stored, and the exit code says 3 (partial).
 
-Parallelism. Parsing, validating and serialising is CPU-bound Python (about
-10-20 us a record), so on a machine with several cores the file is cut into
-blocks of whole lines that worker processes encode (`encode_block`) while this
-process, the only writer, takes the results back in file order and appends them
-(`EventLog.append_encoded`: id index + write + fsync). The stored bytes and ids
-are the same either way; small inputs stay in one process.
+Encoding. Each block goes first through the compiled scanner
+(`tiermem.ingest.compiled`: one pass per line in C, ~2 us a record), then
+the lines it left through the Python columnar path and the per-record
+validator (10-20 us a record of Python). With `compiled=False` the Arrow pass
+(`tiermem.ingest.native`) goes first instead.
+
+Parallelism. On a machine with several cores, a file the slower paths must
+read is cut into blocks of whole lines that worker processes encode
+(`encode_block`) while this process, the only writer, takes the results back
+in file order and appends them (`EventLog.append_encoded`: id index + write +
+fsync). The stored bytes and ids are the same either way; small inputs, and
+with the automatic worker count files the scanner settles almost whole, stay
+in one process (handing a line to a worker and back costs more than scanning
+it).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
+from tiermem.ingest import compiled as scanner
 from tiermem.ingest.columnar import STREAM, Row, fast_rows
 from tiermem.ingest.lines import BLOCK_BYTES, HEAD_BYTES, Oversize, decode_line, read_blocks
 from tiermem.ingest.native import native_rows
@@ -64,6 +73,7 @@ from tiermem.settings import FsyncPolicy, LimitSettings, Settings
 BATCH_RECORDS = 20_000
 BATCH_BYTES = 64 << 20  # a batch is flushed at this many input bytes too (bounded memory on big lines)
 PARALLEL_AFTER_BYTES = 8 << 20  # smaller inputs are not worth starting workers for
+SCANNED_INLINE = 0.9  # share of lines the compiled scanner settles from which one process is faster
 __all__ = ["BLOCK_BYTES", "IngestInfo", "ingest_file", "ingest_record"]
 
 
@@ -154,6 +164,7 @@ class EncodedBlock:
     rejects: list[tuple[int, bytes, str, str]] = field(
         default_factory=list
     )  # (index in block, line, field, reason)
+    scanned: int = 0  # lines settled by the compiled scanner
 
 
 _INTERN: dict[str, str] = {}
@@ -165,7 +176,12 @@ def _interned(text: str) -> str:
 
 
 def encode_block(
-    block: bytes, default_ts: str, limits: LimitSettings, columnar: bool = True, native: bool = True
+    block: bytes,
+    default_ts: str,
+    limits: LimitSettings,
+    columnar: bool = True,
+    native: bool = True,
+    compiled: bool = True,
 ) -> EncodedBlock:
     """Validate and serialise every line of a block (whole lines; the last may lack its newline).
 
@@ -174,8 +190,12 @@ def encode_block(
     (with `columnar`): first parse and check the block in Arrow
     (`tiermem.ingest.native`), then give the lines it left to the Python
     columnar path (`tiermem.ingest.columnar`); False: the Python columnar path
-    only. The stored bytes, ids and quarantine reasons are the same every way.
+    only. `compiled` (with both, when the scanner is built): the compiled
+    scanner (`tiermem.ingest.compiled`) goes first over the whole block. The
+    stored bytes, ids and quarantine reasons are the same every way.
     """
+    if columnar and native and compiled and scanner.available():
+        return _encode_scanned(block, default_ts, limits)
     out = EncodedBlock()
     raw = block.split(b"\n")
     out.lines = len(raw)
@@ -199,6 +219,50 @@ def encode_block(
             position = {index: k for k, index in enumerate(order)}
             for index, stream in others.items():
                 out.streams[position[index]] = stream
+    return out
+
+
+def _encode_scanned(block: bytes, default_ts: str, limits: LimitSettings) -> EncodedBlock:
+    """The compiled scanner over the block, then the other paths for the lines it left, merged in line order."""
+    count, ids, partitions, stored, rest, left = scanner.scan_block(block, default_ts, limits)
+    out = EncodedBlock(lines=count, scanned=len(ids))
+    if not rest:  # the usual block: the scanner's lists are the block's
+        out.ids, out.partitions, out.stored = ids, partitions, stored
+        out.streams = [STREAM] * len(ids)
+        return out
+    # The scanner settles every line the Arrow pass would settle: the left lines skip that pass.
+    settled = {rest[k]: row for k, row in fast_rows(left, default_ts, limits).items()}
+    others: dict[int, str] = {}
+    for index, line in zip(rest, left, strict=True):
+        if index in settled:
+            continue
+        if not line.strip():
+            out.blank_lines += 1
+        else:
+            _encode_one(settled, others, out, index, line, default_ts, limits)
+    # The scanner's rows are those of every line not in `rest`, in order: the rows of the
+    # left lines go between them, a slice at a time.
+    prev = 0
+    moved: dict[int, str] = {}  # position in the block's output -> stream, for other streams
+    for k, index in enumerate(rest):
+        cut = index - k  # scanner rows for the lines before this one
+        out.ids += ids[prev:cut]
+        out.partitions += partitions[prev:cut]
+        out.stored += stored[prev:cut]
+        prev = cut
+        row = settled.get(index)
+        if row is not None:
+            out.ids.append(row[0])
+            out.partitions.append(sys.intern(row[1]))
+            out.stored.append(row[2])
+            if index in others:
+                moved[len(out.ids) - 1] = others[index]
+    out.ids += ids[prev:]
+    out.partitions += partitions[prev:]
+    out.stored += stored[prev:]
+    out.streams = [STREAM] * len(out.ids)
+    for position, stream in moved.items():
+        out.streams[position] = stream
     return out
 
 
@@ -273,18 +337,32 @@ def encoded_blocks(
     limits: LimitSettings,
     columnar: bool = True,
     native: bool = True,
+    compiled: bool = True,
+    adaptive: bool = False,
 ) -> Iterator[tuple[EncodedBlock, int]]:
-    """(encoded block, its input bytes) in order: inline at first, then (large inputs) in worker processes."""
+    """(encoded block, its input bytes) in order: inline at first, then (large inputs) in worker processes.
+
+    `adaptive` (the automatic worker count): when the compiled scanner settled
+    nearly every line of the first blocks, the rest stays in this process too.
+    Then encoding costs less per line than handing the line to a worker and its
+    result back (copying both through pipes), and the writer here is the slower
+    part anyway; workers pay off only for files the slower paths must read.
+    """
     blocks = iter(blocks)
-    consumed = 0
+    consumed = lines = scanned = 0
     for block in blocks:
         if isinstance(block, Oversize):
             yield _skipped(block, limits), block.length
             consumed += block.length
         else:
-            yield encode_block(block, default_ts, limits, columnar, native), len(block)
+            encoded = encode_block(block, default_ts, limits, columnar, native, compiled)
+            lines, scanned = lines + encoded.lines, scanned + encoded.scanned
+            yield encoded, len(block)
             consumed += len(block)
         if workers and consumed >= PARALLEL_AFTER_BYTES:
+            if adaptive and scanned >= SCANNED_INLINE * lines:
+                workers = 0  # and go on inline
+                continue
             break
     else:
         return
@@ -298,7 +376,9 @@ def encoded_blocks(
             else:
                 window.append(
                     (
-                        pool.apply_async(encode_block, (block, default_ts, limits, columnar, native)),
+                        pool.apply_async(
+                            encode_block, (block, default_ts, limits, columnar, native, compiled)
+                        ),
                         len(block),
                     )
                 )
@@ -340,14 +420,17 @@ def ingest_file(
     workers: int | None = None,
     columnar: bool = True,
     native: bool = True,
+    compiled: bool = True,
 ) -> IngestInfo:
     """Bulk-load a JSONL file (a path, "-" for stdin, or a binary stream). Idempotent on re-run.
 
     `workers`: encoding processes (None: one per core up to 4 when there are
-    several cores; 0: all in this process). `columnar`: check ordinary
+    several cores and the file needs the slower paths, see `encoded_blocks`;
+    0: all in this process). `columnar`: check ordinary
     interactions a column at a time (False: every line one record at a time);
     `native`: parse and check whole blocks in Arrow first (False: the Python
-    columnar path alone). Results are identical every way.
+    columnar path alone); `compiled`: the compiled scanner first, when built
+    (False: the Arrow pass first). Results are identical every way.
     """
     from dataclasses import replace
 
@@ -363,7 +446,17 @@ def ingest_file(
         default_ts = format_ts(utcnow())
     try:
         return _ingest_stream(
-            settings, handle, name, default_ts, progress, batch_records, workers, started, columnar, native
+            settings,
+            handle,
+            name,
+            default_ts,
+            progress,
+            batch_records,
+            workers,
+            started,
+            columnar,
+            native,
+            compiled,
         )
     finally:
         if own_handle:
@@ -381,6 +474,7 @@ def _ingest_stream(
     started: float,
     columnar: bool = True,
     native: bool = True,
+    compiled: bool = True,
 ) -> IngestInfo:
     bar = Progress("ingest", enabled=progress if isinstance(progress, bool) else None)
     if isinstance(progress, Progress):
@@ -429,7 +523,14 @@ def _ingest_stream(
 
         blocks = read_blocks(handle, limits.max_record_bytes)
         for block, size in encoded_blocks(
-            blocks, default_ts, ingest_workers(workers), limits, columnar, native
+            blocks,
+            default_ts,
+            ingest_workers(workers),
+            limits,
+            columnar,
+            native,
+            compiled,
+            adaptive=workers is None,
         ):
             info.lines += block.lines
             info.blank_lines += block.blank_lines
