@@ -65,7 +65,7 @@ from tiermem.ingest.native import native_rows
 from tiermem.errors import InputError, StorageError, ValidationError, os_reason
 from tiermem.eventlog import AppendResult, EventLog
 from tiermem.events import CALLER, stream_of, validate
-from tiermem.ids import format_ts, to_ms, utcnow
+from tiermem.ids import format_ts, parse_ts, to_ms, utcnow
 from tiermem.output import Progress
 from tiermem.rejects import Rejected
 from tiermem.settings import FsyncPolicy, LimitSettings, Settings
@@ -123,11 +123,11 @@ def replay_safe_id(record: dict[str, Any], line: bytes, default_ts: str) -> None
     if not isinstance(ts, str):
         return  # validation will name the bad field
     try:
-        stamp = datetime.fromisoformat(ts)
+        # The validator's own reading of the time, so every time it accepts gives a
+        # replay-safe id (a lower-case `z` once fell through to a random one).
+        stamp = parse_ts(ts)
     except ValueError:
-        return
-    if stamp.tzinfo is None:
-        return
+        return  # validation will name the bad field
     record["event_id"] = line_event_id(stamp, line)
 
 

@@ -35,6 +35,9 @@ BAD: list[tuple[str, Any, str]] = [
     ("both texts empty", interaction(1, user_message="", agent_response=""), "user_message"),
     ("ts not a time", interaction(1, ts="yesterday"), "ts"),
     ("ts without offset", interaction(1, ts="2026-03-01T10:00:00"), "ts"),
+    # Python reads these as offsets with seconds, which would move the time by 12.038 s.
+    ("ts with seconds in its offset", interaction(1, ts="2026-05-03T10:11:12.038+00:00:12.038"), "ts"),
+    ("ts with text after its Z", interaction(1, ts="2026-05-03T10:11:12.038Z:12.038"), "ts"),
     ("negative tokens", interaction(1, usage={"input_tokens": -5}), "usage.input_tokens"),
     ("unknown usage field", interaction(1, usage={"inputs": 5}), "usage.inputs"),
     ("usage not an object", interaction(1, usage=[1]), "usage"),

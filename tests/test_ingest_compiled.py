@@ -329,3 +329,22 @@ def test_byte_level_damage_same_outcome_four_ways() -> None:
     for seed in range(6):
         new = assert_same_four_ways(_byte_mutants(seed, 300))
         assert new.rejects and new.stored and new.scanned  # all three kinds of line were there
+
+
+def test_every_time_the_validator_accepts_gives_a_replay_safe_id() -> None:
+    # Lines without an event_id get one from their time and bytes, so a re-run stores
+    # them once; a time the validator reads in any of its accepted spellings must do so.
+    spellings = [
+        "2026-05-03T10:11:12.038z",
+        "2026-05-03T10:11:12+05:30",
+        "2026-05-03 10:11Z",
+        "20260503T101112Z",
+        "2026-05-03T10:11:12.038Z",
+    ]
+    block = b"\n".join(
+        orjson.dumps({**{k: v for k, v in _good(n).items() if k != "ts"}, "ts": ts})
+        for n, ts in enumerate(spellings)
+    )
+    first = assert_same_four_ways(block)
+    again = assert_same_four_ways(block)
+    assert len(first.ids) == len(spellings) and first.ids == again.ids

@@ -38,10 +38,20 @@ def format_ts(ts: datetime) -> str:
 
 
 def parse_ts(text: str) -> datetime:
-    """Parse an ISO-8601 timestamp; a value without offset is rejected, not guessed."""
-    value = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    if value.tzinfo is None:
+    """Parse an ISO-8601 timestamp; a value without offset is rejected, not guessed.
+
+    Only a final `Z` means UTC, and an offset is hours and minutes: Python also
+    reads offsets with seconds (`+00:00:12.038`), which no timestamp standard
+    has and which would shift the time it names by those seconds.
+    """
+    if text[-1:] in ("Z", "z"):
+        text = text[:-1] + "+00:00"
+    value = datetime.fromisoformat(text)
+    offset = value.utcoffset()
+    if offset is None:
         raise ValueError(f"timestamp without a UTC offset: {text!r}")
+    if offset.seconds % 60 or offset.microseconds:
+        raise ValueError(f"timestamp with seconds in its UTC offset: {text!r}")
     return value.astimezone(UTC)
 
 
