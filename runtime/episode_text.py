@@ -283,10 +283,18 @@ class TermMatcher:
     def __init__(self, groups: Sequence[Sequence[str]]) -> None:
         self.groups = [tuple(g) for g in groups]
         self._group_of: dict[str, int] = {}  # word -> its group (-1: none), as met
+        # A word can only match a short form it equals or a long form sharing its first
+        # PREFIX_MIN characters: most words of a text are ruled out by two set lookups.
+        forms = [f for g in self.groups for f in g]
+        self._whole = frozenset(f for f in forms if len(f) < PREFIX_MIN)
+        self._heads = frozenset(f[:PREFIX_MIN] for f in forms if len(f) >= PREFIX_MIN)
 
     def group_of(self, word: str) -> int:
         g = self._group_of.get(word)
         if g is None:
+            if word not in self._whole and word[:PREFIX_MIN] not in self._heads:
+                self._group_of[word] = -1
+                return -1
             g = next(
                 (
                     k
