@@ -332,3 +332,48 @@ def test_episode_search_quotes_come_best_first_from_the_prepared_text(memory: Ag
             )
             assert sorted(q["event_id"] for q in ep["key_quotes"]) == sorted(q["event_id"] for q in stored)
             assert all(isinstance(q["match"], float) or q["match"] == 0 for q in ep["key_quotes"])
+
+
+def test_turn_search_index_finds_what_the_plain_scan_found_across_cache_drops(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inverted index over unfolded turns, also when it is dropped and rebuilt mid-way."""
+    from helpers_runtime import interaction
+    from test_read_path_search import _plain_unfolded
+    from tiermem.runtime import unfolded
+
+    rng = random.Random(7)
+    people = ["ada", "bo"]
+    turns = [
+        interaction(
+            "npc",
+            _text(rng, rng.choice([3, 30])),
+            _text(rng, rng.choice([5, 200])),
+            # Agent-level turns (no user) are in every user's scan, so one scan meets some
+            # turns already indexed and some not.
+            **({"user": people[i % 3]} if i % 3 < 2 else {}),
+            ts=f"2026-04-{1 + i % 28:02d}T10:{i % 60:02d}:00Z",
+        )
+        for i in range(450)
+    ]
+    ids = append(settings, *turns)
+    project(settings)
+    exclude = frozenset(ids[-5:])
+    unfolded._TURNS.clear()
+    # Small bounds: a user's scan (300 turns) after another's overflows the cache, so it is
+    # dropped and everything the scan needs is read again, the turns it had already too.
+    monkeypatch.setattr(unfolded, "WORD_CACHE", 350)
+    with open_memory(settings, "npc") as m:
+        for user in [*people, None, *people]:
+            who = m.principal.as_user(user)
+            for q in ["paint lake", "go made", "café x2", "trail dog budget", "t", "zebra", *QUERIES]:
+                got = unfolded.search_unfolded(m.conn, who, q, None, 5, exclude)
+                assert got == _plain_unfolded(m.conn, who, q, 5, exclude), (user, q)
+        assert len(unfolded._TURNS.turns) <= 350
+    monkeypatch.setattr(unfolded, "POSTINGS_CACHE", 100)  # the word-count bound drops it too
+    with open_memory(settings, "npc") as m:
+        who = m.principal.as_user("ada")
+        for q in ["paint lake", "dawn"]:
+            assert unfolded.search_unfolded(m.conn, who, q, None, 5, exclude) == _plain_unfolded(
+                m.conn, who, q, 5, exclude
+            )
