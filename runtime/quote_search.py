@@ -457,18 +457,19 @@ def _add_notes(
 
 
 def _headers(
-    rows: list[Any], asked: _Asked
-) -> tuple[list[float], list[list[bool]], list[float], list[float]]:
-    """Per candidate: its name and summary's BM25, which groups they hold, its time boost, its importance."""
-    heads, head_seen, boosts, importance = [], [], [], []
-    for row in rows:
-        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
-        head_counts = _term_counts(head_text, asked.rx, len(asked.groups), asked.forms)
-        heads.append(_bm25(head_counts, head_text.count(" ") + 1, asked.weights, avg_len=AVG_HEAD_WORDS))
-        head_seen.append([bool(c) for c in head_counts])
-        boosts.append(_date_boost(row, asked))
-        importance.append(0.01 * int(row[6] or 0))
-    return heads, head_seen, boosts, importance
+    rows: list[Any], entries: list[Prepared], asked: _Asked
+) -> tuple[np.ndarray, np.ndarray, list[float], list[float]]:
+    """Per candidate: its name and summary's BM25, which groups they hold, its time boost, its importance.
+
+    The headers' counts come from the index (prepared with the episode, from
+    the same row the candidate query read), as a pass over their text counts them.
+    """
+    head_counts = TEXTS.head_counts(entries, asked.groups)
+    lengths = np.array([e.head_spaces + 1 for e in entries], dtype=np.float64)
+    heads = bm25_rows(head_counts, lengths, asked.weights, AVG_HEAD_WORDS)
+    boosts = [_date_boost(row, asked) for row in rows]
+    importance = [0.01 * int(row[6] or 0) for row in rows]
+    return heads, head_counts > 0, boosts, importance
 
 
 def _score_passages(
@@ -515,16 +516,16 @@ def _score_passages(
     before = np.where(first, 0.0, np.roll(own, 1))
     after = np.where(last, 0.0, np.roll(own, -1))
     beside = np.maximum(before, after)
-    heads, head_seen, boosts, importance = _headers(rows, asked)
+    heads, head_seen, boosts, importance = _headers(rows, entries, asked)
     hit = counts > 0
-    seen = hit | np.array(head_seen, dtype=bool).reshape(len(rows), n_groups)[episode]
+    seen = hit | head_seen[episode]
     seen[1:] |= hit[:-1] & ~first[1:, None]
     seen[:-1] |= hit[1:] & ~last[:-1, None]
     coverage = np.zeros(len(episode))
     for k, w in enumerate(weights):
         coverage = coverage + np.where(seen[:, k], w, 0.0)
     coverage = coverage / total_weight
-    head = np.array(heads)[episode]
+    head = heads[episode]
     boost = np.array(boosts)[episode]
     scores = (own + NEIGHBOUR_WEIGHT * beside + HEAD_WEIGHT * head) * (COVERAGE_FLOOR + coverage) * boost
     if asked.named:

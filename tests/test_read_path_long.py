@@ -123,12 +123,12 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         )
         for i in range(30)
     ]
-    rows = [(f"ep{i}", raw.decode()) for i, raw in enumerate(raws)]
+    rows = [(f"ep{i}", raw.decode(), f"Name {i}", _text(rng, 12)) for i, raw in enumerate(raws)]
 
-    class Conn:  # what `prepared` asks of a connection: the quotes of the missing episodes
+    class Conn:  # what `prepared` asks of a connection: quotes, name, summary of the missing episodes
         def execute(self, sql: str, ids: list[str]) -> Any:
             class Cursor:
-                def fetchall(self) -> list[tuple[str, str]]:
+                def fetchall(self) -> list[tuple[str, str, str, str]]:
                     return [r for r in rows if r[0] in ids]
 
             return Cursor()
@@ -148,12 +148,24 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         assert counts.astype(int).tolist() == expected
         matcher = TermMatcher(groups)
         assert [matcher.counts(p.text.lower()) for e in entries for p in e.passages] == expected
+        # The headers (name and summary) are indexed too, every episode's, and counted the same way.
+        heads = [f"{r[2]} {r[3]}".lower() for r in rows]
+        assert texts.head_counts(entries, groups).astype(int).tolist() == [
+            _regex_counts(h, rx, len(groups)) for h in heads
+        ]
+        assert [e.head_spaces for e in entries] == [h.count(" ") for h in heads]
     # A second call reads nothing: every episode is prepared.
     assert texts.prepared(None, "db", ["ep3", "ep1"]) == [entries[3], entries[1]]  # type: ignore[arg-type]
     # An episode read again under another name (deleted, inserted again) is prepared again.
-    rows[3] = ("ep3", orjson.dumps([{"text": "quite different words", "event_id": "x"}]).decode())
+    rows[3] = (
+        "ep3",
+        orjson.dumps([{"text": "quite different words", "event_id": "x"}]).decode(),
+        "renamed",
+        "",
+    )
     again = texts.prepared(Conn(), "db", ["ep3", "ep1"], ["renamed", None])  # type: ignore[arg-type]
     assert again[0].lowered == ["quite different words"] and again[1] is entries[1]
+    assert texts.head_counts(again, [("renamed",), ("name",)]).tolist() == [[1, 0], [0, 1]]
 
 
 def said_counts(text: str, asked: Any, n: int) -> list[float]:
