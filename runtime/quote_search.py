@@ -36,7 +36,6 @@ from tiermem.runtime.episode_search import (
     AVG_QUOTE_WORDS,
     _archive_sizes,
     _asked_dates,
-    _bm25,
     _candidate_rows,
     _frequencies,
     _names_in,
@@ -413,12 +412,18 @@ class _Scored:
         p = self.entries[int(self.episode[i])].passages[int(self.local[i])]
         return (-score, self.rows[int(self.episode[i])][4], p.event_id, p.part)
 
-    def dedup_key(self, i: int) -> frozenset[str]:
+    def dedup_key(self, i: int) -> tuple[frozenset[str], tuple[str, ...]]:
+        """Passage `i`'s word set and its prefix for `_distinct`, kept with the prepared episode."""
         entry, j = self.entries[int(self.episode[i])], int(self.local[i])
         key = entry.keys[j]
         if key is None:
             key = entry.keys[j] = _dedup_key(entry.passages[j].text)
-        return key
+        # A prefix taken under another version of the index could order words otherwise than
+        # the others of this search: taken again.
+        kept = entry.prefixes[j]
+        if kept is None or kept[0] != TEXTS.version:
+            kept = entry.prefixes[j] = (TEXTS.version, _prefix(key))
+        return key, kept[1]
 
 
 def _weigh_captions(entries: list[Prepared], firsts: np.ndarray, asked: _Asked, counts: np.ndarray) -> None:
@@ -640,7 +645,7 @@ def search_quotes(
         scored = _fused([(s, found.item(i)) for i, s in enumerate(found.scores.tolist())], dense)
         _restatements_first(scored, weights)
         scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
-        return _distinct(((s, item, _dedup_key(item["text"])) for s, item in scored), limit)
+        return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit)
     scores = _restated(found, weights)
     values = scores.tolist()
     enough = 4 * limit + RESTATEMENT_POOL
@@ -666,16 +671,28 @@ def _near_identical(a: frozenset[str], b: frozenset[str]) -> bool:
     return shared >= DUPLICATE_JACCARD * (len(a) + len(b) - shared)
 
 
+def _prefix(key: frozenset[str]) -> tuple[str, ...]:
+    """The words of `key` under which `_distinct` files it: its rarest, as many as near-identity needs.
+
+    Two near-identical sets share a word among their first |set| - ceil(DUPLICATE_JACCARD x |set|) + 1
+    in any one order of words; the prefix here is one word longer, against rounding. The order is
+    rarest first (runtime.episode_text), so few kept sets share a prefix word.
+    """
+    return TEXTS.prefix(key, len(key) - int(DUPLICATE_JACCARD * len(key)) + 2)
+
+
+def _keyed(text: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    key = _dedup_key(text)
+    return key, _prefix(key)
+
+
 def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
-    """The first `limit` of (score, item, word set) best first, near-identical passages kept once."""
+    """The first `limit` of (score, item, (word set, its `_prefix`)) best first, near-identical passages
+    kept once (only kept sets that share a prefix word are compared)."""
     out: list[dict[str, Any]] = []
     keys: list[frozenset[str]] = []
-    # Kept sets by the words of their prefix (rarest words first, in one order for all): two
-    # near-identical sets share a word among their first |set| - ceil(DUPLICATE_JACCARD x |set|) + 1,
-    # so only kept sets met that way are compared (the prefix here is one word longer, against rounding).
     by_word: dict[str, list[int]] = {}
-    for score, item, key in ranked:
-        prefix = sorted(key, key=TEXTS.rarity)[: len(key) - int(DUPLICATE_JACCARD * len(key)) + 2]
+    for score, item, (key, prefix) in ranked:
         met = {i for w in prefix for i in by_word.get(w, ())}
         if any(_near_identical(key, keys[i]) for i in met):
             continue

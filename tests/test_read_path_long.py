@@ -22,7 +22,7 @@ import orjson
 import pytest
 from helpers_runtime import append, episode
 from tiermem.runtime import quote_search as qs
-from tiermem.runtime.episode_search import _candidate_rows, _frequencies, _term_counts, search_episodes
+from tiermem.runtime.episode_search import _bm25, _candidate_rows, _frequencies, _term_counts, search_episodes
 from tiermem.runtime.episode_text import EpisodeTexts, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.notes import notes_for
@@ -216,10 +216,10 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
         turn_words: dict[int, int] = {}
         for p, t in zip(passages, texts, strict=True):
             turn_words[p.quote] = turn_words.get(p.quote, 0) + t.count(" ") + 1
-        own = [qs._bm25(c, turn_words[p.quote], weights) for c, p in zip(counts, passages, strict=True)]
+        own = [_bm25(c, turn_words[p.quote], weights) for c, p in zip(counts, passages, strict=True)]
         head_text = f"{row[1] or ''} {row[2] or ''}".lower()
         head_counts = _term_counts(head_text, asked.rx, n)
-        head = qs._bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=qs.AVG_HEAD_WORDS)
+        head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=qs.AVG_HEAD_WORDS)
         start = parse_ts(row[4])
         boost = qs._date_boost(row, asked)
         for i, p in enumerate(passages):
@@ -389,3 +389,27 @@ def test_turn_search_index_finds_what_the_plain_scan_found_across_cache_drops(
             assert unfolded.search_unfolded(m.conn, who, q, None, 5, exclude) == _plain_unfolded(
                 m.conn, who, q, 5, exclude
             )
+
+
+def test_near_duplicate_prefixes_are_taken_again_when_word_rarities_change(
+    memory: AgentMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A passage's cached prefix (its rarest words) is only reused under the index version it was
+    taken at: prefixes of one search must all follow one order of words."""
+    import numpy as np
+    from tiermem.runtime.episode_text import TEXTS
+
+    qs.search_quotes(memory.conn, memory.principal, "paint lake dawn", None, 40)
+    entry = next(e for e in TEXTS.entries.values() if any(p is not None for p in e.prefixes))
+    n = len(entry.passages)
+    found = qs._Scored([None], [entry], np.zeros(n), np.zeros((n, 1)), np.zeros(n, dtype=np.int64),
+                       np.arange(n), [1.0], {}, {})  # fmt: skip
+    j = next(j for j, p in enumerate(entry.prefixes) if p is not None)
+    key, before = found.dedup_key(j)
+    assert before == qs._prefix(key)
+    monkeypatch.setattr(TEXTS, "rarity", lambda w: (-len(w), w))  # another order of words...
+    assert found.dedup_key(j)[1] == before  # ...not seen while the version stands
+    TEXTS.version += 1
+    after = found.dedup_key(j)[1]
+    assert after == qs._prefix(key) == tuple(sorted(key, key=lambda w: (-len(w), w)))[: len(after)]
+    assert after != before
