@@ -413,3 +413,65 @@ def test_near_duplicate_prefixes_are_taken_again_when_word_rarities_change(
     after = found.dedup_key(j)[1]
     assert after == qs._prefix(key) == tuple(sorted(key, key=lambda w: (-len(w), w)))[: len(after)]
     assert after != before
+
+
+def _reference_episodes(m: AgentMemory, query: str, limit: int) -> list[tuple[str, float, list[Any]]]:
+    """search_episodes' ranking as first written: every candidate's header and quotes from the text."""
+    from tiermem.runtime import episode_search as es
+
+    conn, who = m.conn, m.principal
+    terms = es.query_terms(query)
+    single: dict[str, str] = {}
+    overall = _frequencies(conn, terms, single)
+    cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance"
+    rows = _candidate_rows(
+        conn, who, cols, es.COLUMN_WEIGHTS, terms, overall, None, es.CANDIDATES, limit, single
+    )
+    idf = es._idf(conn, who.agent_id, terms, overall, single)
+    weights = [idf.get(t, 0.0) for t in terms]
+    rx = es._term_matcher(terms) if terms else None
+    months, years = es._asked_dates(query)
+    named = es._names_in(query)
+    scored = []
+    for row in rows:
+        quotes = orjson.loads(row[3] or "[]")
+        q_scores: list[float] = []
+        hits = [False] * len(terms)
+        for q in quotes:
+            text = str(q.get("text", "")).lower()
+            counts = _term_counts(text, rx, len(terms))
+            hits = [h or bool(c) for h, c in zip(hits, counts, strict=True)]
+            s = _bm25(counts, text.count(" ") + 1, weights) if any(counts) else 0
+            speaker = str(q.get("speaker") or "").lower()
+            q_scores.append(s * (es.SPEAKER_BOOST if named and speaker in named else 1.0))
+        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
+        head_counts = _term_counts(head_text, rx, len(terms))
+        head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=es.AVG_HEAD_WORDS)
+        best = sorted(q_scores, reverse=True)
+        seen = [bool(head_counts[k]) or hits[k] for k in range(len(terms))]
+        coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / (sum(weights) or 1.0)
+        score = ((best[0] if best else 0.0) + 0.3 * (best[1] if len(best) > 1 else 0.0) + 0.4 * head) * (
+            0.5 + coverage
+        ) + 0.02 * int(row[7] or 0)
+        if months or years:
+            when = {row[5][:4], row[6][:4]} | {
+                es._MONTHS[int(row[5][5:7]) - 1],
+                es._MONTHS[int(row[6][5:7]) - 1],
+            }
+            score *= 1.0 + 0.5 * len((months | years) & when) / len(months | years)
+        order = sorted(range(len(quotes)), key=lambda i: (-q_scores[i], i))
+        scored.append((score, str(row[0]), [quotes[i]["event_id"] for i in order]))
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    return [(e, round(s, 4), ids) for s, e, ids in scored[:limit]]
+
+
+def test_episode_search_ranks_exactly_as_scoring_every_candidate_from_its_text(memory: AgentMemory) -> None:
+    """Headers and quotes weighed from the prepared index, as from the stored text (the long
+    episodes' passages, every header)."""
+    for query in [*QUERIES, "Talker 3 kitchen", "teal quilt in June"]:
+        for limit in (3, 10):
+            got = [
+                (e["episode_id"], e["score"], [q["event_id"] for q in e["key_quotes"]])
+                for e in search_episodes(memory.conn, memory.principal, query, None, limit)
+            ]
+            assert got == _reference_episodes(memory, query, limit), query
