@@ -475,3 +475,24 @@ def test_episode_search_ranks_exactly_as_scoring_every_candidate_from_its_text(m
                 for e in search_episodes(memory.conn, memory.principal, query, None, limit)
             ]
             assert got == _reference_episodes(memory, query, limit), query
+
+
+def test_section_fitting_counts_what_rendering_the_section_counts() -> None:
+    """`_fit` counts a section's tokens from lengths: the same items as rendering it for each item."""
+    from tiermem.runtime import context as cx
+
+    from tiermem.tokens import count_tokens
+
+    def rendered_fit(name: str, items: list[Any], budget: int) -> list[Any]:
+        kept: list[Any] = []
+        for item in items:
+            if count_tokens(cx._render(name, [*kept, item])) <= budget:
+                kept.append(item)
+        return kept
+
+    rng = random.Random(3)
+    for _ in range(300):
+        name = rng.choice(cx.PROMPT_ORDER)
+        items = [cx.ContextItem(f"i{k}", "x" * rng.randint(0, 90), 1.0) for k in range(rng.randint(0, 12))]
+        budget = rng.randint(0, 200)
+        assert cx._fit(name, items, budget) == rendered_fit(name, items, budget), (name, budget)
