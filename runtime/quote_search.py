@@ -570,20 +570,21 @@ def _restated(found: _Scored, weights: list[float]) -> np.ndarray:
     return scores
 
 
-def _best_first(found: _Scored, scores: np.ndarray, enough: int) -> list[int]:
-    """Passages in result order ((-score, date, turn, part)), at least the best `enough` of them.
+def _best_first(found: _Scored, scores: np.ndarray, enough: int) -> list[tuple[int, float]]:
+    """(passage, score) in result order ((-score, date, turn, part)), at least the best `enough`.
 
     Everything scoring at least the `enough`-th best is sorted, so the order
-    of what is returned is exactly that of sorting every passage.
+    of what is returned is exactly that of sorting every passage. Only those
+    passages' scores become Python floats.
     """
     n = len(scores)
     if n > enough:
         floor = np.partition(scores, n - enough)[n - enough]
-        chosen = np.flatnonzero(scores >= floor).tolist()
+        chosen = np.flatnonzero(scores >= floor)
     else:
-        chosen = list(range(n))
-    values = scores.tolist()
-    return sorted(chosen, key=lambda i: found.order_key(i, values[i]))
+        chosen = np.arange(n)
+    pairs = list(zip(chosen.tolist(), scores[chosen].tolist(), strict=True))
+    return sorted(pairs, key=lambda p: found.order_key(p[0], p[1]))
 
 
 def search_quotes(
@@ -647,12 +648,11 @@ def search_quotes(
         scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
         return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit)
     scores = _restated(found, weights)
-    values = scores.tolist()
     enough = 4 * limit + RESTATEMENT_POOL
     while True:
         order = _best_first(found, scores, enough)
-        out = _distinct(((values[i], found.item(i), found.dedup_key(i)) for i in order), limit)
-        if len(out) >= limit or len(order) == len(values):
+        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in order), limit)
+        if len(out) >= limit or len(order) == len(scores):
             return out
         enough *= 4  # many near-duplicates among the best: look further down
 
