@@ -77,6 +77,10 @@ class Prepared:
     # (passage, its attachments' descriptions, lowered) for the passages that have any: scored at a
     # weight of their own, and only these are visited per question.
     described: list[tuple[int, str]] = field(default_factory=list)
+    # Each passage's turn's length in words plus one per passage (the BM25 length of its passages).
+    turn_words: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # (passage, the date it was said) -> the relative dates it contains, resolved: when asked.
+    anchors: dict[tuple[int, Any], list[tuple[str, str]]] = field(default_factory=dict)
 
     def found(self, pattern: re.Pattern[str]) -> np.ndarray:
         """Which passages `pattern` is found in (kept per pattern: the patterns are the search's own)."""
@@ -253,12 +257,16 @@ class EpisodeTexts:
         ids: frozenset[str],
         start: int,
     ) -> Prepared:
+        spaces = np.array([t.count(" ") for t in lowered], dtype=np.int64)
+        quote_of = np.array([p.quote for p in passages], dtype=np.int64)
+        lengths = spaces.astype(np.float64) + 2
         return Prepared(
             quotes=quotes,
             passages=passages,
             lowered=lowered,
-            spaces=np.array([t.count(" ") for t in lowered], dtype=np.int64),
-            quote_of=np.array([p.quote for p in passages], dtype=np.int64),
+            spaces=spaces,
+            quote_of=quote_of,
+            turn_words=np.bincount(quote_of, weights=lengths)[quote_of] if len(passages) else lengths,
             quote_spaces=quote_spaces,
             event_ids=ids,
             speakers={

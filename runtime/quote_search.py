@@ -404,6 +404,7 @@ class _Scored:
             "date": human_date(start),
             "at": start,
             "cosine": self.near.get((row[0], p.idx)),
+            "_passage": (self.entries[k], j),
             "hits": frozenset(k for k in range(self.counts.shape[1]) if self.counts[i, k]),
             "boost": self.boosts[k],
         }
@@ -442,10 +443,11 @@ def _add_notes(
     notes: dict[tuple[str, str], list[Note]],
     asked: _Asked,
     counts: np.ndarray,
-    lengths: np.ndarray,
+    turn_words: np.ndarray,
     says_when: np.ndarray,
 ) -> None:
-    """Notes derived from a turn (absolute dates) are scored as part of it: their words add counts."""
+    """Notes derived from a turn (absolute dates) are scored as part of it: their words add counts
+    (and length, to every passage of the turn: a passage is weighed by its whole turn's words)."""
     noted = {event_id for event_id, _ in notes}
     if not noted:
         return
@@ -457,7 +459,7 @@ def _add_notes(
             if extra:
                 i = int(firsts[k]) + j
                 counts[i] += _term_counts(extra, asked.rx, len(asked.groups))
-                lengths[i] += extra.count(" ")
+                turn_words[int(firsts[k]) + np.flatnonzero(e.quote_of == e.quote_of[j])] += extra.count(" ")
                 says_when[i] |= _SAYS_WHEN.search(extra) is not None
 
 
@@ -505,16 +507,13 @@ def _score_passages(
     firsts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     local = np.arange(len(episode), dtype=np.int64) - firsts[episode]
     counts = TEXTS.term_counts(entries, asked.groups, asked.rx)
-    lengths = np.concatenate([e.spaces for e in entries]).astype(np.float64) + 2
+    # Each passage weighed by its whole turn's words (prepared with the episode; notes add to them).
+    turn_words = np.concatenate([e.turn_words for e in entries])
     says_when = np.zeros(len(episode), dtype=bool)
     if asked.asks_when and len(episode):
         says_when = np.concatenate([e.found(_SAYS_WHEN) for e in entries])
     _weigh_captions(entries, firsts, asked, counts)
-    _add_notes(entries, firsts, notes, asked, counts, lengths, says_when)
-    # Each passage weighed by its whole turn's words: the sum over the passages of its quote.
-    quote_base = np.concatenate(([0], np.cumsum([len(e.quotes) for e in entries])[:-1])).astype(np.int64)
-    turn = quote_base[episode] + np.concatenate([e.quote_of for e in entries])
-    turn_words = np.bincount(turn, weights=lengths)[turn]
+    _add_notes(entries, firsts, notes, asked, counts, turn_words, says_when)
     own = bm25_rows(counts, turn_words, weights, AVG_QUOTE_WORDS)
     first = local == 0
     last = local == sizes[episode] - 1
@@ -681,6 +680,17 @@ def _prefix(key: frozenset[str]) -> tuple[str, ...]:
     return TEXTS.prefix(key, len(key) - int(DUPLICATE_JACCARD * len(key)) + 2)
 
 
+def _anchors(text: str, at: datetime, passage: tuple[Prepared, int] | None) -> list[tuple[str, str]]:
+    """The relative dates of a passage said `at`, resolved (kept with its prepared episode)."""
+    if passage is None:
+        return anchor_relative_dates(text, at)
+    entry, j = passage
+    found = entry.anchors.get((j, at))
+    if found is None:
+        found = entry.anchors[(j, at)] = anchor_relative_dates(text, at)
+    return list(found)
+
+
 def _keyed(text: str) -> tuple[frozenset[str], tuple[str, ...]]:
     key = _dedup_key(text)
     return key, _prefix(key)
@@ -700,8 +710,9 @@ def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
             by_word.setdefault(w, []).append(len(keys))
         keys.append(key)
         at = item.pop("at")
+        passage = item.pop("_passage", None)
         # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
-        item["anchors"] = [] if item["notes"] else anchor_relative_dates(item["text"], at)
+        item["anchors"] = [] if item["notes"] else _anchors(item["text"], at, passage)
         item.pop("boost")
         item.pop("hits")
         item["score"] = round(score, 4)

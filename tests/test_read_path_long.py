@@ -304,9 +304,27 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
                 source_event_ids=[f"src-{i}"],
             )
         )
-    append(settings, *events)
+    # Date notes on some turns, long (split into passages) and short: their words count with the
+    # turn and lengthen every passage of it.
+    notes: list[dict[str, Any]] = [
+        {
+            "type": "derived_note",
+            "agent_id": "talker",
+            "text": f"last week = {rng.choice(['2 May 2023', 'June 2023', '2022'])}; paint {rng.choice(WORDS)}",
+            "kind": "dates",
+            "speaker": ["Ada", "Talker"][j % 2],
+            "said_ts": "2023-05-09T10:00:00Z",
+            "ts": "2023-05-09T10:00:00Z",
+            "user": "ada",
+            "source_event_ids": [f"t{i}.{j}"],
+        }
+        for i in range(0, 40, 3)
+        for j in (0, 2, 3)
+    ]
+    append(settings, *events, *notes)
     project(settings)
     with open_memory(settings, "talker", user="ada") as m:
+        assert m.conn.execute("SELECT count(*) FROM notes").fetchone()[0] == len(notes)
         yield m
 
 
