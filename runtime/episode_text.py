@@ -72,8 +72,8 @@ class Prepared:
     head_spaces: int = 0  # spaces in the lowered header (its length in words is this + 1)
     flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
     keys: list[frozenset[str] | None] = field(default_factory=list)  # passages' word sets, when asked
-    # Passages' rarest words (EpisodeTexts.prefix), when asked, with the index version they were taken at.
-    prefixes: list[tuple[int, tuple[str, ...]] | None] = field(default_factory=list)
+    # Passages' words filed first by the near-duplicate check (EpisodeTexts.prefix), when asked.
+    prefixes: list[tuple[str, ...] | None] = field(default_factory=list)
     # (passage, its attachments' descriptions, lowered) for the passages that have any: scored at a
     # weight of their own, and only these are visited per question.
     described: list[tuple[int, str]] = field(default_factory=list)
@@ -177,13 +177,12 @@ class EpisodeTexts:
     """The per-process cache of prepared episodes and the inverted indexes over their passages and headers."""
 
     def __init__(self) -> None:
-        # Changes whenever a word's passage count may change (never reset): what `rarity` ordered
-        # under one version is ordered the same under it.
-        self.version = 0
         self.clear()
 
     def clear(self) -> None:
-        self.version += 1
+        # Every word met by `prefix`, numbered in the order met: never renumbered, so a prefix
+        # taken once holds for every later search (until everything is dropped, prefixes too).
+        self.met: dict[str, int] = {}
         self.entries: dict[tuple[str, str], Prepared] = {}
         self.words = WordIndex()  # the passages of long episodes
         # Every episode's name and summary: apart, so a header's counts do not walk the postings of
@@ -242,7 +241,6 @@ class EpisodeTexts:
             # Short: counting its words per question costs less than indexing it (most episodes, once seen).
             return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1)
         start = self.words.size
-        self.version += 1
         for text in lowered:
             self.words.add(text)
         self.chars += len(raw or "")
@@ -282,13 +280,17 @@ class EpisodeTexts:
         )
 
     def prefix(self, key: frozenset[str], length: int) -> tuple[str, ...]:
-        """The first `length` words of `key` in `rarity` order."""
-        return tuple(sorted(key, key=self.rarity)[:length])
+        """The first `length` words of `key` in one fixed order of all words: the last met first.
 
-    def rarity(self, word: str) -> tuple[int, str]:
-        """An order of words, rarest first (passages holding it among those prepared, then the word)."""
-        wid = self.words.word_ids.get(word)
-        return (0 if wid is None else len(self.words.postings[wid]), word)
+        Any one order serves the near-duplicate check; words met late tend to
+        be rare (the common ones are met in the first texts), and rare words
+        file few sets under the same word.
+        """
+        met = self.met
+        for word in key:
+            if word not in met:
+                met[word] = len(met)
+        return tuple(sorted(key, key=met.__getitem__, reverse=True)[:length])
 
     def term_counts(
         self, entries: Sequence[Prepared], groups: Sequence[Sequence[str]], matcher: TermMatcher | None

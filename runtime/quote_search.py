@@ -419,12 +419,10 @@ class _Scored:
         key = entry.keys[j]
         if key is None:
             key = entry.keys[j] = _dedup_key(entry.passages[j].text)
-        # A prefix taken under another version of the index could order words otherwise than
-        # the others of this search: taken again.
-        kept = entry.prefixes[j]
-        if kept is None or kept[0] != TEXTS.version:
-            kept = entry.prefixes[j] = (TEXTS.version, _prefix(key))
-        return key, kept[1]
+        prefix = entry.prefixes[j]
+        if prefix is None:
+            prefix = entry.prefixes[j] = _prefix(key)
+        return key, prefix
 
 
 def _weigh_captions(entries: list[Prepared], firsts: np.ndarray, asked: _Asked, counts: np.ndarray) -> None:
@@ -675,7 +673,7 @@ def _prefix(key: frozenset[str]) -> tuple[str, ...]:
 
     Two near-identical sets share a word among their first |set| - ceil(DUPLICATE_JACCARD x |set|) + 1
     in any one order of words; the prefix here is one word longer, against rounding. The order is
-    rarest first (runtime.episode_text), so few kept sets share a prefix word.
+    fixed for the process (runtime.episode_text), so a passage's prefix is taken once.
     """
     return TEXTS.prefix(key, len(key) - int(DUPLICATE_JACCARD * len(key)) + 2)
 
