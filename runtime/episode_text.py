@@ -47,7 +47,8 @@ from tiermem.attachments import split_described
 
 _RUN = re.compile(r"\w+")
 PREFIX_MIN = 4  # forms of this length or more match as prefixes (as the search always matched them)
-# Bounds of the per-process cache: past either, everything prepared is dropped and prepared again.
+# Bounds of the per-process cache: past one, everything prepared is dropped and prepared again
+# (MAX_PASSAGES bounds the indexed passages and, apart, the indexed headers: one per episode).
 MAX_PASSAGES = 1_000_000
 MAX_CHARS = 200_000_000
 # Episodes with more passage text than this are indexed; shorter ones are counted per question (`TermMatcher`).
@@ -207,7 +208,7 @@ class EpisodeTexts:
         whose name is not the one it was prepared with: a row that was deleted
         and inserted again with other content is never scored with the old text.
         """
-        if self.passages > MAX_PASSAGES or self.chars > MAX_CHARS:
+        if self.passages > MAX_PASSAGES or self.heads.size > MAX_PASSAGES or self.chars > MAX_CHARS:
             self.clear()  # before looking: every episode asked for is then prepared again
         stale = {
             e

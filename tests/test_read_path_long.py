@@ -507,3 +507,44 @@ def test_section_fitting_counts_what_rendering_the_section_counts() -> None:
         items = [cx.ContextItem(f"i{k}", "x" * rng.randint(0, 90), 1.0) for k in range(rng.randint(0, 12))]
         budget = rng.randint(0, 200)
         assert cx._fit(name, items, budget) == rendered_fit(name, items, budget), (name, budget)
+
+
+def test_prepared_episodes_are_dropped_before_looking_when_the_cache_is_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past a bound everything is dropped, then every episode asked for is read again: those
+    prepared before as well as the new ones (none is looked up after the drop and missed)."""
+    from tiermem.runtime import episode_text
+
+    rng = random.Random(2)
+    rows = {
+        f"ep{i}": (
+            f"ep{i}",
+            orjson.dumps([{"text": _text(rng, 400), "event_id": f"e{i}"}]).decode(),
+            f"Name {i}",
+            "summary",
+        )
+        for i in range(6)
+    }
+    read: list[list[str]] = []
+
+    class Conn:
+        def execute(self, sql: str, ids: list[str]) -> Any:
+            read.append(list(ids))
+
+            class Cursor:
+                def fetchall(self) -> list[tuple[str, str, str, str]]:
+                    return [rows[i] for i in ids]
+
+            return Cursor()
+
+    texts = EpisodeTexts()
+    first = texts.prepared(Conn(), "db", ["ep0", "ep1"])  # type: ignore[arg-type]
+    monkeypatch.setattr(episode_text, "MAX_PASSAGES", texts.passages - 1)
+    again = texts.prepared(Conn(), "db", ["ep1", "ep2"])  # type: ignore[arg-type]
+    assert read[-1] == ["ep1", "ep2"]  # ep1 read again: the drop came first
+    assert again[0] is not first[1] and again[0].lowered == first[1].lowered
+    assert texts.head_counts(again, [("name",), ("2",)]).tolist() == [[1, 0], [1, 1]]
+    monkeypatch.setattr(episode_text, "MAX_PASSAGES", 10**6)
+    assert texts.prepared(Conn(), "db", ["ep2", "ep1"]) == [again[1], again[0]]  # type: ignore[arg-type]
+    assert len(read) == 2
