@@ -73,14 +73,14 @@ class _TurnWords:
                         self.by_head.setdefault((db, word[:PREFIX_MIN]), set()).add(word)
                 holders.add(n)
 
-    def holding(self, db: str, term: str) -> set[int]:
-        """The turns holding `term`: a word it starts (four letters or more), else the word itself."""
+    def holding(self, db: str, term: str, among: set[int]) -> set[int]:
+        """The turns `among` holding `term`: a word it starts (four letters or more), else the word."""
         if len(term) < PREFIX_MIN:
-            return self.by_word.get((db, term), set())
+            return among & self.by_word.get((db, term), set())
         found: set[int] = set()
         for word in self.by_head.get((db, term[:PREFIX_MIN]), ()):
             if word.startswith(term):
-                found |= self.by_word[(db, word)]
+                found |= among & self.by_word[(db, word)]
         return found
 
 
@@ -117,15 +117,17 @@ def search_unfolded(
     ).fetchall()
     db = database_key(conn)
     _TURNS.add(conn, db, [r[3] for r in rows if r[0] not in exclude])
-    holding = [_TURNS.holding(db, t) for t in terms]
-    scored: list[tuple[int, int, Any]] = []
-    for rank, row in enumerate(rows):
-        if row[0] in exclude:
-            continue
-        n = _TURNS.turns.get((db, row[3]))
-        hits = 0 if n is None else sum(1 for turns in holding if n in turns)
-        if hits:
-            scored.append((-hits, rank, row))
+    numbers = {
+        n: rank
+        for rank, row in enumerate(rows)
+        if row[0] not in exclude and (n := _TURNS.turns.get((db, row[3]))) is not None
+    }
+    among = set(numbers)
+    hits: dict[int, int] = {}
+    for term in terms:
+        for n in _TURNS.holding(db, term, among):
+            hits[n] = hits.get(n, 0) + 1
+    scored = [(-h, numbers[n], rows[numbers[n]]) for n, h in hits.items()]
     scored.sort(key=lambda s: (s[0], s[1]))
     best = scored[:limit]
     texts = _texts(conn, [row[3] for _, _, row in best])
