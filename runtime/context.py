@@ -114,11 +114,16 @@ DEFAULT_INSTRUCTIONS = (
 )
 
 _LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
+_ASCII_BREAKS = "\r\n\v\f\x1c\x1d\x1e"  # the line breaks an ASCII text can hold
 
 
 def as_data(text: object) -> str:
     """Stored text as prompt data: one line, and no `<` / `>` that could close or forge a fence."""
-    flat = _LINE_BREAKS.sub(" ", str(text))
+    flat = str(text)
+    # A long ASCII reply without a line break needs no pass of the pattern (a character at a
+    # time): a few substring searches say so.
+    if not flat.isascii() or any(c in flat for c in _ASCII_BREAKS):
+        flat = _LINE_BREAKS.sub(" ", flat)
     return flat.replace("<", "&lt;").replace(">", "&gt;")
 
 

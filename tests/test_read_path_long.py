@@ -548,3 +548,16 @@ def test_prepared_episodes_are_dropped_before_looking_when_the_cache_is_full(
     monkeypatch.setattr(episode_text, "MAX_PASSAGES", 10**6)
     assert texts.prepared(Conn(), "db", ["ep2", "ep1"]) == [again[1], again[0]]  # type: ignore[arg-type]
     assert len(read) == 2
+
+
+def test_prompt_data_is_one_line_as_the_pattern_makes_it() -> None:
+    """`as_data` skips the pattern for ASCII text without breaks: the same text as always passing it."""
+    from tiermem.runtime import context as cx
+
+    rng = random.Random(4)
+    pieces = ["word", " ", "<", ">", "é", "\r", "\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029",
+              "\t", "\x1b", "\x1f"]  # fmt: skip
+    for _ in range(2000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        expected = cx._LINE_BREAKS.sub(" ", text).replace("<", "&lt;").replace(">", "&gt;")
+        assert cx.as_data(text) == expected, repr(text)
