@@ -325,9 +325,10 @@ class EpisodeTexts:
         """(entries, groups): how often each group's forms occur in each entry's name and summary."""
         if not entries or not groups:
             return np.zeros((len(entries), len(groups)))
-        heads = np.array([e.head for e in entries], dtype=np.int64)
-        ones = np.ones(len(entries), dtype=np.int64)
-        return self.heads.counts_in(heads, groups, ones, list(range(len(entries))))
+        # Each header once (an episode asked for twice gets its counts twice, not once and zeros).
+        heads, back = np.unique(np.array([e.head for e in entries], dtype=np.int64), return_inverse=True)
+        ones = np.ones(len(heads), dtype=np.int64)
+        return self.heads.counts_in(heads, groups, ones, list(range(len(heads))))[back]
 
 
 TEXTS = EpisodeTexts()

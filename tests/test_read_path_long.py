@@ -166,6 +166,8 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
     again = texts.prepared(Conn(), "db", ["ep3", "ep1"], ["renamed", None])  # type: ignore[arg-type]
     assert again[0].lowered == ["quite different words"] and again[1] is entries[1]
     assert texts.head_counts(again, [("renamed",), ("name",)]).tolist() == [[1, 0], [0, 1]]
+    twice = [again[1], again[0], again[1]]
+    assert texts.head_counts(twice, [("renamed",), ("name",)]).tolist() == [[0, 1], [1, 0], [0, 1]]
 
 
 def said_counts(text: str, asked: Any, n: int) -> list[float]:
