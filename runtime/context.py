@@ -114,11 +114,16 @@ DEFAULT_INSTRUCTIONS = (
 )
 
 _LINE_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
+_ASCII_BREAKS = "\r\n\v\f\x1c\x1d\x1e"  # the line breaks an ASCII text can hold
 
 
 def as_data(text: object) -> str:
     """Stored text as prompt data: one line, and no `<` / `>` that could close or forge a fence."""
-    flat = _LINE_BREAKS.sub(" ", str(text))
+    flat = str(text)
+    # A long ASCII reply without a line break needs no pass of the pattern (a character at a
+    # time): a few substring searches say so.
+    if not flat.isascii() or any(c in flat for c in _ASCII_BREAKS):
+        flat = _LINE_BREAKS.sub(" ", flat)
     return flat.replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -196,14 +201,29 @@ def _render(name: str, items: list[ContextItem]) -> str:
     return f"{header}\n{body}" if header else body
 
 
+def _frame_chars(name: str) -> int:
+    """Characters `_render` adds around a section's items (joined by one newline each)."""
+    if name == "memory_context":
+        return len("<memory-context>\n\n</memory-context>")
+    return len(HEADERS[name]) + 1 if HEADERS[name] else 0
+
+
 def _fit(name: str, items: list[ContextItem], budget: int) -> list[ContextItem]:
     """Items in value order while the section fits; one that does not fit is skipped whole,
-    so a long item cannot starve the shorter, lower-value ones after it."""
+    so a long item cannot starve the shorter, lower-value ones after it.
+
+    The section's tokens with one more item are counted from lengths (the
+    characters `_render` would produce), not by rendering the section again
+    for every item.
+    """
     kept: list[ContextItem] = []
+    chars = _frame_chars(name)  # the frame and the kept items' texts with their newlines
     for item in items:
-        if count_tokens(_render(name, [*kept, item])) > budget:
+        with_item = chars + len(item.text) + (1 if kept else 0)
+        if (with_item + 3) // 4 > budget:  # count_tokens of the rendered section
             continue
         kept.append(item)
+        chars = with_item
     return kept
 
 

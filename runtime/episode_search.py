@@ -335,11 +335,15 @@ def search_episodes(
     idf = _idf(conn, agent_id, terms, overall, single)
     term_weights = [idf.get(t, 0.0) for t in terms]
     rx = _term_matcher(terms) if terms else None
-    forms = tuple(terms)
     months, years = _asked_dates(query)
     named = _names_in(query)
     entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     all_counts, all_scores = _quote_matches(entries, terms, term_weights, rx)
+    # Headers (name and summary) counted from the index of prepared headers, not their text.
+    head_counts_all = TEXTS.head_counts(entries, [(t,) for t in terms])
+    head_lengths = np.array([e.head_spaces + 1 for e in entries], dtype=np.float64)
+    heads = bm25_rows(head_counts_all, head_lengths, term_weights, AVG_HEAD_WORDS).tolist()
+    head_hits = cast(list[list[bool]], (head_counts_all > 0).tolist())
     scored: list[tuple[float, str, int, list[float]]] = []
     first = 0
     for n, (row, entry) in enumerate(zip(rows, entries, strict=True)):
@@ -358,12 +362,10 @@ def search_episodes(
                 speaker = str(q.get("speaker") or "").lower()
                 if speaker:
                     quote_scores[i] *= SPEAKER_BOOST if speaker in named else 1.0
-        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
-        head_counts = _term_counts(head_text, rx, len(terms), forms)
-        head = _bm25(head_counts, head_text.count(" ") + 1, term_weights, avg_len=AVG_HEAD_WORDS)
+        head = heads[n]
         best = sorted(quote_scores, reverse=True)
         in_quotes = cast(list[bool], quote_counts.any(axis=0).tolist())
-        seen = [bool(head_counts[k]) or in_quotes[k] for k in range(len(terms))]
+        seen = [head_hits[n][k] or in_quotes[k] for k in range(len(terms))]
         covered = sum(w for w, hit in zip(term_weights, seen, strict=True) if hit)
         coverage = covered / (sum(term_weights) or 1.0)
         # The best single quote carries the episode (answers live in one turn); a second good quote,

@@ -47,7 +47,8 @@ from tiermem.attachments import split_described
 
 _RUN = re.compile(r"\w+")
 PREFIX_MIN = 4  # forms of this length or more match as prefixes (as the search always matched them)
-# Bounds of the per-process cache: past either, everything prepared is dropped and prepared again.
+# Bounds of the per-process cache: past one, everything prepared is dropped and prepared again
+# (MAX_PASSAGES bounds the indexed passages and, apart, the indexed headers: one per episode).
 MAX_PASSAGES = 1_000_000
 MAX_CHARS = 200_000_000
 # Episodes with more passage text than this are indexed; shorter ones are counted per question (`TermMatcher`).
@@ -68,11 +69,19 @@ class Prepared:
     speakers: dict[str, np.ndarray]  # each speaker (lowered) -> their passages
     start: int  # its first passage's id in the index (-1: not indexed)
     name: str | None = None  # the episode's name when it was prepared
+    head: int = -1  # its header's (name and summary) id in the index
+    head_spaces: int = 0  # spaces in the lowered header (its length in words is this + 1)
     flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
     keys: list[frozenset[str] | None] = field(default_factory=list)  # passages' word sets, when asked
+    # Passages' words filed first by the near-duplicate check (EpisodeTexts.prefix), when asked.
+    prefixes: list[tuple[str, ...] | None] = field(default_factory=list)
     # (passage, its attachments' descriptions, lowered) for the passages that have any: scored at a
     # weight of their own, and only these are visited per question.
     described: list[tuple[int, str]] = field(default_factory=list)
+    # Each passage's turn's length in words plus one per passage (the BM25 length of its passages).
+    turn_words: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # (passage, the date it was said) -> the relative dates it contains, resolved: when asked.
+    anchors: dict[tuple[int, Any], list[tuple[str, str]]] = field(default_factory=dict)
 
     def found(self, pattern: re.Pattern[str]) -> np.ndarray:
         """Which passages `pattern` is found in (kept per pattern: the patterns are the search's own)."""
@@ -93,20 +102,98 @@ def _prepare(raw: str | None) -> tuple[list[Any], list[Passage], list[str], list
     return quotes, passages, lowered, quote_spaces, ids
 
 
+class WordIndex:
+    """An inverted index of lowered texts, each numbered as added: word -> texts holding it, with counts."""
+
+    def __init__(self) -> None:
+        self.word_ids: dict[str, int] = {}
+        self.by_head: dict[str, list[str]] = {}  # a word's first PREFIX_MIN characters -> words
+        self.postings: list[array[int]] = []  # per word id: text ids
+        self.counts: list[array[int]] = []  # per word id: occurrences in those texts
+        self.size = 0  # texts added
+
+    def add(self, text: str) -> int:
+        """Index one lowered text as the next text id (returned)."""
+        pid = self.size
+        for word, n in Counter(_RUN.findall(text)).items():
+            wid = self.word_ids.get(word)
+            if wid is None:
+                wid = self.word_ids[word] = len(self.postings)
+                self.postings.append(array("q"))
+                self.counts.append(array("q"))
+                if len(word) >= PREFIX_MIN:
+                    self.by_head.setdefault(word[:PREFIX_MIN], []).append(word)
+            self.postings[wid].append(pid)
+            self.counts[wid].append(n)
+        self.size += 1
+        return pid
+
+    def matching(self, form: str) -> list[int]:
+        """Ids of the indexed words `form` matches (a prefix of four or more characters, else whole)."""
+        if len(form) < PREFIX_MIN:
+            wid = self.word_ids.get(form)
+            return [] if wid is None else [wid]
+        return [self.word_ids[w] for w in self.by_head.get(form[:PREFIX_MIN], ()) if w.startswith(form)]
+
+    def counts_in(
+        self,
+        starts: np.ndarray,
+        groups: Sequence[Sequence[str]],
+        sizes: np.ndarray,
+        indexed: list[int],
+    ) -> np.ndarray:
+        """(`sizes` summed, groups): counts from the postings of the words the groups match.
+
+        Row blocks follow `sizes`; block `indexed[i]` is the texts `starts[i]`,
+        `starts[i] + 1`, ... (the other blocks stay zero).
+        """
+        total, n_groups = int(sizes.sum()), len(groups)
+        group_of: dict[int, int] = {}
+        for g, forms in enumerate(groups):
+            for form in forms:
+                for wid in self.matching(form):
+                    group_of.setdefault(wid, g)  # a word counts for the first group matching it
+        if not group_of:
+            return np.zeros((total, n_groups))
+        wids = list(group_of)
+        pids = np.concatenate([np.frombuffer(self.postings[w], dtype=np.int64) for w in wids])
+        counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
+        lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
+        labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
+        # Each posting's text among the blocks': blocks are ranges of text ids.
+        chosen = np.array(indexed, dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))[chosen]
+        order = np.argsort(starts, kind="stable")
+        s_starts, s_sizes, s_offsets = starts[order], sizes[chosen][order], offsets[order]
+        at = np.searchsorted(s_starts, pids, side="right") - 1
+        ok = at >= 0
+        at = np.where(ok, at, 0)
+        ok &= pids < s_starts[at] + s_sizes[at]
+        position = s_offsets[at[ok]] + pids[ok] - s_starts[at[ok]]
+        flat = np.bincount(position * n_groups + labels[ok], weights=counts[ok], minlength=total * n_groups)
+        return flat.reshape(total, n_groups)
+
+
 class EpisodeTexts:
-    """The per-process cache of prepared episodes and the inverted index over their passages."""
+    """The per-process cache of prepared episodes and the inverted indexes over their passages and headers."""
 
     def __init__(self) -> None:
         self.clear()
 
     def clear(self) -> None:
+        # Every word met by `prefix`, numbered in the order met: never renumbered, so a prefix
+        # taken once holds for every later search (until everything is dropped, prefixes too).
+        self.met: dict[str, int] = {}
         self.entries: dict[tuple[str, str], Prepared] = {}
-        self.word_ids: dict[str, int] = {}
-        self.by_head: dict[str, list[str]] = {}  # a word's first PREFIX_MIN characters -> words
-        self.postings: list[array[int]] = []  # per word id: passage ids
-        self.counts: list[array[int]] = []  # per word id: occurrences in those passages
-        self.passages = 0
+        self.words = WordIndex()  # the passages of long episodes
+        # Every episode's name and summary: apart, so a header's counts do not walk the postings of
+        # thousands of passages.
+        self.heads = WordIndex()
         self.chars = 0
+
+    @property
+    def passages(self) -> int:
+        return self.words.size
 
     def prepared(
         self,
@@ -121,6 +208,8 @@ class EpisodeTexts:
         whose name is not the one it was prepared with: a row that was deleted
         and inserted again with other content is never scored with the old text.
         """
+        if self.passages > MAX_PASSAGES or self.heads.size > MAX_PASSAGES or self.chars > MAX_CHARS:
+            self.clear()  # before looking: every episode asked for is then prepared again
         stale = {
             e
             for e, name in zip(episode_ids, names or (), strict=False)
@@ -129,16 +218,20 @@ class EpisodeTexts:
         missing = [e for e in dict.fromkeys(episode_ids) if (db, e) not in self.entries or e in stale]
         if missing:
             marks = ",".join("?" * len(missing))
-            raws = dict(
-                conn.execute(
-                    f"SELECT episode_id, key_quotes FROM episodes WHERE episode_id IN ({marks})", missing
+            raws = {
+                r[0]: r[1:]
+                for r in conn.execute(
+                    f"SELECT episode_id, key_quotes, name, summary FROM episodes WHERE episode_id IN ({marks})",
+                    missing,
                 ).fetchall()
-            )
-            if self.passages > MAX_PASSAGES or self.chars > MAX_CHARS:
-                self.clear()
+            }
             named = dict(zip(episode_ids, names or (), strict=False))
             for episode_id in missing:
-                entry = self._add(raws.get(episode_id))
+                raw, name, summary = raws.get(episode_id, (None, None, None))
+                entry = self._add(raw)
+                # The header as the searches score it: name and summary, lowered, one word run each.
+                head = f"{name or ''} {summary or ''}".lower()
+                entry.head, entry.head_spaces = self.heads.add(head), head.count(" ")
                 entry.name = named.get(episode_id)
                 self.entries[(db, episode_id)] = entry
         return [self.entries[(db, e)] for e in episode_ids]
@@ -148,19 +241,9 @@ class EpisodeTexts:
         if sum(len(t) for t in lowered) <= INDEX_CHARS:
             # Short: counting its words per question costs less than indexing it (most episodes, once seen).
             return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1)
-        start = self.passages
-        for i, text in enumerate(lowered):
-            for word, n in Counter(_RUN.findall(text)).items():
-                wid = self.word_ids.get(word)
-                if wid is None:
-                    wid = self.word_ids[word] = len(self.postings)
-                    self.postings.append(array("q"))
-                    self.counts.append(array("q"))
-                    if len(word) >= PREFIX_MIN:
-                        self.by_head.setdefault(word[:PREFIX_MIN], []).append(word)
-                self.postings[wid].append(start + i)
-                self.counts[wid].append(n)
-        self.passages += len(passages)
+        start = self.words.size
+        for text in lowered:
+            self.words.add(text)
         self.chars += len(raw or "")
         return self._prepared(quotes, passages, lowered, quote_spaces, ids, start)
 
@@ -173,12 +256,16 @@ class EpisodeTexts:
         ids: frozenset[str],
         start: int,
     ) -> Prepared:
+        spaces = np.array([t.count(" ") for t in lowered], dtype=np.int64)
+        quote_of = np.array([p.quote for p in passages], dtype=np.int64)
+        lengths = spaces.astype(np.float64) + 2
         return Prepared(
             quotes=quotes,
             passages=passages,
             lowered=lowered,
-            spaces=np.array([t.count(" ") for t in lowered], dtype=np.int64),
-            quote_of=np.array([p.quote for p in passages], dtype=np.int64),
+            spaces=spaces,
+            quote_of=quote_of,
+            turn_words=np.bincount(quote_of, weights=lengths)[quote_of] if len(passages) else lengths,
             quote_spaces=quote_spaces,
             event_ids=ids,
             speakers={
@@ -189,20 +276,22 @@ class EpisodeTexts:
             },
             start=start,
             keys=[None] * len(passages),
+            prefixes=[None] * len(passages),
             described=[(j, d) for j, t in enumerate(lowered) if "[" in t and (d := split_described(t)[1])],
         )
 
-    def rarity(self, word: str) -> tuple[int, str]:
-        """An order of words, rarest first (passages holding it among those prepared, then the word)."""
-        wid = self.word_ids.get(word)
-        return (0 if wid is None else len(self.postings[wid]), word)
+    def prefix(self, key: frozenset[str], length: int) -> tuple[str, ...]:
+        """The first `length` words of `key` in one fixed order of all words: the last met first.
 
-    def _matching(self, form: str) -> list[int]:
-        """Ids of the indexed words `form` matches (a prefix of four or more characters, else whole)."""
-        if len(form) < PREFIX_MIN:
-            wid = self.word_ids.get(form)
-            return [] if wid is None else [wid]
-        return [self.word_ids[w] for w in self.by_head.get(form[:PREFIX_MIN], ()) if w.startswith(form)]
+        Any one order serves the near-duplicate check; words met late tend to
+        be rare (the common ones are met in the first texts), and rare words
+        file few sets under the same word.
+        """
+        met = self.met
+        for word in key:
+            if word not in met:
+                met[word] = len(met)
+        return tuple(sorted(key, key=met.__getitem__, reverse=True)[:length])
 
     def term_counts(
         self, entries: Sequence[Prepared], groups: Sequence[Sequence[str]], matcher: TermMatcher | None
@@ -228,43 +317,18 @@ class EpisodeTexts:
             at += len(e.passages)
         indexed = [k for k, e in enumerate(entries) if e.start >= 0]
         if indexed:
-            out += self._indexed_counts(entries, groups, sizes, indexed)
+            starts = np.array([entries[k].start for k in indexed], dtype=np.int64)
+            out += self.words.counts_in(starts, groups, sizes, indexed)
         return out
 
-    def _indexed_counts(
-        self,
-        entries: Sequence[Prepared],
-        groups: Sequence[Sequence[str]],
-        sizes: np.ndarray,
-        indexed: list[int],
-    ) -> np.ndarray:
-        """The counts of the indexed entries' passages from the postings of the words the groups match."""
-        total, n_groups = int(sizes.sum()), len(groups)
-        group_of: dict[int, int] = {}
-        for g, forms in enumerate(groups):
-            for form in forms:
-                for wid in self._matching(form):
-                    group_of.setdefault(wid, g)  # a word counts for the first group matching it
-        if not group_of:
-            return np.zeros((total, n_groups))
-        wids = list(group_of)
-        pids = np.concatenate([np.frombuffer(self.postings[w], dtype=np.int64) for w in wids])
-        counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
-        lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
-        labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
-        # Each posting's passage among the candidates': entries are ranges of passage ids.
-        chosen = np.array(indexed, dtype=np.int64)
-        starts = np.array([entries[k].start for k in indexed], dtype=np.int64)
-        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))[chosen]
-        order = np.argsort(starts, kind="stable")
-        s_starts, s_sizes, s_offsets = starts[order], sizes[chosen][order], offsets[order]
-        at = np.searchsorted(s_starts, pids, side="right") - 1
-        ok = at >= 0
-        at = np.where(ok, at, 0)
-        ok &= pids < s_starts[at] + s_sizes[at]
-        position = s_offsets[at[ok]] + pids[ok] - s_starts[at[ok]]
-        flat = np.bincount(position * n_groups + labels[ok], weights=counts[ok], minlength=total * n_groups)
-        return flat.reshape(total, n_groups)
+    def head_counts(self, entries: Sequence[Prepared], groups: Sequence[Sequence[str]]) -> np.ndarray:
+        """(entries, groups): how often each group's forms occur in each entry's name and summary."""
+        if not entries or not groups:
+            return np.zeros((len(entries), len(groups)))
+        # Each header once (an episode asked for twice gets its counts twice, not once and zeros).
+        heads, back = np.unique(np.array([e.head for e in entries], dtype=np.int64), return_inverse=True)
+        ones = np.ones(len(heads), dtype=np.int64)
+        return self.heads.counts_in(heads, groups, ones, list(range(len(heads))))[back]
 
 
 TEXTS = EpisodeTexts()
@@ -283,10 +347,18 @@ class TermMatcher:
     def __init__(self, groups: Sequence[Sequence[str]]) -> None:
         self.groups = [tuple(g) for g in groups]
         self._group_of: dict[str, int] = {}  # word -> its group (-1: none), as met
+        # A word can only match a short form it equals or a long form sharing its first
+        # PREFIX_MIN characters: most words of a text are ruled out by two set lookups.
+        forms = [f for g in self.groups for f in g]
+        self._whole = frozenset(f for f in forms if len(f) < PREFIX_MIN)
+        self._heads = frozenset(f[:PREFIX_MIN] for f in forms if len(f) >= PREFIX_MIN)
 
     def group_of(self, word: str) -> int:
         g = self._group_of.get(word)
         if g is None:
+            if word not in self._whole and word[:PREFIX_MIN] not in self._heads:
+                self._group_of[word] = -1
+                return -1
             g = next(
                 (
                     k

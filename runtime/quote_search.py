@@ -36,7 +36,6 @@ from tiermem.runtime.episode_search import (
     AVG_QUOTE_WORDS,
     _archive_sizes,
     _asked_dates,
-    _bm25,
     _candidate_rows,
     _frequencies,
     _names_in,
@@ -405,6 +404,7 @@ class _Scored:
             "date": human_date(start),
             "at": start,
             "cosine": self.near.get((row[0], p.idx)),
+            "_passage": (self.entries[k], j),
             "hits": frozenset(k for k in range(self.counts.shape[1]) if self.counts[i, k]),
             "boost": self.boosts[k],
         }
@@ -413,12 +413,16 @@ class _Scored:
         p = self.entries[int(self.episode[i])].passages[int(self.local[i])]
         return (-score, self.rows[int(self.episode[i])][4], p.event_id, p.part)
 
-    def dedup_key(self, i: int) -> frozenset[str]:
+    def dedup_key(self, i: int) -> tuple[frozenset[str], tuple[str, ...]]:
+        """Passage `i`'s word set and its prefix for `_distinct`, kept with the prepared episode."""
         entry, j = self.entries[int(self.episode[i])], int(self.local[i])
         key = entry.keys[j]
         if key is None:
             key = entry.keys[j] = _dedup_key(entry.passages[j].text)
-        return key
+        prefix = entry.prefixes[j]
+        if prefix is None:
+            prefix = entry.prefixes[j] = _prefix(key)
+        return key, prefix
 
 
 def _weigh_captions(entries: list[Prepared], firsts: np.ndarray, asked: _Asked, counts: np.ndarray) -> None:
@@ -437,10 +441,11 @@ def _add_notes(
     notes: dict[tuple[str, str], list[Note]],
     asked: _Asked,
     counts: np.ndarray,
-    lengths: np.ndarray,
+    turn_words: np.ndarray,
     says_when: np.ndarray,
 ) -> None:
-    """Notes derived from a turn (absolute dates) are scored as part of it: their words add counts."""
+    """Notes derived from a turn (absolute dates) are scored as part of it: their words add counts
+    (and length, to every passage of the turn: a passage is weighed by its whole turn's words)."""
     noted = {event_id for event_id, _ in notes}
     if not noted:
         return
@@ -452,23 +457,24 @@ def _add_notes(
             if extra:
                 i = int(firsts[k]) + j
                 counts[i] += _term_counts(extra, asked.rx, len(asked.groups))
-                lengths[i] += extra.count(" ")
+                turn_words[int(firsts[k]) + np.flatnonzero(e.quote_of == e.quote_of[j])] += extra.count(" ")
                 says_when[i] |= _SAYS_WHEN.search(extra) is not None
 
 
 def _headers(
-    rows: list[Any], asked: _Asked
-) -> tuple[list[float], list[list[bool]], list[float], list[float]]:
-    """Per candidate: its name and summary's BM25, which groups they hold, its time boost, its importance."""
-    heads, head_seen, boosts, importance = [], [], [], []
-    for row in rows:
-        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
-        head_counts = _term_counts(head_text, asked.rx, len(asked.groups), asked.forms)
-        heads.append(_bm25(head_counts, head_text.count(" ") + 1, asked.weights, avg_len=AVG_HEAD_WORDS))
-        head_seen.append([bool(c) for c in head_counts])
-        boosts.append(_date_boost(row, asked))
-        importance.append(0.01 * int(row[6] or 0))
-    return heads, head_seen, boosts, importance
+    rows: list[Any], entries: list[Prepared], asked: _Asked
+) -> tuple[np.ndarray, np.ndarray, list[float], list[float]]:
+    """Per candidate: its name and summary's BM25, which groups they hold, its time boost, its importance.
+
+    The headers' counts come from the index (prepared with the episode, from
+    the same row the candidate query read), as a pass over their text counts them.
+    """
+    head_counts = TEXTS.head_counts(entries, asked.groups)
+    lengths = np.array([e.head_spaces + 1 for e in entries], dtype=np.float64)
+    heads = bm25_rows(head_counts, lengths, asked.weights, AVG_HEAD_WORDS)
+    boosts = [_date_boost(row, asked) for row in rows]
+    importance = [0.01 * int(row[6] or 0) for row in rows]
+    return heads, head_counts > 0, boosts, importance
 
 
 def _score_passages(
@@ -499,32 +505,29 @@ def _score_passages(
     firsts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     local = np.arange(len(episode), dtype=np.int64) - firsts[episode]
     counts = TEXTS.term_counts(entries, asked.groups, asked.rx)
-    lengths = np.concatenate([e.spaces for e in entries]).astype(np.float64) + 2
+    # Each passage weighed by its whole turn's words (prepared with the episode; notes add to them).
+    turn_words = np.concatenate([e.turn_words for e in entries])
     says_when = np.zeros(len(episode), dtype=bool)
     if asked.asks_when and len(episode):
         says_when = np.concatenate([e.found(_SAYS_WHEN) for e in entries])
     _weigh_captions(entries, firsts, asked, counts)
-    _add_notes(entries, firsts, notes, asked, counts, lengths, says_when)
-    # Each passage weighed by its whole turn's words: the sum over the passages of its quote.
-    quote_base = np.concatenate(([0], np.cumsum([len(e.quotes) for e in entries])[:-1])).astype(np.int64)
-    turn = quote_base[episode] + np.concatenate([e.quote_of for e in entries])
-    turn_words = np.bincount(turn, weights=lengths)[turn]
+    _add_notes(entries, firsts, notes, asked, counts, turn_words, says_when)
     own = bm25_rows(counts, turn_words, weights, AVG_QUOTE_WORDS)
     first = local == 0
     last = local == sizes[episode] - 1
     before = np.where(first, 0.0, np.roll(own, 1))
     after = np.where(last, 0.0, np.roll(own, -1))
     beside = np.maximum(before, after)
-    heads, head_seen, boosts, importance = _headers(rows, asked)
+    heads, head_seen, boosts, importance = _headers(rows, entries, asked)
     hit = counts > 0
-    seen = hit | np.array(head_seen, dtype=bool).reshape(len(rows), n_groups)[episode]
+    seen = hit | head_seen[episode]
     seen[1:] |= hit[:-1] & ~first[1:, None]
     seen[:-1] |= hit[1:] & ~last[:-1, None]
     coverage = np.zeros(len(episode))
     for k, w in enumerate(weights):
         coverage = coverage + np.where(seen[:, k], w, 0.0)
     coverage = coverage / total_weight
-    head = np.array(heads)[episode]
+    head = heads[episode]
     boost = np.array(boosts)[episode]
     scores = (own + NEIGHBOUR_WEIGHT * beside + HEAD_WEIGHT * head) * (COVERAGE_FLOOR + coverage) * boost
     if asked.named:
@@ -564,20 +567,21 @@ def _restated(found: _Scored, weights: list[float]) -> np.ndarray:
     return scores
 
 
-def _best_first(found: _Scored, scores: np.ndarray, enough: int) -> list[int]:
-    """Passages in result order ((-score, date, turn, part)), at least the best `enough` of them.
+def _best_first(found: _Scored, scores: np.ndarray, enough: int) -> list[tuple[int, float]]:
+    """(passage, score) in result order ((-score, date, turn, part)), at least the best `enough`.
 
     Everything scoring at least the `enough`-th best is sorted, so the order
-    of what is returned is exactly that of sorting every passage.
+    of what is returned is exactly that of sorting every passage. Only those
+    passages' scores become Python floats.
     """
     n = len(scores)
     if n > enough:
         floor = np.partition(scores, n - enough)[n - enough]
-        chosen = np.flatnonzero(scores >= floor).tolist()
+        chosen = np.flatnonzero(scores >= floor)
     else:
-        chosen = list(range(n))
-    values = scores.tolist()
-    return sorted(chosen, key=lambda i: found.order_key(i, values[i]))
+        chosen = np.arange(n)
+    pairs = list(zip(chosen.tolist(), scores[chosen].tolist(), strict=True))
+    return sorted(pairs, key=lambda p: found.order_key(p[0], p[1]))
 
 
 def search_quotes(
@@ -639,14 +643,13 @@ def search_quotes(
         scored = _fused([(s, found.item(i)) for i, s in enumerate(found.scores.tolist())], dense)
         _restatements_first(scored, weights)
         scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
-        return _distinct(((s, item, _dedup_key(item["text"])) for s, item in scored), limit)
+        return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit)
     scores = _restated(found, weights)
-    values = scores.tolist()
     enough = 4 * limit + RESTATEMENT_POOL
     while True:
         order = _best_first(found, scores, enough)
-        out = _distinct(((values[i], found.item(i), found.dedup_key(i)) for i in order), limit)
-        if len(out) >= limit or len(order) == len(values):
+        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in order), limit)
+        if len(out) >= limit or len(order) == len(scores):
             return out
         enough *= 4  # many near-duplicates among the best: look further down
 
@@ -665,16 +668,39 @@ def _near_identical(a: frozenset[str], b: frozenset[str]) -> bool:
     return shared >= DUPLICATE_JACCARD * (len(a) + len(b) - shared)
 
 
+def _prefix(key: frozenset[str]) -> tuple[str, ...]:
+    """The words of `key` under which `_distinct` files it: its rarest, as many as near-identity needs.
+
+    Two near-identical sets share a word among their first |set| - ceil(DUPLICATE_JACCARD x |set|) + 1
+    in any one order of words; the prefix here is one word longer, against rounding. The order is
+    fixed for the process (runtime.episode_text), so a passage's prefix is taken once.
+    """
+    return TEXTS.prefix(key, len(key) - int(DUPLICATE_JACCARD * len(key)) + 2)
+
+
+def _anchors(text: str, at: datetime, passage: tuple[Prepared, int] | None) -> list[tuple[str, str]]:
+    """The relative dates of a passage said `at`, resolved (kept with its prepared episode)."""
+    if passage is None:
+        return anchor_relative_dates(text, at)
+    entry, j = passage
+    found = entry.anchors.get((j, at))
+    if found is None:
+        found = entry.anchors[(j, at)] = anchor_relative_dates(text, at)
+    return list(found)
+
+
+def _keyed(text: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    key = _dedup_key(text)
+    return key, _prefix(key)
+
+
 def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
-    """The first `limit` of (score, item, word set) best first, near-identical passages kept once."""
+    """The first `limit` of (score, item, (word set, its `_prefix`)) best first, near-identical passages
+    kept once (only kept sets that share a prefix word are compared)."""
     out: list[dict[str, Any]] = []
     keys: list[frozenset[str]] = []
-    # Kept sets by the words of their prefix (rarest words first, in one order for all): two
-    # near-identical sets share a word among their first |set| - ceil(DUPLICATE_JACCARD x |set|) + 1,
-    # so only kept sets met that way are compared (the prefix here is one word longer, against rounding).
     by_word: dict[str, list[int]] = {}
-    for score, item, key in ranked:
-        prefix = sorted(key, key=TEXTS.rarity)[: len(key) - int(DUPLICATE_JACCARD * len(key)) + 2]
+    for score, item, (key, prefix) in ranked:
         met = {i for w in prefix for i in by_word.get(w, ())}
         if any(_near_identical(key, keys[i]) for i in met):
             continue
@@ -682,8 +708,9 @@ def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
             by_word.setdefault(w, []).append(len(keys))
         keys.append(key)
         at = item.pop("at")
+        passage = item.pop("_passage", None)
         # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
-        item["anchors"] = [] if item["notes"] else anchor_relative_dates(item["text"], at)
+        item["anchors"] = [] if item["notes"] else _anchors(item["text"], at, passage)
         item.pop("boost")
         item.pop("hits")
         item["score"] = round(score, 4)

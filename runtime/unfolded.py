@@ -13,16 +13,16 @@ compression): how many of the query's terms a turn contains (stems matched as
 prefixes, as in episode search), newest first among equals. Only the newest
 `SCAN_LIMIT` unfolded turns are read (newest first along the agent's time
 index), which bounds the cost for an agent that has never been compressed.
-The scan reads only that index; a turn's words are kept sorted (cached per
-turn, its text read once), so a term is found by one binary search instead
-of a pass over every word, and only the results' texts are read.
+The scan reads only that index; the words of the turns met are kept in an
+inverted index (word -> the turns holding it; a turn's text is read once), so
+a query's terms are looked up once each, not once per scanned turn, and only
+the results' texts are read.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
-from bisect import bisect_left
 from typing import Any
 
 from tiermem.runtime.episode_search import query_terms
@@ -30,26 +30,61 @@ from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.visibility import Principal
 
 SCAN_LIMIT = 400
-WORD_CACHE = 20_000  # turns whose sorted words are kept (a few agents' scans)
+WORD_CACHE = 20_000  # turns whose words are kept (a few agents' scans)
+POSTINGS_CACHE = 2_000_000  # (word, turn) pairs kept: long turns fill the index before the turn count does
+PREFIX_MIN = 4  # a term this long matches the words it starts, as in episode search
 _WORD = re.compile(r"[a-z0-9]+")
-# (database file, item id) -> the turn's distinct words, sorted. A turn's text never changes
-# (an erased turn's row is gone, so it is never looked up again).
-_WORDS: dict[tuple[str, str], tuple[str, ...]] = {}
 
 
-def _sorted_words(text: str) -> tuple[str, ...]:
-    return tuple(sorted(set(_WORD.findall(text.lower()))))
+class _TurnWords:
+    """The words of the turns met, per store: word -> the turns holding it.
+
+    A turn's text never changes (an erased turn's row is gone, so it is never
+    looked up again), so a turn is added once. Past either bound everything
+    is dropped and read again as met.
+    """
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.turns: dict[tuple[str, str], int] = {}  # (database, item id) -> turn number
+        self.by_word: dict[tuple[str, str], set[int]] = {}  # (database, word) -> turn numbers
+        self.by_head: dict[tuple[str, str], set[str]] = {}  # (database, first PREFIX_MIN letters) -> words
+        self.postings = 0
+
+    def add(self, conn: sqlite3.Connection, db: str, item_ids: list[str]) -> None:
+        """Index the turns among `item_ids` not met yet (their texts read in one pass)."""
+        missing = [i for i in item_ids if (db, i) not in self.turns]
+        if not missing:
+            return
+        if len(self.turns) + len(missing) > WORD_CACHE or self.postings > POSTINGS_CACHE:
+            self.clear()
+            missing = list(dict.fromkeys(item_ids))
+        for item_id, (message, response) in _texts(conn, missing).items():
+            n = self.turns[(db, item_id)] = len(self.turns)
+            words = set(_WORD.findall(f"{message} {response}".lower()))
+            self.postings += len(words)
+            for word in words:
+                holders = self.by_word.get((db, word))
+                if holders is None:
+                    holders = self.by_word[(db, word)] = set()
+                    if len(word) >= PREFIX_MIN:
+                        self.by_head.setdefault((db, word[:PREFIX_MIN]), set()).add(word)
+                holders.add(n)
+
+    def holding(self, db: str, term: str, among: set[int]) -> set[int]:
+        """The turns `among` holding `term`: a word it starts (four letters or more), else the word."""
+        if len(term) < PREFIX_MIN:
+            return among & self.by_word.get((db, term), set())
+        found: set[int] = set()
+        for word in self.by_head.get((db, term[:PREFIX_MIN]), ()):
+            if word.startswith(term):
+                found |= among & self.by_word[(db, word)]
+        return found
 
 
-def _hits(words: tuple[str, ...], terms: list[str]) -> int:
-    """How many terms the words hold: as in episode search, a term of 4+ letters as a prefix."""
-    n = 0
-    for term in terms:
-        i = bisect_left(words, term)
-        # The first word not before `term` is `term` itself, or the first one it prefixes.
-        if i < len(words) and (words[i].startswith(term) if len(term) >= 4 else words[i] == term):
-            n += 1
-    return n
+_TURNS = _TurnWords()
 
 
 def search_unfolded(
@@ -80,14 +115,19 @@ def search_unfolded(
         " ORDER BY w.ts DESC, w.item_id DESC LIMIT ?",
         (*params, SCAN_LIMIT),
     ).fetchall()
-    words = _turn_words(conn, database_key(conn), [r[3] for r in rows if r[0] not in exclude])
-    scored: list[tuple[int, int, Any]] = []
-    for rank, row in enumerate(rows):
-        if row[0] in exclude:
-            continue
-        hits = _hits(words[row[3]], terms)
-        if hits:
-            scored.append((-hits, rank, row))
+    db = database_key(conn)
+    _TURNS.add(conn, db, [r[3] for r in rows if r[0] not in exclude])
+    numbers = {
+        n: rank
+        for rank, row in enumerate(rows)
+        if row[0] not in exclude and (n := _TURNS.turns.get((db, row[3]))) is not None
+    }
+    among = set(numbers)
+    hits: dict[int, int] = {}
+    for term in terms:
+        for n in _TURNS.holding(db, term, among):
+            hits[n] = hits.get(n, 0) + 1
+    scored = [(-h, numbers[n], rows[numbers[n]]) for n, h in hits.items()]
     scored.sort(key=lambda s: (s[0], s[1]))
     best = scored[:limit]
     texts = _texts(conn, [row[3] for _, _, row in best])
@@ -113,16 +153,4 @@ def _texts(conn: sqlite3.Connection, item_ids: list[str]) -> dict[str, tuple[str
             f"SELECT item_id, user_message, agent_response FROM wm_items WHERE item_id IN ({marks})", chunk
         ):
             out[item_id] = (message or "", response or "")
-    return out
-
-
-def _turn_words(conn: sqlite3.Connection, db: str, item_ids: list[str]) -> dict[str, tuple[str, ...]]:
-    """Each turn's sorted words, from the cache (a turn's text never changes) or read once."""
-    out = {i: _WORDS[(db, i)] for i in item_ids if (db, i) in _WORDS}
-    missing = [i for i in item_ids if i not in out]
-    if missing:
-        if len(_WORDS) + len(missing) > WORD_CACHE:
-            _WORDS.clear()
-        for item_id, (message, response) in _texts(conn, missing).items():
-            out[item_id] = _WORDS[(db, item_id)] = _sorted_words(f"{message} {response}")
     return out

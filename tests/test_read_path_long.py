@@ -22,7 +22,7 @@ import orjson
 import pytest
 from helpers_runtime import append, episode
 from tiermem.runtime import quote_search as qs
-from tiermem.runtime.episode_search import _candidate_rows, _frequencies, _term_counts, search_episodes
+from tiermem.runtime.episode_search import _bm25, _candidate_rows, _frequencies, _term_counts, search_episodes
 from tiermem.runtime.episode_text import EpisodeTexts, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.notes import notes_for
@@ -123,12 +123,12 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         )
         for i in range(30)
     ]
-    rows = [(f"ep{i}", raw.decode()) for i, raw in enumerate(raws)]
+    rows = [(f"ep{i}", raw.decode(), f"Name {i}", _text(rng, 12)) for i, raw in enumerate(raws)]
 
-    class Conn:  # what `prepared` asks of a connection: the quotes of the missing episodes
+    class Conn:  # what `prepared` asks of a connection: quotes, name, summary of the missing episodes
         def execute(self, sql: str, ids: list[str]) -> Any:
             class Cursor:
-                def fetchall(self) -> list[tuple[str, str]]:
+                def fetchall(self) -> list[tuple[str, str, str, str]]:
                     return [r for r in rows if r[0] in ids]
 
             return Cursor()
@@ -148,12 +148,26 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         assert counts.astype(int).tolist() == expected
         matcher = TermMatcher(groups)
         assert [matcher.counts(p.text.lower()) for e in entries for p in e.passages] == expected
+        # The headers (name and summary) are indexed too, every episode's, and counted the same way.
+        heads = [f"{r[2]} {r[3]}".lower() for r in rows]
+        assert texts.head_counts(entries, groups).astype(int).tolist() == [
+            _regex_counts(h, rx, len(groups)) for h in heads
+        ]
+        assert [e.head_spaces for e in entries] == [h.count(" ") for h in heads]
     # A second call reads nothing: every episode is prepared.
     assert texts.prepared(None, "db", ["ep3", "ep1"]) == [entries[3], entries[1]]  # type: ignore[arg-type]
     # An episode read again under another name (deleted, inserted again) is prepared again.
-    rows[3] = ("ep3", orjson.dumps([{"text": "quite different words", "event_id": "x"}]).decode())
+    rows[3] = (
+        "ep3",
+        orjson.dumps([{"text": "quite different words", "event_id": "x"}]).decode(),
+        "renamed",
+        "",
+    )
     again = texts.prepared(Conn(), "db", ["ep3", "ep1"], ["renamed", None])  # type: ignore[arg-type]
     assert again[0].lowered == ["quite different words"] and again[1] is entries[1]
+    assert texts.head_counts(again, [("renamed",), ("name",)]).tolist() == [[1, 0], [0, 1]]
+    twice = [again[1], again[0], again[1]]
+    assert texts.head_counts(twice, [("renamed",), ("name",)]).tolist() == [[0, 1], [1, 0], [0, 1]]
 
 
 def said_counts(text: str, asked: Any, n: int) -> list[float]:
@@ -204,10 +218,10 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
         turn_words: dict[int, int] = {}
         for p, t in zip(passages, texts, strict=True):
             turn_words[p.quote] = turn_words.get(p.quote, 0) + t.count(" ") + 1
-        own = [qs._bm25(c, turn_words[p.quote], weights) for c, p in zip(counts, passages, strict=True)]
+        own = [_bm25(c, turn_words[p.quote], weights) for c, p in zip(counts, passages, strict=True)]
         head_text = f"{row[1] or ''} {row[2] or ''}".lower()
         head_counts = _term_counts(head_text, asked.rx, n)
-        head = qs._bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=qs.AVG_HEAD_WORDS)
+        head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=qs.AVG_HEAD_WORDS)
         start = parse_ts(row[4])
         boost = qs._date_boost(row, asked)
         for i, p in enumerate(passages):
@@ -292,9 +306,27 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
                 source_event_ids=[f"src-{i}"],
             )
         )
-    append(settings, *events)
+    # Date notes on some turns, long (split into passages) and short: their words count with the
+    # turn and lengthen every passage of it.
+    notes: list[dict[str, Any]] = [
+        {
+            "type": "derived_note",
+            "agent_id": "talker",
+            "text": f"last week = {rng.choice(['2 May 2023', 'June 2023', '2022'])}; paint {rng.choice(WORDS)}",
+            "kind": "dates",
+            "speaker": ["Ada", "Talker"][j % 2],
+            "said_ts": "2023-05-09T10:00:00Z",
+            "ts": "2023-05-09T10:00:00Z",
+            "user": "ada",
+            "source_event_ids": [f"t{i}.{j}"],
+        }
+        for i in range(0, 40, 3)
+        for j in (0, 2, 3)
+    ]
+    append(settings, *events, *notes)
     project(settings)
     with open_memory(settings, "talker", user="ada") as m:
+        assert m.conn.execute("SELECT count(*) FROM notes").fetchone()[0] == len(notes)
         yield m
 
 
@@ -332,3 +364,202 @@ def test_episode_search_quotes_come_best_first_from_the_prepared_text(memory: Ag
             )
             assert sorted(q["event_id"] for q in ep["key_quotes"]) == sorted(q["event_id"] for q in stored)
             assert all(isinstance(q["match"], float) or q["match"] == 0 for q in ep["key_quotes"])
+
+
+def test_turn_search_index_finds_what_the_plain_scan_found_across_cache_drops(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inverted index over unfolded turns, also when it is dropped and rebuilt mid-way."""
+    from helpers_runtime import interaction
+    from test_read_path_search import _plain_unfolded
+    from tiermem.runtime import unfolded
+
+    rng = random.Random(7)
+    people = ["ada", "bo"]
+    turns = [
+        interaction(
+            "npc",
+            _text(rng, rng.choice([3, 30])),
+            _text(rng, rng.choice([5, 200])),
+            # Agent-level turns (no user) are in every user's scan, so one scan meets some
+            # turns already indexed and some not.
+            **({"user": people[i % 3]} if i % 3 < 2 else {}),
+            ts=f"2026-04-{1 + i % 28:02d}T10:{i % 60:02d}:00Z",
+        )
+        for i in range(450)
+    ]
+    ids = append(settings, *turns)
+    project(settings)
+    exclude = frozenset(ids[-5:])
+    unfolded._TURNS.clear()
+    # Small bounds: a user's scan (300 turns) after another's overflows the cache, so it is
+    # dropped and everything the scan needs is read again, the turns it had already too.
+    monkeypatch.setattr(unfolded, "WORD_CACHE", 350)
+    with open_memory(settings, "npc") as m:
+        for user in [*people, None, *people]:
+            who = m.principal.as_user(user)
+            for q in ["paint lake", "go made", "café x2", "trail dog budget", "t", "zebra", *QUERIES]:
+                got = unfolded.search_unfolded(m.conn, who, q, None, 5, exclude)
+                assert got == _plain_unfolded(m.conn, who, q, 5, exclude), (user, q)
+        assert len(unfolded._TURNS.turns) <= 350
+    monkeypatch.setattr(unfolded, "POSTINGS_CACHE", 100)  # the word-count bound drops it too
+    with open_memory(settings, "npc") as m:
+        who = m.principal.as_user("ada")
+        for q in ["paint lake", "dawn"]:
+            assert unfolded.search_unfolded(m.conn, who, q, None, 5, exclude) == _plain_unfolded(
+                m.conn, who, q, 5, exclude
+            )
+
+
+def test_near_duplicate_prefixes_kept_with_episodes_follow_one_order_of_words(memory: AgentMemory) -> None:
+    """A passage's prefix is taken once and kept: words met later (by later searches) must not
+    change the order it was taken in, or two near-identical passages could miss each other."""
+    from tiermem.runtime.episode_text import TEXTS
+
+    for query in QUERIES:
+        qs.search_quotes(memory.conn, memory.principal, query, None, 40)
+    kept = [(e.keys[j], p) for e in TEXTS.entries.values() for j, p in enumerate(e.prefixes) if p is not None]
+    assert len(kept) > 40
+    for key, prefix in kept:
+        assert key is not None
+        assert prefix == qs._prefix(key)  # what taking it now gives
+        by_order = sorted(key, key=lambda w: -TEXTS.met[w])
+        assert prefix == tuple(by_order[: len(prefix)])
+        assert len(prefix) == len(key) - int(qs.DUPLICATE_JACCARD * len(key)) + 2 or len(prefix) == len(key)
+
+
+def _reference_episodes(m: AgentMemory, query: str, limit: int) -> list[tuple[str, float, list[Any]]]:
+    """search_episodes' ranking as first written: every candidate's header and quotes from the text."""
+    from tiermem.runtime import episode_search as es
+
+    conn, who = m.conn, m.principal
+    terms = es.query_terms(query)
+    single: dict[str, str] = {}
+    overall = _frequencies(conn, terms, single)
+    cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.participants, e.start_ts, e.end_ts, e.importance"
+    rows = _candidate_rows(
+        conn, who, cols, es.COLUMN_WEIGHTS, terms, overall, None, es.CANDIDATES, limit, single
+    )
+    idf = es._idf(conn, who.agent_id, terms, overall, single)
+    weights = [idf.get(t, 0.0) for t in terms]
+    rx = es._term_matcher(terms) if terms else None
+    months, years = es._asked_dates(query)
+    named = es._names_in(query)
+    scored = []
+    for row in rows:
+        quotes = orjson.loads(row[3] or "[]")
+        q_scores: list[float] = []
+        hits = [False] * len(terms)
+        for q in quotes:
+            text = str(q.get("text", "")).lower()
+            counts = _term_counts(text, rx, len(terms))
+            hits = [h or bool(c) for h, c in zip(hits, counts, strict=True)]
+            s = _bm25(counts, text.count(" ") + 1, weights) if any(counts) else 0
+            speaker = str(q.get("speaker") or "").lower()
+            q_scores.append(s * (es.SPEAKER_BOOST if named and speaker in named else 1.0))
+        head_text = f"{row[1] or ''} {row[2] or ''}".lower()
+        head_counts = _term_counts(head_text, rx, len(terms))
+        head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=es.AVG_HEAD_WORDS)
+        best = sorted(q_scores, reverse=True)
+        seen = [bool(head_counts[k]) or hits[k] for k in range(len(terms))]
+        coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / (sum(weights) or 1.0)
+        score = ((best[0] if best else 0.0) + 0.3 * (best[1] if len(best) > 1 else 0.0) + 0.4 * head) * (
+            0.5 + coverage
+        ) + 0.02 * int(row[7] or 0)
+        if months or years:
+            when = {row[5][:4], row[6][:4]} | {
+                es._MONTHS[int(row[5][5:7]) - 1],
+                es._MONTHS[int(row[6][5:7]) - 1],
+            }
+            score *= 1.0 + 0.5 * len((months | years) & when) / len(months | years)
+        order = sorted(range(len(quotes)), key=lambda i: (-q_scores[i], i))
+        scored.append((score, str(row[0]), [quotes[i]["event_id"] for i in order]))
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    return [(e, round(s, 4), ids) for s, e, ids in scored[:limit]]
+
+
+def test_episode_search_ranks_exactly_as_scoring_every_candidate_from_its_text(memory: AgentMemory) -> None:
+    """Headers and quotes weighed from the prepared index, as from the stored text (the long
+    episodes' passages, every header)."""
+    for query in [*QUERIES, "Talker 3 kitchen", "teal quilt in June"]:
+        for limit in (3, 10):
+            got = [
+                (e["episode_id"], e["score"], [q["event_id"] for q in e["key_quotes"]])
+                for e in search_episodes(memory.conn, memory.principal, query, None, limit)
+            ]
+            assert got == _reference_episodes(memory, query, limit), query
+
+
+def test_section_fitting_counts_what_rendering_the_section_counts() -> None:
+    """`_fit` counts a section's tokens from lengths: the same items as rendering it for each item."""
+    from tiermem.runtime import context as cx
+
+    from tiermem.tokens import count_tokens
+
+    def rendered_fit(name: str, items: list[Any], budget: int) -> list[Any]:
+        kept: list[Any] = []
+        for item in items:
+            if count_tokens(cx._render(name, [*kept, item])) <= budget:
+                kept.append(item)
+        return kept
+
+    rng = random.Random(3)
+    for _ in range(300):
+        name = rng.choice(cx.PROMPT_ORDER)
+        items = [cx.ContextItem(f"i{k}", "x" * rng.randint(0, 90), 1.0) for k in range(rng.randint(0, 12))]
+        budget = rng.randint(0, 200)
+        assert cx._fit(name, items, budget) == rendered_fit(name, items, budget), (name, budget)
+
+
+def test_prepared_episodes_are_dropped_before_looking_when_the_cache_is_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past a bound everything is dropped, then every episode asked for is read again: those
+    prepared before as well as the new ones (none is looked up after the drop and missed)."""
+    from tiermem.runtime import episode_text
+
+    rng = random.Random(2)
+    rows = {
+        f"ep{i}": (
+            f"ep{i}",
+            orjson.dumps([{"text": _text(rng, 400), "event_id": f"e{i}"}]).decode(),
+            f"Name {i}",
+            "summary",
+        )
+        for i in range(6)
+    }
+    read: list[list[str]] = []
+
+    class Conn:
+        def execute(self, sql: str, ids: list[str]) -> Any:
+            read.append(list(ids))
+
+            class Cursor:
+                def fetchall(self) -> list[tuple[str, str, str, str]]:
+                    return [rows[i] for i in ids]
+
+            return Cursor()
+
+    texts = EpisodeTexts()
+    first = texts.prepared(Conn(), "db", ["ep0", "ep1"])  # type: ignore[arg-type]
+    monkeypatch.setattr(episode_text, "MAX_PASSAGES", texts.passages - 1)
+    again = texts.prepared(Conn(), "db", ["ep1", "ep2"])  # type: ignore[arg-type]
+    assert read[-1] == ["ep1", "ep2"]  # ep1 read again: the drop came first
+    assert again[0] is not first[1] and again[0].lowered == first[1].lowered
+    assert texts.head_counts(again, [("name",), ("2",)]).tolist() == [[1, 0], [1, 1]]
+    monkeypatch.setattr(episode_text, "MAX_PASSAGES", 10**6)
+    assert texts.prepared(Conn(), "db", ["ep2", "ep1"]) == [again[1], again[0]]  # type: ignore[arg-type]
+    assert len(read) == 2
+
+
+def test_prompt_data_is_one_line_as_the_pattern_makes_it() -> None:
+    """`as_data` skips the pattern for ASCII text without breaks: the same text as always passing it."""
+    from tiermem.runtime import context as cx
+
+    rng = random.Random(4)
+    pieces = ["word", " ", "<", ">", "é", "\r", "\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029",
+              "\t", "\x1b", "\x1f"]  # fmt: skip
+    for _ in range(2000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        expected = cx._LINE_BREAKS.sub(" ", text).replace("<", "&lt;").replace(">", "&gt;")
+        assert cx.as_data(text) == expected, repr(text)
