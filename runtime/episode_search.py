@@ -32,9 +32,10 @@ from typing import Any, cast
 
 import numpy as np
 import orjson
+from tiermem.runtime import fts_terms
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
-from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window, newest_window
-from tiermem.runtime.hotstore import database_key, item_clause
+from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window
+from tiermem.runtime.hotstore import HotConnection, database_key, item_clause
 from tiermem.runtime.visibility import Principal
 
 from tiermem.dates import MONTHS, human_range
@@ -219,6 +220,89 @@ def _frequencies(conn: Any, terms: list[str], single: dict[str, str] | None = No
     return document_frequencies(conn, "episodes_fts", terms, single=single, version=_archive_version(conn))
 
 
+# The two rankings the searches ask the index for: `search_episodes` weighs the columns,
+# `search_quotes` ranks by plain BM25. One query over a candidate try computes both.
+RANKINGS: tuple[tuple[float, ...] | None, ...] = (COLUMN_WEIGHTS, None)
+
+
+def _rank_sql(weights: tuple[float, ...] | None) -> str:
+    return f"bm25(episodes_fts, {', '.join(str(w) for w in weights)})" if weights else "bm25(episodes_fts)"
+
+
+def _store_state(conn: sqlite3.Connection) -> tuple[int, int]:
+    """What changes whenever the store's content may have: this connection's writes, other connections' commits."""
+    return conn.total_changes, int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+def _visible_matches(
+    conn: sqlite3.Connection, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+) -> tuple[bool, list[tuple[Any, ...]]]:
+    """(newest?, the principal's matches of one candidate try as (rowid, rank per `RANKINGS`)).
+
+    Ranked (newest? False): every visible match, with both BM25 ranks. Newest
+    (the try is windowed and the agent has at least `WINDOW_DOCS` matches):
+    the visible ones among the agent's newest `WINDOW_DOCS` matches, newest
+    first, ranked 0 (fts_terms).
+
+    A recall asks for the same try twice (the episodes, then the remembered
+    turns), and walking the postings of common words is most of its cost, so
+    the answer is kept on the connection until the store changes: the key
+    holds the connection's own change count and SQLite's `data_version`
+    (which moves when another connection commits), so no stale row, and none
+    another principal may see, is ever served.
+    """
+    key = (full, where, tuple(params), windowed, fts_terms.WINDOW_DOCS)
+    memo = getattr(conn, "candidate_memo", None) if isinstance(conn, HotConnection) else None
+    state = _store_state(conn) if isinstance(conn, HotConnection) else None
+    if memo is not None and memo[0] == state and key in memo[1]:
+        found: tuple[bool, list[tuple[Any, ...]]] = memo[1][key]
+        return found
+    # CROSS JOIN: the index's matches drive the loop (without an ORDER BY on the rank, the planner
+    # would otherwise walk all of the agent's episodes and probe the index for each).
+    from_fts = (
+        "FROM episodes_fts CROSS JOIN episodes e ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ?"
+    )
+    found = (False, [])
+    window = fts_terms.WINDOW_DOCS
+    newest = (
+        conn.execute(
+            f"SELECT episodes_fts.rowid, {where} {from_fts} AND e.agent_id = ?"
+            f" ORDER BY episodes_fts.rowid DESC LIMIT {window}",
+            [*params, full, agent_id],
+        ).fetchall()
+        if windowed
+        else []
+    )
+    if len(newest) >= window:
+        found = (True, [(r[0], *(0.0 for _ in RANKINGS)) for r in newest if r[1]])
+    elif not windowed or any(r[1] for r in newest):
+        ranks = ", ".join(_rank_sql(w) for w in RANKINGS)
+        rows = conn.execute(f"SELECT episodes_fts.rowid, {ranks} {from_fts} AND {where}", [full, *params])
+        found = (False, [tuple(r) for r in rows])
+    if state is not None:
+        if memo is None or memo[0] != state:
+            memo = (state, {})
+            conn.candidate_memo = memo  # type: ignore[attr-defined]
+        memo[1][key] = found
+    return found
+
+
+def _rows_at(
+    conn: sqlite3.Connection, cols: str, chosen: list[tuple[Any, ...]], rank: int
+) -> list[tuple[Any, ...]]:
+    """`cols` of the chosen matches, in their order, each with its rank (position `rank`) last."""
+    if not chosen:
+        return []
+    marks = ",".join("?" * len(chosen))
+    by_rowid = {
+        r[0]: tuple(r)[1:]
+        for r in conn.execute(
+            f"SELECT e.rowid, {cols} FROM episodes e WHERE e.rowid IN ({marks})", [c[0] for c in chosen]
+        )
+    }
+    return [(*by_rowid[c[0]], c[rank]) for c in chosen if c[0] in by_rowid]
+
+
 def _candidate_rows(
     conn: sqlite3.Connection,
     who: Principal,
@@ -239,6 +323,7 @@ def _candidate_rows(
     is indexed, also narrows candidates inside the index. When nothing matches
     (or the query has no usable words): the `fallback` most important recent
     episodes instead (among the agent's `FALLBACK_SCAN` newest).
+    `column_weights` is one of `RANKINGS`; ties in rank go to the older episode.
     """
     index = _index(conn)
     if index is not None:
@@ -246,8 +331,6 @@ def _candidate_rows(
             conn, who, cols, column_weights, terms, frequencies, participant, candidates, fallback
         )
         return rows
-    weights = ", ".join(str(w) for w in column_weights or ())
-    rank = f"bm25(episodes_fts, {weights})" if weights else "bm25(episodes_fts)"
     where, params = item_clause(who, "e")
     if participant:
         where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
@@ -255,33 +338,27 @@ def _candidate_rows(
     phrase = _participant_match(participant) if participant else None
     from_fts = "FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid"
     if terms:
-        ranked = f"SELECT {cols}, {rank} AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} ORDER BY rank LIMIT {candidates}"
         # Every term too common, and more matches in the agent's archive than the window:
         # the newest of them, not BM25 over all of them (fts_terms).
-        newest = (
-            f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND episodes_fts.rowid >= ?"
-            f" AND {where} ORDER BY episodes_fts.rowid DESC LIMIT {candidates}"
-        )
         windowed = needs_window(frequencies)
+        rank = 1 + RANKINGS.index(column_weights)
         for match in candidate_matches(frequencies, lambda t: _fts([t], single)):
             full = f"({match}) AND {phrase}" if phrase else match
-            floor = 0
-            if windowed:
-                mine = ("episodes", "c.agent_id = ?", [who.agent_id])
-                floor = newest_window(conn, "episodes_fts", full, owner_filter=mine)
-            if floor:
-                rows = conn.execute(newest, [full, floor, *params]).fetchall()
-            else:
-                rows = conn.execute(ranked, [full, *params]).fetchall()
-            if rows:
-                return rows
+            newest, found = _visible_matches(conn, who.agent_id, where, params, full, windowed)
+            if found:
+                chosen = (
+                    found[:candidates]
+                    if newest
+                    else sorted(found, key=lambda r: (r[rank], r[0]))[:candidates]
+                )
+                return _rows_at(conn, cols, chosen, rank)
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
     if phrase:
         sql = f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} {latest}"
         return conn.execute(sql, [phrase, *params, fallback]).fetchall()
     # The agent's newest episodes (its index, newest first) bound the scan on a large archive.
-    newest = f"SELECT * FROM episodes WHERE agent_id = ? ORDER BY end_ts DESC LIMIT {FALLBACK_SCAN}"
-    sql = f"SELECT {cols}, 0.0 AS rank FROM ({newest}) e WHERE {where} {latest}"
+    newest_sql = f"SELECT * FROM episodes WHERE agent_id = ? ORDER BY end_ts DESC LIMIT {FALLBACK_SCAN}"
+    sql = f"SELECT {cols}, 0.0 AS rank FROM ({newest_sql}) e WHERE {where} {latest}"
     return conn.execute(sql, [who.agent_id, *params, fallback]).fetchall()
 
 

@@ -280,6 +280,8 @@ class HotConnection(sqlite3.Connection):
     """A hot-store connection; carries per-connection caches (erasure targets)."""
 
     erasure_targets: Any = None
+    # The episode search's candidate matches, valid while the store is unchanged (`episode_search`).
+    candidate_memo: Any = None
     database_file: str | None = (
         None  # `database_key`, once asked (a connection's main database never changes)
     )
