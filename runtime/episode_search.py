@@ -28,6 +28,7 @@ import math
 import re
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -234,15 +235,27 @@ def _store_state(conn: sqlite3.Connection) -> tuple[int, int]:
     return conn.total_changes, int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
+@dataclass
+class _Matches:
+    """One candidate try's matches that the principal may see."""
+
+    visible: list[int]  # rowids: newest first when the try is windowed, else in the index's order
+    newest: bool  # only the agent's newest `WINDOW_DOCS` matches were looked at (there are more)
+    ranked: list[tuple[Any, ...]] | None = None  # every visible match as (rowid, rank per RANKINGS)
+
+
 def _visible_matches(
     conn: sqlite3.Connection, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
-) -> tuple[bool, list[tuple[Any, ...]]]:
-    """(newest?, the principal's matches of one candidate try as (rowid, rank per `RANKINGS`)).
+) -> _Matches:
+    """The principal's matches of one candidate try (`full`), ranked unless the try is windowed.
 
-    Ranked (newest? False): every visible match, with both BM25 ranks. Newest
-    (the try is windowed and the agent has at least `WINDOW_DOCS` matches):
-    the visible ones among the agent's newest `WINDOW_DOCS` matches, newest
-    first, ranked 0 (fts_terms).
+    Not windowed: every visible match with both BM25 ranks. Windowed: the
+    agent's newest `WINDOW_DOCS` matches are walked first (newest first, the
+    index stops there); with that many, the visible ones among them are the
+    candidates (`newest`, fts_terms), and with fewer they are all of the
+    visible matches, ranked only when a search wants fewer of them than
+    there are (`_ranked`): BM25 would first count the documents of each of
+    the try's common words, a walk of tens of thousands of postings.
 
     A recall asks for the same try twice (the episodes, then the remembered
     turns), and walking the postings of common words is most of its cost, so
@@ -255,36 +268,56 @@ def _visible_matches(
     memo = getattr(conn, "candidate_memo", None) if isinstance(conn, HotConnection) else None
     state = _store_state(conn) if isinstance(conn, HotConnection) else None
     if memo is not None and memo[0] == state and key in memo[1]:
-        found: tuple[bool, list[tuple[Any, ...]]] = memo[1][key]
-        return found
-    # CROSS JOIN: the index's matches drive the loop (without an ORDER BY on the rank, the planner
-    # would otherwise walk all of the agent's episodes and probe the index for each).
-    from_fts = (
-        "FROM episodes_fts CROSS JOIN episodes e ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ?"
-    )
-    found = (False, [])
-    window = fts_terms.WINDOW_DOCS
-    newest = (
-        conn.execute(
-            f"SELECT episodes_fts.rowid, {where} {from_fts} AND e.agent_id = ?"
+        kept: _Matches = memo[1][key]
+        return kept
+    if windowed:
+        window = fts_terms.WINDOW_DOCS
+        newest = conn.execute(
+            f"SELECT episodes_fts.rowid, {where} {_FROM_FTS} AND e.agent_id = ?"
             f" ORDER BY episodes_fts.rowid DESC LIMIT {window}",
             [*params, full, agent_id],
         ).fetchall()
-        if windowed
-        else []
-    )
-    if len(newest) >= window:
-        found = (True, [(r[0], *(0.0 for _ in RANKINGS)) for r in newest if r[1]])
-    elif not windowed or any(r[1] for r in newest):
-        ranks = ", ".join(_rank_sql(w) for w in RANKINGS)
-        rows = conn.execute(f"SELECT episodes_fts.rowid, {ranks} {from_fts} AND {where}", [full, *params])
-        found = (False, [tuple(r) for r in rows])
+        found = _Matches([r[0] for r in newest if r[1]], newest=len(newest) >= window)
+    else:
+        found = _Matches([], newest=False, ranked=_ranked_rows(conn, where, params, full))
+        found.visible = [r[0] for r in found.ranked or ()]
     if state is not None:
         if memo is None or memo[0] != state:
             memo = (state, {})
             conn.candidate_memo = memo  # type: ignore[attr-defined]
         memo[1][key] = found
     return found
+
+
+# CROSS JOIN: the index's matches drive the loop (without an ORDER BY on the rank, the planner
+# would otherwise walk all of the agent's episodes and probe the index for each).
+_FROM_FTS = (
+    "FROM episodes_fts CROSS JOIN episodes e ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ?"
+)
+
+
+def _ranked_rows(conn: sqlite3.Connection, where: str, params: list[Any], full: str) -> list[tuple[Any, ...]]:
+    ranks = ", ".join(_rank_sql(w) for w in RANKINGS)
+    rows = conn.execute(f"SELECT episodes_fts.rowid, {ranks} {_FROM_FTS} AND {where}", [full, *params])
+    return [tuple(r) for r in rows]
+
+
+def _chosen(
+    conn: sqlite3.Connection,
+    found: _Matches,
+    where: str,
+    params: list[Any],
+    full: str,
+    rank: int,
+    candidates: int,
+) -> list[tuple[Any, ...]]:
+    """The try's best `candidates` as (rowid, ranks...): by rank (ties to the older), or newest first unranked."""
+    if found.newest or (found.ranked is None and len(found.visible) <= candidates):
+        # Newest first, ranked 0: a window's newest matches, or every visible match when all are wanted.
+        return [(r, *(0.0 for _ in RANKINGS)) for r in found.visible[:candidates]]
+    if found.ranked is None:
+        found.ranked = _ranked_rows(conn, where, params, full)
+    return sorted(found.ranked, key=lambda r: (r[rank], r[0]))[:candidates]
 
 
 def _rows_at(
@@ -344,13 +377,9 @@ def _candidate_rows(
         rank = 1 + RANKINGS.index(column_weights)
         for match in candidate_matches(frequencies, lambda t: _fts([t], single)):
             full = f"({match}) AND {phrase}" if phrase else match
-            newest, found = _visible_matches(conn, who.agent_id, where, params, full, windowed)
-            if found:
-                chosen = (
-                    found[:candidates]
-                    if newest
-                    else sorted(found, key=lambda r: (r[rank], r[0]))[:candidates]
-                )
+            found = _visible_matches(conn, who.agent_id, where, params, full, windowed)
+            if found.visible:
+                chosen = _chosen(conn, found, where, params, full, rank, candidates)
                 return _rows_at(conn, cols, chosen, rank)
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
     if phrase:

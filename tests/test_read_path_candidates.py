@@ -5,11 +5,13 @@
 turns), and a window query before each when every term is common. It now asks
 the index once per try for every visible match with both ranks
 (`_visible_matches`, kept on the connection until the store changes) and
-orders them in Python. These tests keep the former implementation as the
-reference and compare every candidate list, rank included, on an archive with
-owners, participants, identical episodes (ties in rank) and, with small caps,
-the windowed tries; and they show that the kept answer is never served once
-the store has changed, nor to another principal.
+orders them in Python; a windowed try whose visible matches all fit is not
+ranked at all (the same rows). These tests keep the former implementation as
+the reference and compare every candidate list, rank included, and every
+search's result on an archive with owners, participants, identical episodes
+(ties in rank) and, with small caps, the windowed tries; and they show that
+the kept answer is never served once the store has changed, nor to another
+principal.
 """
 
 from __future__ import annotations
@@ -170,28 +172,67 @@ def _both(conn: sqlite3.Connection, who: Principal, query: str, participant: str
     return out
 
 
-@pytest.mark.parametrize("caps", [(None, None), (40, 30), (5, 12)])
-def test_the_shared_query_gives_the_former_candidates(
-    memory: AgentMemory, monkeypatch: pytest.MonkeyPatch, caps: tuple[int | None, int | None]
-) -> None:
-    cap, window = caps
+CAPS = [(None, None), (40, 30), (5, 12)]
+
+
+def _caps(monkeypatch: pytest.MonkeyPatch, cap: int | None, window: int | None) -> None:
     if cap is not None:
         monkeypatch.setattr(fts_terms, "CANDIDATE_DOC_CAP", cap)
     if window is not None:
         monkeypatch.setattr(fts_terms, "WINDOW_DOCS", window)
-    compared = ties = 0
+
+
+@pytest.mark.parametrize("caps", CAPS)
+def test_the_shared_query_gives_the_former_candidates(
+    memory: AgentMemory, monkeypatch: pytest.MonkeyPatch, caps: tuple[int | None, int | None]
+) -> None:
+    _caps(monkeypatch, *caps)
+    compared = ties = unranked = 0
     for user in (None, *PEOPLE):
         who = memory.principal.as_user(user) if user else memory.principal
         for query in QUERIES:
             for participant in (None, "bob"):
                 for new, old in _both(memory.conn, who, query, participant):
-                    assert new == old, (user, query, participant)
                     compared += bool(new)
+                    if new != old:
+                        # A windowed try whose visible matches all fit: the same rows, not ranked.
+                        assert all(r[-1] == 0.0 for r in new), (user, query, participant)
+                        assert sorted(r[:-1] for r in new) == sorted(r[:-1] for r in old)
+                        unranked += 1
+                        continue
                     ranks = [r[-1] for r in new]
                     ties += len(ranks) - len(set(ranks))
     assert compared > 100
-    if cap is None:
-        assert ties > 0  # identical episodes rank equally: the order among them is the former one
+    if caps[0] is None:
+        assert ties > 0 and unranked == 0  # identical episodes rank equally, in the former order
+    if caps[0] == 5:
+        assert unranked > 0
+
+
+def _searches(m: AgentMemory) -> list[Any]:
+    out: list[Any] = []
+    for user in (None, *PEOPLE):
+        who = m.principal.as_user(user) if user else m.principal
+        for q in QUERIES:
+            for participant in (None, "bob"):
+                out.append(episode_search.search_episodes(m.conn, who, q, participant, 5))
+                out.append(quote_search.search_quotes(m.conn, who, q, participant, 40))
+                out.append(quote_search.recall_lines(m.conn, who, q, participant, 300))
+    return out
+
+
+@pytest.mark.parametrize("caps", CAPS)
+def test_the_searches_return_what_they_did(
+    memory: AgentMemory, monkeypatch: pytest.MonkeyPatch, caps: tuple[int | None, int | None]
+) -> None:
+    _caps(monkeypatch, *caps)
+    new = _searches(memory)
+    with monkeypatch.context() as patch:
+        patch.setattr(episode_search, "_candidate_rows", _former_candidate_rows)
+        patch.setattr(quote_search, "_candidate_rows", _former_candidate_rows)
+        old = _searches(memory)
+    assert new == old
+    assert sum(1 for r in new if r) > len(new) // 2
 
 
 def test_the_kept_matches_follow_the_store(memory: AgentMemory, settings: Settings) -> None:
