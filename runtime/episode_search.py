@@ -27,9 +27,9 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import orjson
@@ -224,6 +224,7 @@ def _frequencies(conn: Any, terms: list[str], single: dict[str, str] | None = No
 # The two rankings the searches ask the index for: `search_episodes` weighs the columns,
 # `search_quotes` ranks by plain BM25. One query over a candidate try computes both.
 RANKINGS: tuple[tuple[float, ...] | None, ...] = (COLUMN_WEIGHTS, None)
+_T = TypeVar("_T")
 
 
 def _rank_sql(weights: tuple[float, ...] | None) -> str:
@@ -254,7 +255,7 @@ def _visible_matches(
     index stops there); with that many, the visible ones among them are the
     candidates (`newest`, fts_terms), and with fewer they are all of the
     visible matches, ranked only when a search wants fewer of them than
-    there are (`_ranked`): BM25 would first count the documents of each of
+    there are (`_chosen`): BM25 would first count the documents of each of
     the try's common words, a walk of tens of thousands of postings.
 
     A recall asks for the same try twice (the episodes, then the remembered
@@ -264,12 +265,13 @@ def _visible_matches(
     (which moves when another connection commits), so no stale row, and none
     another principal may see, is ever served.
     """
-    key = (full, where, tuple(params), windowed, fts_terms.WINDOW_DOCS)
-    memo = getattr(conn, "candidate_memo", None) if isinstance(conn, HotConnection) else None
-    state = _store_state(conn) if isinstance(conn, HotConnection) else None
-    if memo is not None and memo[0] == state and key in memo[1]:
-        kept: _Matches = memo[1][key]
-        return kept
+    key = ("try", full, where, tuple(params), windowed, fts_terms.WINDOW_DOCS)
+    return _kept(conn, key, lambda: _walk(conn, agent_id, where, params, full, windowed))
+
+
+def _walk(
+    conn: sqlite3.Connection, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+) -> _Matches:
     if windowed:
         window = fts_terms.WINDOW_DOCS
         newest = conn.execute(
@@ -277,15 +279,25 @@ def _visible_matches(
             f" ORDER BY episodes_fts.rowid DESC LIMIT {window}",
             [*params, full, agent_id],
         ).fetchall()
-        found = _Matches([r[0] for r in newest if r[1]], newest=len(newest) >= window)
-    else:
-        found = _Matches([], newest=False, ranked=_ranked_rows(conn, where, params, full))
-        found.visible = [r[0] for r in found.ranked or ()]
-    if state is not None:
-        if memo is None or memo[0] != state:
-            memo = (state, {})
-            conn.candidate_memo = memo  # type: ignore[attr-defined]
-        memo[1][key] = found
+        return _Matches([r[0] for r in newest if r[1]], newest=len(newest) >= window)
+    ranked = _ranked_rows(conn, where, params, full)
+    return _Matches([r[0] for r in ranked], newest=False, ranked=ranked)
+
+
+MEMO_ENTRIES = 64  # a connection that only reads keeps at most this many answers
+
+
+def _kept(conn: sqlite3.Connection, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
+    """`compute()`, kept on the connection while the store is unchanged (`_store_state`)."""
+    if not isinstance(conn, HotConnection):
+        return compute()
+    state = _store_state(conn)  # taken before the read: a change during it is a change after it
+    memo = conn.candidate_memo
+    if memo is None or memo[0] != state or len(memo[1]) >= MEMO_ENTRIES:
+        memo = conn.candidate_memo = (state, {})
+    if key not in memo[1]:
+        memo[1][key] = compute()
+    found: _T = memo[1][key]
     return found
 
 
@@ -385,10 +397,16 @@ def _candidate_rows(
     if phrase:
         sql = f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} {latest}"
         return conn.execute(sql, [phrase, *params, fallback]).fetchall()
-    # The agent's newest episodes (its index, newest first) bound the scan on a large archive.
-    newest_sql = f"SELECT * FROM episodes WHERE agent_id = ? ORDER BY end_ts DESC LIMIT {FALLBACK_SCAN}"
-    sql = f"SELECT {cols}, 0.0 AS rank FROM ({newest_sql}) e WHERE {where} {latest}"
-    return conn.execute(sql, [who.agent_id, *params, fallback]).fetchall()
+    # The agent's newest episodes (its index, newest first) bound the scan on a large archive;
+    # both searches of a recall fall back alike, so the choice is kept as the tries' matches are.
+    newest_sql = (
+        f"SELECT rowid AS rid, * FROM episodes WHERE agent_id = ? ORDER BY end_ts DESC LIMIT {FALLBACK_SCAN}"
+    )
+    sql = f"SELECT e.rid FROM ({newest_sql}) e WHERE {where} {latest}"
+    args = [who.agent_id, *params, fallback]
+    key = ("fallback", where, tuple(params), fallback, FALLBACK_SCAN)
+    rowids = _kept(conn, key, lambda: [r[0] for r in conn.execute(sql, args)])
+    return _rows_at(conn, cols, [(r, 0.0) for r in rowids], 1)
 
 
 def bm25_rows(counts: np.ndarray, lengths: np.ndarray, weights: list[float], avg_len: float) -> np.ndarray:
