@@ -12,7 +12,8 @@ by the first run of each side (bench_read_paths builds what is missing).
 Parts alternate base, head, base, head... so both see the same machine load;
 every line gives CPU and wall percentiles and the load average, as
 bench_read_paths measures them. Writes bench/results/read_paths_ab.json (or --out);
-with several --episodes sizes, the recall part keeps one entry per size.
+with several --episodes sizes, the recall part keeps one entry per size and
+its curves go to the same name with .png.
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n-long", type=int, default=10)
     p.add_argument("--parts", default="recall,context,long")
     p.add_argument("--episodes", default="100000", help="recall: archive sizes")
-    p.add_argument("--out", default="read_paths_ab.json", help="file name under bench/results")
+    p.add_argument(
+        "--out", default="read_paths_ab.json", help="file name under bench/results (a .png beside)"
+    )
     args = p.parse_args(argv)
     root = Path(args.root)
     out: dict[str, Any] = {"base": args.base, "rounds": []}
@@ -99,7 +102,50 @@ def main(argv: list[str] | None = None) -> int:
                     )
             out["rounds"].append(got)
     (HERE / "results" / args.out).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    if len(args.episodes.split(",")) > 1 and "recall" in args.parts.split(","):
+        plot_recall(out, HERE / "results" / Path(args.out).with_suffix(".png").name)
     return 0
+
+
+def plot_recall(out: dict[str, Any], path: Path) -> None:
+    """recall_memory CPU p99 vs archive size, base and head of every round, with the raw FTS5 query."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r, got in enumerate(out["rounds"]):
+        for side, style in (("base", "o--"), ("head", "o-")):
+            rows = got["recall"][side]
+            xs = [row["episodes"] for row in rows]
+            label = f"{side} ({out['base']})" if side == "base" else "head"
+            ax.plot(
+                xs,
+                [row["recall_memory_tool"]["cpu_p99_ms"] for row in rows],
+                style,
+                color=f"C{r}",
+                label=f"recall_memory, {label}, round {r + 1}",
+            )
+        raw = got["recall"]["head"]
+        ax.plot(
+            [row["episodes"] for row in raw],
+            [row["raw_fts"]["cpu_p99_ms"] for row in raw],
+            "x:",
+            color=f"C{r}",
+            label=f"raw FTS5 query, round {r + 1}",
+        )
+    ax.axhline(10, color="red", lw=0.8, ls=":", label="target 10 ms")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="episodes in the store",
+        ylabel="CPU p99, ms",
+        title="recall_memory (tool) vs archive size, interleaved A/B",
+    )
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
