@@ -1,6 +1,8 @@
 """Read paths before/after in one run: a base commit and the working tree, interleaved.
 
     .venv/bin/python bench/read_paths_ab.py --base af9155c --root /tmp/read_paths_ab --rounds 2
+    .venv/bin/python bench/read_paths_ab.py --base main --root /tmp/read_paths_ab --parts recall \
+        --episodes 1000,10000,100000 --out read_paths_ab_recall.json
 
 The base commit is exported (git archive) next to --root and run with the same
 virtualenv, its packages mapped the way the editable install maps this tree's.
@@ -9,7 +11,9 @@ schema version would be rebuilt on open): --root/base and --root/head, built
 by the first run of each side (bench_read_paths builds what is missing).
 Parts alternate base, head, base, head... so both see the same machine load;
 every line gives CPU and wall percentiles and the load average, as
-bench_read_paths measures them. Writes bench/results/read_paths_ab.json.
+bench_read_paths measures them. Writes bench/results/read_paths_ab.json (or --out);
+with several --episodes sizes, the recall part keeps one entry per size and
+its curves go to the same name with .png.
 """
 
 from __future__ import annotations
@@ -70,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=200)
     p.add_argument("--n-long", type=int, default=10)
     p.add_argument("--parts", default="recall,context,long")
+    p.add_argument("--episodes", default="100000", help="recall: archive sizes")
+    p.add_argument(
+        "--out", default="read_paths_ab.json", help="file name under bench/results (a .png beside)"
+    )
     args = p.parse_args(argv)
     root = Path(args.root)
     out: dict[str, Any] = {"base": args.base, "rounds": []}
@@ -83,15 +91,61 @@ def main(argv: list[str] | None = None) -> int:
             got: dict[str, Any] = {}
             for part in args.parts.split(","):
                 extra = [*PARTS[part], "--n", str(args.n), "--n-long", str(args.n_long)]
+                if part == "recall":
+                    extra[extra.index("--episodes") + 1] = args.episodes
                 for side in ("base", "head"):
                     print(f"round {r + 1}, {part}, {side}", flush=True)
                     saved = run(side, benches[side], root / side, extra, package if side == "base" else None)
+                    several = isinstance(saved[part], list) and len(saved[part]) > 1
                     got.setdefault(part, {})[side] = (
-                        saved[part][0] if isinstance(saved[part], list) else saved[part]
+                        saved[part][0] if isinstance(saved[part], list) and not several else saved[part]
                     )
             out["rounds"].append(got)
-    (HERE / "results" / "read_paths_ab.json").write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    (HERE / "results" / args.out).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    if len(args.episodes.split(",")) > 1 and "recall" in args.parts.split(","):
+        plot_recall(out, HERE / "results" / Path(args.out).with_suffix(".png").name)
     return 0
+
+
+def plot_recall(out: dict[str, Any], path: Path) -> None:
+    """recall_memory CPU p99 vs archive size, base and head of every round, with the raw FTS5 query."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r, got in enumerate(out["rounds"]):
+        for side, style in (("base", "o--"), ("head", "o-")):
+            rows = got["recall"][side]
+            xs = [row["episodes"] for row in rows]
+            label = f"{side} ({out['base']})" if side == "base" else "head"
+            ax.plot(
+                xs,
+                [row["recall_memory_tool"]["cpu_p99_ms"] for row in rows],
+                style,
+                color=f"C{r}",
+                label=f"recall_memory, {label}, round {r + 1}",
+            )
+        raw = got["recall"]["head"]
+        ax.plot(
+            [row["episodes"] for row in raw],
+            [row["raw_fts"]["cpu_p99_ms"] for row in raw],
+            "x:",
+            color=f"C{r}",
+            label=f"raw FTS5 query, round {r + 1}",
+        )
+    ax.axhline(10, color="red", lw=0.8, ls=":", label="target 10 ms")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="episodes in the store",
+        ylabel="CPU p99, ms",
+        title="recall_memory (tool) vs archive size, interleaved A/B",
+    )
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -27,14 +27,16 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import orjson
+from tiermem.runtime import fts_terms
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
-from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window, newest_window
-from tiermem.runtime.hotstore import database_key, item_clause
+from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window
+from tiermem.runtime.hotstore import HotConnection, database_key, item_clause
 from tiermem.runtime.visibility import Principal
 
 from tiermem.dates import MONTHS, human_range
@@ -219,6 +221,133 @@ def _frequencies(conn: Any, terms: list[str], single: dict[str, str] | None = No
     return document_frequencies(conn, "episodes_fts", terms, single=single, version=_archive_version(conn))
 
 
+# The two rankings the searches ask the index for: `search_episodes` weighs the columns,
+# `search_quotes` ranks by plain BM25. One query over a candidate try computes both.
+RANKINGS: tuple[tuple[float, ...] | None, ...] = (COLUMN_WEIGHTS, None)
+_T = TypeVar("_T")
+
+
+def _rank_sql(weights: tuple[float, ...] | None) -> str:
+    return f"bm25(episodes_fts, {', '.join(str(w) for w in weights)})" if weights else "bm25(episodes_fts)"
+
+
+def _store_state(conn: sqlite3.Connection) -> tuple[int, int]:
+    """What changes whenever the store's content may have: this connection's writes, other connections' commits."""
+    return conn.total_changes, int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+@dataclass
+class _Matches:
+    """One candidate try's matches that the principal may see."""
+
+    visible: list[int]  # rowids: newest first when the try is windowed, else in the index's order
+    newest: bool  # only the agent's newest `WINDOW_DOCS` matches were looked at (there are more)
+    ranked: list[tuple[Any, ...]] | None = None  # every visible match as (rowid, rank per RANKINGS)
+
+
+def _visible_matches(
+    conn: sqlite3.Connection, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+) -> _Matches:
+    """The principal's matches of one candidate try (`full`), ranked unless the try is windowed.
+
+    Not windowed: every visible match with both BM25 ranks. Windowed: the
+    agent's newest `WINDOW_DOCS` matches are walked first (newest first, the
+    index stops there); with that many, the visible ones among them are the
+    candidates (`newest`, fts_terms), and with fewer they are all of the
+    visible matches, ranked only when a search wants fewer of them than
+    there are (`_chosen`): BM25 would first count the documents of each of
+    the try's common words, a walk of tens of thousands of postings.
+
+    A recall asks for the same try twice (the episodes, then the remembered
+    turns), and walking the postings of common words is most of its cost, so
+    the answer is kept on the connection until the store changes: the key
+    holds the connection's own change count and SQLite's `data_version`
+    (which moves when another connection commits), so no stale row, and none
+    another principal may see, is ever served.
+    """
+    key = ("try", full, where, tuple(params), windowed, fts_terms.WINDOW_DOCS)
+    return _kept(conn, key, lambda: _walk(conn, agent_id, where, params, full, windowed))
+
+
+def _walk(
+    conn: sqlite3.Connection, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+) -> _Matches:
+    if windowed:
+        window = fts_terms.WINDOW_DOCS
+        newest = conn.execute(
+            f"SELECT episodes_fts.rowid, {where} {_FROM_FTS} AND e.agent_id = ?"
+            f" ORDER BY episodes_fts.rowid DESC LIMIT {window}",
+            [*params, full, agent_id],
+        ).fetchall()
+        return _Matches([r[0] for r in newest if r[1]], newest=len(newest) >= window)
+    ranked = _ranked_rows(conn, where, params, full)
+    return _Matches([r[0] for r in ranked], newest=False, ranked=ranked)
+
+
+MEMO_ENTRIES = 64  # a connection that only reads keeps at most this many answers
+
+
+def _kept(conn: sqlite3.Connection, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
+    """`compute()`, kept on the connection while the store is unchanged (`_store_state`)."""
+    if not isinstance(conn, HotConnection):
+        return compute()
+    state = _store_state(conn)  # taken before the read: a change during it is a change after it
+    memo = conn.candidate_memo
+    if memo is None or memo[0] != state or len(memo[1]) >= MEMO_ENTRIES:
+        memo = conn.candidate_memo = (state, {})
+    if key not in memo[1]:
+        memo[1][key] = compute()
+    found: _T = memo[1][key]
+    return found
+
+
+# CROSS JOIN: the index's matches drive the loop (without an ORDER BY on the rank, the planner
+# would otherwise walk all of the agent's episodes and probe the index for each).
+_FROM_FTS = (
+    "FROM episodes_fts CROSS JOIN episodes e ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ?"
+)
+
+
+def _ranked_rows(conn: sqlite3.Connection, where: str, params: list[Any], full: str) -> list[tuple[Any, ...]]:
+    ranks = ", ".join(_rank_sql(w) for w in RANKINGS)
+    rows = conn.execute(f"SELECT episodes_fts.rowid, {ranks} {_FROM_FTS} AND {where}", [full, *params])
+    return [tuple(r) for r in rows]
+
+
+def _chosen(
+    conn: sqlite3.Connection,
+    found: _Matches,
+    where: str,
+    params: list[Any],
+    full: str,
+    rank: int,
+    candidates: int,
+) -> list[tuple[Any, ...]]:
+    """The try's best `candidates` as (rowid, ranks...): by rank (ties to the older), or newest first unranked."""
+    if found.newest or (found.ranked is None and len(found.visible) <= candidates):
+        # Newest first, ranked 0: a window's newest matches, or every visible match when all are wanted.
+        return [(r, *(0.0 for _ in RANKINGS)) for r in found.visible[:candidates]]
+    if found.ranked is None:
+        found.ranked = _ranked_rows(conn, where, params, full)
+    return sorted(found.ranked, key=lambda r: (r[rank], r[0]))[:candidates]
+
+
+def _rows_at(
+    conn: sqlite3.Connection, cols: str, chosen: list[tuple[Any, ...]], rank: int
+) -> list[tuple[Any, ...]]:
+    """`cols` of the chosen matches, in their order, each with its rank (position `rank`) last."""
+    if not chosen:
+        return []
+    marks = ",".join("?" * len(chosen))
+    by_rowid = {
+        r[0]: tuple(r)[1:]
+        for r in conn.execute(
+            f"SELECT e.rowid, {cols} FROM episodes e WHERE e.rowid IN ({marks})", [c[0] for c in chosen]
+        )
+    }
+    return [(*by_rowid[c[0]], c[rank]) for c in chosen if c[0] in by_rowid]
+
+
 def _candidate_rows(
     conn: sqlite3.Connection,
     who: Principal,
@@ -239,6 +368,7 @@ def _candidate_rows(
     is indexed, also narrows candidates inside the index. When nothing matches
     (or the query has no usable words): the `fallback` most important recent
     episodes instead (among the agent's `FALLBACK_SCAN` newest).
+    `column_weights` is one of `RANKINGS`; ties in rank go to the older episode.
     """
     index = _index(conn)
     if index is not None:
@@ -246,8 +376,6 @@ def _candidate_rows(
             conn, who, cols, column_weights, terms, frequencies, participant, candidates, fallback
         )
         return rows
-    weights = ", ".join(str(w) for w in column_weights or ())
-    rank = f"bm25(episodes_fts, {weights})" if weights else "bm25(episodes_fts)"
     where, params = item_clause(who, "e")
     if participant:
         where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
@@ -255,34 +383,30 @@ def _candidate_rows(
     phrase = _participant_match(participant) if participant else None
     from_fts = "FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid"
     if terms:
-        ranked = f"SELECT {cols}, {rank} AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} ORDER BY rank LIMIT {candidates}"
         # Every term too common, and more matches in the agent's archive than the window:
         # the newest of them, not BM25 over all of them (fts_terms).
-        newest = (
-            f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND episodes_fts.rowid >= ?"
-            f" AND {where} ORDER BY episodes_fts.rowid DESC LIMIT {candidates}"
-        )
         windowed = needs_window(frequencies)
+        rank = 1 + RANKINGS.index(column_weights)
         for match in candidate_matches(frequencies, lambda t: _fts([t], single)):
             full = f"({match}) AND {phrase}" if phrase else match
-            floor = 0
-            if windowed:
-                mine = ("episodes", "c.agent_id = ?", [who.agent_id])
-                floor = newest_window(conn, "episodes_fts", full, owner_filter=mine)
-            if floor:
-                rows = conn.execute(newest, [full, floor, *params]).fetchall()
-            else:
-                rows = conn.execute(ranked, [full, *params]).fetchall()
-            if rows:
-                return rows
+            found = _visible_matches(conn, who.agent_id, where, params, full, windowed)
+            if found.visible:
+                chosen = _chosen(conn, found, where, params, full, rank, candidates)
+                return _rows_at(conn, cols, chosen, rank)
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
     if phrase:
         sql = f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} {latest}"
         return conn.execute(sql, [phrase, *params, fallback]).fetchall()
-    # The agent's newest episodes (its index, newest first) bound the scan on a large archive.
-    newest = f"SELECT * FROM episodes WHERE agent_id = ? ORDER BY end_ts DESC LIMIT {FALLBACK_SCAN}"
-    sql = f"SELECT {cols}, 0.0 AS rank FROM ({newest}) e WHERE {where} {latest}"
-    return conn.execute(sql, [who.agent_id, *params, fallback]).fetchall()
+    # The agent's newest episodes (its index, newest first) bound the scan on a large archive;
+    # both searches of a recall fall back alike, so the choice is kept as the tries' matches are.
+    newest_sql = (
+        f"SELECT rowid AS rid, * FROM episodes WHERE agent_id = ? ORDER BY end_ts DESC LIMIT {FALLBACK_SCAN}"
+    )
+    sql = f"SELECT e.rid FROM ({newest_sql}) e WHERE {where} {latest}"
+    args = [who.agent_id, *params, fallback]
+    key = ("fallback", where, tuple(params), fallback, FALLBACK_SCAN)
+    rowids = _kept(conn, key, lambda: [r[0] for r in conn.execute(sql, args)])
+    return _rows_at(conn, cols, [(r, 0.0) for r in rowids], 1)
 
 
 def bm25_rows(counts: np.ndarray, lengths: np.ndarray, weights: list[float], avg_len: float) -> np.ndarray:

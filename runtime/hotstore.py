@@ -38,6 +38,11 @@ from tiermem.settings import Settings
 # 5: an episode's long columns (key quotes, source ids) stored last
 SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 30_000
+# SQLite's own page cache per connection, in KiB (its default is 2 MB). A recall checks who may see
+# each of up to ~1,500 matches by reading its episode row: from this cache that costs about a
+# third of reading the page again through the OS (measured at 100k episodes: the candidate query
+# 1.8-2.1 -> 1.2-1.5 ms at p50). Pages are taken only as they are read, so a small store stays small.
+CACHE_KIB = 65_536
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -280,6 +285,8 @@ class HotConnection(sqlite3.Connection):
     """A hot-store connection; carries per-connection caches (erasure targets)."""
 
     erasure_targets: Any = None
+    # The episode search's candidate matches, valid while the store is unchanged (`episode_search`).
+    candidate_memo: Any = None
     database_file: str | None = (
         None  # `database_key`, once asked (a connection's main database never changes)
     )
@@ -317,6 +324,7 @@ def connect(path: Path | str, *, create: bool = True) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA secure_delete=ON")
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
     # The hot store is rebuildable from the log, so NORMAL (no fsync per commit in WAL) is enough.
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=OFF")

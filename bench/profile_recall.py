@@ -1,0 +1,133 @@
+"""Where a `recall_memory` call spends its CPU: per-stage timers (and optionally cProfile).
+
+    .venv/bin/python bench/profile_recall.py --root /tmp/read_paths_recall --episodes 100000
+    .venv/bin/python bench/profile_recall.py --root /tmp/read_paths_recall --episodes 100000 --cprofile
+
+Reads the store `bench_read_paths.py --only recall` builds under --root (run
+that first), asks the same questions in the same way (one agent, the user
+changing per call among the episodes' participants), and times each stage of
+the tool with the process's CPU clock: the two searches, their candidate
+queries, the search over turns no episode covers, the quote scoring, the
+rendering and the `retrieval` event. Also counts the garbage collector's
+pauses (a full collection lands on whichever call triggers it), and lists the
+slowest calls with their stages. Prints a table; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import os
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_runtime as br
+from tiermem.runtime import episode_search, quote_search, store_reads
+from tiermem.runtime.memory import AgentMemory, open_memory
+from tiermem.runtime.tools import call_tool
+
+from tiermem.settings import resolve_settings
+
+
+def _timed(stages: dict[str, list[float]], owner: Any, name: str, label: str) -> None:
+    """Replace `owner.name` by a wrapper adding each call's CPU time (ms) to `stages[label]`."""
+    fn: Callable[..., Any] = getattr(owner, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        c0 = time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            stages.setdefault(label, []).append((time.process_time() - c0) * 1000)
+
+    setattr(owner, name, wrapper)
+
+
+def _instrument(m: AgentMemory, stages: dict[str, list[float]]) -> None:
+    _timed(stages, store_reads.episode_search, "search_episodes", "search_episodes")
+    _timed(stages, episode_search, "_candidate_rows", "  episodes: candidate query")
+    _timed(stages, store_reads.unfolded, "search_unfolded", "search over unfolded turns")
+    _timed(stages, store_reads.quote_search, "recall_lines", "recall_lines (quote search)")
+    _timed(stages, quote_search, "_candidate_rows", "  quotes: candidate query")
+    _timed(stages, quote_search, "_score_passages", "  quotes: passage scoring")
+    _timed(stages, quote_search, "render_quote_block", "  quotes: rendering")
+    _timed(stages, m, "record_retrieval", "retrieval event (log + hot store)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", required=True, help="the --root of bench_read_paths.py")
+    p.add_argument("--episodes", type=int, default=100_000)
+    p.add_argument("--n", type=int, default=500, help="timed calls")
+    p.add_argument("--cprofile", action="store_true", help="cProfile the calls instead of timing stages")
+    args = p.parse_args(argv)
+    path = Path(args.root) / f"recall{args.episodes}"
+    if not (path / "hot").exists():
+        p.error(f"no store at {path}: run bench_read_paths.py --root {args.root} --only recall first")
+    settings = resolve_settings(data_dir=path, env={}, fsync="none")
+    queries = [br.words(3) for _ in range(256)]  # the questions bench_read_paths asks of a built store
+    with open_memory(settings, "npc") as m:
+
+        def call(i: int) -> None:
+            m.user = br.PEOPLE[i % 200]
+            call_tool(m, "recall_memory", {"query": queries[i % 256]})
+
+        for i in range(10):
+            call(i)
+        if args.cprofile:
+            prof = cProfile.Profile()
+            prof.enable()
+            for i in range(args.n):
+                call(i)
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+            return 0
+        stages: dict[str, list[float]] = {}
+        _instrument(m, stages)
+        pauses: list[tuple[int, float]] = []
+        started = [0.0]
+
+        def on_gc(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                started[0] = time.process_time()
+            else:
+                pauses.append((info["generation"], (time.process_time() - started[0]) * 1000))
+
+        gc.callbacks.append(on_gc)
+        total = []
+        for i in range(args.n):
+            c0 = time.process_time()
+            call(i)
+            total.append((time.process_time() - c0) * 1000)
+        gc.callbacks.remove(on_gc)
+    print(f"recall_memory at {args.episodes:,} episodes, {args.n} calls, load {os.getloadavg()[0]:.1f}")
+    print(f"{'stage (CPU ms per call)':40s} {'p50':>7s} {'p99':>7s} {'mean':>7s}")
+    print(
+        f"{'the whole tool':40s} {br.pct(total, 0.5):7.2f} {br.pct(total, 0.99):7.2f} {sum(total) / args.n:7.2f}"
+    )
+    for label, times in stages.items():
+        per_call = times if len(times) == args.n else [sum(times) / args.n]
+        print(
+            f"{label:40s} {br.pct(per_call, 0.5):7.2f} {br.pct(per_call, 0.99):7.2f} {sum(times) / args.n:7.2f}"
+        )
+    full = [t for g, t in pauses if g == 2]
+    print(f"garbage collector: {len(pauses)} pauses, full collections {[round(t, 1) for t in full]} ms")
+    print("slowest calls:")
+    for i in sorted(range(args.n), key=lambda i: -total[i])[:5]:
+        parts = ", ".join(
+            f"{label.strip()} {times[i]:.1f}"
+            for label, times in stages.items()
+            if len(times) == args.n and times[i] >= 0.5
+        )
+        print(f"  {total[i]:6.2f} ms {queries[i % 256]!r}: {parts}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
