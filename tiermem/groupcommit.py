@@ -126,22 +126,36 @@ def forget_synced(path: Path) -> None:
         os.close(fd)  # releases the lock
 
 
-@dataclass(eq=False)
 class GroupRequest:
-    """One caller's events, waiting for a leader to write them and for their bytes to be durable."""
+    """One caller's events, waiting for a leader to write them and for their bytes to be durable.
 
-    events: list[dict[str, Any]]
-    results: list[Any] | None = None
-    error: BaseException | None = None
-    taken: bool = False  # a leader has it
-    done: bool = False
+    `wake` is held from creation; the caller sleeps by acquiring it again, and whoever
+    has news for this caller alone (its group is durable, or it is the next leader)
+    releases it. One futex per caller, so a finished group wakes exactly its own
+    callers and a hand-off exactly one thread, instead of every waiter re-checking a
+    shared condition (with 8 callers that herd cost more CPU than the group's work).
+    """
+
+    __slots__ = ("events", "results", "error", "done", "wake")
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.events = events
+        self.results: list[Any] | None = None
+        self.error: BaseException | None = None
+        self.done = False  # False when woken: this caller leads the next group
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 @dataclass
 class GroupQueue:
-    """The per-process, per-stream queue of callers waiting to be written."""
+    """The per-process, per-stream queue of callers waiting to be written.
 
-    cond: threading.Condition = field(default_factory=threading.Condition)
+    `leader` is True from the moment a caller takes the lead until the last leader
+    finds nobody waiting: leadership passes from hand to hand, never through a free-for-all.
+    """
+
+    mutex: threading.Lock = field(default_factory=threading.Lock)
     waiting: list[GroupRequest] = field(default_factory=list)
     leader: bool = False
 
@@ -155,56 +169,69 @@ def group_commit(
 ) -> list[Any]:
     """Append `events` as part of a group; return their results once they are durable.
 
-    The leader writes everything queued, gives up leadership (the next group can
-    be written while this one syncs), makes its group durable and wakes its
-    followers. An error reaches every caller of the group it happened in.
+    The first caller to find no leader leads; later callers queue and sleep. A
+    leader takes everything queued (itself included), writes it, hands the lead to
+    the first caller queued since (the next group is written while this one
+    syncs), makes its group durable and wakes its own callers. An error reaches
+    every caller of the group it happened in.
     """
     req = GroupRequest(events)
-    cond = queue.cond
-    with cond:
-        queue.waiting.append(req)
-        while not req.done:
-            if queue.leader or req.taken:
-                cond.wait()  # another leader is writing, or has taken this request and is syncing it
-                continue
+    with queue.mutex:
+        lead = not queue.leader  # then nobody is queued either
+        if lead:
             queue.leader = True
+        else:
+            queue.waiting.append(req)
+    if lead:
+        batch = [req]
+    else:
+        req.wake.acquire()  # released once: results are in, or the lead was handed here
+        if req.done:
+            if req.error is not None:
+                raise req.error
+            assert req.results is not None
+            return req.results
+        with queue.mutex:  # still first in the queue: only a leader takes from it
             batch, queue.waiting = queue.waiting, []
-            for r in batch:
-                r.taken = True
-            cond.release()
-            try:
-                _commit(batch, sync, write, queue)
-            finally:
-                cond.acquire()
-                for r in batch:
-                    r.done = True
-                cond.notify_all()
+    _commit(batch, sync, write, queue)
     if req.error is not None:
         raise req.error
     assert req.results is not None
     return req.results
 
 
+def _hand_over(queue: GroupQueue) -> None:
+    """Written (or failed): pass the lead to the first caller queued, if any."""
+    with queue.mutex:
+        if not queue.waiting:
+            queue.leader = False
+            return
+        nxt = queue.waiting[0]
+    nxt.wake.release()  # nxt.done is False: it wakes as the leader
+
+
 def _commit(batch: list[GroupRequest], sync: SharedSync, write: WriteFn, queue: GroupQueue) -> None:
-    combined = [ev for r in batch for ev in r.events]
+    """Write, hand over, sync and answer `batch` (the leader's own request is `batch`'s first)."""
+    combined = batch[0].events if len(batch) == 1 else [ev for r in batch for ev in r.events]
     points: list[SyncPoint] = []
     try:
         try:
             results, points = write(combined)
         finally:
-            with queue.cond:  # written (or failed): the next leader may write now
-                queue.leader = False
-                queue.cond.notify_all()
+            _hand_over(queue)
         for point in points:
             sync.make_durable(point)
     except BaseException as exc:  # every caller of the group must hear about it
         for r in batch:
             r.error = exc
-        return
+    else:
+        pos = 0
+        for r in batch:
+            r.results = results[pos : pos + len(r.events)]
+            pos += len(r.events)
     finally:
         for point in points:
             os.close(point.fd)
-    pos = 0
-    for r in batch:
-        r.results = results[pos : pos + len(r.events)]
-        pos += len(r.events)
+        for r in batch[1:]:
+            r.done = True
+            r.wake.release()
