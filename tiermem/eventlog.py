@@ -165,8 +165,9 @@ class _StreamWriter:
                 on_disk is None
                 or on_disk.st_ino != self.inos[partition]
                 or on_disk.st_size >= self.log.settings.segment_max_bytes
-                or os.path.exists(parquet)
-                or os.path.exists(sealing)
+                # `access` answers without raising (and building) an exception for the usual "no"
+                or os.access(parquet, os.F_OK)
+                or os.access(sealing, os.F_OK)
             ):
                 self._drop(partition)
                 self.log.forget_segment(f"{self.stream}/{partition}/{stem}")
@@ -369,6 +370,9 @@ class EventLog:
 
     # --------------------------------------------------------------- appends
     def _writer(self, stream: str) -> _StreamWriter:
+        w = self._writers.get(stream)  # every append asks: no lock once the writer exists
+        if w is not None:
+            return w
         with self._writers_lock:
             w = self._writers.get(stream)
             if w is None:
@@ -402,7 +406,7 @@ class EventLog:
         except ValidationError as exc:
             self.reject(record, exc)
             raise
-        return self.append_validated([event])[0]
+        return self._append_stream(stream_of(event["type"]), [event])[0]
 
     def append_many(
         self, records: Iterable[Mapping[str, Any]], *, source: str = "append", writer: str = INTERNAL

@@ -2,18 +2,20 @@
 
 Two stages, so that writing the next group never waits for the disk:
 
-1. **Write** (per process). Callers queue their events; whichever caller finds
-   no leader takes the whole queue and writes it under the stream lock with one
-   id-index transaction, then hands leadership on at once. So N threads of one
-   process cost one lock round, one index commit and one write, not N.
+1. **Write** (per process). Callers queue their events; the first to find no
+   leader leads, and later callers sleep, each on its own lock. A leader takes
+   the whole queue and writes it under the stream lock with one id-index
+   transaction, then hands the lead to the first caller queued since. So N
+   threads of one process cost one lock round, one index commit and one write,
+   not N, and each wake-up wakes exactly the thread it concerns.
 2. **Sync** (across processes). A caller returns only once the bytes of its
    records are on disk. The stream's `.sync` file holds, under its own `flock`,
-   the last segment fsynced and how far (`SharedSync`). Whoever takes that lock
-   first notes the segment's size, fsyncs it and records the size; everyone who
-   queued behind it, in any process, finds their end already covered and
-   returns without an fsync of their own. fsync on any descriptor flushes the
-   whole file, whichever process wrote the bytes, which is what makes sharing
-   across processes sound.
+   the last segment fsynced and how far (`SharedSync`). A caller reads it; if
+   its end is below the recorded size it returns at once, if a fsync already
+   running in its process will cover it, it waits for that one; otherwise it
+   notes the segment's size, fsyncs (the lock released meanwhile) and records
+   the size. fsync on any descriptor flushes the whole file, whichever process
+   wrote the bytes, which is what makes sharing across processes sound.
 
 Why not a writer process per data directory: every record would then cross a
 pipe twice and wait for a process the caller does not control (one that can die
@@ -37,8 +39,10 @@ from typing import Any
 from tiermem.errors import StorageError, os_reason
 
 # The shared record: which segment (a hash of its name, and its inode, since an
-# erasure rewrites a segment under the same name) and how many bytes of it are durable.
-_SLOT = struct.Struct("<8sQQ")
+# erasure rewrites a segment under the same name), how many bytes of it are durable,
+# and a generation that every cut of a torn tail moves on: a fsync that ran while a
+# cut happened may have flushed bytes that no longer exist, so it records nothing.
+_SLOT = struct.Struct("<8sQQQ")
 
 
 @dataclass(frozen=True)
@@ -56,14 +60,33 @@ class SyncPoint:
     ino: int
 
 
+class _Flight:
+    """A fsync running in this process: what it covers, and when it is over."""
+
+    __slots__ = ("key", "ino", "size", "over")
+
+    def __init__(self, key: bytes, ino: int, size: int) -> None:
+        self.key, self.ino, self.size = key, ino, size
+        self.over = threading.Event()
+
+
 class SharedSync:
-    """The cross-process fsync record of one stream (`<stream>/.sync`)."""
+    """The cross-process fsync record of one stream (`<stream>/.sync`).
+
+    The record is read and written under its `flock`, but the fsync itself runs
+    outside it: a caller whose bytes an earlier fsync already covered must not wait
+    behind a fsync it does not need (with the lock held through the fsync, every
+    caller queued behind a small group paid a whole extra fsync of latency). A
+    caller whose bytes a fsync already running in this process will cover waits
+    for that one instead of starting its own.
+    """
 
     def __init__(self, path: Path) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self.lock = threading.Lock()  # flock does not exclude threads sharing one descriptor
         self.fsyncs = 0  # how many fsyncs this process issued here (for benchmarks and tests)
         self._keys: dict[str, bytes] = {}  # segment -> its key in the record (few segments per stream)
+        self._flights: list[_Flight] = []
 
     def close(self) -> None:
         os.close(self.fd)
@@ -76,44 +99,72 @@ class SharedSync:
             key = self._keys[segment] = hashlib.blake2b(segment.encode(), digest_size=8).digest()
         return key
 
+    def _read(self) -> tuple[bytes, int, int, int]:
+        raw = os.pread(self.fd, _SLOT.size, 0)
+        if len(raw) != _SLOT.size:
+            return b"", 0, 0, 0
+        record: tuple[bytes, int, int, int] = _SLOT.unpack(raw)
+        return record
+
     def make_durable(self, point: SyncPoint) -> bool:
         """Return once bytes [0, point.end) of the segment are on disk; True if this call fsynced."""
-        key, ino = self._key(point.segment), point.ino
-        # Always the shared record, never a copy kept in this process: a torn tail cut
-        # off by another process (`forget_synced`) makes an older record wrong.
-        with self.lock:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-            try:
-                raw = os.pread(self.fd, _SLOT.size, 0)
-                if len(raw) == _SLOT.size and self._covers(_SLOT.unpack(raw), key, ino, point.end):
-                    return False
-                # Everything written before this moment is below `size` and is
-                # flushed by the fsync that follows, whoever wrote it.
-                size = os.fstat(point.fd).st_size
+        key, ino, end = self._key(point.segment), point.ino, point.end
+        while True:
+            # Always the shared record, never a copy kept in this process: a torn tail cut
+            # off by another process (`forget_synced`) makes an older record wrong.
+            with self.lock:
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
                 try:
-                    os.fsync(point.fd)
-                except OSError as exc:
-                    raise StorageError(
-                        f"syncing {point.segment}.jsonl to disk: {os_reason(exc)}; "
-                        "the records of this write may not be durable"
-                    ) from exc
+                    rkey, rino, rsize, generation = self._read()
+                    if rkey == key and rino == ino and rsize >= end:
+                        return False
+                    flight = next(
+                        (f for f in self._flights if f.key == key and f.ino == ino and f.size >= end), None
+                    )
+                    if flight is None:
+                        # Everything written before this moment is below `size` and is
+                        # flushed by the fsync that follows, whoever wrote it.
+                        size = os.fstat(point.fd).st_size
+                        mine = _Flight(key, ino, size)
+                        self._flights.append(mine)
+                finally:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+            if flight is None:
+                break
+            flight.over.wait()  # then look again: that fsync may have failed, or been cut short
+        try:
+            try:
+                os.fsync(point.fd)
+            except OSError as exc:
+                raise StorageError(
+                    f"syncing {point.segment}.jsonl to disk: {os_reason(exc)}; "
+                    "the records of this write may not be durable"
+                ) from exc
+            with self.lock:
                 self.fsyncs += 1
-                os.pwrite(self.fd, _SLOT.pack(key, ino, size), 0)
-                return True
-            finally:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-
-    @staticmethod
-    def _covers(record: tuple[bytes, int, int], key: bytes, ino: int, end: int) -> bool:
-        return record[0] == key and record[1] == ino and record[2] >= end
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                try:
+                    rkey, rino, rsize, now = self._read()
+                    # Never move the record back (a later fsync may have recorded more), nor
+                    # past a cut made while this fsync ran (then `now` differs).
+                    if now == generation and not (rkey == key and rino == ino and rsize >= size):
+                        os.pwrite(self.fd, _SLOT.pack(key, ino, size, generation), 0)
+                finally:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+        finally:
+            with self.lock:
+                self._flights.remove(mine)
+            mine.over.set()
+        return True
 
 
 def forget_synced(path: Path) -> None:
     """Clear a stream's shared record, if it has one: a segment was cut shorter (a torn tail
     removed), so bytes below the recorded size may be written again and need their own fsync.
 
-    Any writer may cut a tail, whatever its fsync policy, so this opens the file itself; its
-    `flock` (a new open file description) also waits for a fsync running in this process.
+    Any writer may cut a tail, whatever its fsync policy, so this opens the file itself. The
+    generation moves on, so a fsync running meanwhile (it may have flushed the cut bytes)
+    does not record its size afterwards.
     """
     try:
         fd = os.open(path, os.O_RDWR)
@@ -121,7 +172,9 @@ def forget_synced(path: Path) -> None:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.pwrite(fd, bytes(_SLOT.size), 0)
+        raw = os.pread(fd, _SLOT.size, 0)
+        generation = _SLOT.unpack(raw)[3] if len(raw) == _SLOT.size else 0
+        os.pwrite(fd, _SLOT.pack(bytes(8), 0, 0, generation + 1), 0)
     finally:
         os.close(fd)  # releases the lock
 
