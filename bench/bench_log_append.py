@@ -154,7 +154,10 @@ def processes(callers: int, per_caller: int) -> dict[str, Any]:
     total = callers * per_caller
     # The callers' whole lives (each opens its log), so a little above the appends' own CPU.
     cpu = _children_cpu() - cpu
-    return {**_summary(total, elapsed, lat, sum(f for _l, f in got), 1), "cpu_us_per_record": cpu / total * 1e6}
+    return {
+        **_summary(total, elapsed, lat, sum(f for _l, f in got), 1),
+        "cpu_us_per_record": cpu / total * 1e6,
+    }
 
 
 def _children_cpu() -> float:

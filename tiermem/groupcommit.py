@@ -63,7 +63,7 @@ class SyncPoint:
 class _Flight:
     """A fsync running in this process: what it covers, and when it is over."""
 
-    __slots__ = ("key", "ino", "size", "over")
+    __slots__ = ("ino", "key", "over", "size")
 
     def __init__(self, key: bytes, ino: int, size: int) -> None:
         self.key, self.ino, self.size = key, ino, size
@@ -189,7 +189,7 @@ class GroupRequest:
     shared condition (with 8 callers that herd cost more CPU than the group's work).
     """
 
-    __slots__ = ("events", "results", "error", "done", "wake")
+    __slots__ = ("done", "error", "events", "results", "wake")
 
     def __init__(self, events: list[dict[str, Any]]) -> None:
         self.events = events
