@@ -135,12 +135,23 @@ class _StreamWriter:
         # callers queue here; the fsync is shared with other processes through `.sync`.
         self.group = GroupQueue()
         self.sync = SharedSync(self.root / ".sync") if log.settings.fsync == "group" else None
+        # The id index as this stream's writes use it (under `thread_lock`, whichever thread
+        # writes): with one connection per thread, each of a group's successive leaders found
+        # its page cache stale (another connection had written) and read the pages again.
+        self._conn: sqlite3.Connection | None = None
+
+    def index(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = open_index(self.log.root)
+        return self._conn
 
     def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
         os.close(self.lock_fd)
+        if self._conn is not None:
+            self._conn.close()
         if self.sync is not None:
             self.sync.close()
 
@@ -539,7 +550,7 @@ class EventLog:
         by_partition: dict[str, list[int]] = {}
         for i, partition in enumerate(partitions):
             by_partition.setdefault(partition, []).append(i)
-        conn = self._index()
+        conn = w.index()
         seen = self._indexed_ids(conn, ids)
         # Open (repair, reconcile) only the segments that will receive something, so
         # an all-duplicate replay does not create empty segments in sealed days.
