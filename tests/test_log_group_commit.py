@@ -230,7 +230,9 @@ def test_a_cut_torn_tail_clears_the_shared_record_so_new_bytes_below_it_get_thei
 
 def _until(condition: Callable[[], bool]) -> None:
     """Wait for a condition another thread brings about (checked, not assumed after a delay)."""
+    give_up = time.monotonic() + 60  # only so that a broken hand-off fails instead of hanging
     while not condition():
+        assert time.monotonic() < give_up, "the condition never came about"
         time.sleep(0.001)
 
 
@@ -374,6 +376,94 @@ def test_a_tail_cut_while_a_fsync_runs_keeps_that_fsync_from_recording_its_size(
         os.write(fd, b"new\n")  # bytes [6, 10): below the size that fsync noted, not yet durable
         assert sync.make_durable(SyncPoint("s/x/seg", fd, 10, ino)) is True  # so they get their own
         assert len(calls) == 2
+    finally:
+        os.close(fd)
+        sync.close()
+
+
+_ANNOUNCER = """
+import fcntl, os, sys
+from tiermem.groupcommit import _FLIGHT_AT, _SLOT
+path, key, ino, size = sys.argv[1], bytes.fromhex(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+fd = os.open(path, os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, _FLIGHT_AT)  # as SharedSync does while its fsync runs
+os.pwrite(fd, _SLOT.pack(b"", 0, 0, 0, key, ino, size, os.getpid()), 0)
+print("announced", flush=True)
+if sys.stdin.readline().strip() == "land":  # its fsync is over: record it, end the announcement
+    os.pwrite(fd, _SLOT.pack(key, ino, size, 0, b"", 0, 0, 0), 0)
+    fcntl.lockf(fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
+    print("landed", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _announcer(sync_path: Path, sync: SharedSync, segment: str, ino: int, size: int) -> subprocess.Popen[str]:
+    """Another process that announced a fsync of `size` bytes of `segment` and holds the flight lock."""
+    key = sync._key(segment).hex()
+    proc = subprocess.Popen(
+        [PYTHON, "-c", _ANNOUNCER, str(sync_path), key, str(ino), str(size)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "announced"
+    return proc
+
+
+def _blocked_on(path: Path) -> bool:
+    """Whether some process waits for a POSIX lock on `path` (Linux lists waiters with "->")."""
+    ino = f":{os.stat(path).st_ino} "
+    return any(
+        "->" in line and "POSIX" in line and ino in line
+        for line in Path("/proc/locks").read_text().splitlines()
+    )
+
+
+def test_a_caller_covered_by_another_process_s_running_fsync_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = tmp_path / "seg.jsonl"
+    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    sync = SharedSync(tmp_path / ".sync")
+    calls: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda f: (calls.append(f), real_fsync(f)))
+    try:
+        ino = os.fstat(fd).st_ino
+        os.write(fd, b"a\nb\n")
+        other = _announcer(tmp_path / ".sync", sync, "s/x/seg", ino, 4)
+        result: list[bool] = []
+        waiter = threading.Thread(
+            target=lambda: result.append(sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino)))
+        )
+        waiter.start()
+        _until(lambda: _blocked_on(tmp_path / ".sync"))  # it waits on the other process's flight lock
+        assert other.stdin is not None and other.stdout is not None
+        other.stdin.write("land\n")
+        other.stdin.flush()
+        assert other.stdout.readline().strip() == "landed"
+        waiter.join()
+        other.stdin.write("bye\n")
+        other.stdin.flush()
+        assert other.wait(timeout=30) == 0
+        assert result == [False] and calls == []  # covered by the other process's fsync, none of its own
+    finally:
+        os.close(fd)
+        sync.close()
+
+
+def test_an_announced_fsync_of_a_killed_process_is_not_waited_for(tmp_path: Path) -> None:
+    seg = tmp_path / "seg.jsonl"
+    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    sync = SharedSync(tmp_path / ".sync")
+    try:
+        ino = os.fstat(fd).st_ino
+        os.write(fd, b"a\nb\n")
+        other = _announcer(tmp_path / ".sync", sync, "s/x/seg", ino, 4)
+        other.send_signal(signal.SIGKILL)  # killed mid-fsync: the kernel drops its lock, the record stays
+        other.wait(timeout=30)
+        assert sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino)) is True  # so it syncs for itself
     finally:
         os.close(fd)
         sync.close()

@@ -42,7 +42,10 @@ from tiermem.errors import StorageError, os_reason
 # erasure rewrites a segment under the same name), how many bytes of it are durable,
 # and a generation that every cut of a torn tail moves on: a fsync that ran while a
 # cut happened may have flushed bytes that no longer exist, so it records nothing.
-_SLOT = struct.Struct("<8sQQQ")
+# Then the fsync running now, if a process announced one: segment, inode, the size it
+# covers and the process, which holds the byte at _FLIGHT_AT locked while it runs.
+_SLOT = struct.Struct("<8sQQQ8sQQQ")
+_FLIGHT_AT = 1 << 20  # a POSIX lock on one byte past the record; the kernel drops it with the process
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,11 @@ class SharedSync:
     outside it: a caller whose bytes an earlier fsync already covered must not wait
     behind a fsync it does not need (with the lock held through the fsync, every
     caller queued behind a small group paid a whole extra fsync of latency). A
-    caller whose bytes a fsync already running in this process will cover waits
-    for that one instead of starting its own.
+    caller whose bytes a fsync already running will cover waits for that one
+    instead of starting its own: in its own process through `_Flight`, in another
+    through the announced flight and its POSIX lock (a caller that finds the lock
+    free while the record still announces a flight knows that process died, and
+    syncs for itself).
     """
 
     def __init__(self, path: Path) -> None:
@@ -87,6 +93,8 @@ class SharedSync:
         self.fsyncs = 0  # how many fsyncs this process issued here (for benchmarks and tests)
         self._keys: dict[str, bytes] = {}  # segment -> its key in the record (few segments per stream)
         self._flights: list[_Flight] = []
+        self._announcing = False  # this process holds the flight lock and announced a flight
+        self._pid = os.getpid()
 
     def close(self) -> None:
         os.close(self.fd)
@@ -99,12 +107,18 @@ class SharedSync:
             key = self._keys[segment] = hashlib.blake2b(segment.encode(), digest_size=8).digest()
         return key
 
-    def _read(self) -> tuple[bytes, int, int, int]:
+    def _read(self) -> list[Any]:
         raw = os.pread(self.fd, _SLOT.size, 0)
         if len(raw) != _SLOT.size:
-            return b"", 0, 0, 0
-        record: tuple[bytes, int, int, int] = _SLOT.unpack(raw)
-        return record
+            return [b"", 0, 0, 0, b"", 0, 0, 0]
+        return list(_SLOT.unpack(raw))
+
+    def _flight_lock(self, mode: int) -> bool:
+        try:
+            fcntl.lockf(self.fd, mode, 1, _FLIGHT_AT)
+        except OSError:  # held by another process (EAGAIN / EACCES)
+            return False
+        return True
 
     def make_durable(self, point: SyncPoint) -> bool:
         """Return once bytes [0, point.end) of the segment are on disk; True if this call fsynced."""
@@ -112,26 +126,46 @@ class SharedSync:
         while True:
             # Always the shared record, never a copy kept in this process: a torn tail cut
             # off by another process (`forget_synced`) makes an older record wrong.
+            remote = False
             with self.lock:
                 fcntl.flock(self.fd, fcntl.LOCK_EX)
                 try:
-                    rkey, rino, rsize, generation = self._read()
-                    if rkey == key and rino == ino and rsize >= end:
+                    rec = self._read()
+                    if rec[0] == key and rec[1] == ino and rec[2] >= end:
                         return False
                     flight = next(
                         (f for f in self._flights if f.key == key and f.ino == ino and f.size >= end), None
                     )
-                    if flight is None:
+                    if (
+                        flight is None
+                        and rec[4] == key
+                        and rec[5] == ino
+                        and rec[6] >= end
+                        and rec[7] != self._pid
+                    ):
+                        # Another process announced a fsync covering us: wait for it if it
+                        # still runs (its lock is held); a free lock means it died mid-way.
+                        remote = not self._flight_lock(fcntl.LOCK_SH | fcntl.LOCK_NB)
+                        if not remote:
+                            fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
+                    if flight is None and not remote:
                         # Everything written before this moment is below `size` and is
                         # flushed by the fsync that follows, whoever wrote it.
                         size = os.fstat(point.fd).st_size
                         mine = _Flight(key, ino, size)
                         self._flights.append(mine)
+                        generation = rec[3]
+                        self._announce(rec, key, ino, size)
                 finally:
                     fcntl.flock(self.fd, fcntl.LOCK_UN)
-            if flight is None:
+            if remote:
+                fcntl.lockf(self.fd, fcntl.LOCK_SH, 1, _FLIGHT_AT)  # until that fsync is over
+                fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
+            elif flight is not None:
+                flight.over.wait()  # then look again: that fsync may have failed, or been cut short
+            else:
                 break
-            flight.over.wait()  # then look again: that fsync may have failed, or been cut short
+        synced = False
         try:
             try:
                 os.fsync(point.fd)
@@ -140,22 +174,51 @@ class SharedSync:
                     f"syncing {point.segment}.jsonl to disk: {os_reason(exc)}; "
                     "the records of this write may not be durable"
                 ) from exc
-            with self.lock:
-                self.fsyncs += 1
-                fcntl.flock(self.fd, fcntl.LOCK_EX)
-                try:
-                    rkey, rino, rsize, now = self._read()
-                    # Never move the record back (a later fsync may have recorded more), nor
-                    # past a cut made while this fsync ran (then `now` differs).
-                    if now == generation and not (rkey == key and rino == ino and rsize >= size):
-                        os.pwrite(self.fd, _SLOT.pack(key, ino, size, generation), 0)
-                finally:
-                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+            synced = True
         finally:
-            with self.lock:
-                self._flights.remove(mine)
-            mine.over.set()
+            self._land(mine, generation, synced)
         return True
+
+    def _announce(self, rec: list[Any], key: bytes, ino: int, size: int) -> None:
+        """Say in the record that this process fsyncs `size` bytes of the segment (locks held).
+
+        Only while this process holds the flight lock: another process's waiters block
+        on it. If another process holds it (it announced its own fsync), say nothing.
+        """
+        if not self._announcing:
+            self._announcing = self._flight_lock(fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if self._announcing:
+            rec[4:8] = key, ino, size, self._pid
+            os.pwrite(self.fd, _SLOT.pack(*rec), 0)
+
+    def _land(self, mine: _Flight, generation: int, synced: bool) -> None:
+        """A fsync is over: record what it made durable, and end the announcement with the last one."""
+        with self.lock:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                self._flights.remove(mine)
+                rec = self._read()
+                changed = False
+                if synced:
+                    self.fsyncs += 1
+                    # Never move the record back (a later fsync may have recorded more), nor
+                    # past a cut made while this fsync ran (then the generation moved on).
+                    if rec[3] == generation and not (
+                        rec[0] == mine.key and rec[1] == mine.ino and rec[2] >= mine.size
+                    ):
+                        rec[0:3] = mine.key, mine.ino, mine.size
+                        changed = True
+                if self._announcing and not self._flights:
+                    if rec[7] == self._pid:
+                        rec[4:8] = b"", 0, 0, 0
+                        changed = True
+                    self._announcing = False
+                    fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
+                if changed:
+                    os.pwrite(self.fd, _SLOT.pack(*rec), 0)
+            finally:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+        mine.over.set()
 
 
 def forget_synced(path: Path) -> None:
@@ -173,8 +236,9 @@ def forget_synced(path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         raw = os.pread(fd, _SLOT.size, 0)
-        generation = _SLOT.unpack(raw)[3] if len(raw) == _SLOT.size else 0
-        os.pwrite(fd, _SLOT.pack(bytes(8), 0, 0, generation + 1), 0)
+        rec: list[Any] = list(_SLOT.unpack(raw)) if len(raw) == _SLOT.size else [b"", 0, 0, 0, b"", 0, 0, 0]
+        rec[0:4] = bytes(8), 0, 0, rec[3] + 1  # the announced flight, if any, stays
+        os.pwrite(fd, _SLOT.pack(*rec), 0)
     finally:
         os.close(fd)  # releases the lock
 
