@@ -387,10 +387,10 @@ from tiermem.groupcommit import _FLIGHT_AT, _SLOT
 path, key, ino, size = sys.argv[1], bytes.fromhex(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 fd = os.open(path, os.O_RDWR)
 fcntl.lockf(fd, fcntl.LOCK_EX, 1, _FLIGHT_AT)  # as SharedSync does while its fsync runs
-os.pwrite(fd, _SLOT.pack(b"", 0, 0, 0, key, ino, size, os.getpid()), 0)
+os.pwrite(fd, _SLOT.pack(b"", 0, 0, 0, key, ino, size, os.getpid(), 0), 0)
 print("announced", flush=True)
 if sys.stdin.readline().strip() == "land":  # its fsync is over: record it, end the announcement
-    os.pwrite(fd, _SLOT.pack(key, ino, size, 0, b"", 0, 0, 0), 0)
+    os.pwrite(fd, _SLOT.pack(key, ino, size, 0, b"", 0, 0, 0, os.getpid()), 0)
     fcntl.lockf(fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
     print("landed", flush=True)
     sys.stdin.readline()

@@ -44,7 +44,8 @@ from tiermem.errors import StorageError, os_reason
 # cut happened may have flushed bytes that no longer exist, so it records nothing.
 # Then the fsync running now, if a process announced one: segment, inode, the size it
 # covers and the process, which holds the byte at _FLIGHT_AT locked while it runs.
-_SLOT = struct.Struct("<8sQQQ8sQQQ")
+# Last, the process that recorded the durable size.
+_SLOT = struct.Struct("<8sQQQ8sQQQQ")
 _FLIGHT_AT = 1 << 20  # a POSIX lock on one byte past the record; the kernel drops it with the process
 
 
@@ -64,13 +65,18 @@ class SyncPoint:
 
 
 class _Flight:
-    """A fsync running in this process: what it covers, and when it is over."""
+    """A fsync running in this process: what it covers, and when it is over.
+
+    `over` is held while the fsync runs; a waiter acquires and at once releases it,
+    which lets the next waiter through (a plain lock: cheaper than an Event per fsync).
+    """
 
     __slots__ = ("ino", "key", "over", "size")
 
     def __init__(self, key: bytes, ino: int, size: int) -> None:
         self.key, self.ino, self.size = key, ino, size
-        self.over = threading.Event()
+        self.over = threading.Lock()
+        self.over.acquire()
 
 
 class SharedSync:
@@ -110,7 +116,7 @@ class SharedSync:
     def _read(self) -> list[Any]:
         raw = os.pread(self.fd, _SLOT.size, 0)
         if len(raw) != _SLOT.size:
-            return [b"", 0, 0, 0, b"", 0, 0, 0]
+            return [b"", 0, 0, 0, b"", 0, 0, 0, 0]
         return list(_SLOT.unpack(raw))
 
     def _flight_lock(self, mode: int) -> bool:
@@ -162,7 +168,8 @@ class SharedSync:
                 fcntl.lockf(self.fd, fcntl.LOCK_SH, 1, _FLIGHT_AT)  # until that fsync is over
                 fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
             elif flight is not None:
-                flight.over.wait()  # then look again: that fsync may have failed, or been cut short
+                with flight.over:  # then look again: that fsync may have failed, or been cut short
+                    pass
             else:
                 break
         synced = False
@@ -184,7 +191,11 @@ class SharedSync:
 
         Only while this process holds the flight lock: another process's waiters block
         on it. If another process holds it (it announced its own fsync), say nothing.
+        Nor while this process seems alone (it recorded the last fsync and nobody else
+        announces one): an announcement only helps other processes.
         """
+        if not self._announcing and rec[8] == self._pid and rec[7] in (0, self._pid):
+            return
         if not self._announcing:
             self._announcing = self._flight_lock(fcntl.LOCK_EX | fcntl.LOCK_NB)
         if self._announcing:
@@ -207,6 +218,7 @@ class SharedSync:
                         rec[0] == mine.key and rec[1] == mine.ino and rec[2] >= mine.size
                     ):
                         rec[0:3] = mine.key, mine.ino, mine.size
+                        rec[8] = self._pid
                         changed = True
                 if self._announcing and not self._flights:
                     if rec[7] == self._pid:
@@ -218,7 +230,7 @@ class SharedSync:
                     os.pwrite(self.fd, _SLOT.pack(*rec), 0)
             finally:
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
-        mine.over.set()
+        mine.over.release()
 
 
 def forget_synced(path: Path) -> None:
@@ -236,7 +248,9 @@ def forget_synced(path: Path) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         raw = os.pread(fd, _SLOT.size, 0)
-        rec: list[Any] = list(_SLOT.unpack(raw)) if len(raw) == _SLOT.size else [b"", 0, 0, 0, b"", 0, 0, 0]
+        rec: list[Any] = (
+            list(_SLOT.unpack(raw)) if len(raw) == _SLOT.size else [b"", 0, 0, 0, b"", 0, 0, 0, 0]
+        )
         rec[0:4] = bytes(8), 0, 0, rec[3] + 1  # the announced flight, if any, stays
         os.pwrite(fd, _SLOT.pack(*rec), 0)
     finally:
