@@ -158,10 +158,10 @@ class SharedSync:
                         # Everything written before this moment is below `size` and is
                         # flushed by the fsync that follows, whoever wrote it.
                         size = os.fstat(point.fd).st_size
-                        mine = _Flight(key, ino, size)
-                        self._flights.append(mine)
                         generation = rec[3]
                         self._announce(rec, key, ino, size)
+                        mine = _Flight(key, ino, size)  # from here on, `_land` ends it
+                        self._flights.append(mine)
                 finally:
                     fcntl.flock(self.fd, fcntl.LOCK_UN)
             if remote:
@@ -203,34 +203,47 @@ class SharedSync:
             os.pwrite(self.fd, _SLOT.pack(*rec), 0)
 
     def _land(self, mine: _Flight, generation: int, synced: bool) -> None:
-        """A fsync is over: record what it made durable, and end the announcement with the last one."""
-        with self.lock:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-            try:
+        """A fsync is over: record what it made durable, and end the announcement with the last one.
+
+        Whatever fails here, the flight ends and the flight lock is let go: a waiter in this
+        process or another must never wait for a fsync that is over.
+        """
+        try:
+            with self.lock:
                 self._flights.remove(mine)
-                rec = self._read()
-                changed = False
-                if synced:
-                    self.fsyncs += 1
-                    # Never move the record back (a later fsync may have recorded more), nor
-                    # past a cut made while this fsync ran (then the generation moved on).
-                    if rec[3] == generation and not (
-                        rec[0] == mine.key and rec[1] == mine.ino and rec[2] >= mine.size
-                    ):
-                        rec[0:3] = mine.key, mine.ino, mine.size
-                        rec[8] = self._pid
-                        changed = True
-                if self._announcing and not self._flights:
-                    if rec[7] == self._pid:
-                        rec[4:8] = b"", 0, 0, 0
-                        changed = True
-                    self._announcing = False
-                    fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
-                if changed:
-                    os.pwrite(self.fd, _SLOT.pack(*rec), 0)
-            finally:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-        mine.over.release()
+                last = self._announcing and not self._flights
+                self._announcing = self._announcing and not last
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX)
+                    try:
+                        self._record(mine, generation, synced, last)
+                    finally:
+                        fcntl.flock(self.fd, fcntl.LOCK_UN)
+                finally:
+                    if last:
+                        fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
+        finally:
+            mine.over.release()
+
+    def _record(self, mine: _Flight, generation: int, synced: bool, last: bool) -> None:
+        """Write what a landed fsync made durable, and end this process's announcement (locks held)."""
+        rec = self._read()
+        changed = False
+        if synced:
+            self.fsyncs += 1
+            # Never move the record back (a later fsync may have recorded more), nor
+            # past a cut made while this fsync ran (then the generation moved on).
+            if rec[3] == generation and not (
+                rec[0] == mine.key and rec[1] == mine.ino and rec[2] >= mine.size
+            ):
+                rec[0:3] = mine.key, mine.ino, mine.size
+                rec[8] = self._pid
+                changed = True
+        if last and rec[7] == self._pid:
+            rec[4:8] = b"", 0, 0, 0
+            changed = True
+        if changed:
+            os.pwrite(self.fd, _SLOT.pack(*rec), 0)
 
 
 def forget_synced(path: Path) -> None:
