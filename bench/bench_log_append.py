@@ -136,6 +136,7 @@ def _proc(tmp: str, who: str, n: int, barrier: Any, out: Any) -> None:
 
 def processes(callers: int, per_caller: int) -> dict[str, Any]:
     ctx = multiprocessing.get_context("fork")
+    cpu = _children_cpu()
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
         barrier, out = ctx.Barrier(callers + 1), ctx.Queue()
         pool = [
@@ -150,7 +151,20 @@ def processes(callers: int, per_caller: int) -> dict[str, Any]:
         for p in pool:
             p.join()
     lat = [x for lats, _f in got for x in lats]
-    return _summary(callers * per_caller, elapsed, lat, sum(f for _l, f in got), 1)
+    total = callers * per_caller
+    # The callers' whole lives (each opens its log), so a little above the appends' own CPU.
+    cpu = _children_cpu() - cpu
+    return {
+        **_summary(total, elapsed, lat, sum(f for _l, f in got), 1),
+        "cpu_us_per_record": cpu / total * 1e6,
+    }
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _summary(total: int, elapsed: float, lat: list[float], fsyncs: int, batch: int) -> dict[str, Any]:
@@ -228,7 +242,22 @@ def group_cpu(n: int = 5000, profile: bool = False) -> float:
     return cpu / n * 1e6
 
 
+def part(n: int) -> dict[str, Any]:
+    """The rows an A/B run compares (`bench/log_append_ab.py` runs this once per side and round)."""
+    return {
+        "load": round(os.getloadavg()[0], 2),
+        "one": one_at_a_time(n),
+        "threads8": threads(8, max(200, n // 4)),
+        "processes8": processes(8, max(200, n // 4)),
+        "group_cpu_us": group_cpu(n),
+    }
+
+
 def main() -> None:
+    if "--part" in sys.argv:
+        ROOT.mkdir(exist_ok=True)
+        print(json.dumps(part(int(sys.argv[sys.argv.index("--part") + 1]))))
+        return
     if "--group-cpu" in sys.argv:
         us = group_cpu(profile="--profile" in sys.argv)
         print(f"one-record group, fsync left out: {us:.1f} us of CPU (load {os.getloadavg()[0]:.1f})")

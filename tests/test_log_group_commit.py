@@ -7,9 +7,12 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -17,7 +20,7 @@ from helpers_log import PYTHON, REPO, interaction, segment_files
 
 from tiermem.errors import StorageError
 from tiermem.eventlog import EventLog
-from tiermem.groupcommit import SharedSync, SyncPoint
+from tiermem.groupcommit import GroupQueue, SharedSync, SyncPoint, forget_synced, group_commit
 from tiermem.settings import Settings
 
 
@@ -223,3 +226,244 @@ def test_a_cut_torn_tail_clears_the_shared_record_so_new_bytes_below_it_get_thei
         assert second.segment == first.segment and second.line == 1
         assert path.stat().st_size < 2_000  # the new record lies inside the range once recorded
         assert writer.sync.fsyncs == before + 1  # so it was fsynced, not taken as covered
+
+
+def _until(condition: Callable[[], bool]) -> None:
+    """Wait for a condition another thread brings about (checked, not assumed after a delay)."""
+    give_up = time.monotonic() + 60  # only so that a broken hand-off fails instead of hanging
+    while not condition():
+        assert time.monotonic() < give_up, "the condition never came about"
+        time.sleep(0.001)
+
+
+def test_callers_queued_behind_a_leader_are_written_as_one_group_each_with_its_own_results() -> None:
+    queue = GroupQueue()
+    first_entered, release_first = threading.Event(), threading.Event()
+    batches: list[list[str]] = []
+
+    def write(events: list[dict[str, Any]]) -> tuple[list[Any], list[SyncPoint]]:
+        batches.append([e["id"] for e in events])
+        if len(batches) == 1:
+            first_entered.set()
+            release_first.wait()
+        return [f"done {e['id']}" for e in events], []
+
+    got: dict[str, list[Any]] = {}
+
+    def caller(name: str) -> None:
+        got[name] = group_commit(queue, cast(SharedSync, None), [{"id": name}], write)
+
+    leader = threading.Thread(target=caller, args=("c0",))
+    leader.start()
+    first_entered.wait()
+    others = [threading.Thread(target=caller, args=(f"c{i}",)) for i in range(1, 8)]
+    for th in others:
+        th.start()
+    _until(lambda: len(queue.waiting) == 7)  # all seven asleep behind the leader
+    release_first.set()
+    for th in [leader, *others]:
+        th.join()
+    assert batches[0] == ["c0"]
+    assert sorted(batches[1]) == [f"c{i}" for i in range(1, 8)] and len(batches) == 2  # one group, one write
+    assert got == {f"c{i}": [f"done c{i}"] for i in range(8)}
+    assert not queue.leader and not queue.waiting  # the last leader found nobody and let go
+
+
+def test_a_failed_write_reaches_exactly_its_group_and_the_lead_passes_on() -> None:
+    queue = GroupQueue()
+    first_entered, release_first = threading.Event(), threading.Event()
+    calls = 0
+
+    def write(events: list[dict[str, Any]]) -> tuple[list[Any], list[SyncPoint]]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            first_entered.set()
+            release_first.wait()
+            return ["ok"], []
+        if calls == 2:
+            raise StorageError("disk full")
+        return ["ok"] * len(events), []
+
+    outcome: dict[str, str] = {}
+
+    def caller(name: str) -> None:
+        try:
+            group_commit(queue, cast(SharedSync, None), [{"id": name}], write)
+            outcome[name] = "ok"
+        except StorageError as exc:
+            outcome[name] = str(exc)
+
+    leader = threading.Thread(target=caller, args=("first",))
+    leader.start()
+    first_entered.wait()
+    failing = [threading.Thread(target=caller, args=(f"f{i}",)) for i in range(3)]
+    for th in failing:
+        th.start()
+    _until(lambda: len(queue.waiting) == 3)
+    release_first.set()
+    for th in [leader, *failing]:
+        th.join()
+    caller("after")  # nobody holds the lead: a new caller leads and commits
+    assert outcome == {"first": "ok", "f0": "disk full", "f1": "disk full", "f2": "disk full", "after": "ok"}
+
+
+def _blocking_fsync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[threading.Event, threading.Event, list[int]]:
+    """os.fsync replaced: the first call signals `entered` and waits for `release`; all are counted."""
+    real_fsync = os.fsync
+    entered, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            entered.set()
+            release.wait()
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return entered, release, calls
+
+
+def test_a_caller_covered_by_a_running_fsync_waits_for_it_instead_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = tmp_path / "seg.jsonl"
+    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    sync = SharedSync(tmp_path / ".sync")
+    try:
+        ino = os.fstat(fd).st_ino
+        os.write(fd, b"a\nb\n")
+        entered, release, calls = _blocking_fsync(monkeypatch)
+        results: dict[str, bool] = {}
+        a = threading.Thread(
+            target=lambda: results.update(a=sync.make_durable(SyncPoint("s/x/seg", fd, 4, ino)))
+        )
+        a.start()
+        entered.wait()  # A's fsync, of all 4 bytes, is running
+        b = threading.Thread(
+            target=lambda: results.update(b=sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino)))
+        )
+        b.start()
+        release.set()
+        a.join()
+        b.join()
+        assert results == {"a": True, "b": False} and len(calls) == 1 and sync.fsyncs == 1
+    finally:
+        os.close(fd)
+        sync.close()
+
+
+def test_a_tail_cut_while_a_fsync_runs_keeps_that_fsync_from_recording_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = tmp_path / "seg.jsonl"
+    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    sync = SharedSync(tmp_path / ".sync")
+    try:
+        ino = os.fstat(fd).st_ino
+        os.write(fd, b"whole\n" + b"partial" * 10)  # the size the fsync notes includes a partial line
+        entered, release, calls = _blocking_fsync(monkeypatch)
+        a = threading.Thread(target=sync.make_durable, args=(SyncPoint("s/x/seg", fd, 6, ino),))
+        a.start()
+        entered.wait()
+        os.ftruncate(fd, 6)  # another writer cuts the partial line meanwhile ...
+        forget_synced(tmp_path / ".sync")  # ... and clears the record, as `repair_tail` does
+        release.set()
+        a.join()
+        os.write(fd, b"new\n")  # bytes [6, 10): below the size that fsync noted, not yet durable
+        assert sync.make_durable(SyncPoint("s/x/seg", fd, 10, ino)) is True  # so they get their own
+        assert len(calls) == 2
+    finally:
+        os.close(fd)
+        sync.close()
+
+
+_ANNOUNCER = """
+import fcntl, os, sys
+from tiermem.groupcommit import _FLIGHT_AT, _SLOT
+path, key, ino, size = sys.argv[1], bytes.fromhex(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+fd = os.open(path, os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, _FLIGHT_AT)  # as SharedSync does while its fsync runs
+os.pwrite(fd, _SLOT.pack(b"", 0, 0, 0, key, ino, size, os.getpid(), 0), 0)
+print("announced", flush=True)
+if sys.stdin.readline().strip() == "land":  # its fsync is over: record it, end the announcement
+    os.pwrite(fd, _SLOT.pack(key, ino, size, 0, b"", 0, 0, 0, os.getpid()), 0)
+    fcntl.lockf(fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
+    print("landed", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _announcer(sync_path: Path, sync: SharedSync, segment: str, ino: int, size: int) -> subprocess.Popen[str]:
+    """Another process that announced a fsync of `size` bytes of `segment` and holds the flight lock."""
+    key = sync._key(segment).hex()
+    proc = subprocess.Popen(
+        [PYTHON, "-c", _ANNOUNCER, str(sync_path), key, str(ino), str(size)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "announced"
+    return proc
+
+
+def _blocked_on(path: Path) -> bool:
+    """Whether some process waits for a POSIX lock on `path` (Linux lists waiters with "->")."""
+    ino = f":{os.stat(path).st_ino} "
+    return any(
+        "->" in line and "POSIX" in line and ino in line
+        for line in Path("/proc/locks").read_text().splitlines()
+    )
+
+
+def test_a_caller_covered_by_another_process_s_running_fsync_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = tmp_path / "seg.jsonl"
+    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    sync = SharedSync(tmp_path / ".sync")
+    calls: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda f: (calls.append(f), real_fsync(f)))
+    try:
+        ino = os.fstat(fd).st_ino
+        os.write(fd, b"a\nb\n")
+        other = _announcer(tmp_path / ".sync", sync, "s/x/seg", ino, 4)
+        result: list[bool] = []
+        waiter = threading.Thread(
+            target=lambda: result.append(sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino)))
+        )
+        waiter.start()
+        _until(lambda: _blocked_on(tmp_path / ".sync"))  # it waits on the other process's flight lock
+        assert other.stdin is not None and other.stdout is not None
+        other.stdin.write("land\n")
+        other.stdin.flush()
+        assert other.stdout.readline().strip() == "landed"
+        waiter.join()
+        other.stdin.write("bye\n")
+        other.stdin.flush()
+        assert other.wait(timeout=30) == 0
+        assert result == [False] and calls == []  # covered by the other process's fsync, none of its own
+    finally:
+        os.close(fd)
+        sync.close()
+
+
+def test_an_announced_fsync_of_a_killed_process_is_not_waited_for(tmp_path: Path) -> None:
+    seg = tmp_path / "seg.jsonl"
+    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    sync = SharedSync(tmp_path / ".sync")
+    try:
+        ino = os.fstat(fd).st_ino
+        os.write(fd, b"a\nb\n")
+        other = _announcer(tmp_path / ".sync", sync, "s/x/seg", ino, 4)
+        other.send_signal(signal.SIGKILL)  # killed mid-fsync: the kernel drops its lock, the record stays
+        other.wait(timeout=30)
+        assert sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino)) is True  # so it syncs for itself
+    finally:
+        os.close(fd)
+        sync.close()

@@ -135,12 +135,23 @@ class _StreamWriter:
         # callers queue here; the fsync is shared with other processes through `.sync`.
         self.group = GroupQueue()
         self.sync = SharedSync(self.root / ".sync") if log.settings.fsync == "group" else None
+        # The id index as this stream's writes use it (under `thread_lock`, whichever thread
+        # writes): with one connection per thread, each of a group's successive leaders found
+        # its page cache stale (another connection had written) and read the pages again.
+        self._conn: sqlite3.Connection | None = None
+
+    def index(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = open_index(self.log.root)
+        return self._conn
 
     def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
         os.close(self.lock_fd)
+        if self._conn is not None:
+            self._conn.close()
         if self.sync is not None:
             self.sync.close()
 
@@ -165,8 +176,9 @@ class _StreamWriter:
                 on_disk is None
                 or on_disk.st_ino != self.inos[partition]
                 or on_disk.st_size >= self.log.settings.segment_max_bytes
-                or os.path.exists(parquet)
-                or os.path.exists(sealing)
+                # `access` answers without raising (and building) an exception for the usual "no"
+                or os.access(parquet, os.F_OK)
+                or os.access(sealing, os.F_OK)
             ):
                 self._drop(partition)
                 self.log.forget_segment(f"{self.stream}/{partition}/{stem}")
@@ -369,6 +381,9 @@ class EventLog:
 
     # --------------------------------------------------------------- appends
     def _writer(self, stream: str) -> _StreamWriter:
+        w = self._writers.get(stream)  # every append asks: no lock once the writer exists
+        if w is not None:
+            return w
         with self._writers_lock:
             w = self._writers.get(stream)
             if w is None:
@@ -402,7 +417,7 @@ class EventLog:
         except ValidationError as exc:
             self.reject(record, exc)
             raise
-        return self.append_validated([event])[0]
+        return self._append_stream(stream_of(event["type"]), [event])[0]
 
     def append_many(
         self, records: Iterable[Mapping[str, Any]], *, source: str = "append", writer: str = INTERNAL
@@ -535,7 +550,7 @@ class EventLog:
         by_partition: dict[str, list[int]] = {}
         for i, partition in enumerate(partitions):
             by_partition.setdefault(partition, []).append(i)
-        conn = self._index()
+        conn = w.index()
         seen = self._indexed_ids(conn, ids)
         # Open (repair, reconcile) only the segments that will receive something, so
         # an all-duplicate replay does not create empty segments in sealed days.

@@ -2,18 +2,20 @@
 
 Two stages, so that writing the next group never waits for the disk:
 
-1. **Write** (per process). Callers queue their events; whichever caller finds
-   no leader takes the whole queue and writes it under the stream lock with one
-   id-index transaction, then hands leadership on at once. So N threads of one
-   process cost one lock round, one index commit and one write, not N.
+1. **Write** (per process). Callers queue their events; the first to find no
+   leader leads, and later callers sleep, each on its own lock. A leader takes
+   the whole queue and writes it under the stream lock with one id-index
+   transaction, then hands the lead to the first caller queued since. So N
+   threads of one process cost one lock round, one index commit and one write,
+   not N, and each wake-up wakes exactly the thread it concerns.
 2. **Sync** (across processes). A caller returns only once the bytes of its
    records are on disk. The stream's `.sync` file holds, under its own `flock`,
-   the last segment fsynced and how far (`SharedSync`). Whoever takes that lock
-   first notes the segment's size, fsyncs it and records the size; everyone who
-   queued behind it, in any process, finds their end already covered and
-   returns without an fsync of their own. fsync on any descriptor flushes the
-   whole file, whichever process wrote the bytes, which is what makes sharing
-   across processes sound.
+   the last segment fsynced and how far (`SharedSync`). A caller reads it; if
+   its end is below the recorded size it returns at once, if a fsync already
+   running in its process will cover it, it waits for that one; otherwise it
+   notes the segment's size, fsyncs (the lock released meanwhile) and records
+   the size. fsync on any descriptor flushes the whole file, whichever process
+   wrote the bytes, which is what makes sharing across processes sound.
 
 Why not a writer process per data directory: every record would then cross a
 pipe twice and wait for a process the caller does not control (one that can die
@@ -37,8 +39,14 @@ from typing import Any
 from tiermem.errors import StorageError, os_reason
 
 # The shared record: which segment (a hash of its name, and its inode, since an
-# erasure rewrites a segment under the same name) and how many bytes of it are durable.
-_SLOT = struct.Struct("<8sQQ")
+# erasure rewrites a segment under the same name), how many bytes of it are durable,
+# and a generation that every cut of a torn tail moves on: a fsync that ran while a
+# cut happened may have flushed bytes that no longer exist, so it records nothing.
+# Then the fsync running now, if a process announced one: segment, inode, the size it
+# covers and the process, which holds the byte at _FLIGHT_AT locked while it runs.
+# Last, the process that recorded the durable size.
+_SLOT = struct.Struct("<8sQQQ8sQQQQ")
+_FLIGHT_AT = 1 << 20  # a POSIX lock on one byte past the record; the kernel drops it with the process
 
 
 @dataclass(frozen=True)
@@ -56,14 +64,43 @@ class SyncPoint:
     ino: int
 
 
+class _Flight:
+    """A fsync running in this process: what it covers, and when it is over.
+
+    `over` is held while the fsync runs; a waiter acquires and at once releases it,
+    which lets the next waiter through (a plain lock: cheaper than an Event per fsync).
+    """
+
+    __slots__ = ("ino", "key", "over", "size")
+
+    def __init__(self, key: bytes, ino: int, size: int) -> None:
+        self.key, self.ino, self.size = key, ino, size
+        self.over = threading.Lock()
+        self.over.acquire()
+
+
 class SharedSync:
-    """The cross-process fsync record of one stream (`<stream>/.sync`)."""
+    """The cross-process fsync record of one stream (`<stream>/.sync`).
+
+    The record is read and written under its `flock`, but the fsync itself runs
+    outside it: a caller whose bytes an earlier fsync already covered must not wait
+    behind a fsync it does not need (with the lock held through the fsync, every
+    caller queued behind a small group paid a whole extra fsync of latency). A
+    caller whose bytes a fsync already running will cover waits for that one
+    instead of starting its own: in its own process through `_Flight`, in another
+    through the announced flight and its POSIX lock (a caller that finds the lock
+    free while the record still announces a flight knows that process died, and
+    syncs for itself).
+    """
 
     def __init__(self, path: Path) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self.lock = threading.Lock()  # flock does not exclude threads sharing one descriptor
         self.fsyncs = 0  # how many fsyncs this process issued here (for benchmarks and tests)
         self._keys: dict[str, bytes] = {}  # segment -> its key in the record (few segments per stream)
+        self._flights: list[_Flight] = []
+        self._announcing = False  # this process holds the flight lock and announced a flight
+        self._pid = os.getpid()
 
     def close(self) -> None:
         os.close(self.fd)
@@ -76,44 +113,146 @@ class SharedSync:
             key = self._keys[segment] = hashlib.blake2b(segment.encode(), digest_size=8).digest()
         return key
 
+    def _read(self) -> list[Any]:
+        raw = os.pread(self.fd, _SLOT.size, 0)
+        if len(raw) != _SLOT.size:
+            return [b"", 0, 0, 0, b"", 0, 0, 0, 0]
+        return list(_SLOT.unpack(raw))
+
+    def _flight_lock(self, mode: int) -> bool:
+        try:
+            fcntl.lockf(self.fd, mode, 1, _FLIGHT_AT)
+        except OSError:  # held by another process (EAGAIN / EACCES)
+            return False
+        return True
+
     def make_durable(self, point: SyncPoint) -> bool:
         """Return once bytes [0, point.end) of the segment are on disk; True if this call fsynced."""
-        key, ino = self._key(point.segment), point.ino
-        # Always the shared record, never a copy kept in this process: a torn tail cut
-        # off by another process (`forget_synced`) makes an older record wrong.
-        with self.lock:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-            try:
-                raw = os.pread(self.fd, _SLOT.size, 0)
-                if len(raw) == _SLOT.size and self._covers(_SLOT.unpack(raw), key, ino, point.end):
-                    return False
-                # Everything written before this moment is below `size` and is
-                # flushed by the fsync that follows, whoever wrote it.
-                size = os.fstat(point.fd).st_size
+        key, ino, end = self._key(point.segment), point.ino, point.end
+        while True:
+            # Always the shared record, never a copy kept in this process: a torn tail cut
+            # off by another process (`forget_synced`) makes an older record wrong.
+            remote = False
+            with self.lock:
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
                 try:
-                    os.fsync(point.fd)
-                except OSError as exc:
-                    raise StorageError(
-                        f"syncing {point.segment}.jsonl to disk: {os_reason(exc)}; "
-                        "the records of this write may not be durable"
-                    ) from exc
-                self.fsyncs += 1
-                os.pwrite(self.fd, _SLOT.pack(key, ino, size), 0)
-                return True
-            finally:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
+                    rec = self._read()
+                    if rec[0] == key and rec[1] == ino and rec[2] >= end:
+                        return False
+                    flight = next(
+                        (f for f in self._flights if f.key == key and f.ino == ino and f.size >= end), None
+                    )
+                    if (
+                        flight is None
+                        and rec[4] == key
+                        and rec[5] == ino
+                        and rec[6] >= end
+                        and rec[7] != self._pid
+                    ):
+                        # Another process announced a fsync covering us: wait for it if it
+                        # still runs (its lock is held); a free lock means it died mid-way.
+                        remote = not self._flight_lock(fcntl.LOCK_SH | fcntl.LOCK_NB)
+                        if not remote:
+                            fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
+                    if flight is None and not remote:
+                        # Everything written before this moment is below `size` and is
+                        # flushed by the fsync that follows, whoever wrote it.
+                        size = os.fstat(point.fd).st_size
+                        generation = rec[3]
+                        self._announce(rec, key, ino, size)
+                        mine = _Flight(key, ino, size)  # from here on, `_land` ends it
+                        self._flights.append(mine)
+                finally:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+            if remote:
+                fcntl.lockf(self.fd, fcntl.LOCK_SH, 1, _FLIGHT_AT)  # until that fsync is over
+                fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
+            elif flight is not None:
+                with flight.over:  # then look again: that fsync may have failed, or been cut short
+                    pass
+            else:
+                break
+        synced = False
+        try:
+            try:
+                os.fsync(point.fd)
+            except OSError as exc:
+                raise StorageError(
+                    f"syncing {point.segment}.jsonl to disk: {os_reason(exc)}; "
+                    "the records of this write may not be durable"
+                ) from exc
+            synced = True
+        finally:
+            self._land(mine, generation, synced)
+        return True
 
-    @staticmethod
-    def _covers(record: tuple[bytes, int, int], key: bytes, ino: int, end: int) -> bool:
-        return record[0] == key and record[1] == ino and record[2] >= end
+    def _announce(self, rec: list[Any], key: bytes, ino: int, size: int) -> None:
+        """Say in the record that this process fsyncs `size` bytes of the segment (locks held).
+
+        Only while this process holds the flight lock: another process's waiters block
+        on it. If another process holds it (it announced its own fsync), say nothing.
+        Nor while this process seems alone (it recorded the last fsync and nobody else
+        announces one): an announcement only helps other processes.
+        """
+        if not self._announcing and rec[8] == self._pid and rec[7] in (0, self._pid):
+            return
+        if not self._announcing:
+            self._announcing = self._flight_lock(fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if self._announcing:
+            rec[4:8] = key, ino, size, self._pid
+            os.pwrite(self.fd, _SLOT.pack(*rec), 0)
+
+    def _land(self, mine: _Flight, generation: int, synced: bool) -> None:
+        """A fsync is over: record what it made durable, and end the announcement with the last one.
+
+        Whatever fails here, the flight ends and the flight lock is let go: a waiter in this
+        process or another must never wait for a fsync that is over.
+        """
+        try:
+            with self.lock:
+                self._flights.remove(mine)
+                last = self._announcing and not self._flights
+                self._announcing = self._announcing and not last
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX)
+                    try:
+                        self._record(mine, generation, synced, last)
+                    finally:
+                        fcntl.flock(self.fd, fcntl.LOCK_UN)
+                finally:
+                    if last:
+                        fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
+        finally:
+            mine.over.release()
+
+    def _record(self, mine: _Flight, generation: int, synced: bool, last: bool) -> None:
+        """Write what a landed fsync made durable, and end this process's announcement (locks held)."""
+        rec = self._read()
+        changed = False
+        if synced:
+            self.fsyncs += 1
+            # Never move the record back (a later fsync may have recorded more), nor
+            # past a cut made while this fsync ran (then the generation moved on).
+            if rec[3] == generation and not (
+                rec[0] == mine.key and rec[1] == mine.ino and rec[2] >= mine.size
+            ):
+                rec[0:3] = mine.key, mine.ino, mine.size
+                rec[8] = self._pid
+                changed = True
+        if last and rec[7] == self._pid:
+            rec[4:8] = b"", 0, 0, 0
+            changed = True
+        if changed:
+            os.pwrite(self.fd, _SLOT.pack(*rec), 0)
 
 
 def forget_synced(path: Path) -> None:
     """Clear a stream's shared record, if it has one: a segment was cut shorter (a torn tail
     removed), so bytes below the recorded size may be written again and need their own fsync.
 
-    Any writer may cut a tail, whatever its fsync policy, so this opens the file itself; its
-    `flock` (a new open file description) also waits for a fsync running in this process.
+    Any writer may cut a tail, whatever its fsync policy, so this opens the file itself. The
+    generation moves on, so a fsync running meanwhile (it may have flushed the cut bytes)
+    does not record its size afterwards.
     """
     try:
         fd = os.open(path, os.O_RDWR)
@@ -121,27 +260,46 @@ def forget_synced(path: Path) -> None:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.pwrite(fd, bytes(_SLOT.size), 0)
+        raw = os.pread(fd, _SLOT.size, 0)
+        rec: list[Any] = (
+            list(_SLOT.unpack(raw)) if len(raw) == _SLOT.size else [b"", 0, 0, 0, b"", 0, 0, 0, 0]
+        )
+        rec[0:4] = bytes(8), 0, 0, rec[3] + 1  # the announced flight, if any, stays
+        os.pwrite(fd, _SLOT.pack(*rec), 0)
     finally:
         os.close(fd)  # releases the lock
 
 
-@dataclass(eq=False)
 class GroupRequest:
-    """One caller's events, waiting for a leader to write them and for their bytes to be durable."""
+    """One caller's events, waiting for a leader to write them and for their bytes to be durable.
 
-    events: list[dict[str, Any]]
-    results: list[Any] | None = None
-    error: BaseException | None = None
-    taken: bool = False  # a leader has it
-    done: bool = False
+    `wake` is held from creation; the caller sleeps by acquiring it again, and whoever
+    has news for this caller alone (its group is durable, or it is the next leader)
+    releases it. One futex per caller, so a finished group wakes exactly its own
+    callers and a hand-off exactly one thread, instead of every waiter re-checking a
+    shared condition (with 8 callers that herd cost more CPU than the group's work).
+    """
+
+    __slots__ = ("done", "error", "events", "results", "wake")
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.events = events
+        self.results: list[Any] | None = None
+        self.error: BaseException | None = None
+        self.done = False  # False when woken: this caller leads the next group
+        self.wake = threading.Lock()
+        self.wake.acquire()
 
 
 @dataclass
 class GroupQueue:
-    """The per-process, per-stream queue of callers waiting to be written."""
+    """The per-process, per-stream queue of callers waiting to be written.
 
-    cond: threading.Condition = field(default_factory=threading.Condition)
+    `leader` is True from the moment a caller takes the lead until the last leader
+    finds nobody waiting: leadership passes from hand to hand, never through a free-for-all.
+    """
+
+    mutex: threading.Lock = field(default_factory=threading.Lock)
     waiting: list[GroupRequest] = field(default_factory=list)
     leader: bool = False
 
@@ -155,56 +313,69 @@ def group_commit(
 ) -> list[Any]:
     """Append `events` as part of a group; return their results once they are durable.
 
-    The leader writes everything queued, gives up leadership (the next group can
-    be written while this one syncs), makes its group durable and wakes its
-    followers. An error reaches every caller of the group it happened in.
+    The first caller to find no leader leads; later callers queue and sleep. A
+    leader takes everything queued (itself included), writes it, hands the lead to
+    the first caller queued since (the next group is written while this one
+    syncs), makes its group durable and wakes its own callers. An error reaches
+    every caller of the group it happened in.
     """
     req = GroupRequest(events)
-    cond = queue.cond
-    with cond:
-        queue.waiting.append(req)
-        while not req.done:
-            if queue.leader or req.taken:
-                cond.wait()  # another leader is writing, or has taken this request and is syncing it
-                continue
+    with queue.mutex:
+        lead = not queue.leader  # then nobody is queued either
+        if lead:
             queue.leader = True
+        else:
+            queue.waiting.append(req)
+    if lead:
+        batch = [req]
+    else:
+        req.wake.acquire()  # released once: results are in, or the lead was handed here
+        if req.done:
+            if req.error is not None:
+                raise req.error
+            assert req.results is not None
+            return req.results
+        with queue.mutex:  # still first in the queue: only a leader takes from it
             batch, queue.waiting = queue.waiting, []
-            for r in batch:
-                r.taken = True
-            cond.release()
-            try:
-                _commit(batch, sync, write, queue)
-            finally:
-                cond.acquire()
-                for r in batch:
-                    r.done = True
-                cond.notify_all()
+    _commit(batch, sync, write, queue)
     if req.error is not None:
         raise req.error
     assert req.results is not None
     return req.results
 
 
+def _hand_over(queue: GroupQueue) -> None:
+    """Written (or failed): pass the lead to the first caller queued, if any."""
+    with queue.mutex:
+        if not queue.waiting:
+            queue.leader = False
+            return
+        nxt = queue.waiting[0]
+    nxt.wake.release()  # nxt.done is False: it wakes as the leader
+
+
 def _commit(batch: list[GroupRequest], sync: SharedSync, write: WriteFn, queue: GroupQueue) -> None:
-    combined = [ev for r in batch for ev in r.events]
+    """Write, hand over, sync and answer `batch` (the leader's own request is `batch`'s first)."""
+    combined = batch[0].events if len(batch) == 1 else [ev for r in batch for ev in r.events]
     points: list[SyncPoint] = []
     try:
         try:
             results, points = write(combined)
         finally:
-            with queue.cond:  # written (or failed): the next leader may write now
-                queue.leader = False
-                queue.cond.notify_all()
+            _hand_over(queue)
         for point in points:
             sync.make_durable(point)
     except BaseException as exc:  # every caller of the group must hear about it
         for r in batch:
             r.error = exc
-        return
+    else:
+        pos = 0
+        for r in batch:
+            r.results = results[pos : pos + len(r.events)]
+            pos += len(r.events)
     finally:
         for point in points:
             os.close(point.fd)
-    pos = 0
-    for r in batch:
-        r.results = results[pos : pos + len(r.events)]
-        pos += len(r.events)
+        for r in batch[1:]:
+            r.done = True
+            r.wake.release()
