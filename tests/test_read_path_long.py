@@ -211,7 +211,7 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
         start = parse_ts(row[4])
         boost = qs._date_boost(row, asked)
         for i, p in enumerate(passages):
-            answers = i > 0 and passages[i - 1].text.lower().rstrip().endswith("?")
+            answers = i > 0 and p.parts == 1 and passages[i - 1].text.lower().rstrip().endswith("?")
             share = qs.ANSWER_WEIGHT if answers else qs.NEIGHBOUR_WEIGHT
             beside = max(
                 share * own[i - 1] if i > 0 else 0.0,
