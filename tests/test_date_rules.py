@@ -23,6 +23,20 @@ ANCHORS = [
     ("I ran a race last Friday", MON, [("last Friday", "the Friday before 8 May 2023 (5 May 2023)")]),
     ("I ran a race last Friday", MAR31, [("last Friday", "the Friday before 31 March 2023 (24 March 2023)")]),
     ("see you next Monday", MON, [("next Monday", "the Monday after 8 May 2023 (15 May 2023)")]),
+    # Weekdays shortened as in chat, after last/next; never a lower-case word that is no day.
+    (
+        "Last Fri I took my kids to a workshop",
+        MON,
+        [("Last Fri", "the Friday before 8 May 2023 (5 May 2023)")],
+    ),
+    (
+        "I joined a group last Tues. It was great",
+        MON,
+        [("last Tues", "the Tuesday before 8 May 2023 (2 May 2023)")],
+    ),
+    ("see you next Thurs", MON, [("next Thurs", "the Thursday after 8 May 2023 (11 May 2023)")]),
+    ("when I last sat down", MON, []),
+    ("Last night was amazing", MON, [("Last night", "7 May 2023")]),
     ("We moved two years ago", MON, [("two years ago", "2021")]),
     ("We moved two years ago", LEAP, [("two years ago", "2022")]),
     ("three days ago", NEW_YEAR, [("three days ago", "29 December 2023")]),
@@ -46,6 +60,7 @@ ANCHORS = [
     ("I have been painting for two weeks", MON, [("for two weeks", "since around 24 April 2023")]),
     ("She has been sick for 3 days", NEW_YEAR, [("for 3 days", "since 29 December 2023")]),
     ("I've had this dog for the past two years", MON, [("for the past two years", "since about 2021")]),
+    ("Seven years now, and I've found my muses", MON, [("Seven years now", "since about 2016")]),
     # A duration that is a plan (no perfect tense, no "now") says nothing about a start.
     ("I'm going to Spain for a week", MON, []),
     ("I have a trip. I'll stay for a week", MON, []),  # "have" is in another sentence
@@ -66,6 +81,7 @@ INLINE = [
     ("We went camping in early June.", MON, "We went camping in early June 2023."),
     ("I went there yesterday and last Friday", MON, "I went there on 7 May 2023 and on Friday, 5 May 2023"),
     ("since last year", MON, "since 2022"),
+    ("I went last Fri.", MON, "I went on Friday, 5 May 2023."),
     ("I'm going to Spain for a week", MON, "I'm going to Spain for a week"),
 ]
 

@@ -15,6 +15,7 @@ from tiermem.app.locomo import (
     format_report,
     interaction_events,
     load_locomo,
+    normalize_answer,
     normalize_evidence,
     pack,
     parse_session_date,
@@ -86,6 +87,19 @@ def test_loader_skips_adversarial_and_unevidenced_and_fixes_ids(tmp_path: Path) 
     assert normalize_evidence(["D8:6; D9:17", "D:11:26", "D30:05"]) == ["D8:6", "D9:17", "D11:26", "D30:5"]
     assert parse_session_date("1:56 pm on 8 May, 2023").isoformat() == "2023-05-08T13:56:00+00:00"
     assert conv.turns[1].ts.isoformat() == "2023-05-08T13:56:01+00:00"
+
+
+def test_answers_with_the_day_glued_to_the_month_are_read_as_a_date() -> None:
+    assert normalize_answer("The weekend after 3June, 2022.") == "The weekend after 3 June, 2022."
+    assert answer_tokens(normalize_answer("The Friday before 23January, 2022")) == [
+        "friday",
+        "23",
+        "january",
+        "2022",
+    ]
+    # Nothing else is split: ordinals, sizes and a misspelt month stay as written.
+    for kept in ("a 5K charity run", "Aug 15th", "2D adventure", "the week before 21Janury, 2022"):
+        assert normalize_answer(kept) == kept
 
 
 def test_metrics_by_hand(tmp_path: Path) -> None:

@@ -225,18 +225,19 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
         start = parse_ts(row[4])
         boost = qs._date_boost(row, asked)
         for i, p in enumerate(passages):
-            beside = max(own[i - 1] if i > 0 else 0.0, own[i + 1] if i + 1 < len(passages) else 0.0)
+            answers = i > 0 and p.parts == 1 and passages[i - 1].text.lower().rstrip().endswith("?")
+            share = qs.ANSWER_WEIGHT if answers else qs.NEIGHBOUR_WEIGHT
+            beside = max(
+                share * own[i - 1] if i > 0 else 0.0,
+                qs.NEIGHBOUR_WEIGHT * own[i + 1] if i + 1 < len(passages) else 0.0,
+            )
             seen = [
                 bool(counts[i][k] or head_counts[k] or (i > 0 and counts[i - 1][k]))
                 or bool(i + 1 < len(passages) and counts[i + 1][k])
                 for k in range(n)
             ]
             coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / total_weight
-            score = (
-                (own[i] + qs.NEIGHBOUR_WEIGHT * beside + qs.HEAD_WEIGHT * head)
-                * (qs.COVERAGE_FLOOR + coverage)
-                * boost
-            )
+            score = (own[i] + beside + qs.HEAD_WEIGHT * head) * (qs.COVERAGE_FLOOR + coverage) * boost
             if asked.named and p.speaker.lower() in asked.named:
                 score *= qs.QUOTE_SPEAKER_BOOST
             if asked.asks_when and qs._SAYS_WHEN.search(texts[i]):
@@ -291,6 +292,8 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
         ]
         if i % 3 == 0:  # a shared picture: its caption is scored at its own weight
             quotes[1] = {**quotes[1], "text": f"{quotes[1]['text']} [image: {_text(rng, 9).rstrip('.')}]"}
+        if i % 4 == 1:  # a question: the turn after it shares all of its match (ANSWER_WEIGHT)
+            quotes[2] = {**quotes[2], "text": quotes[2]["text"][:-1] + "?"}
         if i % 5 == 0:  # the same turn said again later: kept once
             quotes.append({**quotes[0], "event_id": f"t{i}.again"})
         events.append(

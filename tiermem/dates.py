@@ -82,6 +82,16 @@ _COUNT = (
 )
 _UNIT = r"(day|week|weekend|month|year)s?"
 _WEEKDAY = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+# After last/next, a weekday as people write it in chat: whole, or shortened and capitalised
+# ("last Fri", "last Tues."); "when I last sat down" is no Saturday.
+_WEEKDAY_OR_SHORT = (
+    r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday|(?-i:Mon|Tues?|Wed|Thur?s?|Fri|Sat|Sun))"
+)
+_SHORT_DAYS = {day[:3].lower(): day for day in WEEKDAYS} | {
+    "tues": "Tuesday",
+    "thur": "Thursday",
+    "thurs": "Thursday",
+}
 _MONTH = "(?-i:(" + "|".join(MONTHS) + "))"  # capitalised only: "may" is also a verb
 
 # Order matters: longer phrases first so "last weekend" is not read as "last week".
@@ -90,9 +100,11 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     for name, rx in (
         ("ago", rf"\b{_COUNT}\s+{_UNIT}\s+ago\b"),
         ("duration", rf"\bfor\s+(?:the\s+(?:past|last)\s+)?{_COUNT}\s+{_UNIT}(?:\s+now)?\b"),
+        # "Seven years now": a duration that runs up to the day without "for".
+        ("duration", rf"\b{_COUNT}\s+{_UNIT}\s+now\b"),
         ("in_month", rf"\b(?:in|since|during)\s+(?:early\s+|late\s+|mid-?)?{_MONTH}\b(?!,?\s*\d)"),
-        ("last_weekday", rf"\b(?:last|this past|past)\s+{_WEEKDAY}\b"),
-        ("next_weekday", rf"\b(?:next|this coming|coming)\s+{_WEEKDAY}\b"),
+        ("last_weekday", rf"\b(?:last|this past|past)\s+{_WEEKDAY_OR_SHORT}\b"),
+        ("next_weekday", rf"\b(?:next|this coming|coming)\s+{_WEEKDAY_OR_SHORT}\b"),
         ("this_weekday", rf"\b(?:this|on)\s+{_WEEKDAY}\b"),
         ("last_unit", r"\b(?:last|this past|past)\s+(weekend|week|month|year|summer|winter|spring|fall)\b"),
         (
@@ -100,7 +112,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"\b(?:next|this coming|coming)\s+(weekend|week|month|year|summer|winter|spring|fall)\b",
         ),
         ("this_unit", r"\bthis\s+(weekend|week|month|year)\b"),
-        ("yesterday", r"\byesterday\b"),
+        ("yesterday", r"\b(?:yesterday|last night)\b"),
         ("tomorrow", r"\btomorrow\b"),
         ("today", r"\b(?:today|tonight|this morning|this afternoon|this evening)\b"),
         ("recently", r"\bthe other day\b"),
@@ -130,7 +142,7 @@ def _resolve_day(kind: str, m: re.Match[str], at: datetime) -> str:
 def _resolve_weekday(kind: str, m: re.Match[str], at: datetime) -> str:
     """last/next/this <weekday>: the named day before or after the day it was said."""
     said = human_date(at)
-    day = m.group(1).capitalize()
+    day = _SHORT_DAYS.get(m.group(1).lower(), m.group(1).capitalize())
     target = WEEKDAYS.index(day)
     if kind == "next_weekday":
         delta = (target - at.weekday()) % 7 or 7
@@ -233,7 +245,7 @@ def _resolve(kind: str, m: re.Match[str], at: datetime) -> str | None:
 
 
 _CHEAP_CHECK = re.compile(
-    r"\b(ago|last|next|this|past|coming|yesterday|tomorrow|today|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|the other day|for|"
+    r"\b(ago|last|next|this|past|coming|yesterday|tomorrow|today|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|the other day|for|now|"
     + "|".join(m.lower() for m in MONTHS)
     + r")\b",
     re.IGNORECASE,
@@ -246,19 +258,20 @@ _CHEAP_CHECK_FOLDED = folded_twin(_CHEAP_CHECK)
 # words), tested on `fold(text)` (see tiermem.text): a skipped scan
 # could not have matched, so the result never changes.
 _LAST, _NEXT = ("last", "past"), ("next", "coming")
+_DAY_WORDS = ("day", "mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _NEEDS_WORDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "ago": (("ago",),),
-    "last_weekday": (_LAST, ("day",)),
-    "next_weekday": (_NEXT, ("day",)),
+    "last_weekday": (_LAST, _DAY_WORDS),
+    "next_weekday": (_NEXT, _DAY_WORDS),
     "this_weekday": (("this", "on"), ("day",)),
     "last_unit": (_LAST,),
     "next_unit": (_NEXT,),
     "this_unit": (("this",),),
-    "yesterday": (("yesterday",),),
+    "yesterday": (("yesterday", "last night"),),
     "tomorrow": (("tomorrow",),),
     "today": (("today", "tonight", "this"),),
     "recently": (("the other day",),),
-    "duration": (("for",),),
+    "duration": (("for", "now"),),
     "in_month": (("in", "since", "during"), tuple(m.lower() for m in MONTHS)),
 }
 _NEEDS = {kind: tuple(frozenset(g) for g in groups) for kind, groups in _NEEDS_WORDS.items()}
@@ -323,7 +336,7 @@ def _inline(kind: str, m: re.Match[str], at: datetime) -> str:
     if kind in ("last_weekday", "next_weekday", "this_weekday"):
         resolved = _resolve(kind, m, at) or ""
         day = resolved[resolved.rfind("(") + 1 : -1] if resolved.endswith(")") else resolved
-        return f"on {m.group(1).capitalize()}, {day}"
+        return f"on {_SHORT_DAYS.get(m.group(1).lower(), m.group(1).capitalize())}, {day}"
     if kind == "ago":
         unit = m.group(2).lower()
         resolved = _resolve(kind, m, at) or ""

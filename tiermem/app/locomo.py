@@ -146,6 +146,19 @@ def normalize_evidence(raw: Iterable[Any]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+_GLUED_DATE = re.compile(r"\b(\d{1,2})(" + "|".join(MONTHS) + r")\b", re.I)
+
+
+def normalize_answer(answer: str) -> str:
+    """A gold answer with a day and month written together apart ("3June, 2022" -> "3 June, 2022").
+
+    About twenty temporal answers of the data glue the day to the month; read
+    as one word, no delivered date could ever state them (the same fix for
+    both systems, like the evidence ids above).
+    """
+    return _GLUED_DATE.sub(r"\1 \2", answer)
+
+
 def turn_attachments(turn: dict[str, Any]) -> tuple[dict[str, str], ...]:
     """A LoCoMo turn's shared image (`img_url`, `blip_caption`, `query`) as interaction attachments."""
     caption = str(turn.get("blip_caption") or "").strip()
@@ -189,7 +202,7 @@ def load_locomo(path: Path | str) -> list[Conversation]:
             evidence = normalize_evidence(q.get("evidence") or [])
             if cat not in CATEGORIES or not evidence or "answer" not in q:
                 continue  # category 5 (adversarial) and the few questions without evidence
-            conv.questions.append(Question(q["question"], str(q["answer"]), evidence, cat))
+            conv.questions.append(Question(q["question"], normalize_answer(str(q["answer"])), evidence, cat))
         convs.append(conv)
     return convs
 
