@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,7 @@ class StaticCandidate:
     `pip install tokenlearn-static-model==0.1.1`."""
 
     name = "tokenlearn-static-64d"
+    identity = "tokenlearn-static-64d"
     dim = 64
 
     def __init__(self) -> None:
@@ -120,7 +122,10 @@ class StaticCandidate:
         return normalise(np.asarray(self._encode(self._root, list(texts), 512), dtype=np.float32))
 
 
-CANDIDATES: dict[str, Callable[[], Embedder]] = {**EMBEDDERS, StaticCandidate.name: StaticCandidate}
+CANDIDATES: dict[str, Callable[[], Embedder]] = {
+    **{name: partial(load_embedder, name) for name in EMBEDDERS},
+    StaticCandidate.name: StaticCandidate,
+}
 
 
 def load(name: str) -> Embedder:

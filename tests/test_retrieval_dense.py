@@ -141,6 +141,7 @@ class _Hashing:
     """Deterministic stand-in vectors for exercising the index's search paths (not a model)."""
 
     name = "hashing-test"
+    identity = "hashing-test"
     dim = 64
 
     def embed(self, texts: Sequence[str]) -> Vectors:
@@ -155,6 +156,8 @@ def test_sign_bit_prefilter_keeps_the_exact_nearest(tmp_path: Path, monkeypatch:
         "CREATE TABLE quote_vectors (episode_id TEXT, idx INTEGER, vec BLOB, PRIMARY KEY (episode_id, idx))"
     )
     index = VectorIndex(_Hashing())
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES (?, ?)", (vectors.MODEL_KEY, index.embedder.identity))
     rng = np.random.default_rng(1)
     base = normalise(rng.standard_normal((3000, 64)))
     query = "the query"

