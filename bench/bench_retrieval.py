@@ -97,7 +97,9 @@ def main() -> int:
     ap.add_argument("--modes", nargs="+", default=["lexical", "dense", "hybrid"])
     ap.add_argument("--budgets", nargs="+", type=int, default=[250, 500, 1000])
     ap.add_argument("--conversations", type=int, default=None)
-    ap.add_argument("--embedding-model", default=None, help="retrieval.embedding_model (default: the setting's)")
+    ap.add_argument(
+        "--embedding-model", default=None, help="retrieval.embedding_model (default: the setting's)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     results = []

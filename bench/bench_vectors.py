@@ -119,7 +119,12 @@ def query_latency(data: Path, items: int, queries: int, model: str) -> dict[str,
         "INSERT INTO quote_vectors VALUES (?, ?, ?)",
         [(f"e{k}", 0, vectors.to_blob(v)) for k, v in enumerate(allv)],
     )
-    out: dict[str, Any] = {"model": model, "items": items, "real_vectors": len(real), "queries": len(questions)}
+    out: dict[str, Any] = {
+        "model": model,
+        "items": items,
+        "real_vectors": len(real),
+        "queries": len(questions),
+    }
     t0 = time.perf_counter()
     index.nearest(conn, "warm up", 10)
     out["first_query_loads_matrix_s"] = round(time.perf_counter() - t0, 3)
