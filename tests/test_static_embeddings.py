@@ -237,3 +237,40 @@ def test_loads_offline_from_its_cache(tmp_path: Path, static_cache: Path) -> Non
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == [str(se.PCA_DIMS), "1.0"]
     assert not any(tmp_path.iterdir())
+
+
+def test_switching_the_model_on_postgres_drops_the_old_vectors_and_index(
+    tmp_path: Path, pg_url: str, static_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiermem.runtime import pg_vectors
+    from tiermem.runtime.store import open_store
+
+    monkeypatch.setattr(pg_vectors, "EXACT_LIMIT", 5)  # so the first model's HNSW index exists
+    static = replace(_settings(tmp_path, "hybrid", se.STATIC_NAME, static_cache), hot_url=pg_url)
+    _prepared(tmp_path, static).close()
+
+    def state(conn: Any) -> tuple[str, int, list[str]]:
+        model = conn.execute("SELECT value FROM meta WHERE key = ?", (MODEL_KEY,)).fetchone()[0]
+        count = conn.execute("SELECT count(*) FROM quote_vectors").fetchone()[0]
+        names = conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'quote_vectors'"
+            " AND indexname LIKE 'quote_vectors_hnsw_%'"
+        ).fetchall()
+        return str(model), int(count), sorted(n for (n,) in names)
+
+    store = open_store(static)
+    try:
+        model, count, names = state(store.conn)  # type: ignore[attr-defined]
+        assert model.startswith(se.STATIC_NAME + "/") and names == [f"quote_vectors_hnsw_{se.PCA_DIMS}"]
+    finally:
+        store.close()
+    minilm = replace(static, retrieval=replace(static.retrieval, embedding_model="all-minilm-l6-v2"))
+    store = open_store(minilm)
+    try:
+        dense = store.dense  # type: ignore[attr-defined]
+        assert dense.index.nearest(store.conn, QUESTION, 10) == {}  # type: ignore[attr-defined]
+        store.apply_batch([], {}, ProjectionInfo())
+        assert state(store.conn) == ("all-minilm-l6-v2", count, ["quote_vectors_hnsw_384"])  # type: ignore[attr-defined]
+        assert dense.index.nearest(store.conn, QUESTION, 10)  # type: ignore[attr-defined]
+    finally:
+        store.close()
