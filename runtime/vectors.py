@@ -24,12 +24,17 @@ with another model's vectors. A store with vectors but no record predates the
 record, when all-MiniLM-L6-v2 was the only model.
 
 Search: the vectors of the whole store are held in memory as one matrix,
-reloaded when the table changed (its row count or newest rowid). Up to
-`EXACT_LIMIT` rows the query is one matrix-vector product; above it, a
-sign-bit prefilter (each vector's 384 signs packed into six 64-bit words,
-Hamming distance by popcount) keeps the `PREFILTER` nearest rows and only those
-get the exact cosine. What a principal may see is decided afterwards in SQL on
-the candidate episodes (`episode_search`), as for lexical candidates.
+reloaded when the table changed: its newest rowid grows with every insert (a
+re-embedded passage gets a new rowid) and a trigger counts deletions in
+`meta.vectors_deleted`, so the check is two index lookups, not a count of
+100k rows. Up to `EXACT_LIMIT` rows the query is one matrix-vector product;
+above it, a sign-bit prefilter (each vector's signs packed into 64-bit words,
+one row of the word matrix per word, Hamming distance by popcount) keeps the
+`PREFILTER` nearest rows and only those get the exact cosine. The products run
+in numpy's own loops (einsum), not the BLAS: on a shared machine a threaded
+BLAS call waits for a descheduled partner, and measured here that made a
+2,000-row rerank 15x slower. What a principal may see is decided afterwards in
+SQL on the candidate episodes (`episode_search`), as for lexical candidates.
 """
 
 from __future__ import annotations
@@ -88,11 +93,26 @@ def sign_bits(vectors: NDArray[np.float32]) -> NDArray[np.uint64]:
     return np.ascontiguousarray(bits).view(np.uint64)
 
 
+def hamming(words: NDArray[np.uint64], query: NDArray[np.uint64]) -> NDArray[np.uint16]:
+    """Hamming distance of every row to `query`, with `words` the (words, rows) transpose of
+    `sign_bits`: one pass per word over a contiguous row, counts summed in place."""
+    n = words.shape[1]
+    out = np.zeros(n, dtype=np.uint16)
+    x = np.empty(n, dtype=np.uint64)
+    ones = np.empty(n, dtype=np.uint8)
+    for w in range(words.shape[0]):
+        np.bitwise_xor(words[w], query[w], out=x)
+        np.bitwise_count(x, out=ones)
+        out += ones
+    return out
+
+
 @dataclass
 class _Matrix:
-    version: tuple[int, int, str] = (-1, -1, "")
+    version: tuple[int, str, str] = (-1, "", "")
     keys: list[tuple[str, int]] = field(default_factory=list)
     vectors: NDArray[np.float32] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    # (words, rows): each word of every row's sign bits in one contiguous array
     signs: NDArray[np.uint64] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint64))
 
 
@@ -163,9 +183,12 @@ class VectorIndex:
     # ------------------------------------------------------------ search
     def _load(self, conn: sqlite3.Connection) -> _Matrix:
         db = database_key(conn)
-        count, newest = conn.execute("SELECT count(*), coalesce(max(rowid), 0) FROM quote_vectors").fetchone()
+        newest, deleted = conn.execute(
+            "SELECT (SELECT coalesce(max(rowid), 0) FROM quote_vectors),"
+            " (SELECT value FROM meta WHERE key = 'vectors_deleted')"
+        ).fetchone()
         model = self.stored_model(conn) or ""
-        version = (int(count), int(newest), model)
+        version = (int(newest), str(deleted or ""), model)
         m = self._matrix.get(db)
         if m is not None and m.version == version:
             return m
@@ -176,7 +199,7 @@ class VectorIndex:
                 keys.append((str(episode_id), int(idx)))
                 blobs.append(bytes(vec))
         vectors = from_blobs(blobs, self.embedder.dim)
-        m = _Matrix(version, keys, vectors, sign_bits(vectors))
+        m = _Matrix(version, keys, vectors, np.ascontiguousarray(sign_bits(vectors).T))
         self._matrix[db] = m
         return m
 
@@ -188,13 +211,12 @@ class VectorIndex:
         q = self.embedder.embed([query])[0]
         rows: NDArray[Any]
         if len(m.keys) > EXACT_LIMIT:
-            qs = sign_bits(q[None, :])[0]
-            hamming = np.bitwise_count(m.signs ^ qs).sum(axis=1)
-            rows = np.argpartition(hamming, PREFILTER)[:PREFILTER]
-            sims = m.vectors[rows] @ q
+            distance = hamming(m.signs, sign_bits(q[None, :])[0])
+            rows = np.argpartition(distance, PREFILTER)[:PREFILTER]
+            sims = np.einsum("ij,j->i", m.vectors[rows], q)
         else:
             rows = np.arange(len(m.keys))
-            sims = m.vectors @ q
+            sims = np.einsum("ij,j->i", m.vectors, q)
         k = min(limit, len(rows))
         top = np.argpartition(-sims, k - 1)[:k]
         return {m.keys[int(rows[i])]: float(sims[i]) for i in top}

@@ -274,3 +274,18 @@ def test_switching_the_model_on_postgres_drops_the_old_vectors_and_index(
         assert dense.index.nearest(store.conn, QUESTION, 10)  # type: ignore[attr-defined]
     finally:
         store.close()
+
+
+def test_search_sees_deleted_vectors_without_counting_rows(tmp_path: Path, static_cache: Path) -> None:
+    ctx = _prepared(tmp_path, _settings(tmp_path, "hybrid", se.STATIC_NAME, static_cache))
+    try:
+        conn, index = ctx.memory.conn, ctx.memory.store.dense.index  # type: ignore[attr-defined]
+        found = index.nearest(conn, QUESTION, 100)
+        (episode_id, _), _ = max(found.items(), key=lambda kv: kv[1])
+        conn.execute("DELETE FROM episodes WHERE episode_id = ?", (episode_id,))
+        conn.commit()
+        # The in-memory matrix is reloaded: no key of the deleted episode comes back.
+        assert all(e != episode_id for e, _ in index.nearest(conn, QUESTION, 100))
+        assert conn.execute("SELECT value FROM meta WHERE key = 'vectors_deleted'").fetchone()[0] != "0"
+    finally:
+        ctx.close()
