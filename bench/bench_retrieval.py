@@ -39,7 +39,12 @@ METRICS = ("evidence_recall", "answer_recall", "answer_full")
 
 
 def run_mode(
-    data: Path, mode: str, budgets: list[int], limit: int | None, model: str | None = None
+    data: Path,
+    mode: str,
+    budgets: list[int],
+    limit: int | None,
+    model: str | None = None,
+    dense_weight: float | None = None,
 ) -> dict[str, Any]:
     convs = load_locomo(data)[:limit]
     with tempfile.TemporaryDirectory(prefix="tiermem-retrieval-") as tmp:
@@ -48,6 +53,8 @@ def run_mode(
         retrieval = replace(settings.retrieval, mode=mode)  # type: ignore[arg-type]
         if model:
             retrieval = replace(retrieval, embedding_model=model)
+        if dense_weight is not None:
+            retrieval = replace(retrieval, dense_weight=dense_weight)
         settings = replace(settings, retrieval=retrieval)
         t0 = time.perf_counter()
         prepare(settings, convs)
@@ -68,6 +75,7 @@ def run_mode(
     return {
         "mode": mode,
         "embedding_model": settings.retrieval.embedding_model if mode != "lexical" else None,
+        "dense_weight": settings.retrieval.dense_weight if mode == "hybrid" else None,
         "prepare_seconds": round(prepared, 1),
         "budgets": {str(b): aggregate(r) for b, r in rows.items()},
     }
@@ -100,12 +108,15 @@ def main() -> int:
     ap.add_argument(
         "--embedding-model", default=None, help="retrieval.embedding_model (default: the setting's)"
     )
+    ap.add_argument("--dense-weight", type=float, default=None, help="retrieval.dense_weight (hybrid)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     results = []
     for mode in args.modes:
         c0 = time.process_time()
-        r = run_mode(args.data, mode, args.budgets, args.conversations, args.embedding_model)
+        r = run_mode(
+            args.data, mode, args.budgets, args.conversations, args.embedding_model, args.dense_weight
+        )
         r["cpu_seconds"] = round(time.process_time() - c0, 1)
         r["load_average"] = os.getloadavg()
         results.append(r)
