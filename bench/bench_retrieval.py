@@ -75,7 +75,7 @@ def run_mode(
     return {
         "mode": mode,
         "embedding_model": settings.retrieval.embedding_model if mode != "lexical" else None,
-        "dense_weight": settings.retrieval.dense_weight if mode == "hybrid" else None,
+        "dense_weight": settings.retrieval.fusion_weight if mode == "hybrid" else None,
         "prepare_seconds": round(prepared, 1),
         "budgets": {str(b): aggregate(r) for b, r in rows.items()},
     }

@@ -39,7 +39,7 @@ def dense_search(settings: Settings) -> DenseSearch | None:
     r = settings.retrieval
     if r.mode == "lexical":
         return None
-    return DenseSearch(_index(r.embedding_model, r.model_cache), r.mode, r.dense_weight, r.candidates)
+    return DenseSearch(_index(r.embedding_model, r.model_cache), r.mode, r.fusion_weight, r.candidates)
 
 
 @lru_cache(maxsize=2)

@@ -82,7 +82,7 @@ def _prepared(tmp_path: Path, mode: RetrievalMode) -> tuple[Settings, TiermemCon
     data.write_bytes(orjson.dumps(FIXTURE))
     (conv,) = load_locomo(data)
     base = replace(resolve_settings(data_dir=tmp_path / "data", env={}), anthropic_api_key=None, fsync="none")
-    settings = replace(base, retrieval=replace(base.retrieval, mode=mode))
+    settings = replace(base, retrieval=replace(base.retrieval, mode=mode, embedding_model="all-minilm-l6-v2"))
     prepare(settings, [conv])
     return settings, TiermemContext(settings, conv)
 
@@ -184,7 +184,8 @@ def _prepared_pg(tmp_path: Path, pg_url: str, mode: RetrievalMode) -> tuple[Sett
     data.write_bytes(orjson.dumps(FIXTURE))
     (conv,) = load_locomo(data)
     base = replace(resolve_settings(data_dir=tmp_path / "data", env={}), anthropic_api_key=None, fsync="none")
-    settings = replace(base, hot_url=pg_url, retrieval=replace(base.retrieval, mode=mode))
+    retrieval = replace(base.retrieval, mode=mode, embedding_model="all-minilm-l6-v2")
+    settings = replace(base, hot_url=pg_url, retrieval=retrieval)
     prepare(settings, [conv])
     return settings, TiermemContext(settings, conv)
 

@@ -34,13 +34,17 @@ from tiermem.settings import RetrievalMode, Settings, resolve_settings
 from tiermem.text import words
 
 MODEL_DIR = package_dir(MINILM_PACKAGE, "") / "model"
+# No word in common with DOG. (The shared fixture's "What kind of dog does Ben own?" ranks Ben's
+# shortest turn first at the static model's measured fusion weight, 0.2: at that weight the
+# dense side reorders turns BM25 finds alike, it does not overrule a clear lexical winner.)
+PETS = "Does Ben have any pets?"
 FREQUENT = 1500  # the most frequent whole words, beside the fixture's own tokens
 
 
 def _fixture_texts() -> list[str]:
     conv = FIXTURE[0]["conversation"]
     assert isinstance(conv, dict)
-    texts = [QUESTION, "Ben", "Ava", "May", "June", "July", "2023"]
+    texts = [QUESTION, PETS, "Ben", "Ava", "May", "June", "July", "2023"]
     for key, turns in conv.items():
         if key.startswith("session_") and isinstance(turns, list):
             texts += [str(t["text"]) for t in turns]
@@ -159,7 +163,7 @@ def _prepared(tmp_path: Path, settings: Settings) -> TiermemContext:
 
 
 def test_hybrid_with_the_static_model_finds_the_paraphrase(tmp_path: Path, static_cache: Path) -> None:
-    assert not set(words(QUESTION)) & set(words(DOG))
+    assert not set(words(PETS)) & set(words(DOG))
     ctx = _prepared(tmp_path, _settings(tmp_path, "hybrid", se.STATIC_NAME, static_cache))
     try:
         conn, store = ctx.memory.conn, ctx.memory.store
@@ -169,8 +173,9 @@ def test_hybrid_with_the_static_model_finds_the_paraphrase(tmp_path: Path, stati
             .startswith(se.STATIC_NAME + "/")
         )
         dense = store.dense  # type: ignore[attr-defined]
-        hybrid = [q["text"] for q in search_quotes(conn, ctx.memory.principal, QUESTION, dense=dense)]
-        lexical = [q["text"] for q in search_quotes(conn, ctx.memory.principal, QUESTION)]
+        assert dense.weight == 0.2  # the model's measured weight, the default
+        hybrid = [q["text"] for q in search_quotes(conn, ctx.memory.principal, PETS, dense=dense)]
+        lexical = [q["text"] for q in search_quotes(conn, ctx.memory.principal, PETS)]
         assert hybrid[0] == DOG
         assert lexical[0] != DOG
     finally:
@@ -289,3 +294,15 @@ def test_search_sees_deleted_vectors_without_counting_rows(tmp_path: Path, stati
         assert conn.execute("SELECT value FROM meta WHERE key = 'vectors_deleted'").fetchone()[0] != "0"
     finally:
         ctx.close()
+
+
+def test_the_fusion_weight_is_the_models_measured_one_unless_set(tmp_path: Path) -> None:
+    from tiermem.errors import ConfigError
+
+    r = resolve_settings(data_dir=tmp_path, env={}).retrieval
+    assert (r.embedding_model, r.fusion_weight) == (se.STATIC_NAME, 0.2)
+    assert replace(r, embedding_model="all-minilm-l6-v2").fusion_weight == 0.4
+    env = {"TIERMEM_RETRIEVAL__DENSE_WEIGHT": "0.5"}
+    assert resolve_settings(data_dir=tmp_path, env=env).retrieval.fusion_weight == 0.5
+    with pytest.raises(ConfigError, match="dense_weight"):
+        replace(r, dense_weight=-0.5)
