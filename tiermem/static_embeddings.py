@@ -8,11 +8,11 @@ the transformer does tens. The table is made from the MiniLM encoder of
 
 1. every vocabulary token goes through the encoder on its own, framed by the
    separator tokens the encoder was trained with (`[SEP] token [CLS]`: the
-   reversed frame measured slightly better than the natural one), and the
-   mean of the three output positions is the token's vector;
+   natural `[CLS] token [SEP]` measured within 0.4 points of it on LoCoMo),
+   and the mean of the three output positions is the token's vector;
 2. the vectors are centred and rotated onto their principal axes (PCA),
-   keeping the first `PCA_DIMS`: centring removes the direction every encoder
-   output shares, which otherwise dominates every sum of tokens;
+   keeping the first `PCA_DIMS`: two thirds of the width for at most a point of
+   hit@10 on LoCoMo, so a third less memory and search per stored vector;
 3. each token is weighted by smooth inverse frequency, `a / (a + p(token))`,
    with `p` estimated by Zipf's law from the token's rank in the vocabulary
    (WordPiece vocabularies list whole words roughly from the most frequent),
