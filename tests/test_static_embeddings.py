@@ -306,3 +306,12 @@ def test_the_fusion_weight_is_the_models_measured_one_unless_set(tmp_path: Path)
     assert resolve_settings(data_dir=tmp_path, env=env).retrieval.fusion_weight == 0.5
     with pytest.raises(ConfigError, match="dense_weight"):
         replace(r, dense_weight=-0.5)
+
+
+def test_the_prefilter_keeps_every_row_within_the_bound() -> None:
+    from tiermem.runtime.vectors import closest
+
+    distance = np.array([5, 1, 9, 3, 3, 7, 1, 3], dtype=np.uint16)
+    assert closest(distance, 2).tolist() == [1, 6]
+    assert closest(distance, 3).tolist() == [1, 3, 4, 6, 7]  # the ties at distance 3 all stay
+    assert closest(distance, 8).tolist() == list(range(8))
