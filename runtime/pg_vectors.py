@@ -22,6 +22,13 @@ times the candidates asked for. A connection of an agent's role sees (and
 finds) only its agent's vectors: row-level security applies to the search as
 to every other read; which of them the principal may see is decided
 afterwards in SQL on the candidate episodes, as on SQLite.
+
+The model that made the vectors is recorded in `meta` as on SQLite. A switch
+is carried out by the tables' owner (the projector): it deletes every vector,
+drops the HNSW index (it is built on the old model's dimension) and embeds
+every passage again in the projection's transaction; an agent's role cannot
+see every row, so it writes no vector under the new model until then, and
+its searches find no dense candidates rather than compare models.
 """
 
 from __future__ import annotations
@@ -34,8 +41,15 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 from tiermem.runtime.passages import episode_passages
-from tiermem.runtime.pg_hotstore import PgConnection, has_vector
-from tiermem.runtime.vectors import EMBED_BATCH, EXACT_LIMIT, VectorIndex, embedding_text
+from tiermem.runtime.pg_hotstore import PgConnection, get_meta, has_vector, set_meta
+from tiermem.runtime.vectors import (
+    EMBED_BATCH,
+    EXACT_LIMIT,
+    LEGACY_MODEL,
+    MODEL_KEY,
+    VectorIndex,
+    embedding_text,
+)
 
 from tiermem.embeddings import Embedder
 from tiermem.errors import ConfigError
@@ -79,15 +93,50 @@ class PgVectorIndex(VectorIndex):
             )
         self._checked.add(id(conn))
 
-    def _grow(self, conn: PgConnection) -> None:
-        """Past `EXACT_LIMIT` vectors, the tables' owner builds the HNSW index (once)."""
-        if conn.execute("SELECT to_regclass(?) IS NOT NULL", (self._hnsw(),)).fetchone()[0]:
-            return
+    @staticmethod
+    def _owner(conn: PgConnection) -> bool:
+        """Whether this connection's role owns the tables (the projector's, not an agent's)."""
         owner = conn.execute(
             "SELECT pg_has_role(current_user, tableowner, 'MEMBER') FROM pg_tables"
             " WHERE schemaname = current_schema() AND tablename = 'quote_vectors'"
         ).fetchone()
-        if owner is None or not owner[0]:
+        return owner is not None and bool(owner[0])
+
+    def stored_model(self, conn: sqlite3.Connection | PgConnection) -> str | None:
+        pg = _pg(conn)
+        recorded = get_meta(pg, MODEL_KEY)
+        if recorded is None and pg.execute("SELECT 1 FROM quote_vectors LIMIT 1").fetchone():
+            return LEGACY_MODEL
+        return recorded
+
+    def _switch(self, conn: PgConnection) -> bool | None:
+        """Make this model the store's: None when it already is, True when it was made so here
+        (every passage to embed again), False when this role cannot (the owner will)."""
+        stored = self.stored_model(conn)
+        if stored == self.embedder.identity:
+            return None
+        if stored is None:  # nothing stored yet, nothing to replace: any role records the model
+            set_meta(conn, MODEL_KEY, self.embedder.identity)
+            return None
+        if not self._owner(conn):
+            return False
+        # TRUNCATE, not DELETE: an index built later in this transaction would still read
+        # deleted rows of the old dimension (other transactions may see them) and fail.
+        conn.execute("TRUNCATE quote_vectors")
+        names = conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+            " AND tablename = 'quote_vectors' AND indexname LIKE 'quote_vectors_hnsw_%'"
+        ).fetchall()
+        for (name,) in names:
+            conn.execute(f'DROP INDEX IF EXISTS "{name}"')
+        set_meta(conn, MODEL_KEY, self.embedder.identity)
+        return True
+
+    def _grow(self, conn: PgConnection) -> None:
+        """Past `EXACT_LIMIT` vectors, the tables' owner builds the HNSW index (once)."""
+        if conn.execute("SELECT to_regclass(?) IS NOT NULL", (self._hnsw(),)).fetchone()[0]:
+            return
+        if not self._owner(conn):
             return  # an agent's role cannot create indexes; the projector's next batch does
         rows = conn.execute(
             f"SELECT count(*) FROM (SELECT 1 FROM quote_vectors LIMIT {EXACT_LIMIT + 1}) AS v"
@@ -106,6 +155,11 @@ class PgVectorIndex(VectorIndex):
         """Embed the passages of episodes that have no vectors yet; returns how many (as on SQLite)."""
         pg = _pg(conn)
         self._prepare(pg)
+        switched = self._switch(pg)
+        if switched is False:
+            return 0
+        if switched:
+            episode_ids = None
         sql = (
             "SELECT e.episode_id, e.key_quotes, e.start_ts, e.agent_id, e.owner FROM episodes e"
             " WHERE NOT EXISTS (SELECT 1 FROM quote_vectors v WHERE v.episode_id = e.episode_id)"
@@ -142,6 +196,8 @@ class PgVectorIndex(VectorIndex):
             return {}
         pg = _pg(conn)
         self._prepare(pg)
+        if self.stored_model(pg) != self.embedder.identity:
+            return {}
         d = int(self.embedder.dim)
         q = vector_text(self.embedder.embed([query])[0])
         if not pg.execute("SELECT to_regclass(?) IS NOT NULL", (self._hnsw(),)).fetchone()[0]:

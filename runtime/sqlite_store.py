@@ -39,12 +39,12 @@ def dense_search(settings: Settings) -> DenseSearch | None:
     r = settings.retrieval
     if r.mode == "lexical":
         return None
-    return DenseSearch(_index(r.embedding_model), r.mode, r.dense_weight, r.candidates)
+    return DenseSearch(_index(r.embedding_model, r.model_cache), r.mode, r.fusion_weight, r.candidates)
 
 
 @lru_cache(maxsize=2)
-def _index(model: str) -> VectorIndex:
-    return VectorIndex.load(model)
+def _index(model: str, cache: str) -> VectorIndex:
+    return VectorIndex.load(model, Path(cache) if cache else None)
 
 
 def _projects_as(event: Mapping[str, Any], kind: str) -> bool:

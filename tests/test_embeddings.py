@@ -157,12 +157,12 @@ def test_matrix_products_run_on_the_configured_threads(monkeypatch: pytest.Monke
 
     seen: list[int] = []
     model = MiniLMEmbedder(threads=1)
-    forward = model._forward
+    forward = model.forward
 
     def spy(batch: list[list[int]]) -> np.ndarray:
         seen.extend(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
         return forward(batch)
 
-    monkeypatch.setattr(model, "_forward", spy)
+    monkeypatch.setattr(model, "forward", spy)
     model.embed(["one thread, so a busy machine does not stall the other"])
     assert seen and set(seen) == {1}

@@ -50,7 +50,7 @@ def test_rrf_uses_ranks_only() -> None:
 def test_retrieval_settings_default_and_overrides(tmp_path: Path) -> None:
     s = resolve_settings(data_dir=tmp_path, env={})
     assert s.retrieval == RetrievalSettings()
-    assert s.retrieval.mode == "lexical" and s.retrieval.embedding_model == "all-minilm-l6-v2"
+    assert s.retrieval.mode == "lexical" and s.retrieval.embedding_model == "all-minilm-l6-v2-static"
     cfg = tmp_path / "t.toml"
     cfg.write_text('[retrieval]\nmode = "hybrid"\ndense_weight = 0.5\n')
     s = resolve_settings(data_dir=tmp_path, config_file=cfg, env={})

@@ -82,7 +82,7 @@ def _prepared(tmp_path: Path, mode: RetrievalMode) -> tuple[Settings, TiermemCon
     data.write_bytes(orjson.dumps(FIXTURE))
     (conv,) = load_locomo(data)
     base = replace(resolve_settings(data_dir=tmp_path / "data", env={}), anthropic_api_key=None, fsync="none")
-    settings = replace(base, retrieval=replace(base.retrieval, mode=mode))
+    settings = replace(base, retrieval=replace(base.retrieval, mode=mode, embedding_model="all-minilm-l6-v2"))
     prepare(settings, [conv])
     return settings, TiermemContext(settings, conv)
 
@@ -141,6 +141,7 @@ class _Hashing:
     """Deterministic stand-in vectors for exercising the index's search paths (not a model)."""
 
     name = "hashing-test"
+    identity = "hashing-test"
     dim = 64
 
     def embed(self, texts: Sequence[str]) -> Vectors:
@@ -155,6 +156,8 @@ def test_sign_bit_prefilter_keeps_the_exact_nearest(tmp_path: Path, monkeypatch:
         "CREATE TABLE quote_vectors (episode_id TEXT, idx INTEGER, vec BLOB, PRIMARY KEY (episode_id, idx))"
     )
     index = VectorIndex(_Hashing())
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES (?, ?)", (vectors.MODEL_KEY, index.embedder.identity))
     rng = np.random.default_rng(1)
     base = normalise(rng.standard_normal((3000, 64)))
     query = "the query"
@@ -181,7 +184,8 @@ def _prepared_pg(tmp_path: Path, pg_url: str, mode: RetrievalMode) -> tuple[Sett
     data.write_bytes(orjson.dumps(FIXTURE))
     (conv,) = load_locomo(data)
     base = replace(resolve_settings(data_dir=tmp_path / "data", env={}), anthropic_api_key=None, fsync="none")
-    settings = replace(base, hot_url=pg_url, retrieval=replace(base.retrieval, mode=mode))
+    retrieval = replace(base.retrieval, mode=mode, embedding_model="all-minilm-l6-v2")
+    settings = replace(base, hot_url=pg_url, retrieval=retrieval)
     prepare(settings, [conv])
     return settings, TiermemContext(settings, conv)
 

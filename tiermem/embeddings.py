@@ -21,9 +21,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import mmap
+import re
 import struct
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -50,6 +52,12 @@ class Embedder(Protocol):
 
     @property
     def dim(self) -> int: ...
+
+    @property
+    def identity(self) -> str:
+        """What the hot store records beside the vectors: vectors made under another
+        identity (another model, or another build of it) are never mixed with these."""
+        ...
 
     def embed(self, texts: Sequence[str]) -> Vectors: ...
 
@@ -126,6 +134,10 @@ def _is_cjk(cp: int) -> bool:
     )
 
 
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
+_ASCII_CONTROL = {c: " " if chr(c) in "\t\n\r" else None for c in (*range(32), 127)}
+
+
 class WordPieceTokenizer:
     """BERT's uncased tokenizer: clean, split CJK, strip accents, lower-case,
     split on whitespace and punctuation, then greedy longest-match word pieces."""
@@ -158,6 +170,10 @@ class WordPieceTokenizer:
         return "".join(c for c in decomposed if unicodedata.category(c) != "Mn").lower()
 
     def words(self, text: str) -> list[str]:
+        if text.isascii():
+            # The same split without a Python step per character: ASCII has no
+            # accents or CJK, its control characters go, and every symbol is punctuation.
+            return _ASCII_WORD.findall(text.translate(_ASCII_CONTROL).lower())
         out: list[str] = []
         for chunk in self.normalise(text).split():
             start = 0
@@ -189,6 +205,13 @@ class WordPieceTokenizer:
                 return (self.unk,)
             start = end
         return tuple(ids)
+
+    def piece_ids(self, text: str) -> list[int]:
+        """Every word piece of `text`, without the [CLS] and [SEP] frame."""
+        ids: list[int] = []
+        for w in self.words(text):
+            ids.extend(self._piece_ids(w))
+        return ids
 
     def encode(self, text: str, max_len: int) -> list[int]:
         """[CLS] pieces [SEP], the pieces cut so the whole fits in `max_len`."""
@@ -259,6 +282,7 @@ class MiniLMEmbedder:
     """all-MiniLM-L6-v2: BERT encoder, mean pooling over real tokens, unit length."""
 
     name = "all-minilm-l6-v2"
+    identity = "all-minilm-l6-v2"
 
     def __init__(
         self,
@@ -327,13 +351,20 @@ class MiniLMEmbedder:
         # Texts of similar length share a batch, so little work goes into padding.
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out = np.empty((len(ids), self.dim), dtype=np.float32)
-        with self._blas.limit(limits=self.threads, user_api="blas"):
+        with self.blas_limit():
             for s in range(0, len(order), self.batch_size):
                 chunk = order[s : s + self.batch_size]
-                out[chunk] = self._forward([ids[i] for i in chunk])
+                out[chunk] = self.forward([ids[i] for i in chunk])
         return normalise(out)
 
-    def _forward(self, batch: list[list[int]]) -> NDArray[np.float32]:
+    @contextmanager
+    def blas_limit(self) -> Iterator[None]:
+        """The BLAS thread count this encoder runs with (see `threads`)."""
+        with self._blas.limit(limits=self.threads, user_api="blas"):
+            yield
+
+    def forward(self, batch: list[list[int]]) -> NDArray[np.float32]:
+        """Mean of the last layer over each sequence's tokens (not normalised)."""
         n, width = len(batch), max(len(b) for b in batch)
         tok = np.zeros((n, width), dtype=np.int64)
         mask = np.zeros((n, width), dtype=np.float32)
@@ -366,12 +397,26 @@ class MiniLMEmbedder:
 # ------------------------------------------------------------------ registry
 
 
-EMBEDDERS: dict[str, Callable[[], Embedder]] = {MiniLMEmbedder.name: MiniLMEmbedder}
+def _static(cache_dir: Path | None) -> Embedder:
+    # Imported here: the static model is distilled from this module's encoder.
+    from tiermem.static_embeddings import StaticEmbedder
+
+    return StaticEmbedder.load(cache_dir)
 
 
-def load_embedder(name: str) -> Embedder:
-    """The named model, loaded from installed files; unknown or missing is an error, never a download."""
+EMBEDDERS: dict[str, Callable[[Path | None], Embedder]] = {
+    MiniLMEmbedder.name: lambda _cache: MiniLMEmbedder(),
+    "all-minilm-l6-v2-static": _static,
+}
+
+
+def load_embedder(name: str, cache_dir: Path | None = None) -> Embedder:
+    """The named model, loaded from installed files; unknown or missing is an error, never a download.
+
+    `cache_dir` is where a model derived from installed weights keeps what it
+    derives (None: its default place).
+    """
     factory = EMBEDDERS.get(name)
     if factory is None:
         raise ConfigError(f"unknown embedding model {name!r} (known: {', '.join(sorted(EMBEDDERS))})")
-    return factory()
+    return factory(cache_dir)

