@@ -43,6 +43,7 @@ from tiermem.durable_files import fsync_path, line_event_id, write_atomic
 from tiermem.erased import ErasureTargets, compute_erased, load_targets
 from tiermem.eventlog import ERASED_MARK, EventLog
 from tiermem.events import upcast
+from tiermem.groupcommit import forget_synced
 from tiermem.settings import Settings
 
 TOMBSTONE_FIELDS = ("event_id", "type", "ts", "schema_version")
@@ -92,6 +93,9 @@ def rewrite_jsonl(settings: Settings, log: EventLog, path: Path, ids: set[str]) 
         if count:
             data = b"\n".join(lines)
             write_atomic(path, data)
+            # A new file, maybe under a recycled inode number and shorter than the old one:
+            # the stream's "durable up to" no longer says anything about its bytes.
+            forget_synced(path.parent.parent / ".sync")
             segment = f"{stream}/{partition}/{stem}"
             # Every line of the new file is already indexed: say so, in its own byte offsets.
             conn = log._index()

@@ -289,7 +289,9 @@ MEMO_ENTRIES = 64  # a connection that only reads keeps at most this many answer
 
 def _kept(conn: sqlite3.Connection, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
     """`compute()`, kept on the connection while the store is unchanged (`_store_state`)."""
-    if not isinstance(conn, HotConnection):
+    if not isinstance(conn, HotConnection) or conn.in_transaction:
+        # Inside a transaction the change counter does not go back on a rollback: what was
+        # read there may be undone (rows made visible, then not), so it is not kept.
         return compute()
     state = _store_state(conn)  # taken before the read: a change during it is a change after it
     memo = conn.candidate_memo

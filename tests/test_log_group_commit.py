@@ -467,3 +467,98 @@ def test_an_announced_fsync_of_a_killed_process_is_not_waited_for(tmp_path: Path
     finally:
         os.close(fd)
         sync.close()
+
+
+def _sync_record(path: Path) -> list[Any]:
+    shared = SharedSync(path)
+    try:
+        return shared._read()
+    finally:
+        shared.close()
+
+
+def test_an_erasure_rewrite_clears_the_durable_size_of_its_stream(settings: Settings) -> None:
+    # The rewritten file may get the old inode number back (ext4 recycles them) and is
+    # shorter: a kept "durable up to" would then cover bytes appended later, unsynced.
+    from tiermem.log.erasure import rewrite_jsonl
+
+    settings = replace(settings, fsync="group")
+    with EventLog(settings) as log:
+        results = log.append_many([interaction(i, event_id=f"e{i}") for i in range(5)]).results
+        sync_path = settings.log_dir / "interactions" / ".sync"
+        before = _sync_record(sync_path)
+        assert before[2] > 0  # a durable size is recorded
+        segment = settings.log_dir / f"{results[2].segment}.jsonl"
+        assert rewrite_jsonl(settings, log, segment, {"e2"}) == 1
+    after = _sync_record(sync_path)
+    assert (after[0], after[2]) == (bytes(8), 0) and after[3] == before[3] + 1
+
+
+def test_a_waiter_on_a_failed_fsync_is_not_acknowledged(tmp_path: Path) -> None:
+    # The kernel reports a failed writeback once per open file: a second fsync of the same
+    # file would succeed for pages it lost, so the waiters of a failed fsync fail with it.
+    fd = os.open(tmp_path / "seg.jsonl", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    os.write(fd, b"a" * 99 + b"\n")
+    ino = os.fstat(fd).st_ino
+    shared = SharedSync(tmp_path / ".sync")
+    from tiermem.groupcommit import _Flight
+
+    failed = _Flight(shared._key("s/p/seg"), ino, 100)
+    failed.failed = True
+    failed.over.release()  # over, and failed
+    shared._flights.append(failed)
+    try:
+        with pytest.raises(StorageError, match="failed in this process"):
+            shared.make_durable(SyncPoint("s/p/seg", os.dup(fd), 100, ino))
+        assert shared.fsyncs == 0
+        # The flight that failed says so to its waiters.
+        shared._flights.clear()
+        landed: list[bool] = []
+        real_land = shared._land
+
+        def spy(mine: Any, generation: int, synced: bool) -> None:
+            landed.append(mine.failed)
+            real_land(mine, generation, synced)
+
+        shared._land = spy  # type: ignore[method-assign]
+
+        def broken_fsync(_fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        real_fsync = os.fsync
+        os.fsync = broken_fsync
+        try:
+            with pytest.raises(StorageError):
+                shared.make_durable(SyncPoint("s/p/seg", os.dup(fd), 100, ino))
+        finally:
+            os.fsync = real_fsync
+        assert landed == [True]
+    finally:
+        shared.close()
+        os.close(fd)
+
+
+def test_a_duplicate_is_answered_only_once_its_first_copy_is_durable(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first copy was written (and indexed) by another writer that has not synced it yet:
+    # here a writer with fsync "none" stands in for one still waiting for its fsync.
+    with EventLog(replace(settings, fsync="none")) as other:
+        other.append(interaction(1, event_id="dup-1", ts="2026-03-01T10:00:00Z"))
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    first = next(p for p in (settings.log_dir / "interactions").rglob("*.jsonl"))
+    for mode in ("always", "group"):
+        synced.clear()
+        monkeypatch.setattr(os, "fsync", recording_fsync)
+        with EventLog(replace(settings, fsync=mode)) as log:
+            # Another day: this writer never opens the first copy's segment for writing.
+            result = log.append(interaction(1, event_id="dup-1", ts="2026-03-01T10:00:00Z"))
+            assert result.duplicate
+        monkeypatch.undo()
+        assert first.stat().st_ino in synced, mode

@@ -274,3 +274,26 @@ def test_the_kept_matches_are_per_principal(memory: AgentMemory) -> None:
         assert all(o is None or (user is not None and user in o) for o in owners.values()), user
         seen[user] = set(owners)
     assert len({frozenset(s) for s in seen.values()}) == len(seen)  # each principal its own set
+
+
+def test_what_a_rolled_back_transaction_saw_is_not_kept(settings: Settings) -> None:
+    # The change counter does not go back on a rollback: a search inside a transaction that
+    # is then undone must not leave its matches behind for the next one to serve.
+    _archive(settings)
+    with open_memory(settings, "npc") as m:
+        conn, alice = m.conn, m.principal.as_user("alice")
+        terms = query_terms("kitten teal")
+        overall = _frequencies(conn, terms)
+
+        def found() -> set[str]:
+            rows = _candidate_rows(conn, alice, EPISODE_COLS, COLUMN_WEIGHTS, terms, overall, None, 60, 3)
+            return {str(r[0]) for r in rows}
+
+        hidden_where = "agent_id='npc' AND owner IS NOT NULL AND instr(owner, 'alice') = 0"
+        hidden = {str(r[0]) for r in conn.execute(f"SELECT episode_id FROM episodes WHERE {hidden_where}")}
+        assert hidden and not found() & hidden
+        conn.execute("BEGIN")
+        conn.execute(f"UPDATE episodes SET owner = NULL WHERE {hidden_where}")
+        assert found() & hidden  # inside the transaction they are visible
+        conn.execute("ROLLBACK")
+        assert not found() & hidden

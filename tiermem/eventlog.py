@@ -477,17 +477,26 @@ class EventLog:
                 points = []
                 written = {r.segment for r in results if not r.duplicate}
                 segments = set(written)
-                if any(r.duplicate for r in results):
-                    # A duplicate's first copy may still be waiting for its fsync.
-                    segments.update(f"{w.stream}/{p}/{stem}" for p, stem in w.active.items())
+                dups = [r.event_id for r in results if r.duplicate]
+                if dups:
+                    # A duplicate's first copy may still be waiting for its fsync, in this
+                    # process or another, in a segment this writer may not have open.
+                    segments.update(self.originals(w.index(), dups))
                 for segment in sorted(segments):
-                    fd = w.fds[segment.split("/")[1]]
+                    partition, stem = segment.split("/")[1:]
+                    if w.active.get(partition) == stem:
+                        fd = os.dup(w.fds[partition])
+                    else:
+                        try:
+                            fd = os.open(self.root / f"{segment}.jsonl", os.O_RDONLY)
+                        except FileNotFoundError:
+                            continue  # sealed since: the seal made it durable
                     if segment in written:  # where this group's bytes end: just recorded, no fstat
                         ino, end = self._indexed_to[segment]
                     else:
                         st = os.fstat(fd)
                         ino, end = st.st_ino, st.st_size
-                    points.append(SyncPoint(segment, os.dup(fd), end, ino))
+                    points.append(SyncPoint(segment, fd, end, ino))
                 return results, points
             finally:
                 fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
@@ -567,6 +576,8 @@ class EventLog:
             pending.append((f"{w.stream}/{partition}/{stem}", fd, st, b"".join(lines_of(keep)), keep))
         written = self._write_durably(pending, sync=sync)
         self._index_written(conn, written, ids)
+        if sync and duplicates and self.settings.fsync != "none":
+            self._sync_originals(conn, [ids[i] for i in duplicates])
         return [
             (segment, first_line, keep) for segment, _fd, _end, first_line, keep, _ino in written
         ], duplicates
@@ -587,6 +598,8 @@ class EventLog:
                 durable_files.write_all(fd, payload)
             except OSError as exc:
                 durable_files.cut_to_whole_lines(fd, start_size)
+                # Another process's fsync may have recorded a size that counts the cut bytes.
+                forget_synced(self.root / segment.split("/")[0] / ".sync")
                 self.forget_segment(segment)
                 raise StorageError(
                     f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
@@ -631,6 +644,40 @@ class EventLog:
         for segment, _fd, end, first_line, keep, ino in written:
             self._indexed_to[segment] = (ino, end)
             self._line_counts[segment] = (ino, end, first_line + len(keep))
+
+    @staticmethod
+    def originals(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
+        """The segments holding the first copies of these (duplicate) ids."""
+        found: set[str] = set()
+        for chunk_start in range(0, len(ids), 500):
+            chunk = ids[chunk_start : chunk_start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                str(r[0])
+                for r in conn.execute(
+                    f"SELECT DISTINCT segment FROM event_ids WHERE event_id IN ({marks})", chunk
+                )
+            )
+        return found
+
+    def _sync_originals(self, conn: sqlite3.Connection, ids: list[str]) -> None:
+        # A duplicate is answered as stored, so its first copy must be durable first: another
+        # process may have written it and still be waiting for its fsync (the index moves
+        # before the fsync in group commit, and a crashed writer's lines are indexed as found).
+        for segment in sorted(self.originals(conn, ids)):
+            try:
+                fd = os.open(self.root / f"{segment}.jsonl", os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # sealed since: the seal made it durable
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                raise StorageError(
+                    f"syncing {segment}.jsonl to disk: {os_reason(exc)}; a record sent again "
+                    "is in the log but may not be durable"
+                ) from exc
+            finally:
+                os.close(fd)
 
     @staticmethod
     def _indexed_ids(conn: sqlite3.Connection, ids: list[str]) -> set[str]:

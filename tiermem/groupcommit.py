@@ -71,10 +71,11 @@ class _Flight:
     which lets the next waiter through (a plain lock: cheaper than an Event per fsync).
     """
 
-    __slots__ = ("ino", "key", "over", "size")
+    __slots__ = ("failed", "ino", "key", "over", "size")
 
     def __init__(self, key: bytes, ino: int, size: int) -> None:
         self.key, self.ino, self.size = key, ino, size
+        self.failed = False
         self.over = threading.Lock()
         self.over.acquire()
 
@@ -168,8 +169,16 @@ class SharedSync:
                 fcntl.lockf(self.fd, fcntl.LOCK_SH, 1, _FLIGHT_AT)  # until that fsync is over
                 fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
             elif flight is not None:
-                with flight.over:  # then look again: that fsync may have failed, or been cut short
+                with flight.over:  # then look again: that fsync may have been cut short
                     pass
+                if flight.failed:
+                    # Its error is not ours to retry: the kernel reports a failed writeback
+                    # once per open file, so a second fsync of the same file would return
+                    # success for pages it lost.
+                    raise StorageError(
+                        f"syncing {point.segment}.jsonl to disk failed in this process; "
+                        "the records of this write may not be durable"
+                    )
             else:
                 break
         synced = False
@@ -183,6 +192,7 @@ class SharedSync:
                 ) from exc
             synced = True
         finally:
+            mine.failed = not synced
             self._land(mine, generation, synced)
         return True
 
