@@ -159,6 +159,7 @@ CREATE INDEX IF NOT EXISTS quote_vectors_agent ON quote_vectors (agent_id);
 
 # Tables whose rows belong to one agent: each gets the agent policy.
 ROLE_MAP = "tm_agent_roles"
+READ_ONLY_FOR_AGENTS = ("meta", ROLE_MAP)
 AGENT_TABLES = (
     "wm_items",
     "identity",
@@ -348,8 +349,14 @@ def grant_agent(conn: PgConnection, role: str, agent_ids: Sequence[str]) -> None
 def _grant_tables(conn: PgConnection, role: str) -> None:
     r = pgsql.Identifier(role)
     for table, _ in TABLES:
-        rights = "SELECT" if table == ROLE_MAP else "SELECT, INSERT, UPDATE, DELETE"
-        conn.raw.execute(pgsql.SQL(f"GRANT {rights} ON {table} TO {{}}").format(r))
+        if table in READ_ONLY_FOR_AGENTS:
+            # The store's own settings (schema, vector model, projection position) and the
+            # role map are the owner's: an agent's role reads them, and an older grant's
+            # writing rights are taken back.
+            conn.raw.execute(pgsql.SQL(f"REVOKE INSERT, UPDATE, DELETE ON {table} FROM {{}}").format(r))
+            conn.raw.execute(pgsql.SQL(f"GRANT SELECT ON {table} TO {{}}").format(r))
+        else:
+            conn.raw.execute(pgsql.SQL(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {table} TO {{}}").format(r))
     conn.raw.execute(pgsql.SQL("GRANT USAGE, SELECT ON SEQUENCE episodes_seq_seq TO {}").format(r))
 
 

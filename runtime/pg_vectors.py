@@ -115,11 +115,13 @@ class PgVectorIndex(VectorIndex):
         stored = self.stored_model(conn)
         if stored == self.embedder.identity:
             return None
-        if stored is None:  # nothing stored yet, nothing to replace: any role records the model
+        if not self._owner(conn):
+            # Only the owner decides the store's model: an agent's role sees only its own
+            # vectors (row security), so it could take an older store's for an empty one.
+            return False
+        if stored is None:  # nothing stored yet, nothing to replace
             set_meta(conn, MODEL_KEY, self.embedder.identity)
             return None
-        if not self._owner(conn):
-            return False
         # TRUNCATE, not DELETE: an index built later in this transaction would still read
         # deleted rows of the old dimension (other transactions may see them) and fail.
         conn.execute("TRUNCATE quote_vectors")

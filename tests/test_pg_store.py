@@ -299,3 +299,38 @@ def test_dense_retrieval_without_pgvector_is_a_configuration_error(pg_url: str) 
             index.nearest(cast(sqlite3.Connection, store.conn), "anything", 5)
         with pytest.raises(VectorExtensionMissingError):
             index.index_pending(cast(sqlite3.Connection, store.conn))
+
+
+class _OneModel:
+    """A stand-in embedder: the store's model decision is what is tested, not the vectors."""
+
+    dim = 3
+
+    def __init__(self, identity: str) -> None:
+        self.name = self.identity = identity
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return normalise(np.ones((len(texts), 3), dtype=np.float32))
+
+
+def test_only_the_owner_decides_the_stores_vector_model(pg_server: PgServer, pg_url: str) -> None:
+    from tiermem.runtime.pg_vectors import PgVectorIndex
+    from tiermem.runtime.vectors import MODEL_KEY
+
+    with PostgresHotStore.connect(pg_url) as owner:
+        if not pg_hotstore.has_vector(owner.conn):
+            pytest.skip("this PostgreSQL has no pgvector")
+        # A store from before the model was recorded: another agent's vectors, no model in meta.
+        owner.conn.execute(
+            "INSERT INTO quote_vectors (episode_id, idx, agent_id, vec) VALUES ('e-a2', 0, 'a2', '[1,0,0]')"
+        )
+        pg_server.role("tm_agent_a1")
+        pg_hotstore.grant_agent(owner.conn, "tm_agent_a1", ["a1"])
+    with PostgresHotStore.connect(_agent_url(pg_server, pg_url, "tm_agent_a1"), create=False) as a1:
+        # a1 sees no vector (they are a2's), which must not read as "an empty store".
+        assert PgVectorIndex(_OneModel("new-model")).index_pending(a1.conn) == 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            pg_hotstore.set_meta(a1.conn, MODEL_KEY, "anything")
+    with PostgresHotStore.connect(pg_url) as owner:
+        assert pg_hotstore.get_meta(owner.conn, MODEL_KEY) is None
+        assert owner.conn.execute("SELECT agent_id FROM quote_vectors").fetchall() == [("a2",)]
