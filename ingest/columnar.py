@@ -221,7 +221,9 @@ def _strings_pass(name: str, values: list[Any], limits: LimitSettings, plain: bo
     if not _texts_pass(values, limits.max_field_chars, plain):
         return False
     if name == "event_id":
-        return _IDS.fullmatch("\n".join(values) + "\n") is not None
+        # One pattern over the joined column: a value holding a newline would pass as two ids.
+        joined = "\n".join(values) + "\n"
+        return joined.count("\n") == len(values) and _IDS.fullmatch(joined) is not None
     if name == "agent_id":
         return all(map(str.strip, values))
     if name == "memory_level":
@@ -384,6 +386,11 @@ def _encode(
     ) == set(front)
     if "latency_ms" in keys and not _only(list(map(itemgetter("latency_ms"), rows)), float):
         spliced = False  # an integer latency is stored as a number with a fraction: rebuild the record
+    if spliced and "event_id" in keys:
+        # The splice takes each front field's bytes to be as long as its value: an escape in
+        # them (an id spelt "\u0041b") makes the line longer, so such a group is rebuilt.
+        skip = 1 + sum(_FRONT_BYTES[k] for k in front)
+        spliced = not any(b"\\" in line[: skip + len(e)] for e, line in zip(ids, lines, strict=True))
     if spliced:
         stored = _spliced(keys, rows, lines, ids, default_ts)
     else:

@@ -348,3 +348,30 @@ def test_every_time_the_validator_accepts_gives_a_replay_safe_id() -> None:
     first = assert_same_four_ways(block)
     again = assert_same_four_ways(block)
     assert len(first.ids) == len(spellings) and first.ids == again.ids
+
+
+REVIEWED_EDGES = [
+    # An escaped newline in an id: the joined id column looked like two good ids, and the
+    # line was stored broken in two.
+    b'{"type":"interaction","event_id":"d\\nd","agent_id":"a1","user_message":"u","agent_response":"r",'
+    b'"ts":"2026-03-04T05:06:07.089Z"}',
+    # A good id spelt with an escape: the splice cut the line one byte short.
+    b'{"event_id":"\\u0041bc","type":"interaction","agent_id":"a1","user_message":"u","agent_response":"r",'
+    b'"ts":"2026-03-04T05:06:07.089Z"}',
+    # Times that exist with their offset but not in UTC: refused, not a crash of the whole file.
+    b'{"type":"interaction","agent_id":"a","user_message":"u","agent_response":"r","ts":"0001-01-01T00:00:00+01:00"}',
+    b'{"type":"interaction","agent_id":"a","user_message":"u","agent_response":"r","ts":"9999-12-31T23:59:59-01:00"}',
+    b'{"type":"interaction","agentId":"a","user_message":"u","agent_response":"r","timestamp":"0001-01-01T00:00:00+01:00"}',
+    # A float in a flat object is a scalar like an integer, whatever the depth limit.
+    b'{"type":"interaction","agent_id":"a","user_message":"u","agent_response":"r","metadata":{"x":1.5}}',
+]
+
+
+def test_lines_found_in_review_same_outcome_four_ways() -> None:
+    block = b"\n".join(REVIEWED_EDGES)
+    new = assert_same_four_ways(block)
+    assert_same_four_ways(block, LimitSettings(max_depth=2))
+    assert [r[2] for r in new.rejects] == ["event_id", "ts", "ts", "ts"]
+    assert all(orjson.loads(line) for line in new.stored)  # every stored line is whole JSON
+    for line in REVIEWED_EDGES:
+        assert_same_four_ways(line)

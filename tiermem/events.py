@@ -234,6 +234,9 @@ def _check_json_object(name: str, value: dict[Any, Any], limits: LimitSettings, 
         elif kind is int:
             if not -_INT64 <= item < _INT64:
                 raise ValidationError(f"{name}.{key}", "integer out of 64-bit range")
+        elif kind is float:  # a scalar like the others: no level of nesting of its own
+            if not math.isfinite(item):
+                raise ValidationError(f"{name}.{key}", f"expected a finite number, got {item!r}")
         elif item is not None and kind is not bool:
             check_json_value(f"{name}.{key}", item, limits, depth + 1)
 

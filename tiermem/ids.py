@@ -52,7 +52,10 @@ def parse_ts(text: str) -> datetime:
         raise ValueError(f"timestamp without a UTC offset: {text!r}")
     if offset.seconds % 60 or offset.microseconds:
         raise ValueError(f"timestamp with seconds in its UTC offset: {text!r}")
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:  # year 1 at +01:00, year 9999 at -01:00: outside what UTC can name
+        raise ValueError(f"timestamp out of range in UTC: {text!r}") from exc
 
 
 # Every two characters of an id, by the 10 bits they encode: ids are built a pair at a time.
