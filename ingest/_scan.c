@@ -832,6 +832,7 @@ static int spec_from(PyObject *fields, PyObject *usage, PyObject *levels, Spec *
     }
     Py_DECREF(f); /* the names stay alive in the caller's tuple */
     PyObject *u = PySequence_Fast(usage, "usage: a sequence of names");
+    if (u == NULL) return 0;
     PyObject *l = PySequence_Fast(levels, "levels: a sequence of names");
     int ok = u != NULL && l != NULL && names_from(u, &spec->usage, 16) && names_from(l, &spec->levels, 16);
     Py_XDECREF(u);
@@ -849,6 +850,13 @@ static PyObject *scan_block(PyObject *self, PyObject *args) {
                           &max_line, &spec.min_year, &spec.max_year))
         return NULL;
     spec.max_line = max_line;
+    /* The field, usage and level names are borrowed for the whole scan: only tuples (which
+       hold their items for as long as the call holds them) may lend them. */
+    if (!PyTuple_Check(fields) || !PyTuple_Check(usage) || !PyTuple_Check(levels)) {
+        PyBuffer_Release(&block);
+        PyErr_SetString(PyExc_TypeError, "fields, usage and levels must be tuples");
+        return NULL;
+    }
     Out out = {PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0), NULL, {0}};
     PyObject *result = NULL;
     if (out.ids == NULL || out.partitions == NULL || out.stored == NULL || out.rest == NULL || out.left == NULL)

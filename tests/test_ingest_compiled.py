@@ -375,3 +375,15 @@ def test_lines_found_in_review_same_outcome_four_ways() -> None:
     assert all(orjson.loads(line) for line in new.stored)  # every stored line is whole JSON
     for line in REVIEWED_EDGES:
         assert_same_four_ways(line)
+
+
+def test_the_scanner_takes_its_names_only_from_tuples() -> None:
+    # It borrows the names for the whole scan: a generator's fresh strings would be gone.
+    _scan = compiled._scan
+    assert _scan is not None
+    fields = compiled._fields()
+    assert fields is not None
+    with pytest.raises(TypeError, match="tuples"):
+        _scan.scan_block(b"{}", DEFAULT_TS, list(fields), ("input_tokens",), ("global",), 1000, 1970, 2199)
+    with pytest.raises(TypeError, match="tuples"):
+        _scan.scan_block(b"{}", DEFAULT_TS, fields, iter(["input_tokens"]), ("global",), 1000, 1970, 2199)
