@@ -487,10 +487,10 @@ class EventLog:
                     if w.active.get(partition) == stem:
                         fd = os.dup(w.fds[partition])
                     else:
-                        try:
-                            fd = os.open(self.root / f"{segment}.jsonl", os.O_RDONLY)
-                        except FileNotFoundError:
-                            continue  # sealed since: the seal made it durable
+                        found = self._open_to_sync(segment)
+                        if found is None:
+                            continue
+                        fd = found
                     if segment in written:  # where this group's bytes end: just recorded, no fstat
                         ino, end = self._indexed_to[segment]
                     else:
@@ -648,27 +648,24 @@ class EventLog:
     @staticmethod
     def originals(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
         """The segments holding the first copies of these (duplicate) ids."""
-        found: set[str] = set()
-        for chunk_start in range(0, len(ids), 500):
-            chunk = ids[chunk_start : chunk_start + 500]
-            marks = ",".join("?" * len(chunk))
-            found.update(
-                str(r[0])
-                for r in conn.execute(
-                    f"SELECT DISTINCT segment FROM event_ids WHERE event_id IN ({marks})", chunk
-                )
-            )
-        return found
+        return _index_lookup(conn, "segment", ids)
+
+    def _open_to_sync(self, segment: str) -> int | None:
+        """A descriptor of a segment this writer may not have open; None once it is sealed
+        (the seal made it durable and removed the JSONL file)."""
+        try:
+            return os.open(self.root / f"{segment}.jsonl", os.O_RDONLY)
+        except FileNotFoundError:
+            return None
 
     def _sync_originals(self, conn: sqlite3.Connection, ids: list[str]) -> None:
         # A duplicate is answered as stored, so its first copy must be durable first: another
         # process may have written it and still be waiting for its fsync (the index moves
         # before the fsync in group commit, and a crashed writer's lines are indexed as found).
         for segment in sorted(self.originals(conn, ids)):
-            try:
-                fd = os.open(self.root / f"{segment}.jsonl", os.O_RDONLY)
-            except FileNotFoundError:
-                continue  # sealed since: the seal made it durable
+            fd = self._open_to_sync(segment)
+            if fd is None:
+                continue
             try:
                 os.fsync(fd)
             except OSError as exc:
@@ -681,15 +678,7 @@ class EventLog:
 
     @staticmethod
     def _indexed_ids(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
-        seen: set[str] = set()
-        for chunk_start in range(0, len(ids), 500):
-            chunk = ids[chunk_start : chunk_start + 500]
-            marks = ",".join("?" * len(chunk))
-            seen.update(
-                r[0]
-                for r in conn.execute(f"SELECT event_id FROM event_ids WHERE event_id IN ({marks})", chunk)
-            )
-        return seen
+        return _index_lookup(conn, "event_id", ids)
 
     def _count_lines(self, segment: str, fd: int, size: int, ino: int | None = None) -> int:
         """Lines in the first `size` bytes of a segment (cached per inode: appends only grow files)."""
@@ -798,3 +787,18 @@ class Checkpoints:
     def advance(self, consumer: str, position: dict[str, int], segment: str, line: int) -> None:
         """Record that `line` of `segment` was consumed (in memory; call save to persist)."""
         position[segment] = max(position.get(segment, 0), line + 1)
+
+
+def _index_lookup(conn: sqlite3.Connection, column: str, ids: list[str]) -> set[str]:
+    """`column` of the id index's rows for these ids, a chunk of ids per query (SQLite's variable limit)."""
+    found: set[str] = set()
+    for chunk_start in range(0, len(ids), 500):
+        chunk = ids[chunk_start : chunk_start + 500]
+        marks = ",".join("?" * len(chunk))
+        found.update(
+            str(r[0])
+            for r in conn.execute(
+                f"SELECT DISTINCT {column} FROM event_ids WHERE event_id IN ({marks})", chunk
+            )
+        )
+    return found
