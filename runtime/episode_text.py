@@ -80,6 +80,8 @@ class Prepared:
     described: list[tuple[int, str]] = field(default_factory=list)
     # Each passage's turn's length in words plus one per passage (the BM25 length of its passages).
     turn_words: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Whether each passage is the whole of its turn (a turn not split into passages).
+    whole_turn: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     # (passage, the date it was said) -> the relative dates it contains, resolved: when asked.
     anchors: dict[tuple[int, Any], list[tuple[str, str]]] = field(default_factory=dict)
 
@@ -266,6 +268,7 @@ class EpisodeTexts:
             spaces=spaces,
             quote_of=quote_of,
             turn_words=np.bincount(quote_of, weights=lengths)[quote_of] if len(passages) else lengths,
+            whole_turn=np.bincount(quote_of)[quote_of] == 1 if len(passages) else np.zeros(0, dtype=bool),
             quote_spaces=quote_spaces,
             event_ids=ids,
             speakers={

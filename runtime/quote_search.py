@@ -469,9 +469,7 @@ def _add_notes(
                 says_when[i] |= _SAYS_WHEN.search(extra) is not None
 
 
-def _neighbours(
-    entries: list[Prepared], own: np.ndarray, first: np.ndarray, last: np.ndarray, turn: np.ndarray
-) -> np.ndarray:
+def _neighbours(entries: list[Prepared], own: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
     """The share of its neighbours' match a passage gets: NEIGHBOUR_WEIGHT of the better neighbour
     within its episode, ANSWER_WEIGHT of the one before when that one ends with a question and the
     passage is a whole turn (a long reply's first part is not lifted by the question before it:
@@ -479,7 +477,7 @@ def _neighbours(
     before = np.where(first, 0.0, np.roll(own, 1))
     after = np.where(last, 0.0, np.roll(own, -1))
     asking = np.concatenate([e.found(_ENDS_ASKING) for e in entries])
-    whole = (first | (turn != np.roll(turn, 1))) & (last | (turn != np.roll(turn, -1)))
+    whole = np.concatenate([e.whole_turn for e in entries])
     answers = ~first & np.roll(asking, 1) & whole
     return np.maximum(np.where(answers, ANSWER_WEIGHT, NEIGHBOUR_WEIGHT) * before, NEIGHBOUR_WEIGHT * after)
 
@@ -538,10 +536,7 @@ def _score_passages(
     own = bm25_rows(counts, turn_words, weights, AVG_QUOTE_WORDS)
     first = local == 0
     last = local == sizes[episode] - 1
-    # Each passage's turn, numbered across the candidates: the answer rule lifts whole turns only.
-    quote_base = np.concatenate(([0], np.cumsum([len(e.quotes) for e in entries])[:-1])).astype(np.int64)
-    turn = quote_base[episode] + np.concatenate([e.quote_of for e in entries])
-    beside = _neighbours(entries, own, first, last, turn)
+    beside = _neighbours(entries, own, first, last)
     heads, head_seen, boosts, importance = _headers(rows, entries, asked)
     hit = counts > 0
     seen = hit | head_seen[episode]
