@@ -189,7 +189,7 @@ class RetrievalSettings:
 
     mode: RetrievalMode = "lexical"
     embedding_model: str = "all-minilm-l6-v2-static"
-    dense_weight: float = -1.0  # AUTO_WEIGHT
+    dense_weight: float = AUTO_WEIGHT
     candidates: int = 100
     model_cache: str = ""
 
