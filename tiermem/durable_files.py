@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+
+from tiermem.ids import format_ts, utcnow
+from tiermem.settings import Settings
 
 
 def fsync_path(path: Path) -> None:
@@ -58,6 +62,35 @@ def last_newline_end(fd: int, size: int) -> int:
             return start + nl + 1
         pos = start
     return 0
+
+
+def quarantine_torn_tail(
+    settings: Settings, segment: str, fd: int, size: int, count_lines: Callable[[str, int, int], int]
+) -> None:
+    """Move a partial last line (its writer crashed mid-write) to quarantine with its position, then cut it.
+
+    The quarantine record is durable before the cut, so the bytes exist somewhere at every moment.
+    `count_lines(segment, fd, size)` gives the line number the torn bytes would have had.
+    """
+    cut = last_newline_end(fd, size)
+    torn = os.pread(fd, size - cut, cut)
+    qdir = settings.quarantine_dir
+    qdir.mkdir(parents=True, exist_ok=True)
+    record = {
+        "ts": format_ts(utcnow()),
+        "segment": f"{segment}.jsonl",
+        "byte_offset": cut,
+        "line": count_lines(segment, fd, cut),
+        "length": len(torn),
+        "reason": "torn last line (writer crashed mid-write): moved here, not parsed",
+        "bytes": torn.decode("utf-8", errors="replace"),
+    }
+    with open(qdir / "torn.jsonl", "ab") as qf:
+        qf.write(orjson.dumps(record) + b"\n")
+        qf.flush()
+        os.fsync(qf.fileno())
+    os.ftruncate(fd, cut)
+    os.fsync(fd)
 
 
 def cut_to_whole_lines(fd: int, start: int) -> None:

@@ -10,11 +10,12 @@ checks the tail of the segment it is about to extend: a last line without its
 newline can only be the remains of a writer that crashed mid-write, so it is
 moved to quarantine with its position and cut off before anything is added.
 
-Event ids go into a small SQLite index (`_index.sqlite`) that follows the
-segments: it remembers how far it has indexed each segment, so after a crash
-between a durable write and the index update, the lines the index missed are
-indexed again on the next open. A caller-supplied `event_id` that is already
-in the index is a duplicate: counted, not appended.
+Event ids go into a small SQLite index (`tiermem.idindex`) that follows the
+segments: it remembers how far it has indexed each segment, and a writer may
+leave the tail of the segment it appends to unindexed (the segment listed in
+the index's lag list, its ids kept in memory); every duplicate check first
+brings the listed tails into the index. A caller-supplied `event_id` that is
+already in the log is a duplicate: counted, not appended.
 """
 
 from __future__ import annotations
@@ -31,15 +32,29 @@ from typing import Any
 import orjson
 
 from tiermem import durable_files
-from tiermem.durable_files import fsync_path, line_event_id, write_atomic
+from tiermem.durable_files import fsync_path, quarantine_torn_tail, write_atomic
 from tiermem.errors import StorageError, ValidationError, os_reason
 from tiermem.events import CALLER, INTERNAL, STREAMS, stream_of, upcast, validate
 from tiermem.groupcommit import GroupQueue, SharedSync, SyncPoint, forget_synced, group_commit
-from tiermem.ids import format_ts, new_event_id, utcnow
+from tiermem.idindex import (
+    INDEX_NAME,
+    LagList,
+    catch_up,
+    index_lookup,
+    indexed_offset,
+    jsonl_segments,
+    open_index,
+    read_ids,
+    record_ids,
+)
+from tiermem.ids import new_event_id
 from tiermem.rejects import Rejected, write_rejects
 from tiermem.settings import Settings
 
-INDEX_NAME = "_index.sqlite"
+__all__ = ["INDEX_NAME", "AppendBatchResult", "AppendResult", "Checkpoints", "EventLog", "open_index"]
+
+# A writer's unindexed tail is written to the id index once it holds this many ids.
+TAIL_FLUSH_IDS = 4096
 # An erased event's line is replaced by a tombstone holding only its id, type and
 # ts plus this mark, so line positions (and every checkpoint) stay valid.
 ERASED_MARK = "_erased"
@@ -81,19 +96,6 @@ def sealing_mark(jsonl: Path) -> Path:
     return jsonl.with_name(f".{jsonl.stem}.sealing")
 
 
-def open_index(log_dir: Path) -> sqlite3.Connection:
-    """The event-id index: which ids are in the log, and how far each segment is indexed."""
-    conn = sqlite3.connect(log_dir / INDEX_NAME, timeout=60, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    # The index is rebuildable from the segments (see _reconcile), so it need not fsync.
-    conn.execute("PRAGMA synchronous=OFF")
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS event_ids (event_id TEXT PRIMARY KEY, segment TEXT NOT NULL) WITHOUT ROWID"
-    )
-    conn.execute("CREATE TABLE IF NOT EXISTS indexed (segment TEXT PRIMARY KEY, offset INTEGER NOT NULL)")
-    return conn
-
-
 def _new_per_partition(
     by_partition: dict[str, list[int]], ids: list[str], seen: set[str]
 ) -> tuple[dict[str, list[int]], list[int]]:
@@ -116,6 +118,19 @@ def _new_per_partition(
     return kept, duplicates
 
 
+class _Tail:
+    """Ids this process appended to a segment that the id index does not hold yet.
+
+    True while the file is what this process left: same inode, `end` bytes long.
+    """
+
+    __slots__ = ("end", "ids", "ino", "path")
+
+    def __init__(self, path: str, ino: int, end: int) -> None:
+        self.path, self.ino, self.end = path, ino, end
+        self.ids: set[str] = set()
+
+
 class _StreamWriter:
     """One stream's lock file and open segment handles, shared by this process's threads."""
 
@@ -135,6 +150,9 @@ class _StreamWriter:
         # callers queue here; the fsync is shared with other processes through `.sync`.
         self.group = GroupQueue()
         self.sync = SharedSync(self.root / ".sync") if log.settings.fsync == "group" else None
+        # segment -> this process's ids in it past the id index's offset (see `tiermem.idindex`)
+        self.tails: dict[str, _Tail] = {}
+        self.prestat: dict[str, os.stat_result] = {}  # path -> its stat, taken under the lock
         # The id index as this stream's writes use it (under `thread_lock`, whichever thread
         # writes): with one connection per thread, each of a group's successive leaders found
         # its page cache stale (another connection had written) and read the pages again.
@@ -168,10 +186,13 @@ class _StreamWriter:
             # Another process may have rolled the segment over, sealed it (or be
             # sealing it), or rewritten it (erasure replaces the file: same name,
             # new inode). Plain string paths: this runs on every append.
-            try:
-                on_disk = os.stat(jsonl)
-            except FileNotFoundError:
-                on_disk = None
+            # The lag catch-up of this same append may have just taken it (lock held since).
+            on_disk = self.prestat.pop(jsonl, None)
+            if on_disk is None:
+                try:
+                    on_disk = os.stat(jsonl)
+                except FileNotFoundError:
+                    on_disk = None
             if (
                 on_disk is None
                 or on_disk.st_ino != self.inos[partition]
@@ -202,12 +223,8 @@ class _StreamWriter:
             self.paths[partition] = (str(path), str(part_dir / f"{stem}.parquet"), str(sealing_mark(path)))
         fd = self.fds[partition]
         # The path's stat is the open file's while their inodes match (checked above).
-        st = self.log.repair_tail(self.stream, partition, stem, fd, on_disk)
+        st = self.log.repair_tail(self.stream, partition, stem, fd, on_disk, writer=self)
         return stem, fd, st
-
-    def drop_all(self) -> None:
-        for partition in list(self.fds):
-            self._drop(partition)
 
     def _drop(self, partition: str) -> None:
         fd = self.fds.pop(partition, None)
@@ -255,13 +272,24 @@ class EventLog:
         # segment -> (inode, byte offset the id index covers), learnt under the lock.
         self._indexed_to: dict[str, tuple[int, int]] = {}
         self._reindexed = 0  # how many times lines missing from the index were indexed
+        self._lag: LagList | None = None  # the id index's lag list, opened by the first writer
+        self._lag_lock = threading.Lock()
+        # The lag list as the current append read it (under its stream lock); None: damaged.
+        self._listed: frozenset[str] | None = frozenset()
 
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
         with self._writers_lock:
             for w in self._writers.values():
-                w.close()
+                try:
+                    if w.tails:
+                        self._retire_tails(w)
+                finally:
+                    w.close()
             self._writers.clear()
+            if self._lag is not None:
+                self._lag.close()
+                self._lag = None
         conn: sqlite3.Connection | None = getattr(self._index_local, "conn", None)
         if conn is not None:
             conn.close()
@@ -277,6 +305,7 @@ class EventLog:
         """Drop cached knowledge of a segment (it was sealed, replaced or removed)."""
         self._line_counts.pop(segment, None)
         self._indexed_to.pop(segment, None)
+        self._drop_tail(segment)  # still listed: whoever checks for duplicates reads it from the file
 
     # ------------------------------------------------------------- the index
     def _index(self) -> sqlite3.Connection:
@@ -286,86 +315,142 @@ class EventLog:
             self._index_local.conn = conn
         return conn
 
-    def _index_lines(self, segment: str, path: Path, start: int) -> int:
-        """Index complete lines of `path` from byte `start`; return the new offset."""
-        conn = self._index()
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            data = fh.read()
-        end = data.rfind(b"\n") + 1
-        ids = []
-        for line in data[:end].splitlines():
-            eid = line_event_id(line)
-            if eid is not None:
-                ids.append((eid, segment))
-        conn.execute("BEGIN")
-        conn.executemany("INSERT OR IGNORE INTO event_ids VALUES (?, ?)", ids)
-        conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, start + end))
-        conn.execute("COMMIT")
-        return start + end
+    def _lag_list(self) -> LagList:
+        if self._lag is None:
+            with self._lag_lock:
+                if self._lag is None:
+                    self._lag = LagList(self.root)
+        return self._lag
 
-    def _reconcile(self, segment: str, fd: int, st: os.stat_result | None = None) -> None:
-        """Index lines a crashed writer made durable but never indexed (lock held).
+    def _reconcile(
+        self, segment: str, fd: int, st: os.stat_result | None = None, tail: _Tail | None = None
+    ) -> None:
+        """Index lines past the index's offset that no tail of this process accounts for (lock held).
 
         Any process may have appended since we last looked, so the check is by
-        size: when the file is longer than what this process knows is indexed,
-        ask the index how far it got and index the rest.
+        size: when the file is longer than what this process knows is indexed (or
+        holds in `tail`), ask the index how far it got and index the rest.
         """
         st = st or os.fstat(fd)
-        known = self._indexed_to.get(segment)
-        if known is not None and known == (st.st_ino, st.st_size):
+        key = (st.st_ino, st.st_size)
+        if self._indexed_to.get(segment) == key or (tail is not None and (tail.ino, tail.end) == key):
             return
-        row = self._index().execute("SELECT offset FROM indexed WHERE segment = ?", (segment,)).fetchone()
-        done = row[0] if row else 0
+        conn = self._index()
+        done = indexed_offset(conn, segment)
         if done > st.st_size:
             # Shorter than indexed: rewritten by an erasure (every id kept, as a tombstone),
             # or cut by a power loss before a group commit's fsync (the index, which moves
             # before that fsync, names ids the file lost). Index the file as it is.
-            self._index().execute("DELETE FROM event_ids WHERE segment = ?", (segment,))
+            conn.execute("DELETE FROM event_ids WHERE segment = ?", (segment,))
             done = 0
         if st.st_size > done:
-            done = self._index_lines(segment, self.root / f"{segment}.jsonl", done)
+            ids, end = read_ids(fd, done, st.st_size)
+            record_ids(conn, [(segment, ids, end)], replace=True)
+            done = end
             self._reindexed += 1
         self._indexed_to[segment] = (st.st_ino, done)
+        self._drop_tail(segment)  # the index now holds whatever it held
+
+    def _drop_tail(self, segment: str) -> None:
+        w = self._writers.get(segment.split("/", 1)[0])
+        if w is not None:
+            w.tails.pop(segment, None)
+
+    def _retire_tails(self, w: _StreamWriter) -> None:
+        """At close: this writer's tails into the index, and their segments off the lag list."""
+        with w.thread_lock:
+            fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
+            try:
+                conn = w.index()
+                rows = []
+                for segment, tail in w.tails.items():
+                    try:
+                        st = os.stat(tail.path)
+                    except FileNotFoundError:
+                        continue  # sealed meanwhile: indexed by the seal
+                    if (st.st_ino, st.st_size) == (tail.ino, tail.end):
+                        rows.append((segment, sorted(tail.ids), tail.end))
+                    else:  # another process wrote since: what the file holds, up to its end
+                        catch_up(conn, self.root, segment)
+                if rows:
+                    record_ids(conn, rows)
+                self._lag_list().remove(set(w.tails))
+                w.tails.clear()
+            finally:
+                fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
+
+    def _catch_up_lag(self, w: _StreamWriter, conn: sqlite3.Connection) -> None:
+        """Bring every listed tail but this writer's own, still valid ones into the index (lock held).
+
+        A tail of this stream that this writer no longer appends to is unlisted once
+        indexed: with the stream lock held, nobody is writing past it.
+        """
+        listed = self._lag_list().read()
+        self._listed = listed
+        done: set[str] = set()
+        for segment in listed if listed is not None else jsonl_segments(self.root):
+            tail = w.tails.get(segment)
+            if tail is not None:
+                try:
+                    st = os.stat(tail.path)
+                except FileNotFoundError:
+                    st = None
+                if st is not None and (st.st_ino, st.st_size) == (tail.ino, tail.end):
+                    w.prestat[tail.path] = st  # `segment_for` of this append need not ask again
+                    continue
+                del w.tails[segment]  # another process wrote since: read the file instead
+            catch_up(conn, self.root, segment)
+            stream, partition, stem = segment.split("/")
+            if listed is not None and stream == w.stream and w.active.get(partition) != stem:
+                done.add(segment)
+        if done:
+            self._lag_list().remove(done)
 
     # ----------------------------------------------------------- torn tails
     def repair_tail(
-        self, stream: str, partition: str, stem: str, fd: int, st: os.stat_result | None = None
+        self,
+        stream: str,
+        partition: str,
+        stem: str,
+        fd: int,
+        st: os.stat_result | None = None,
+        *,
+        writer: _StreamWriter | None = None,
     ) -> os.stat_result:
         """Quarantine a partial last line left by a crashed writer, then reconcile (lock held).
 
         `st`: the segment's stat, if the caller has just taken it. Returns the stat after the repair.
+        Called by `writer` about to append, the segment's tail may stay unindexed (its ids in
+        the writer's memory); called from elsewhere (the seal, an erasure), the index is brought
+        to the segment's end and the segment leaves the lag list.
         """
         st = st or os.fstat(fd)
-        size = st.st_size
         segment = f"{stream}/{partition}/{stem}"
-        if self._indexed_to.get(segment) == (st.st_ino, size):
+        if writer is not None:
+            return self._repair(segment, fd, st, writer.tails.get(segment))
+        w = self._writers.get(stream)
+        tail = w.tails.pop(segment, None) if w is not None else None
+        if tail is not None and (tail.ino, tail.end) == (st.st_ino, st.st_size) and tail.ids:
+            # What this process wrote past the index's offset, without reading it back.
+            record_ids(self._index(), [(segment, sorted(tail.ids), tail.end)])
+            self._indexed_to[segment] = (tail.ino, tail.end)
+        st = self._repair(segment, fd, st, None)
+        self._lag_list().remove({segment})
+        return st
+
+    def _repair(self, segment: str, fd: int, st: os.stat_result, tail: _Tail | None) -> os.stat_result:
+        size = st.st_size
+        if self._indexed_to.get(segment) == (st.st_ino, size) or (
+            tail is not None and (tail.ino, tail.end) == (st.st_ino, size)
+        ):
             # Exactly as this process last left it (ending with a whole line): nothing torn,
             # nothing to reconcile.
             return st
         if size and os.pread(fd, 1, size - 1) != b"\n":
-            cut = durable_files.last_newline_end(fd, size)
-            torn = os.pread(fd, size - cut, cut)
-            qdir = self.settings.quarantine_dir
-            qdir.mkdir(parents=True, exist_ok=True)
-            record = {
-                "ts": format_ts(utcnow()),
-                "segment": f"{segment}.jsonl",
-                "byte_offset": cut,
-                "line": self._count_lines(segment, fd, cut),
-                "length": len(torn),
-                "reason": "torn last line (writer crashed mid-write): moved here, not parsed",
-                "bytes": torn.decode("utf-8", errors="replace"),
-            }
-            with open(qdir / "torn.jsonl", "ab") as qf:
-                qf.write(orjson.dumps(record) + b"\n")
-                qf.flush()
-                os.fsync(qf.fileno())
-            os.ftruncate(fd, cut)
-            os.fsync(fd)
-            forget_synced(self.root / stream / ".sync")  # its "durable up to" may count the cut bytes
+            quarantine_torn_tail(self.settings, segment, fd, size, self._count_lines)
+            forget_synced(self.root / segment.split("/", 1)[0] / ".sync")  # may count the cut bytes
             st = os.fstat(fd)
-        self._reconcile(segment, fd, st)
+        self._reconcile(segment, fd, st, tail)
         return st
 
     # --------------------------------------------------------------- rejects
@@ -481,7 +566,7 @@ class EventLog:
                 if dups:
                     # A duplicate's first copy may still be waiting for its fsync, in this
                     # process or another, in a segment this writer may not have open.
-                    segments.update(self.originals(w.index(), dups))
+                    segments.update(self.originals(w, w.index(), dups))
                 for segment in sorted(segments):
                     partition, stem = segment.split("/")[1:]
                     if w.active.get(partition) == stem:
@@ -492,7 +577,7 @@ class EventLog:
                             continue
                         fd = found
                     if segment in written:  # where this group's bytes end: just recorded, no fstat
-                        ino, end = self._indexed_to[segment]
+                        ino, end, _lines = self._line_counts[segment]
                     else:
                         st = os.fstat(fd)
                         ino, end = st.st_ino, st.st_size
@@ -560,7 +645,8 @@ class EventLog:
         for i, partition in enumerate(partitions):
             by_partition.setdefault(partition, []).append(i)
         conn = w.index()
-        seen = self._indexed_ids(conn, ids)
+        self._catch_up_lag(w, conn)
+        seen = self._known_ids(w, conn, ids)
         # Open (repair, reconcile) only the segments that will receive something, so
         # an all-duplicate replay does not create empty segments in sealed days.
         fresh = {p: idxs for p, idxs in by_partition.items() if any(ids[i] not in seen for i in idxs)}
@@ -568,16 +654,17 @@ class EventLog:
         targets = {partition: w.segment_for(partition) for partition in fresh}
         if self._reindexed != before:
             # A crashed writer's durable lines were just indexed: they may be ours.
-            seen = self._indexed_ids(conn, ids)
+            seen = self._known_ids(w, conn, ids)
         kept, duplicates = _new_per_partition(by_partition, ids, seen)
         pending: list[tuple[str, int, os.stat_result, bytes, list[int]]] = []
         for partition, keep in kept.items():
             stem, fd, st = targets[partition] if partition in targets else w.segment_for(partition)
             pending.append((f"{w.stream}/{partition}/{stem}", fd, st, b"".join(lines_of(keep)), keep))
+        w.prestat.clear()
         written = self._write_durably(pending, sync=sync)
-        self._index_written(conn, written, ids)
+        self._index_written(w, conn, written, ids)
         if sync and duplicates and self.settings.fsync != "none":
-            self._sync_originals(conn, [ids[i] for i in duplicates])
+            self._sync_originals(w, conn, [ids[i] for i in duplicates])
         return [
             (segment, first_line, keep) for segment, _fd, _end, first_line, keep, _ino in written
         ], duplicates
@@ -618,37 +705,56 @@ class EventLog:
 
     def _index_written(
         self,
+        w: _StreamWriter,
         conn: sqlite3.Connection,
         written: list[tuple[str, int, int, int, list[int], int]],
         ids: list[str],
     ) -> None:
-        """Record the written ids and how far each segment is indexed (after the data is durable)."""
+        """Account for the written ids: in the writer's tail of a listed segment, or in the index.
+
+        A segment goes on the lag list (durably) before the first write it leaves unindexed
+        (here, its bytes are not durable yet under group commit, and under `always` the list
+        is synced before them); a full or damaged list makes the writer index as it writes.
+        """
         if not written:
             return
+        rows: list[tuple[str, list[str], int]] = []
+        for segment, _fd, end, first_line, keep, ino in written:
+            self._line_counts[segment] = (ino, end, first_line + len(keep))
+            listed = self._listed
+            if listed is not None and (segment in listed or self._lag_list().add(segment)):
+                tail = w.tails.get(segment)
+                if tail is None:
+                    tail = w.tails[segment] = _Tail(w.paths[segment.split("/")[1]][0], ino, end)
+                tail.ino, tail.end = ino, end
+                tail.ids.update([ids[i] for i in keep])
+                if len(tail.ids) < TAIL_FLUSH_IDS:
+                    continue
+                rows.append((segment, sorted(tail.ids), end))
+                tail.ids.clear()
+            else:
+                rows.append((segment, [ids[i] for i in keep], end))
+            self._indexed_to[segment] = (ino, end)
+        if not rows:
+            return
         try:
-            conn.execute("BEGIN")
-            for segment, _fd, end, _first_line, keep, _ino in written:
-                conn.executemany(
-                    "INSERT OR IGNORE INTO event_ids VALUES (?, ?)", [(ids[i], segment) for i in keep]
-                )
-                conn.execute("INSERT OR REPLACE INTO indexed VALUES (?, ?)", (segment, end))
-            conn.execute("COMMIT")
+            record_ids(conn, rows)
         except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            for segment, *_ in rows:
+                self._indexed_to.pop(segment, None)
+                self._drop_tail(segment)
             raise StorageError(
                 f"updating the event-id index: {os_reason(exc)}; the records are in the log and "
                 "the index catches up with them on the next write"
             ) from exc
-        # The caches move only once the index has committed.
-        for segment, _fd, end, first_line, keep, ino in written:
-            self._indexed_to[segment] = (ino, end)
-            self._line_counts[segment] = (ino, end, first_line + len(keep))
 
-    @staticmethod
-    def originals(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
+    def originals(self, w: _StreamWriter, conn: sqlite3.Connection, ids: list[str]) -> set[str]:
         """The segments holding the first copies of these (duplicate) ids."""
-        return _index_lookup(conn, "segment", ids)
+        found = index_lookup(conn, "segment", ids)
+        for segment, tail in w.tails.items():
+            if not tail.ids.isdisjoint(ids):
+                found.add(segment)
+        return found
 
     def _open_to_sync(self, segment: str) -> int | None:
         """A descriptor of a segment this writer may not have open; None once it is sealed
@@ -658,11 +764,11 @@ class EventLog:
         except FileNotFoundError:
             return None
 
-    def _sync_originals(self, conn: sqlite3.Connection, ids: list[str]) -> None:
+    def _sync_originals(self, w: _StreamWriter, conn: sqlite3.Connection, ids: list[str]) -> None:
         # A duplicate is answered as stored, so its first copy must be durable first: another
         # process may have written it and still be waiting for its fsync (the index moves
         # before the fsync in group commit, and a crashed writer's lines are indexed as found).
-        for segment in sorted(self.originals(conn, ids)):
+        for segment in sorted(self.originals(w, conn, ids)):
             fd = self._open_to_sync(segment)
             if fd is None:
                 continue
@@ -677,8 +783,13 @@ class EventLog:
                 os.close(fd)
 
     @staticmethod
-    def _indexed_ids(conn: sqlite3.Connection, ids: list[str]) -> set[str]:
-        return _index_lookup(conn, "event_id", ids)
+    def _known_ids(w: _StreamWriter, conn: sqlite3.Connection, ids: list[str]) -> set[str]:
+        """Which of these ids the log holds: the index (caught up with the lag list) and the writer's tails."""
+        found = index_lookup(conn, "event_id", ids)
+        for tail in w.tails.values():
+            if not tail.ids.isdisjoint(ids):
+                found.update(tail.ids.intersection(ids))
+        return found
 
     def _count_lines(self, segment: str, fd: int, size: int, ino: int | None = None) -> int:
         """Lines in the first `size` bytes of a segment (cached per inode: appends only grow files)."""
@@ -787,18 +898,3 @@ class Checkpoints:
     def advance(self, consumer: str, position: dict[str, int], segment: str, line: int) -> None:
         """Record that `line` of `segment` was consumed (in memory; call save to persist)."""
         position[segment] = max(position.get(segment, 0), line + 1)
-
-
-def _index_lookup(conn: sqlite3.Connection, column: str, ids: list[str]) -> set[str]:
-    """`column` of the id index's rows for these ids, a chunk of ids per query (SQLite's variable limit)."""
-    found: set[str] = set()
-    for chunk_start in range(0, len(ids), 500):
-        chunk = ids[chunk_start : chunk_start + 500]
-        marks = ",".join("?" * len(chunk))
-        found.update(
-            str(r[0])
-            for r in conn.execute(
-                f"SELECT DISTINCT {column} FROM event_ids WHERE event_id IN ({marks})", chunk
-            )
-        )
-    return found
