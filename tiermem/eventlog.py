@@ -153,6 +153,7 @@ class _StreamWriter:
         # segment -> this process's ids in it past the id index's offset (see `tiermem.idindex`)
         self.tails: dict[str, _Tail] = {}
         self.prestat: dict[str, os.stat_result] = {}  # path -> its stat, taken under the lock
+        self.checked: dict[str, bytes | None] = {}  # partition -> the lag record its marks were checked under
         # The id index as this stream's writes use it (under `thread_lock`, whichever thread
         # writes): with one connection per thread, each of a group's successive leaders found
         # its page cache stale (another connection had written) and read the pages again.
@@ -193,18 +194,29 @@ class _StreamWriter:
                     on_disk = os.stat(jsonl)
                 except FileNotFoundError:
                     on_disk = None
+            # A seal unlists a segment before it marks it, so while the lag list is the very
+            # record this writer last checked the marks under, and names the segment, no seal
+            # has begun since.
+            lag = self.log._lag
+            unchanged = (
+                lag is not None
+                and lag.raw is not None
+                and self.checked.get(partition) is lag.raw
+                and f"{self.stream}/{partition}/{stem}" in (self.log._listed or ())
+            )
             if (
                 on_disk is None
                 or on_disk.st_ino != self.inos[partition]
                 or on_disk.st_size >= self.log.settings.segment_max_bytes
                 # `access` answers without raising (and building) an exception for the usual "no"
-                or os.access(parquet, os.F_OK)
-                or os.access(sealing, os.F_OK)
+                or (not unchanged and (os.access(parquet, os.F_OK) or os.access(sealing, os.F_OK)))
             ):
                 self._drop(partition)
                 self.log.forget_segment(f"{self.stream}/{partition}/{stem}")
                 stem = None
                 on_disk = None
+            elif not unchanged and lag is not None:
+                self.checked[partition] = lag.raw
         if stem is None:
             part_dir = self.root / partition
             stem = self._choose_segment(part_dir)
@@ -228,6 +240,7 @@ class _StreamWriter:
 
     def _drop(self, partition: str) -> None:
         fd = self.fds.pop(partition, None)
+        self.checked.pop(partition, None)
         self.inos.pop(partition, None)
         self.active.pop(partition, None)
         self.paths.pop(partition, None)
@@ -385,6 +398,7 @@ class EventLog:
         A tail of this stream that this writer no longer appends to is unlisted once
         indexed: with the stream lock held, nobody is writing past it.
         """
+        w.prestat.clear()
         listed = self._lag_list().read()
         self._listed = listed
         done: set[str] = set()

@@ -37,7 +37,9 @@ LAG_NAME = "_index.lag"
 # reader without the lock sees the old or the new record, and the checksum tells
 # it if it ever sees anything else.
 _LAG_SIZE = 4096
-_LAG_HEAD = struct.Struct("<II")  # crc32 of the names, their length
+# crc32 of the rest, the names' length, and a generation that every change moves on:
+# equal bytes mean nothing changed since, not merely the same names again.
+_LAG_HEAD = struct.Struct("<IIQ")
 
 
 def open_index(log_dir: Path) -> sqlite3.Connection:
@@ -152,6 +154,11 @@ class LagList:
     def close(self) -> None:
         os.close(self.fd)
 
+    @property
+    def raw(self) -> bytes | None:
+        """The record as `read` last saw it: the same bytes object until it changes."""
+        return self._raw
+
     def read(self) -> frozenset[str] | None:
         """The listed segments; None if the record is damaged (then any segment may lag)."""
         raw = os.pread(self.fd, _LAG_SIZE, 0)
@@ -172,9 +179,9 @@ class LagList:
     def _parse(raw: bytes) -> frozenset[str] | None:
         if len(raw) < _LAG_HEAD.size:
             return frozenset()  # never written
-        crc, length = _LAG_HEAD.unpack_from(raw)
+        crc, length, _generation = _LAG_HEAD.unpack_from(raw)
         body = raw[_LAG_HEAD.size : _LAG_HEAD.size + length]
-        if len(body) != length or zlib.crc32(body) != crc:
+        if len(body) != length or zlib.crc32(raw[4 : _LAG_HEAD.size + length]) != crc:
             return None
         return frozenset(body.decode().split("\n")) if body else frozenset()
 
@@ -189,7 +196,8 @@ class LagList:
     def _change(self, add: str | None = None, remove: set[str] | frozenset[str] = frozenset()) -> bool:
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         try:
-            names = self._parse(os.pread(self.fd, _LAG_SIZE, 0))
+            old = os.pread(self.fd, _LAG_SIZE, 0)
+            names = self._parse(old)
             if names is None:
                 return False  # damaged: writers index as they write, readers look at every segment
             # Sealed segments' names go at the first change after the seal.
@@ -201,7 +209,9 @@ class LagList:
             body = "\n".join(sorted(kept)).encode()
             if _LAG_HEAD.size + len(body) > _LAG_SIZE:
                 return False
-            raw = _LAG_HEAD.pack(zlib.crc32(body), len(body)) + body
+            generation = _LAG_HEAD.unpack_from(old)[2] + 1 if len(old) >= _LAG_HEAD.size else 1
+            rest = _LAG_HEAD.pack(0, len(body), generation)[4:] + body
+            raw = struct.pack("<I", zlib.crc32(rest)) + rest
             os.pwrite(self.fd, raw + bytes(_LAG_SIZE - len(raw)), 0)
             if add is not None and add not in names:
                 # Listed before its first unindexed line can reach the disk: a power loss
