@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_log_append.py [--quick]
     .venv/bin/python bench/bench_log_append.py --group-cpu [--profile]   # CPU of one group
+    .venv/bin/python bench/bench_log_append.py --one-cpu                 # CPU of one single append
 
 Targets: one at a time >= 4,000/s (>= 80% of the fsync limit); group commit,
 8 callers of one record each: >= 100,000/s with p99 append latency <= 2 ms.
@@ -65,13 +66,47 @@ def _settings(tmp: str, fsync: str) -> Settings:
     return replace(resolve_settings(data_dir=tmp, env={}), fsync=fsync)  # type: ignore[arg-type]
 
 
-def one_at_a_time(n: int) -> dict[str, Any]:
+def one_at_a_time(n: int, block: int = 50) -> dict[str, Any]:
+    """One caller, fsync each, interleaved block by block with raw 400 B append + fsync on a file
+    in the same folder (which goes first alternates), so that both see the same disk: on a
+    shared machine the flush latency moves within seconds. `ratio` is log rate / raw rate."""
+    payload = b"x" * 399 + b"\n"
+    lat: list[float] = []
+    raw_lat: list[float] = []
+    cpu = raw_cpu = 0.0
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp, EventLog(_settings(tmp, "always")) as log:
         log.append(record(-1))  # open the segment and the index
-        start = time.perf_counter()
-        lat = calls(log, "a", n, 1, 0)
-        elapsed = time.perf_counter() - start
-    return {"rate": n / elapsed, "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99), "n": n}
+        fd = os.open(Path(tmp) / "raw", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            for b, start in enumerate(range(0, n, block)):
+                for side in ("raw", "log") if b % 2 == 0 else ("log", "raw"):
+                    c = time.process_time()
+                    for k in range(start, min(n, start + block)):
+                        s = time.perf_counter()
+                        if side == "log":
+                            log.append(record(k))
+                        else:
+                            os.write(fd, payload)
+                            os.fsync(fd)
+                        (lat if side == "log" else raw_lat).append(time.perf_counter() - s)
+                    if side == "log":
+                        cpu += time.process_time() - c
+                    else:
+                        raw_cpu += time.process_time() - c
+        finally:
+            os.close(fd)
+    rate, raw_rate = n / sum(lat), n / sum(raw_lat)
+    return {
+        "rate": rate,
+        "p50_ms": pct(lat, 0.5),
+        "p99_ms": pct(lat, 0.99),
+        "n": n,
+        "raw_rate": raw_rate,
+        "raw_p50_ms": pct(raw_lat, 0.5),
+        "ratio": rate / raw_rate,
+        "cpu_us": cpu / n * 1e6,
+        "raw_cpu_us": raw_cpu / n * 1e6,
+    }
 
 
 def calls(log: EventLog, who: str, n: int, batch: int, size: int) -> list[float]:
@@ -242,6 +277,32 @@ def group_cpu(n: int = 5000, profile: bool = False) -> float:
     return cpu / n * 1e6
 
 
+def one_cpu(n: int = 2000, pause: float = 0.0) -> float:
+    """CPU µs of one append with `fsync = "always"`, the disk left out: the fsync is a no-op,
+    or a sleep of `pause` seconds standing in for a flush (a process that waits between
+    appends finds its caches cold again, which on this shared VM costs more than the work)."""
+    from unittest import mock
+
+    import tiermem.eventlog as eventlog
+
+    def flush(fd: int) -> None:
+        if pause:
+            time.sleep(pause)
+
+    with (
+        tempfile.TemporaryDirectory(dir=ROOT) as tmp,
+        EventLog(_settings(tmp, "always")) as log,
+        mock.patch.object(eventlog.os, "fsync", flush),
+    ):
+        log.append(record(-1))
+        records = [record(i) for i in range(n)]
+        cpu = time.process_time()
+        for r in records:
+            log.append(r)
+        cpu = time.process_time() - cpu
+    return cpu / n * 1e6
+
+
 def part(n: int) -> dict[str, Any]:
     """The rows an A/B run compares (`bench/log_append_ab.py` runs this once per side and round)."""
     return {
@@ -250,6 +311,8 @@ def part(n: int) -> dict[str, Any]:
         "threads8": threads(8, max(200, n // 4)),
         "processes8": processes(8, max(200, n // 4)),
         "group_cpu_us": group_cpu(n),
+        "one_cpu_us": one_cpu(n),
+        "one_cpu_pause_us": one_cpu(max(200, n // 5), pause=0.0002),
     }
 
 
@@ -257,6 +320,12 @@ def main() -> None:
     if "--part" in sys.argv:
         ROOT.mkdir(exist_ok=True)
         print(json.dumps(part(int(sys.argv[sys.argv.index("--part") + 1]))))
+        return
+    if "--one-cpu" in sys.argv:
+        print(
+            f"one caller, fsync left out: {one_cpu():.1f} us of CPU per append; with a 0.2 ms pause "
+            f"instead: {one_cpu(400, pause=0.0002):.1f} us (load {os.getloadavg()[0]:.1f})"
+        )
         return
     if "--group-cpu" in sys.argv:
         us = group_cpu(profile="--profile" in sys.argv)
@@ -279,7 +348,9 @@ def main() -> None:
     one = one_at_a_time(n)
     res["one_at_a_time"] = one
     print(
-        f"one caller, fsync each: {one['rate']:,.0f}/s ({one['rate'] / rate:.2f} of raw fsync) p99 {one['p99_ms']:.2f} ms"
+        f"one caller, fsync each: {one['rate']:,.0f}/s p99 {one['p99_ms']:.2f} ms, {one['cpu_us']:.0f} us CPU; "
+        f"raw fsync interleaved with it {one['raw_rate']:,.0f}/s, {one['raw_cpu_us']:.0f} us CPU: "
+        f"{one['ratio']:.2f} of raw"
     )
     res["threads"], res["processes"] = [], []
     for callers in (1, 2, 4, 8, 16):

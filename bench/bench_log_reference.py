@@ -1,19 +1,29 @@
-"""Physical reference on this machine: raw fsync rate, disk write bandwidth, buffered writes.
+"""Physical reference on this machine: raw fsync rate, flush latencies, disk write bandwidth, buffered writes.
 
     .venv/bin/python bench/bench_log_reference.py
 
 The log's figures (bench_log_append, bench_log_ingest) are compared with these.
+
+The flush floor: a synchronous caller with one record in flight cannot be answered
+sooner than one device flush after its write, so N such callers top out near
+N / (flush latency) appends/s even with no software at all. `flush_floor` measures
+that latency four ways (append + fsync, append + fdatasync, overwrite of a
+preallocated file + fdatasync, a 4 KiB O_DIRECT|O_DSYNC overwrite) and how many
+fsyncs 8 threads on 8 files get through together.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 
 def fsync_rate(path: Path, n: int = 3000, size: int = 400) -> tuple[float, float, float]:
@@ -59,6 +69,119 @@ def batched_fsync_rate(path: Path, batches: int = 300, per_batch: int = 500, siz
         os.close(fd)
 
 
+def _latencies(fd: int, n: int, step: Any) -> list[float]:
+    lat = []
+    for i in range(n):
+        t = time.perf_counter()
+        step(fd, i)
+        lat.append(time.perf_counter() - t)
+    lat.sort()
+    return lat
+
+
+def _summary(lat: list[float]) -> dict[str, float]:
+    return {
+        "p50_us": lat[len(lat) // 2] * 1e6,
+        "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6,
+        "rate": len(lat) / sum(lat),
+    }
+
+
+def flush_floor(d: Path, n: int = 1000, size: int = 400) -> dict[str, dict[str, float]]:
+    """Latency of one durable write, four ways, and 8 threads' fsyncs on 8 files at once."""
+    payload = b"x" * (size - 1) + b"\n"
+    out: dict[str, dict[str, float]] = {}
+
+    def append_fsync(fd: int, _i: int) -> None:
+        os.write(fd, payload)
+        os.fsync(fd)
+
+    def append_fdatasync(fd: int, _i: int) -> None:
+        os.write(fd, payload)
+        os.fdatasync(fd)
+
+    def overwrite_fdatasync(fd: int, i: int) -> None:
+        os.pwrite(fd, payload, (i * size) % (1 << 20))
+        os.fdatasync(fd)
+
+    for name, step, flags, prealloc in (
+        ("append + fsync", append_fsync, os.O_APPEND, False),
+        ("append + fdatasync", append_fdatasync, os.O_APPEND, False),
+        ("preallocated overwrite + fdatasync", overwrite_fdatasync, 0, True),
+    ):
+        path = d / f"floor-{len(out)}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | flags, 0o644)
+        try:
+            if prealloc:  # blocks allocated and written once: the overwrite changes no metadata
+                os.write(fd, b"\0" * (1 << 20))
+                os.fsync(fd)
+            out[name] = _summary(_latencies(fd, n, step))
+        finally:
+            os.close(fd)
+    out["O_DIRECT|O_DSYNC 4 KiB overwrite"] = _direct_dsync(d / "floor-direct", n)
+    out["8 threads, fsync on 8 files"] = _concurrent_fsyncs(d, payload, n)
+    return out
+
+
+def _direct_dsync(path: Path, n: int) -> dict[str, float]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    os.write(fd, b"\0" * (1 << 20))
+    os.fsync(fd)
+    os.close(fd)
+    buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT needs
+    buf.write(b"x" * 4095 + b"\n")
+    fd = os.open(path, os.O_WRONLY | os.O_DIRECT | os.O_DSYNC)
+    try:
+        return _summary(_latencies(fd, n, lambda fd, i: os.pwrite(fd, buf, (i % 256) * 4096)))
+    finally:
+        os.close(fd)
+
+
+def _concurrent_fsyncs(d: Path, payload: bytes, n: int, threads: int = 8) -> dict[str, float]:
+    barrier = threading.Barrier(threads + 1)
+    lats: list[float] = []
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        fd = os.open(d / f"conc-{k}", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            barrier.wait()
+            mine = []
+            for _ in range(n // threads):
+                t = time.perf_counter()
+                os.write(fd, payload)
+                os.fsync(fd)
+                mine.append(time.perf_counter() - t)
+        finally:
+            os.close(fd)
+        with lock:
+            lats.extend(mine)
+
+    pool = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in pool:
+        t.join()
+    elapsed = time.perf_counter() - start
+    lats.sort()
+    return {**_summary(lats), "rate": len(lats) / elapsed}
+
+
+def ceiling_8(floor: dict[str, dict[str, float]]) -> float:
+    """Appends/s that 8 synchronous one-record callers could reach with no software cost:
+    each waits at least one flush, the fastest of the ways measured (its median)."""
+    best = min(v["p50_us"] for k, v in floor.items() if not k.startswith("8 threads"))
+    return 8 / (best / 1e6)
+
+
+def print_floor(floor: dict[str, dict[str, float]]) -> None:
+    for name, v in floor.items():
+        print(f"  {name:38s} p50 {v['p50_us']:7.0f} us  p99 {v['p99_us']:7.0f} us  {v['rate']:9,.0f}/s")
+    print(f"  ceiling for 8 synchronous one-record callers (8 / fastest p50): {ceiling_8(floor):,.0f}/s")
+
+
 def dd_bandwidth(path: Path, mb: int = 1024) -> str:
     out = subprocess.run(
         ["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mb}", "conv=fdatasync"],
@@ -83,6 +206,8 @@ def main() -> None:
         print(
             f"buffered writes, 400 B records, one fsync at the end: {buffered_rate(d / 'w'):,.0f} records/s"
         )
+        print("flush latency (one durable write at a time; 8 threads: total fsyncs/s):")
+        print_floor(flush_floor(d))
         print(f"disk write bandwidth (dd): {dd_bandwidth(d / 'dd')}")
 
 

@@ -47,11 +47,13 @@ def run_side(package: Path | None, n: int) -> dict[str, Any]:
 def line(side: str, r: dict[str, Any], raw: float) -> str:
     one, t8, p8 = r["one"], r["threads8"], r["processes8"]
     return (
-        f"  {side:4s} one caller {one['rate']:6,.0f}/s ({one['rate'] / raw:.2f} of raw) p99 {one['p99_ms']:.2f} ms | "
+        f"  {side:4s} one caller {one['rate']:6,.0f}/s ({one['ratio']:.2f} of raw {one['raw_rate']:,.0f}/s "
+        f"interleaved; CPU {one['cpu_us']:.0f} vs raw {one['raw_cpu_us']:.0f} us) p99 {one['p99_ms']:.2f} ms | "
         f"8 threads {t8['rate']:6,.0f}/s ({t8['rate'] / (8 * raw):.2f} of 8 x raw) p99 {t8['p99_ms']:.2f} ms "
         f"{t8['records_per_fsync']:.1f}/fsync {t8['cpu_us_per_record']:.0f} us CPU/rec | "
         f"8 processes {p8['rate']:6,.0f}/s p99 {p8['p99_ms']:.2f} ms {p8['records_per_fsync']:.1f}/fsync "
-        f"{p8['cpu_us_per_record']:.0f} us CPU/rec | group CPU {r['group_cpu_us']:.1f} us | load {r['load']}"
+        f"{p8['cpu_us_per_record']:.0f} us CPU/rec | group CPU {r['group_cpu_us']:.1f} us | "
+        f"one append CPU {r['one_cpu_us']:.1f} us ({r['one_cpu_pause_us']:.0f} with 0.2 ms pauses) | load {r['load']}"
     )
 
 

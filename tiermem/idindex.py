@@ -225,6 +225,4 @@ class LagList:
 
 def jsonl_segments(log_dir: Path) -> list[str]:
     """Every JSONL segment of the log ("<stream>/<partition>/<stem>"), for a damaged lag list."""
-    return sorted(
-        str(p.relative_to(log_dir).with_suffix("")) for p in log_dir.glob("*/date=*/*.jsonl")
-    )
+    return sorted(str(p.relative_to(log_dir).with_suffix("")) for p in log_dir.glob("*/date=*/*.jsonl"))
