@@ -32,20 +32,15 @@ from typing import Any
 import orjson
 
 from tiermem import durable_files
-from tiermem.durable_files import fsync_path, quarantine_torn_tail, write_atomic
+from tiermem.durable_files import fsync_path, write_atomic
 from tiermem.errors import StorageError, ValidationError, os_reason
+from tiermem.eventlog_index import IndexFollower, Tail
 from tiermem.events import CALLER, INTERNAL, STREAMS, stream_of, upcast, validate
 from tiermem.groupcommit import GroupQueue, SharedSync, SyncPoint, forget_synced, group_commit
 from tiermem.idindex import (
     INDEX_NAME,
     LagList,
-    catch_up,
-    index_lookup,
-    indexed_offset,
-    jsonl_segments,
     open_index,
-    read_ids,
-    record_ids,
 )
 from tiermem.ids import new_event_id
 from tiermem.rejects import Rejected, write_rejects
@@ -53,8 +48,6 @@ from tiermem.settings import Settings
 
 __all__ = ["INDEX_NAME", "AppendBatchResult", "AppendResult", "Checkpoints", "EventLog", "open_index"]
 
-# A writer's unindexed tail is written to the id index once it holds this many ids.
-TAIL_FLUSH_IDS = 4096
 # An erased event's line is replaced by a tombstone holding only its id, type and
 # ts plus this mark, so line positions (and every checkpoint) stay valid.
 ERASED_MARK = "_erased"
@@ -118,19 +111,6 @@ def _new_per_partition(
     return kept, duplicates
 
 
-class _Tail:
-    """Ids this process appended to a segment that the id index does not hold yet.
-
-    True while the file is what this process left: same inode, `end` bytes long.
-    """
-
-    __slots__ = ("end", "ids", "ino", "path")
-
-    def __init__(self, path: str, ino: int, end: int) -> None:
-        self.path, self.ino, self.end = path, ino, end
-        self.ids: set[str] = set()
-
-
 class _StreamWriter:
     """One stream's lock file and open segment handles, shared by this process's threads."""
 
@@ -151,7 +131,7 @@ class _StreamWriter:
         self.group = GroupQueue()
         self.sync = SharedSync(self.root / ".sync") if log.settings.fsync == "group" else None
         # segment -> this process's ids in it past the id index's offset (see `tiermem.idindex`)
-        self.tails: dict[str, _Tail] = {}
+        self.tails: dict[str, Tail] = {}
         self.prestat: dict[str, os.stat_result] = {}  # path -> its stat, taken under the lock
         self.checked: dict[str, bytes | None] = {}  # partition -> the lag record its marks were checked under
         # The id index as this stream's writes use it (under `thread_lock`, whichever thread
@@ -269,7 +249,7 @@ class _StreamWriter:
         return "seg-" + new_event_id()
 
 
-class EventLog:
+class EventLog(IndexFollower):
     """The append-only log of one data root. Thread-safe; many processes may share a root."""
 
     def __init__(self, settings: Settings) -> None:
@@ -319,153 +299,6 @@ class EventLog:
         self._line_counts.pop(segment, None)
         self._indexed_to.pop(segment, None)
         self._drop_tail(segment)  # still listed: whoever checks for duplicates reads it from the file
-
-    # ------------------------------------------------------------- the index
-    def _index(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._index_local, "conn", None)
-        if conn is None:
-            conn = open_index(self.root)
-            self._index_local.conn = conn
-        return conn
-
-    def _lag_list(self) -> LagList:
-        if self._lag is None:
-            with self._lag_lock:
-                if self._lag is None:
-                    self._lag = LagList(self.root)
-        return self._lag
-
-    def _reconcile(
-        self, segment: str, fd: int, st: os.stat_result | None = None, tail: _Tail | None = None
-    ) -> None:
-        """Index lines past the index's offset that no tail of this process accounts for (lock held).
-
-        Any process may have appended since we last looked, so the check is by
-        size: when the file is longer than what this process knows is indexed (or
-        holds in `tail`), ask the index how far it got and index the rest.
-        """
-        st = st or os.fstat(fd)
-        key = (st.st_ino, st.st_size)
-        if self._indexed_to.get(segment) == key or (tail is not None and (tail.ino, tail.end) == key):
-            return
-        conn = self._index()
-        done = indexed_offset(conn, segment)
-        if done > st.st_size:
-            # Shorter than indexed: rewritten by an erasure (every id kept, as a tombstone),
-            # or cut by a power loss before a group commit's fsync (the index, which moves
-            # before that fsync, names ids the file lost). Index the file as it is.
-            conn.execute("DELETE FROM event_ids WHERE segment = ?", (segment,))
-            done = 0
-        if st.st_size > done:
-            ids, end = read_ids(fd, done, st.st_size)
-            record_ids(conn, [(segment, ids, end)], replace=True)
-            done = end
-            self._reindexed += 1
-        self._indexed_to[segment] = (st.st_ino, done)
-        self._drop_tail(segment)  # the index now holds whatever it held
-
-    def _drop_tail(self, segment: str) -> None:
-        w = self._writers.get(segment.split("/", 1)[0])
-        if w is not None:
-            w.tails.pop(segment, None)
-
-    def _retire_tails(self, w: _StreamWriter) -> None:
-        """At close: this writer's tails into the index, and their segments off the lag list."""
-        with w.thread_lock:
-            fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
-            try:
-                conn = w.index()
-                rows = []
-                for segment, tail in w.tails.items():
-                    try:
-                        st = os.stat(tail.path)
-                    except FileNotFoundError:
-                        continue  # sealed meanwhile: indexed by the seal
-                    if (st.st_ino, st.st_size) == (tail.ino, tail.end):
-                        rows.append((segment, sorted(tail.ids), tail.end))
-                    else:  # another process wrote since: what the file holds, up to its end
-                        catch_up(conn, self.root, segment)
-                if rows:
-                    record_ids(conn, rows)
-                self._lag_list().remove(set(w.tails))
-                w.tails.clear()
-            finally:
-                fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
-
-    def _catch_up_lag(self, w: _StreamWriter, conn: sqlite3.Connection) -> None:
-        """Bring every listed tail but this writer's own, still valid ones into the index (lock held).
-
-        A tail of this stream that this writer no longer appends to is unlisted once
-        indexed: with the stream lock held, nobody is writing past it.
-        """
-        w.prestat.clear()
-        listed = self._lag_list().read()
-        self._listed = listed
-        done: set[str] = set()
-        for segment in listed if listed is not None else jsonl_segments(self.root):
-            tail = w.tails.get(segment)
-            if tail is not None:
-                try:
-                    st = os.stat(tail.path)
-                except FileNotFoundError:
-                    st = None
-                if st is not None and (st.st_ino, st.st_size) == (tail.ino, tail.end):
-                    w.prestat[tail.path] = st  # `segment_for` of this append need not ask again
-                    continue
-                del w.tails[segment]  # another process wrote since: read the file instead
-            catch_up(conn, self.root, segment)
-            stream, partition, stem = segment.split("/")
-            if listed is not None and stream == w.stream and w.active.get(partition) != stem:
-                done.add(segment)
-        if done:
-            self._lag_list().remove(done)
-
-    # ----------------------------------------------------------- torn tails
-    def repair_tail(
-        self,
-        stream: str,
-        partition: str,
-        stem: str,
-        fd: int,
-        st: os.stat_result | None = None,
-        *,
-        writer: _StreamWriter | None = None,
-    ) -> os.stat_result:
-        """Quarantine a partial last line left by a crashed writer, then reconcile (lock held).
-
-        `st`: the segment's stat, if the caller has just taken it. Returns the stat after the repair.
-        Called by `writer` about to append, the segment's tail may stay unindexed (its ids in
-        the writer's memory); called from elsewhere (the seal, an erasure), the index is brought
-        to the segment's end and the segment leaves the lag list.
-        """
-        st = st or os.fstat(fd)
-        segment = f"{stream}/{partition}/{stem}"
-        if writer is not None:
-            return self._repair(segment, fd, st, writer.tails.get(segment))
-        w = self._writers.get(stream)
-        tail = w.tails.pop(segment, None) if w is not None else None
-        if tail is not None and (tail.ino, tail.end) == (st.st_ino, st.st_size) and tail.ids:
-            # What this process wrote past the index's offset, without reading it back.
-            record_ids(self._index(), [(segment, sorted(tail.ids), tail.end)])
-            self._indexed_to[segment] = (tail.ino, tail.end)
-        st = self._repair(segment, fd, st, None)
-        self._lag_list().remove({segment})
-        return st
-
-    def _repair(self, segment: str, fd: int, st: os.stat_result, tail: _Tail | None) -> os.stat_result:
-        size = st.st_size
-        if self._indexed_to.get(segment) == (st.st_ino, size) or (
-            tail is not None and (tail.ino, tail.end) == (st.st_ino, size)
-        ):
-            # Exactly as this process last left it (ending with a whole line): nothing torn,
-            # nothing to reconcile.
-            return st
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            quarantine_torn_tail(self.settings, segment, fd, size, self._count_lines)
-            forget_synced(self.root / segment.split("/", 1)[0] / ".sync")  # may count the cut bytes
-            st = os.fstat(fd)
-        self._reconcile(segment, fd, st, tail)
-        return st
 
     # --------------------------------------------------------------- rejects
     def reject(self, record: Any, error: ValidationError, *, source: str = "append") -> None:
@@ -716,94 +549,6 @@ class EventLog:
                         "the records of this write may not be durable"
                     ) from exc
         return written
-
-    def _index_written(
-        self,
-        w: _StreamWriter,
-        conn: sqlite3.Connection,
-        written: list[tuple[str, int, int, int, list[int], int]],
-        ids: list[str],
-    ) -> None:
-        """Account for the written ids: in the writer's tail of a listed segment, or in the index.
-
-        A segment goes on the lag list (durably) before the first write it leaves unindexed
-        (here, its bytes are not durable yet under group commit, and under `always` the list
-        is synced before them); a full or damaged list makes the writer index as it writes.
-        """
-        if not written:
-            return
-        rows: list[tuple[str, list[str], int]] = []
-        for segment, _fd, end, first_line, keep, ino in written:
-            self._line_counts[segment] = (ino, end, first_line + len(keep))
-            listed = self._listed
-            if listed is not None and (segment in listed or self._lag_list().add(segment)):
-                tail = w.tails.get(segment)
-                if tail is None:
-                    tail = w.tails[segment] = _Tail(w.paths[segment.split("/")[1]][0], ino, end)
-                tail.ino, tail.end = ino, end
-                tail.ids.update([ids[i] for i in keep])
-                if len(tail.ids) < TAIL_FLUSH_IDS:
-                    continue
-                rows.append((segment, sorted(tail.ids), end))
-                tail.ids.clear()
-            else:
-                rows.append((segment, [ids[i] for i in keep], end))
-            self._indexed_to[segment] = (ino, end)
-        if not rows:
-            return
-        try:
-            record_ids(conn, rows)
-        except sqlite3.Error as exc:
-            for segment, *_ in rows:
-                self._indexed_to.pop(segment, None)
-                self._drop_tail(segment)
-            raise StorageError(
-                f"updating the event-id index: {os_reason(exc)}; the records are in the log and "
-                "the index catches up with them on the next write"
-            ) from exc
-
-    def originals(self, w: _StreamWriter, conn: sqlite3.Connection, ids: list[str]) -> set[str]:
-        """The segments holding the first copies of these (duplicate) ids."""
-        found = index_lookup(conn, "segment", ids)
-        for segment, tail in w.tails.items():
-            if not tail.ids.isdisjoint(ids):
-                found.add(segment)
-        return found
-
-    def _open_to_sync(self, segment: str) -> int | None:
-        """A descriptor of a segment this writer may not have open; None once it is sealed
-        (the seal made it durable and removed the JSONL file)."""
-        try:
-            return os.open(self.root / f"{segment}.jsonl", os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-
-    def _sync_originals(self, w: _StreamWriter, conn: sqlite3.Connection, ids: list[str]) -> None:
-        # A duplicate is answered as stored, so its first copy must be durable first: another
-        # process may have written it and still be waiting for its fsync (the index moves
-        # before the fsync in group commit, and a crashed writer's lines are indexed as found).
-        for segment in sorted(self.originals(w, conn, ids)):
-            fd = self._open_to_sync(segment)
-            if fd is None:
-                continue
-            try:
-                os.fsync(fd)
-            except OSError as exc:
-                raise StorageError(
-                    f"syncing {segment}.jsonl to disk: {os_reason(exc)}; a record sent again "
-                    "is in the log but may not be durable"
-                ) from exc
-            finally:
-                os.close(fd)
-
-    @staticmethod
-    def _known_ids(w: _StreamWriter, conn: sqlite3.Connection, ids: list[str]) -> set[str]:
-        """Which of these ids the log holds: the index (caught up with the lag list) and the writer's tails."""
-        found = index_lookup(conn, "event_id", ids)
-        for tail in w.tails.values():
-            if not tail.ids.isdisjoint(ids):
-                found.update(tail.ids.intersection(ids))
-        return found
 
     def _count_lines(self, segment: str, fd: int, size: int, ino: int | None = None) -> int:
         """Lines in the first `size` bytes of a segment (cached per inode: appends only grow files)."""

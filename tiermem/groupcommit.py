@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from tiermem.errors import StorageError, os_reason
 
@@ -49,8 +49,7 @@ _SLOT = struct.Struct("<8sQQQ8sQQQQ")
 _FLIGHT_AT = 1 << 20  # a POSIX lock on one byte past the record; the kernel drops it with the process
 
 
-@dataclass(frozen=True)
-class SyncPoint:
+class SyncPoint(NamedTuple):  # a tuple: one is built per segment of every group
     """Bytes [0, end) of `segment` must be durable before the caller returns.
 
     `fd` is this group's own duplicate of the segment's descriptor: the writer may
