@@ -133,7 +133,11 @@ class _StreamWriter:
         # segment -> this process's ids in it past the id index's offset (see `tiermem.idindex`)
         self.tails: dict[str, Tail] = {}
         self.prestat: dict[str, os.stat_result] = {}  # path -> its stat, taken under the lock
-        self.checked: dict[str, bytes | None] = {}  # partition -> the lag record its marks were checked under
+        # The lag list as this writer's current append read it (under the stream lock);
+        # `listed` None: the list is damaged.
+        self.lag_raw = b""
+        self.listed: frozenset[str] | None = frozenset()
+        self.checked: dict[str, bytes] = {}  # partition -> the lag record its marks were checked under
         # The id index as this stream's writes use it (under `thread_lock`, whichever thread
         # writes): with one connection per thread, each of a group's successive leaders found
         # its page cache stale (another connection had written) and read the pages again.
@@ -177,12 +181,8 @@ class _StreamWriter:
             # A seal unlists a segment before it marks it, so while the lag list is the very
             # record this writer last checked the marks under, and names the segment, no seal
             # has begun since.
-            lag = self.log._lag
-            unchanged = (
-                lag is not None
-                and lag.raw is not None
-                and self.checked.get(partition) is lag.raw
-                and f"{self.stream}/{partition}/{stem}" in (self.log._listed or ())
+            unchanged = self.checked.get(partition) is self.lag_raw and (
+                f"{self.stream}/{partition}/{stem}" in (self.listed or ())
             )
             if (
                 on_disk is None
@@ -195,8 +195,8 @@ class _StreamWriter:
                 self.log.forget_segment(f"{self.stream}/{partition}/{stem}")
                 stem = None
                 on_disk = None
-            elif not unchanged and lag is not None:
-                self.checked[partition] = lag.raw
+            elif not unchanged:
+                self.checked[partition] = self.lag_raw
         if stem is None:
             part_dir = self.root / partition
             stem = self._choose_segment(part_dir)
@@ -267,8 +267,6 @@ class EventLog(IndexFollower):
         self._reindexed = 0  # how many times lines missing from the index were indexed
         self._lag: LagList | None = None  # the id index's lag list, opened by the first writer
         self._lag_lock = threading.Lock()
-        # The lag list as the current append read it (under its stream lock); None: damaged.
-        self._listed: frozenset[str] | None = frozenset()
 
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:

@@ -42,6 +42,8 @@ class _StreamWriter(Protocol):
     stream: str
     tails: dict[str, Tail]
     prestat: dict[str, os.stat_result]
+    listed: frozenset[str] | None
+    lag_raw: bytes
     active: dict[str, str]
     paths: dict[str, tuple[str, str, str]]
     thread_lock: threading.Lock
@@ -76,7 +78,6 @@ class IndexFollower:
     _index_local: threading.local
     _lag: LagList | None
     _lag_lock: threading.Lock
-    _listed: frozenset[str] | None
     _indexed_to: dict[str, tuple[int, int]]
     _line_counts: dict[str, tuple[int, int, int]]
     _reindexed: int
@@ -163,8 +164,8 @@ class IndexFollower:
         indexed: with the stream lock held, nobody is writing past it.
         """
         w.prestat.clear()
-        listed = self._lag_list().read()
-        self._listed = listed
+        w.lag_raw, listed = self._lag_list().snapshot()
+        w.listed = listed
         done: set[str] = set()
         for segment in listed if listed is not None else jsonl_segments(self.root):
             tail = w.tails.get(segment)
@@ -249,7 +250,7 @@ class IndexFollower:
         rows: list[tuple[str, list[str], int]] = []
         for segment, _fd, end, first_line, keep, ino in written:
             self._line_counts[segment] = (ino, end, first_line + len(keep))
-            listed = self._listed
+            listed = w.listed
             if listed is not None and (segment in listed or self._lag_list().add(segment)):
                 tail = w.tails.get(segment)
                 if tail is None:

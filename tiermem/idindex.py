@@ -148,22 +148,23 @@ class LagList:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.fd = os.open(log_dir / LAG_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        self._raw: bytes | None = None
-        self._names: frozenset[str] | None = None
+        # (the record's bytes, its names) as last read: replaced whole, never changed in place,
+        # so threads reading at once each get a consistent pair.
+        self._seen: tuple[bytes, frozenset[str] | None] | None = None
 
     def close(self) -> None:
         os.close(self.fd)
 
-    @property
-    def raw(self) -> bytes | None:
-        """The record as `read` last saw it: the same bytes object until it changes."""
-        return self._raw
-
     def read(self) -> frozenset[str] | None:
         """The listed segments; None if the record is damaged (then any segment may lag)."""
+        return self.snapshot()[1]
+
+    def snapshot(self) -> tuple[bytes, frozenset[str] | None]:
+        """(the record, its names): the same bytes object for as long as the record is unchanged."""
         raw = os.pread(self.fd, _LAG_SIZE, 0)
-        if raw == self._raw:
-            return self._names
+        seen = self._seen
+        if seen is not None and seen[0] == raw:
+            return seen
         names = self._parse(raw)
         if names is None:  # a write in progress (or a torn one): look again under its lock
             fcntl.flock(self.fd, fcntl.LOCK_SH)
@@ -172,8 +173,8 @@ class LagList:
                 names = self._parse(raw)
             finally:
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
-        self._raw, self._names = raw, names
-        return names
+        self._seen = (raw, names)
+        return raw, names
 
     @staticmethod
     def _parse(raw: bytes) -> frozenset[str] | None:
@@ -217,7 +218,7 @@ class LagList:
                 # Listed before its first unindexed line can reach the disk: a power loss
                 # must not leave a tail that nobody knows to index.
                 os.fsync(self.fd)
-            self._raw = None  # re-read next time
+            self._seen = None  # parse again next time
             return True
         finally:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
