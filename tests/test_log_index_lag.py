@@ -17,9 +17,9 @@ from pathlib import Path
 
 import orjson
 from helpers_log import PYTHON, REPO, interaction, segment_files
-from tiermem.log.seal import seal
+from tiermem.log.seal import StreamLock, seal
 
-from tiermem.eventlog import EventLog
+from tiermem.eventlog import EventLog, sealing_mark
 from tiermem.idindex import INDEX_NAME, LAG_NAME, LagList
 from tiermem.settings import Settings, resolve_settings
 
@@ -27,7 +27,7 @@ from tiermem.settings import Settings, resolve_settings
 # then waits for a line on stdin before closing (or until it is killed).
 WRITER = """
 import sys
-from tiermem.eventlog import EventLog
+from tiermem.eventlog import EventLog, sealing_mark
 from tiermem.settings import resolve_settings
 
 settings = resolve_settings(data_dir=sys.argv[1], env={}, fsync="always")
@@ -182,3 +182,25 @@ def test_a_full_lag_list_makes_writers_index_as_they_write(settings: Settings) -
             ]
         )
         assert replay.duplicates == 84
+
+
+def test_a_writer_that_skips_the_seal_marks_still_sees_a_seal_begin(settings: Settings) -> None:
+    with EventLog(replace(settings, fsync="always")) as log:
+        for i in range(3):  # listed, and its marks checked under the current list: the next appends skip them
+            log.append(interaction(i, event_id=f"m-{i}", ts="2026-03-01T10:00:00.000Z"))
+        [jsonl] = segment_files(settings.data_dir)
+        # What a seal does first, from its own log: under the stream lock, the segment indexed
+        # to its end (and so unlisted), then marked as being sealed.
+        with EventLog(settings) as sealer, StreamLock(settings, "interactions"):
+            fd = os.open(jsonl, os.O_RDWR)
+            try:
+                sealer.repair_tail("interactions", jsonl.parent.name, jsonl.stem, fd)
+            finally:
+                os.close(fd)
+            sealing_mark(jsonl).touch()
+        assert _listed(settings) == frozenset()
+        size = jsonl.stat().st_size
+        late = log.append(interaction(5, event_id="m-5", ts="2026-03-01T11:00:00.000Z"))
+        assert jsonl.stat().st_size == size  # the segment being sealed was not written to
+        assert late.segment != f"interactions/{jsonl.parent.name}/{jsonl.stem}"
+        assert log.append(interaction(1, event_id="m-1", ts="2026-03-01T10:00:00.000Z")).duplicate
