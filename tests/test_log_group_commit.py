@@ -381,6 +381,45 @@ def test_a_tail_cut_while_a_fsync_runs_keeps_that_fsync_from_recording_its_size(
         sync.close()
 
 
+def test_a_process_alone_keeps_its_durable_size_in_memory_and_a_cut_still_voids_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = tmp_path / "seg.jsonl"
+    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    sync = SharedSync(tmp_path / ".sync")
+    try:
+        ino = os.fstat(fd).st_ino
+        os.write(fd, b"one\n")
+        assert sync.make_durable(SyncPoint("s/x/seg", fd, 4, ino)) is True  # recorded: now it seems alone
+        recorded = os.pread(sync.fd, 64, 0)
+        os.write(fd, b"two\n")
+        assert sync.make_durable(SyncPoint("s/x/seg", fd, 8, ino)) is True
+        assert os.pread(sync.fd, 64, 0) == recorded  # alone: the record is left as it was ...
+        assert sync.make_durable(SyncPoint("s/x/seg", fd, 8, ino)) is False  # ... its memory answers
+        # A fsync running while another writer cuts a torn tail must not vouch for the bytes after it.
+        os.write(fd, b"whole\n" + b"partial" * 10)
+        entered, release, calls = _blocking_fsync(monkeypatch)
+        a = threading.Thread(target=sync.make_durable, args=(SyncPoint("s/x/seg", fd, 14, ino),))
+        a.start()
+        entered.wait()
+        os.ftruncate(fd, 14)
+        forget_synced(tmp_path / ".sync")
+        release.set()
+        a.join()
+        os.write(fd, b"new\n")  # bytes [14, 18): below the size that fsync noted
+        assert sync.make_durable(SyncPoint("s/x/seg", fd, 18, ino)) is True
+        assert len(calls) == 2
+        # Another SharedSync on the same record (another process) is never covered by that memory.
+        other = SharedSync(tmp_path / ".sync")
+        try:
+            assert other.make_durable(SyncPoint("s/x/seg", fd, 18, ino)) is True
+        finally:
+            other.close()
+    finally:
+        os.close(fd)
+        sync.close()
+
+
 _ANNOUNCER = """
 import fcntl, os, sys
 from tiermem.groupcommit import _FLIGHT_AT, _SLOT

@@ -44,7 +44,7 @@ from tiermem.errors import StorageError, os_reason
 # cut happened may have flushed bytes that no longer exist, so it records nothing.
 # Then the fsync running now, if a process announced one: segment, inode, the size it
 # covers and the process, which holds the byte at _FLIGHT_AT locked while it runs.
-# Last, the process that recorded the durable size.
+# Last, the `SharedSync` that recorded the durable size (a random mark of its own).
 _SLOT = struct.Struct("<8sQQQ8sQQQQ")
 _FLIGHT_AT = 1 << 20  # a POSIX lock on one byte past the record; the kernel drops it with the process
 
@@ -70,10 +70,11 @@ class _Flight:
     which lets the next waiter through (a plain lock: cheaper than an Event per fsync).
     """
 
-    __slots__ = ("failed", "ino", "key", "over", "size")
+    __slots__ = ("alone", "failed", "ino", "key", "over", "size")
 
-    def __init__(self, key: bytes, ino: int, size: int) -> None:
+    def __init__(self, key: bytes, ino: int, size: int, alone: bool = False) -> None:
         self.key, self.ino, self.size = key, ino, size
+        self.alone = alone  # when it started, no other process seemed to use the record
         self.failed = False
         self.over = threading.Lock()
         self.over.acquire()
@@ -100,7 +101,15 @@ class SharedSync:
         self._keys: dict[str, bytes] = {}  # segment -> its key in the record (few segments per stream)
         self._flights: list[_Flight] = []
         self._announcing = False  # this process holds the flight lock and announced a flight
+        # key -> (inode, size, generation): what this process's own fsyncs made durable. Trusted
+        # only while the record's generation is the same (no cut since the fsync began), and
+        # kept here instead of in the record while this process seems alone (nobody else
+        # would read it), which spares each fsync the record's lock, read and write.
+        self._durable: dict[bytes, tuple[int, int, int]] = {}
         self._pid = os.getpid()
+        # Who recorded the durable size last: this object's own mark, not the pid, since two
+        # logs in one process (each with its own `.sync` descriptor) share nothing else.
+        self._me = int.from_bytes(os.urandom(8), "little") | 1
 
     def close(self) -> None:
         os.close(self.fd)
@@ -139,6 +148,9 @@ class SharedSync:
                     rec = self._read()
                     if rec[0] == key and rec[1] == ino and rec[2] >= end:
                         return False
+                    mem = self._durable.get(key)
+                    if mem is not None and mem[0] == ino and mem[1] >= end and mem[2] == rec[3]:
+                        return False
                     flight = next(
                         (f for f in self._flights if f.key == key and f.ino == ino and f.size >= end), None
                     )
@@ -160,7 +172,8 @@ class SharedSync:
                         size = os.fstat(point.fd).st_size
                         generation = rec[3]
                         self._announce(rec, key, ino, size)
-                        mine = _Flight(key, ino, size)  # from here on, `_land` ends it
+                        alone = rec[8] == self._me and rec[7] in (0, self._pid)
+                        mine = _Flight(key, ino, size, alone)  # from here on, `_land` ends it
                         self._flights.append(mine)
                 finally:
                     fcntl.flock(self.fd, fcntl.LOCK_UN)
@@ -203,7 +216,7 @@ class SharedSync:
         Nor while this process seems alone (it recorded the last fsync and nobody else
         announces one): an announcement only helps other processes.
         """
-        if not self._announcing and rec[8] == self._pid and rec[7] in (0, self._pid):
+        if not self._announcing and rec[8] == self._me and rec[7] in (0, self._pid):
             return
         if not self._announcing:
             self._announcing = self._flight_lock(fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -220,6 +233,15 @@ class SharedSync:
         try:
             with self.lock:
                 self._flights.remove(mine)
+                if synced:
+                    self.fsyncs += 1
+                    mem = self._durable.get(mine.key)
+                    if mem is None or mem[0] != mine.ino or mem[2] != generation or mem[1] < mine.size:
+                        if len(self._durable) > 1024:
+                            self._durable.clear()
+                        self._durable[mine.key] = (mine.ino, mine.size, generation)
+                if mine.alone and not self._announcing:
+                    return  # nobody else reads the record: this process's memory is enough
                 last = self._announcing and not self._flights
                 self._announcing = self._announcing and not last
                 try:
@@ -238,16 +260,16 @@ class SharedSync:
         """Write what a landed fsync made durable, and end this process's announcement (locks held)."""
         rec = self._read()
         changed = False
-        if synced:
-            self.fsyncs += 1
-            # Never move the record back (a later fsync may have recorded more), nor
-            # past a cut made while this fsync ran (then the generation moved on).
-            if rec[3] == generation and not (
-                rec[0] == mine.key and rec[1] == mine.ino and rec[2] >= mine.size
-            ):
-                rec[0:3] = mine.key, mine.ino, mine.size
-                rec[8] = self._pid
-                changed = True
+        # Never move the record back (a later fsync may have recorded more), nor
+        # past a cut made while this fsync ran (then the generation moved on).
+        if (
+            synced
+            and rec[3] == generation
+            and not (rec[0] == mine.key and rec[1] == mine.ino and rec[2] >= mine.size)
+        ):
+            rec[0:3] = mine.key, mine.ino, mine.size
+            rec[8] = self._me
+            changed = True
         if last and rec[7] == self._pid:
             rec[4:8] = b"", 0, 0, 0
             changed = True
