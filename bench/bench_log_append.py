@@ -31,7 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench_log_reference import batched_fsync_rate, fsync_rate
+from bench_log_reference import batched_fsync_rate, ceiling_8, flush_floor, fsync_rate, print_floor
 
 from tiermem.eventlog import EventLog
 from tiermem.events import validate
@@ -337,14 +337,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
         rate, p50, p99 = fsync_rate(Path(tmp) / "f", n=1000)
         batched = batched_fsync_rate(Path(tmp) / "b", batches=100)
+        floor = flush_floor(Path(tmp), n=400)
     res: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load": round(os.getloadavg()[0], 1),
-        "reference": {"fsync_rate": rate, "fsync_p50_ms": p50, "fsync_p99_ms": p99, "batched_rate": batched},
+        "reference": {
+            "fsync_rate": rate,
+            "fsync_p50_ms": p50,
+            "fsync_p99_ms": p99,
+            "batched_rate": batched,
+            "flush_floor": floor,
+            "ceiling_8": ceiling_8(floor),
+        },
     }
     print(
         f"reference: raw fsync {rate:,.0f}/s (p50 {p50:.3f} ms, p99 {p99:.3f} ms); 500/fsync {batched:,.0f}/s"
     )
+    print_floor(floor)
     one = one_at_a_time(n)
     res["one_at_a_time"] = one
     print(
@@ -362,6 +371,11 @@ def main() -> None:
                 f"{r['rate'] / min(callers * rate, batched):.2f} of {callers} x raw fsync) "
                 f"p50 {r['p50_ms']:.2f} p99 {r['p99_ms']:.2f} ms, {r['records_per_fsync']:.1f} records/fsync"
                 + (f", {r['cpu_us_per_record']:.0f} us CPU/record" if kind == "threads" else "")
+                + (
+                    f"; {r['rate'] / ceiling_8(floor):.2f} of the flush-floor ceiling for 8 synchronous callers"
+                    if callers == 8
+                    else ""
+                )
             )
     res["sizes"] = []
     for size in (0, 1_000, 4_000, 10_000):

@@ -170,16 +170,25 @@ def _concurrent_fsyncs(d: Path, payload: bytes, n: int, threads: int = 8) -> dic
 
 
 def ceiling_8(floor: dict[str, dict[str, float]]) -> float:
-    """Appends/s that 8 synchronous one-record callers could reach with no software cost:
-    each waits at least one flush, the fastest of the ways measured (its median)."""
+    """Appends/s that 8 synchronous one-record callers could reach with no software cost.
+
+    Each waits at least one flush, so 8 / (the fastest median flush latency) if flushes
+    ran side by side at that latency; but concurrent fsyncs share journal commits, so 8
+    threads each appending and fsyncing its own file can do better than 8 / one flush
+    when the disk is slow. The ceiling is the larger of the two."""
     best = min(v["p50_us"] for k, v in floor.items() if not k.startswith("8 threads"))
-    return 8 / (best / 1e6)
+    return max(8 / (best / 1e6), floor["8 threads, fsync on 8 files"]["rate"])
 
 
 def print_floor(floor: dict[str, dict[str, float]]) -> None:
     for name, v in floor.items():
         print(f"  {name:38s} p50 {v['p50_us']:7.0f} us  p99 {v['p99_us']:7.0f} us  {v['rate']:9,.0f}/s")
-    print(f"  ceiling for 8 synchronous one-record callers (8 / fastest p50): {ceiling_8(floor):,.0f}/s")
+    best = min(v["p50_us"] for k, v in floor.items() if not k.startswith("8 threads"))
+    print(
+        f"  ceiling for 8 synchronous one-record callers: {ceiling_8(floor):,.0f}/s "
+        f"(8 / fastest p50 = {8 / (best / 1e6):,.0f}/s; 8 threads on 8 files "
+        f"{floor['8 threads, fsync on 8 files']['rate']:,.0f}/s)"
+    )
 
 
 def dd_bandwidth(path: Path, mb: int = 1024) -> str:
