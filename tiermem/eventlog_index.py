@@ -45,6 +45,8 @@ class _StreamWriter(Protocol):
     listed: frozenset[str] | None
     lag_raw: bytes
     active: dict[str, str]
+    fds: dict[str, int]
+    inos: dict[str, int]
     paths: dict[str, tuple[str, str, str]]
     thread_lock: threading.Lock
     lock_fd: int
@@ -168,18 +170,24 @@ class IndexFollower:
         w.listed = listed
         done: set[str] = set()
         for segment in listed if listed is not None else jsonl_segments(self.root):
-            tail = w.tails.get(segment)
-            if tail is not None:
-                try:
-                    st = os.stat(tail.path)
-                except FileNotFoundError:
-                    st = None
-                if st is not None and (st.st_ino, st.st_size) == (tail.ino, tail.end):
-                    w.prestat[tail.path] = st  # `segment_for` of this append need not ask again
-                    continue
-                del w.tails[segment]  # another process wrote since: read the file instead
-            catch_up(conn, self.root, segment)
             stream, partition, stem = segment.split("/")
+            if stream == w.stream and w.active.get(partition) == stem:
+                # A segment this writer appends to: its own descriptor and the lock it holds.
+                path = w.paths[partition][0]
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue  # sealed: indexed by the seal (`segment_for` starts another)
+                w.prestat[path] = st  # `segment_for` of this append need not ask again
+                tail = w.tails.get(segment)
+                if tail is not None and (st.st_ino, st.st_size) == (tail.ino, tail.end):
+                    continue  # exactly as this writer left it: its tail holds the rest
+                if st.st_ino == w.inos[partition]:  # (replaced: `segment_for` reopens it)
+                    # Another process wrote since: index what the file holds, then this
+                    # append's reconciliation finds nothing left to do.
+                    self._reconcile(segment, w.fds[partition], st)
+                    continue
+            catch_up(conn, self.root, segment)
             if listed is not None and stream == w.stream and w.active.get(partition) != stem:
                 done.add(segment)
         if done:
