@@ -44,11 +44,17 @@ def run_side(package: Path | None, n: int) -> dict[str, Any]:
     return result
 
 
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def line(side: str, r: dict[str, Any], raw: float, ceiling: float) -> str:
     one, t8, p8 = r["one"], r["threads8"], r["processes8"]
     return (
         f"  {side:4s} one caller {one['rate']:6,.0f}/s ({one['ratio']:.2f} of raw {one['raw_rate']:,.0f}/s "
-        f"interleaved; CPU {one['cpu_us']:.0f} vs raw {one['raw_cpu_us']:.0f} us) p99 {one['p99_ms']:.2f} ms | "
+        f"interleaved; block pairs: median {one['pair_ratio_median']:.2f}, on the fast disk "
+        f"{_fmt(one['fast_pair_ratio_median'])} of {one['fast_pairs']}; "
+        f"CPU {one['cpu_us']:.0f} vs raw {one['raw_cpu_us']:.0f} us) p99 {one['p99_ms']:.2f} ms | "
         f"8 threads {t8['rate']:6,.0f}/s ({t8['rate'] / (8 * raw):.2f} of 8 x raw, {t8['rate'] / ceiling:.2f} of the "
         f"flush-floor ceiling) p99 {t8['p99_ms']:.2f} ms "
         f"{t8['records_per_fsync']:.1f}/fsync {t8['cpu_us_per_record']:.0f} us CPU/rec | "
