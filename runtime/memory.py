@@ -470,9 +470,12 @@ def record_turns(turns: list[TurnToRecord]) -> list[RecordedTurn | ValidationErr
         raise ValidationError("turns", "a batch of turns must belong to one data root")
     outcomes: list[RecordedTurn | ValidationError] = []
     events: list[dict[str, Any]] = []
+    # A turn that names no level takes its memory's current one, read from the hot store, which
+    # does not change before the batch is applied: one read per memory, not per turn.
+    levels: dict[int, str] = {}
     for turn in turns:
         memory = turn.memory
-        record = _turn_record(memory, turn.user_message, turn.agent_response, turn.fields)
+        record = _turn_record(memory, turn.user_message, turn.agent_response, turn.fields, levels)
         try:
             # The turn and its enrichment come from the caller: the trust boundary applies.
             event = validate(record, writer=CALLER, limits=memory.settings.limits)
@@ -496,7 +499,11 @@ def record_turns(turns: list[TurnToRecord]) -> list[RecordedTurn | ValidationErr
 
 
 def _turn_record(
-    memory: AgentMemory, user_message: str, agent_response: str, fields: Mapping[str, Any]
+    memory: AgentMemory,
+    user_message: str,
+    agent_response: str,
+    fields: Mapping[str, Any],
+    levels: dict[int, str],
 ) -> dict[str, Any]:
     record: dict[str, Any] = {
         "type": "interaction",
@@ -514,7 +521,10 @@ def _turn_record(
     record.update({k: v for k, v in defaults.items() if v})
     record.update({k: v for k, v in fields.items() if v is not None})
     if "memory_level" not in record:
-        record["memory_level"] = memory.current_level()
+        level = levels.get(id(memory))
+        if level is None:
+            level = levels[id(memory)] = memory.current_level()
+        record["memory_level"] = level
     return record
 
 

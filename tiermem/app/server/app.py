@@ -12,6 +12,7 @@ from tiermem.app.server import DEFAULT_MAX_BODY, panel, routes
 from tiermem.app.server.keys import KeyStore
 from tiermem.app.server.problems import BodyLimit, install_handlers
 from tiermem.app.server.service import MemoryService
+from tiermem.app.server.turn_route import TurnRoute
 from tiermem.settings import Settings
 
 
@@ -75,9 +76,15 @@ def _mount_docs(app: FastAPI) -> None:
         )
 
 
+def application(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) -> TurnRoute:
+    """What `tiermem serve` runs: the application, with posted turns answered in front of the
+    framework (see `turn_route`; the same contract, without its per-request machinery)."""
+    return TurnRoute(create_app(settings, max_body_bytes=max_body_bytes), max_body_bytes)
+
+
 def serve(settings: Settings, *, host: str, port: int, max_body_bytes: int, log_level: str = "info") -> None:
     """Run the server in this process until interrupted."""
     import uvicorn
 
-    app = create_app(settings, max_body_bytes=max_body_bytes)
+    app = application(settings, max_body_bytes=max_body_bytes)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, server_header=False)
