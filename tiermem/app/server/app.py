@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
@@ -15,6 +16,9 @@ from tiermem.app.server.problems import BodyLimit, install_handlers
 from tiermem.app.server.service import MemoryService
 from tiermem.app.server.turn_route import TurnRoute
 from tiermem.settings import Settings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def create_app(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) -> FastAPI:
@@ -87,9 +91,37 @@ def application(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) -
     return TurnRoute(create_app(settings, max_body_bytes=max_body_bytes), max_body_bytes)
 
 
-def serve(settings: Settings, *, host: str, port: int, max_body_bytes: int, log_level: str = "info") -> None:
-    """Run the server in this process until interrupted."""
+def uvicorn_config(app: TurnRoute, host: str, port: int, log_level: str) -> uvicorn.Config:
+    import uvicorn
+
+    return uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, access_log=False, server_header=False
+    )
+
+
+def serve(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    max_body_bytes: int,
+    log_level: str = "info",
+    workers: int = 1,
+) -> int:
+    """Run the server until interrupted, in this process or in `workers` processes; the exit status."""
+    if workers > 1:
+        from tiermem.app.server.workers import serve_workers
+
+        return serve_workers(
+            settings,
+            host=host,
+            port=port,
+            max_body_bytes=max_body_bytes,
+            log_level=log_level,
+            workers=workers,
+        )
     import uvicorn
 
     app = application(settings, max_body_bytes=max_body_bytes)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, server_header=False)
+    return 0
