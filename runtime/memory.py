@@ -454,7 +454,10 @@ class TurnToRecord:
     fields: Mapping[str, Any]
 
 
-def record_turns(turns: list[TurnToRecord]) -> list[RecordedTurn | ValidationError]:
+def record_turns(
+    turns: list[TurnToRecord],
+    on_durable: Callable[[list[RecordedTurn | ValidationError]], None] | None = None,
+) -> list[RecordedTurn | ValidationError]:
     """`record_turn` for many turns, of any agents of one data root, in one durable append.
 
     Each turn is built and validated on its own, against its own agent's memory:
@@ -462,6 +465,11 @@ def record_turns(turns: list[TurnToRecord]) -> list[RecordedTurn | ValidationErr
     others go on. The valid ones are written together, so they share one fsync
     (one per day touched), and reach the hot store in one transaction. A storage
     error concerns the whole write and is raised to the caller of the batch.
+
+    `on_durable(outcomes)` is called once the append has returned (every valid
+    turn is in the log, durably) and before the hot store is updated: a server
+    can answer its clients then. An error of the hot-store update after that is
+    still raised; the log holds the turns and the next catch-up applies them.
     """
     if not turns:
         return []
@@ -493,6 +501,9 @@ def record_turns(turns: list[TurnToRecord]) -> list[RecordedTurn | ValidationErr
         )
     if events:
         first.log.append_validated(events)
+    if on_durable is not None:
+        on_durable(outcomes)
+    if events:
         # One hot store per data root: any of the batch's connections applies them all.
         first.store.apply_now(events)
     return outcomes

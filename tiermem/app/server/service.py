@@ -11,7 +11,9 @@ append, and one fsync can carry every turn that arrived meanwhile. So posted
 turns (each already authorised by its own request) wait in a queue on the
 event loop; whenever the memory thread is free, everything queued goes to it
 as one batch, recorded by `record_turns` in one write and one fsync, and each
-request is answered with its own turn's outcome once that write is durable.
+request is answered with its own turn's outcome once that write is durable
+(the hot store is updated right after, on the same thread, so any read that
+follows an answer runs after that update).
 Under light load a batch is one turn and nothing waits for a timer; under
 heavy load the batches grow by themselves, by as many turns as arrived while
 the previous one was being written.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable
@@ -35,6 +38,7 @@ from tiermem.runtime.memory import RecordedTurn, TurnToRecord, record_turns
 from tiermem.settings import Settings
 
 T = TypeVar("T")
+log = logging.getLogger("tiermem.serve")
 
 # Open agent handles kept (each holds a hot-store connection); the least recently used closes first.
 MAX_HANDLES = 64
@@ -52,6 +56,17 @@ class PendingTurn:
     response: str
     fields: dict[str, Any]
     done: asyncio.Future[RecordedTurn] = field(repr=False)
+
+
+def _settle(batch: list[PendingTurn], outcomes: list[RecordedTurn | ValidationError]) -> None:
+    """On the event loop: each waiting request gets its own turn's outcome."""
+    for turn, outcome in zip(batch, outcomes, strict=True):
+        if turn.done.done():  # its client went away; the turn is recorded all the same
+            continue
+        if isinstance(outcome, ValidationError):
+            turn.done.set_exception(outcome)
+        else:
+            turn.done.set_result(outcome)
 
 
 class MemoryService:
@@ -140,25 +155,29 @@ class MemoryService:
         return await done
 
     async def _drain_turns(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self._turns:
                 batch = self._next_batch()
                 self.turn_batches += 1
                 self.turns_recorded += len(batch)
+
+                def durable(
+                    outcomes: list[RecordedTurn | ValidationError], batch: list[PendingTurn] = batch
+                ) -> None:
+                    loop.call_soon_threadsafe(_settle, batch, outcomes)
+
                 try:
-                    outcomes = await self.run(self._record_batch, batch)
-                except Exception as exc:  # a storage error: no turn of this write is acknowledged
-                    for turn in batch:
-                        if not turn.done.done():
-                            turn.done.set_exception(exc)
-                    continue
-                for turn, outcome in zip(batch, outcomes, strict=True):
-                    if turn.done.done():  # its client went away; the turn is recorded all the same
-                        continue
-                    if isinstance(outcome, ValidationError):
-                        turn.done.set_exception(outcome)
-                    else:
-                        turn.done.set_result(outcome)
+                    await self.run(self._record_batch, batch, durable)
+                except Exception as exc:
+                    # Before the append returned: a storage error, no turn of this write is
+                    # acknowledged. After it (the hot store's update failed): the turns were
+                    # answered and are in the log, which the next catch-up applies.
+                    unanswered = [turn for turn in batch if not turn.done.done()]
+                    for turn in unanswered:
+                        turn.done.set_exception(exc)
+                    if len(unanswered) < len(batch):
+                        log.error("turns recorded, but the hot store's update failed: %s", exc, exc_info=exc)
         finally:
             self._draining = False
 
@@ -175,13 +194,17 @@ class MemoryService:
         batch, self._turns = self._turns[:taken], self._turns[taken:]
         return batch
 
-    def _record_batch(self, batch: list[PendingTurn]) -> list[RecordedTurn | ValidationError]:
-        """On the memory thread: one `record_turns` for the whole batch."""
+    def _record_batch(
+        self, batch: list[PendingTurn], on_durable: Callable[[list[RecordedTurn | ValidationError]], None]
+    ) -> list[RecordedTurn | ValidationError]:
+        """On the memory thread: one `record_turns` for the whole batch; each request is answered
+        once the append is durable, while the hot store is being updated. A read that follows an
+        answer still sees the turn: it queues on this thread behind that update."""
         turns = []
         for turn in batch:
             fields = turn.fields if turn.user is None else {**turn.fields, "user": turn.user}
             turns.append(TurnToRecord(self.agent(turn.agent_id).runtime, turn.message, turn.response, fields))
-        return record_turns(turns)
+        return record_turns(turns, on_durable)
 
     def _close_on_thread(self) -> None:
         for handle in self._agents.values():
