@@ -12,7 +12,7 @@ route's response model produces.
 
 Anything out of the ordinary — another method or path, an agent id the path
 pattern refuses, a body that is not a JSON object in UTF-8, a content type
-other than JSON, a body the model rejects — is handed, body and all, to the
+other than `application/json` (or none), a body the model rejects — is handed, body and all, to the
 framework route, which answers exactly as it always did (its 422 details
 included). So the contract has one definition, the route in `routes.py`,
 which also keeps the OpenAPI documentation; this layer only skips work for
@@ -49,6 +49,7 @@ class TurnRoute:
         self.app = app
         self.state = app.state
         self.limit = max_body_bytes
+        self.answered = 0  # requests answered here rather than by the framework route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         agent_id = _turn_path(scope)
@@ -73,6 +74,7 @@ class TurnRoute:
         if turn is None:  # not the ordinary case: the framework route answers, as it always did
             await self.app(scope, _replay(body, more, receive), send)
             return
+        self.answered += 1
         status, headers, content = await self._record(agent_id, token, turn)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
@@ -122,7 +124,10 @@ def _headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool, int]
                 content_type = value
         elif name == b"content-length" and length is None:
             length = value
-    json_body = content_type is None or content_type.split(b";", 1)[0].strip().lower() == b"application/json"
+    # The framework reads a body as JSON only when it is declared so (no content type: not JSON).
+    json_body = (
+        content_type is not None and content_type.split(b";", 1)[0].strip().lower() == b"application/json"
+    )
     try:
         declared = int(length) if length is not None else 0
     except ValueError:

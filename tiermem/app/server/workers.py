@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import multiprocessing.connection
 import signal
 import socket
+import sys
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
@@ -30,7 +32,10 @@ from tiermem.settings import Settings
 
 log = logging.getLogger("tiermem.serve")
 
-STOP_GRACE_S = 30.0  # a worker still running this long after SIGTERM is killed
+STOP_GRACE_S = 30.0
+PR_SET_PDEATHSIG = (
+    1  # prctl option (linux/prctl.h)  # a worker still running this long after SIGTERM is killed
+)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -47,7 +52,23 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(settings: Settings, host: str, port: int, max_body_bytes: int, log_level: str) -> None:
+def _stop_with_parent() -> None:
+    """Ask Linux to send this worker SIGTERM when the supervising parent dies (even by SIGKILL),
+    so no worker goes on serving alone; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _worker(
+    settings: Settings, host: str, port: int, max_body_bytes: int, log_level: str, parent: int
+) -> None:
+    _stop_with_parent()
+    if os.getppid() != parent:  # the parent died before the request above took effect
+        return
     import uvicorn
 
     from tiermem.app.server.app import application, uvicorn_config
@@ -69,7 +90,7 @@ def serve_workers(
     processes: list[BaseProcess] = [
         context.Process(
             target=_worker,
-            args=(settings, host, port, max_body_bytes, log_level),
+            args=(settings, host, port, max_body_bytes, log_level, os.getpid()),
             name=f"tiermem-serve-{n}",
         )
         for n in range(workers)
