@@ -457,6 +457,7 @@ class TurnToRecord:
 def record_turns(
     turns: list[TurnToRecord],
     on_durable: Callable[[list[RecordedTurn | ValidationError]], None] | None = None,
+    apply: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[RecordedTurn | ValidationError]:
     """`record_turn` for many turns, of any agents of one data root, in one durable append.
 
@@ -470,6 +471,8 @@ def record_turns(
     turn is in the log, durably) and before the hot store is updated: a server
     can answer its clients then. An error of the hot-store update after that is
     still raised; the log holds the turns and the next catch-up applies them.
+    `apply(events)`, when given, updates the hot store instead (a server doing it
+    on another thread); it must apply them to this data root's hot store.
     """
     if not turns:
         return []
@@ -503,7 +506,9 @@ def record_turns(
         first.log.append_validated(events)
     if on_durable is not None:
         on_durable(outcomes)
-    if events:
+    if events and apply is not None:
+        apply(events)
+    elif events:
         # One hot store per data root: any of the batch's connections applies them all.
         first.store.apply_now(events)
     return outcomes
