@@ -477,7 +477,10 @@ def record_turns(
     if not turns:
         return []
     first = turns[0].memory
-    if any(t.memory.settings.log_dir != first.settings.log_dir for t in turns):
+    log_dir = (
+        first.settings.log_dir
+    )  # (a path built on each access: compared only when not the same settings)
+    if any(t.memory.settings is not first.settings and t.memory.settings.log_dir != log_dir for t in turns):
         raise ValidationError("turns", "a batch of turns must belong to one data root")
     outcomes: list[RecordedTurn | ValidationError] = []
     events: list[dict[str, Any]] = []

@@ -183,3 +183,21 @@ def test_record_turns_reports_durable_turns_before_the_hot_store_has_them(settin
         assert hot_then == 0  # and not yet in the hot store
         assert reported is outcomes and isinstance(outcomes[-1], ValidationError)
         assert in_hot_store([f"d-{n}" for n in range(5)]) == 5
+
+
+def test_a_batch_of_turns_of_two_data_roots_is_refused(settings: Settings, tmp_path: Path) -> None:
+    other = resolve_settings(data_dir=tmp_path / "elsewhere", env={})
+    with Memory(settings) as mem, Memory(other) as elsewhere:
+        here, there = mem.agent(AGENT).runtime, elsewhere.agent(AGENT).runtime
+        same_root_again = Memory(resolve_settings(data_dir=settings.data_dir, env={}))
+        try:
+            again = same_root_again.agent(AGENT).runtime
+            # Another settings object for the same root is the same root.
+            assert isinstance(
+                record_turns([TurnToRecord(here, "a", "b", {}), TurnToRecord(again, "c", "d", {})])[1],
+                RecordedTurn,
+            )
+        finally:
+            same_root_again.close()
+        with pytest.raises(ValidationError, match="one data root"):
+            record_turns([TurnToRecord(here, "a", "b", {}), TurnToRecord(there, "c", "d", {})])
