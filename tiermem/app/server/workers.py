@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import multiprocessing.connection
+import os
 import signal
 import socket
 import sys
