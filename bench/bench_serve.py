@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_serve.py --clients 8 --seconds 5 --json
     .venv/bin/python bench/bench_serve.py --workers 2      # two server processes on one port
     .venv/bin/python bench/bench_serve.py --server-python ../main-export/.venv/bin/python  # A/B
+    .venv/bin/python bench/bench_serve.py --seconds 20 --profile /tmp/serve  # cProfile per thread
 
 Starts `tiermem serve` in a subprocess on a free loopback port over a fresh
 data root (default fsync policy: every append durable before its 201), then
@@ -56,23 +57,37 @@ def free_port() -> int:
 
 
 def start_server(
-    data_dir: Path, port: int, log_path: Path, python: str = sys.executable, workers: int = 1
+    data_dir: Path,
+    port: int,
+    log_path: Path,
+    python: str = sys.executable,
+    workers: int = 1,
+    profile: str | None = None,
 ) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERMEM_", "ANTHROPIC_"))}
     extra = ["--workers", str(workers)] if workers > 1 else []
+    command = [
+        python,
+        "-m",
+        "tiermem.app.cli",
+        "--data-dir",
+        str(data_dir),
+        "serve",
+        "--port",
+        str(port),
+        *extra,
+    ]
+    if profile is not None:
+        command = [
+            python,
+            str(Path(__file__).resolve().parent / "serve_profiled.py"),
+            str(data_dir),
+            str(port),
+            profile,
+        ]
     with log_path.open("wb") as out:
         process = subprocess.Popen(
-            [
-                python,
-                "-m",
-                "tiermem.app.cli",
-                "--data-dir",
-                str(data_dir),
-                "serve",
-                "--port",
-                str(port),
-                *extra,
-            ],
+            command,
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -304,6 +319,11 @@ def main() -> int:
         default=sys.executable,
         help="the interpreter that runs the server (another installation's, for A/B runs)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="OUT",
+        help="run the server under cProfile (bench/serve_profiled.py): OUT.loop/.memory/.update.prof",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
@@ -312,7 +332,9 @@ def main() -> int:
         key = KeyStore(settings).create(operator=False, agent_id=AGENT)["key"]
         port = free_port()
         fsync_before = fsync_rate(Path(tmp))
-        server = start_server(data_dir, port, Path(tmp) / "server.log", args.server_python, args.workers)
+        server = start_server(
+            data_dir, port, Path(tmp) / "server.log", args.server_python, args.workers, args.profile
+        )
         load_before = os.getloadavg()[0]
         try:
             cpu_before, client_cpu = server_cpu(server.pid), time.process_time()
