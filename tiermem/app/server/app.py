@@ -29,10 +29,6 @@ def create_app(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) ->
         app.state.service = MemoryService(settings)
         # Open the hot store and catch up with the log before the first request.
         await app.state.service.run(app.state.service.refresh)
-        # What start-up built (the framework, the models, the modules) lives as long as the
-        # process: kept out of the collector's full passes, which otherwise walk all of it and
-        # stall the event loop for tens of milliseconds under load.
-        gc.freeze()
         try:
             yield
         finally:
@@ -123,5 +119,15 @@ def serve(
     import uvicorn
 
     app = application(settings, max_body_bytes=max_body_bytes)
+    freeze_startup()
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, server_header=False)
     return 0
+
+
+def freeze_startup() -> None:
+    """Keep what start-up built (the modules, the framework, the models: it lives as long as the
+    server process) out of the garbage collector's full passes, which otherwise walk all of it and
+    stall the event loop for tens of milliseconds under load. Only where this process is the
+    server: an application embedded in another process leaves its collector alone."""
+    gc.collect()
+    gc.freeze()

@@ -60,17 +60,21 @@ class TurnRoute:
         if not json_body or declared > self.limit:  # the framework route answers, as it always did
             await self.app(scope, receive, send)
             return
-        body = b""
+        chunks: list[bytes] = []
+        size = 0
         more = True
         while more:
             message = await receive()
             if message["type"] != "http.request":  # the client went away before sending its turn
                 return
-            body += message.get("body", b"")
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
             more = message.get("more_body", False)
-            if len(body) > self.limit:  # the framework's body limit answers 413, reading the rest
+            if size > self.limit:  # the framework's body limit answers 413, reading the rest
                 break
-        turn = None if len(body) > self.limit else _parse(body)
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        turn = None if size > self.limit else _parse(body)
         if turn is None:  # not the ordinary case: the framework route answers, as it always did
             await self.app(scope, _replay(body, more, receive), send)
             return
