@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/bench_serve.py                  # 64 clients, 60 s
     .venv/bin/python bench/bench_serve.py --clients 8 --seconds 5 --json
+    .venv/bin/python bench/bench_serve.py --workers 2      # two server processes on one port
+    .venv/bin/python bench/bench_serve.py --server-python ../main-export/.venv/bin/python  # A/B
+    .venv/bin/python bench/bench_serve.py --seconds 20 --profile /tmp/serve  # cProfile per thread
 
 Starts `tiermem serve` in a subprocess on a free loopback port over a fresh
 data root (default fsync policy: every append durable before its 201), then
@@ -11,6 +14,15 @@ flight per client, nothing sent after the deadline). Reports requests/s,
 latency p50/p99 of the 201s, errors, and "lost": the 201s minus the
 interactions the log holds afterwards (counted with `tiermem sql`), which must
 be 0 — every acknowledged turn is in the log, once.
+
+Beside the latencies: the CPU time of the server (its event-loop thread and
+its other threads apart, every worker process included) and of the load
+generator per acknowledged turn, the load average before and after, and the
+disk's raw fsync rate measured just before and just after the load (one
+thread writing 512 bytes and fsyncing, in the data root's file system), so
+that a run on a busy machine can be read against what the disk gave then.
+`--server-python` runs the server with another installation's interpreter
+(e.g. an export of `main` with its own venv) for interleaved A/B runs.
 """
 
 from __future__ import annotations
@@ -44,23 +56,44 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(data_dir: Path, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+def start_server(
+    data_dir: Path,
+    port: int,
+    log_path: Path,
+    python: str = sys.executable,
+    workers: int = 1,
+    profile: str | None = None,
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERMEM_", "ANTHROPIC_"))}
+    extra = ["--workers", str(workers)] if workers > 1 else []
+    command = [
+        python,
+        "-m",
+        "tiermem.app.cli",
+        "--data-dir",
+        str(data_dir),
+        "serve",
+        "--port",
+        str(port),
+        *extra,
+    ]
+    if profile is not None:
+        command = [
+            python,
+            str(Path(__file__).resolve().parent / "serve_profiled.py"),
+            str(data_dir),
+            str(port),
+            profile,
+        ]
     with log_path.open("wb") as out:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tiermem.app.cli",
-                "--data-dir",
-                str(data_dir),
-                "serve",
-                "--port",
-                str(port),
-            ],
+            command,
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
+            # Not this checkout's directory: `-m` puts the working directory first on the path,
+            # which would run this checkout's code under another installation's interpreter.
+            cwd=log_path.parent,
         )
     deadline = time.monotonic() + 120
     with httpx2.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
@@ -159,10 +192,70 @@ async def one_raw_client(
     return ok
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a running process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _cpu_s(stat_path: Path) -> float:
+    """User + system CPU seconds from a /proc .../stat file (0 when it is gone)."""
+    try:
+        fields = stat_path.read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pid: int) -> list[int]:
+    """The process and its descendants (uvicorn's worker processes), Linux /proc."""
+    pids = [pid]
+    for p in pids:
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                pids += [int(c) for c in (task / "children").read_text().split()]
+            except FileNotFoundError:
+                continue
+    return pids
+
+
+def server_cpu(pid: int) -> dict[tuple[int, int], float]:
+    """CPU seconds of every thread of the server's processes, by (process, thread)."""
+    cpu: dict[tuple[int, int], float] = {}
+    for p in _tree(pid):
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            cpu[(p, int(task.name))] = _cpu_s(task / "stat")
+    return cpu
+
+
+def cpu_split(before: dict[tuple[int, int], float], after: dict[tuple[int, int], float]) -> dict[str, float]:
+    """CPU seconds spent between two `server_cpu` readings: event-loop threads (each process's
+    main thread), other threads (the memory thread, SQLite's and the log's helpers), and all."""
+    loop = other = 0.0
+    for (proc, thread), seconds in after.items():
+        spent = seconds - before.get((proc, thread), 0.0)
+        if proc == thread:
+            loop += spent
+        else:
+            other += spent
+    return {"event_loop": loop, "other_threads": other, "total": loop + other}
+
+
+def fsync_rate(directory: Path, seconds: float = 1.5) -> dict[str, float]:
+    """The raw reference: one thread appending 512 bytes and fsyncing, for `seconds`."""
+    path = directory / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    waits: list[float] = []
+    try:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            os.write(fd, b"x" * 511 + b"\n")
+            os.fsync(fd)
+            waits.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    waits.sort()
+    return {
+        "per_s": round(len(waits) / sum(waits)),
+        "p50_ms": round(1000 * waits[len(waits) // 2], 2),
+        "p99_ms": round(1000 * waits[min(len(waits) - 1, int(0.99 * len(waits)))], 2),
+    }
 
 
 async def load(url: str, key: str, clients: int, seconds: float, kind: str = "raw") -> dict[str, Any]:
@@ -188,14 +281,20 @@ async def load(url: str, key: str, clients: int, seconds: float, kind: str = "ra
             )
             wall = time.monotonic() - start
     latencies.sort()
+
+    def pct(q: float) -> float | None:
+        if not latencies:
+            return None
+        return round(1000 * latencies[min(len(latencies) - 1, int(q * len(latencies)))], 2)
+
     return {
         "created_201": sum(oks),
         "wall_s": round(wall, 2),
         "turns_per_s": round(sum(oks) / wall, 1),
         "p50_ms": round(1000 * statistics.median(latencies), 2) if latencies else None,
-        "p99_ms": round(1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 2)
-        if latencies
-        else None,
+        "p90_ms": pct(0.90),
+        "p99_ms": pct(0.99),
+        "p999_ms": pct(0.999),
         "max_ms": round(1000 * latencies[-1], 2) if latencies else None,
         "errors": errors,
     }
@@ -214,6 +313,17 @@ def main() -> int:
         help="raw: hand-written HTTP/1.1 over keep-alive sockets (little CPU); "
         "httpx: the general client of the first measurements",
     )
+    parser.add_argument("--workers", type=int, default=1, help="server processes (`tiermem serve --workers`)")
+    parser.add_argument(
+        "--server-python",
+        default=sys.executable,
+        help="the interpreter that runs the server (another installation's, for A/B runs)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="OUT",
+        help="run the server under cProfile (bench/serve_profiled.py): OUT.loop/.memory/.update.prof",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
@@ -221,47 +331,67 @@ def main() -> int:
         settings = resolve_settings(data_dir=data_dir, env={})
         key = KeyStore(settings).create(operator=False, agent_id=AGENT)["key"]
         port = free_port()
-        server = start_server(data_dir, port, Path(tmp) / "server.log")
+        fsync_before = fsync_rate(Path(tmp))
+        server = start_server(
+            data_dir, port, Path(tmp) / "server.log", args.server_python, args.workers, args.profile
+        )
         load_before = os.getloadavg()[0]
         try:
-            server_cpu, client_cpu = process_cpu_s(server.pid), time.process_time()
+            cpu_before, client_cpu = server_cpu(server.pid), time.process_time()
             result = asyncio.run(
                 load(f"http://127.0.0.1:{port}", key, args.clients, args.seconds, args.client)
             )
-            server_cpu, client_cpu = process_cpu_s(server.pid) - server_cpu, time.process_time() - client_cpu
+            cpu, client_cpu = cpu_split(cpu_before, server_cpu(server.pid)), time.process_time() - client_cpu
+            load_after = os.getloadavg()[0]
         finally:
             server.terminate()
             server.wait(timeout=60)
+        fsync_after = fsync_rate(Path(tmp))
         with Memory(settings) as mem:
             rows = mem.query(
                 "SELECT count(*) AS n, count(DISTINCT event_id) AS distinct_ids FROM interactions "
                 f"WHERE agent_id = '{AGENT}'"
             ).records()
+        turns = max(1, result["created_201"])
         result.update(
             clients=args.clients,
             client=args.client,
+            workers=args.workers,
+            server_python=args.server_python,
             seconds=args.seconds,
             log_interactions=rows[0]["n"],
             log_distinct_ids=rows[0]["distinct_ids"],
             lost=result["created_201"] - rows[0]["distinct_ids"],
             fsync=settings.fsync,
-            server_cpu_s=round(server_cpu, 1),
+            server_cpu_s=round(cpu["total"], 1),
             client_cpu_s=round(client_cpu, 1),
-            server_cpu_us_per_turn=round(1e6 * server_cpu / max(1, result["created_201"])),
-            client_cpu_us_per_turn=round(1e6 * client_cpu / max(1, result["created_201"])),
-            machine=f"{platform.processor() or platform.machine()}, nproc {os.cpu_count()}, "
-            f"load {load_before:.1f} before / {os.getloadavg()[0]:.1f} after",
+            server_cpu_us_per_turn=round(1e6 * cpu["total"] / turns),
+            event_loop_cpu_us_per_turn=round(1e6 * cpu["event_loop"] / turns),
+            other_threads_cpu_us_per_turn=round(1e6 * cpu["other_threads"] / turns),
+            client_cpu_us_per_turn=round(1e6 * client_cpu / turns),
+            raw_fsync_before=fsync_before,
+            raw_fsync_after=fsync_after,
+            load_before=round(load_before, 1),
+            load_after=round(load_after, 1),
+            machine=f"{platform.processor() or platform.machine()}, nproc {os.cpu_count()}",
         )
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(
-            f"{result['clients']} {result['client']} clients x {result['seconds']:.0f} s: {result['created_201']:,} turns acknowledged (201), "
-            f"{result['turns_per_s']:,}/s, p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms, "
+            f"{result['clients']} {result['client']} clients x {result['seconds']:.0f} s, "
+            f"{result['workers']} server process(es): {result['created_201']:,} turns acknowledged (201), "
+            f"{result['turns_per_s']:,}/s, p50 {result['p50_ms']} ms, p90 {result['p90_ms']} ms, "
+            f"p99 {result['p99_ms']} ms, p99.9 {result['p999_ms']} ms, max {result['max_ms']} ms, "
             f"errors {result['errors'] or 0}; log holds {result['log_interactions']:,} "
             f"({result['log_distinct_ids']:,} distinct): lost {result['lost']}; "
-            f"CPU server {result['server_cpu_s']} s ({result['server_cpu_us_per_turn']} us/turn), "
-            f"clients {result['client_cpu_s']} s ({result['client_cpu_us_per_turn']} us/turn); {result['machine']}"
+            f"server CPU {result['server_cpu_s']} s = {result['server_cpu_us_per_turn']} us/turn "
+            f"(event loop {result['event_loop_cpu_us_per_turn']}, other threads "
+            f"{result['other_threads_cpu_us_per_turn']}), clients {result['client_cpu_s']} s = "
+            f"{result['client_cpu_us_per_turn']} us/turn; raw fsync {result['raw_fsync_before']['per_s']}/s "
+            f"before, {result['raw_fsync_after']['per_s']}/s after (p99 {result['raw_fsync_before']['p99_ms']} / "
+            f"{result['raw_fsync_after']['p99_ms']} ms); load {result['load_before']} / {result['load_after']}; "
+            f"{result['machine']}"
         )
     return 0 if result["lost"] == 0 and result["log_interactions"] == result["created_201"] else 1
 

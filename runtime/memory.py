@@ -454,7 +454,11 @@ class TurnToRecord:
     fields: Mapping[str, Any]
 
 
-def record_turns(turns: list[TurnToRecord]) -> list[RecordedTurn | ValidationError]:
+def record_turns(
+    turns: list[TurnToRecord],
+    on_durable: Callable[[list[RecordedTurn | ValidationError]], None] | None = None,
+    apply: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> list[RecordedTurn | ValidationError]:
     """`record_turn` for many turns, of any agents of one data root, in one durable append.
 
     Each turn is built and validated on its own, against its own agent's memory:
@@ -462,17 +466,30 @@ def record_turns(turns: list[TurnToRecord]) -> list[RecordedTurn | ValidationErr
     others go on. The valid ones are written together, so they share one fsync
     (one per day touched), and reach the hot store in one transaction. A storage
     error concerns the whole write and is raised to the caller of the batch.
+
+    `on_durable(outcomes)` is called once the append has returned (every valid
+    turn is in the log, durably) and before the hot store is updated: a server
+    can answer its clients then. An error of the hot-store update after that is
+    still raised; the log holds the turns and the next catch-up applies them.
+    `apply(events)`, when given, updates the hot store instead (a server doing it
+    on another thread); it must apply them to this data root's hot store.
     """
     if not turns:
         return []
     first = turns[0].memory
-    if any(t.memory.settings.log_dir != first.settings.log_dir for t in turns):
+    log_dir = (
+        first.settings.log_dir
+    )  # (a path built on each access: compared only when not the same settings)
+    if any(t.memory.settings is not first.settings and t.memory.settings.log_dir != log_dir for t in turns):
         raise ValidationError("turns", "a batch of turns must belong to one data root")
     outcomes: list[RecordedTurn | ValidationError] = []
     events: list[dict[str, Any]] = []
+    # A turn that names no level takes its memory's current one, read from the hot store, which
+    # does not change before the batch is applied: one read per memory, not per turn.
+    levels: dict[int, str] = {}
     for turn in turns:
         memory = turn.memory
-        record = _turn_record(memory, turn.user_message, turn.agent_response, turn.fields)
+        record = _turn_record(memory, turn.user_message, turn.agent_response, turn.fields, levels)
         try:
             # The turn and its enrichment come from the caller: the trust boundary applies.
             event = validate(record, writer=CALLER, limits=memory.settings.limits)
@@ -490,13 +507,22 @@ def record_turns(turns: list[TurnToRecord]) -> list[RecordedTurn | ValidationErr
         )
     if events:
         first.log.append_validated(events)
+    if on_durable is not None:
+        on_durable(outcomes)
+    if events and apply is not None:
+        apply(events)
+    elif events:
         # One hot store per data root: any of the batch's connections applies them all.
         first.store.apply_now(events)
     return outcomes
 
 
 def _turn_record(
-    memory: AgentMemory, user_message: str, agent_response: str, fields: Mapping[str, Any]
+    memory: AgentMemory,
+    user_message: str,
+    agent_response: str,
+    fields: Mapping[str, Any],
+    levels: dict[int, str],
 ) -> dict[str, Any]:
     record: dict[str, Any] = {
         "type": "interaction",
@@ -514,7 +540,10 @@ def _turn_record(
     record.update({k: v for k, v in defaults.items() if v})
     record.update({k: v for k, v in fields.items() if v is not None})
     if "memory_level" not in record:
-        record["memory_level"] = memory.current_level()
+        level = levels.get(id(memory))
+        if level is None:
+            level = levels[id(memory)] = memory.current_level()
+        record["memory_level"] = level
     return record
 
 

@@ -27,6 +27,7 @@ def mem(tmp_path: Path) -> Memory:
         ("The deploy branch is main and tests run in CI", "tech"),
         ("My daughter and my husband baked a cake", "family"),  # family 2, food 2: the first listed wins
         ("Nothing to see here", None),
+        ("tests and bread", "food"),  # "tests" and its singular are both tech words: one hit, then the tie
     ],
 )
 def test_the_topic_is_the_keyword_class_mentioned_most(text: str, topic: str | None) -> None:

@@ -72,14 +72,25 @@ TOPICS: dict[str, frozenset[str]] = {
 }
 
 
+# Each keyword's classes, by position in TOPICS: the rule above looks a word up once, not in every class.
+_ORDER = list(TOPICS)
+_CLASSES_OF: dict[str, frozenset[int]] = {}
+for _i, _name in enumerate(_ORDER):
+    for _word in TOPICS[_name]:
+        _CLASSES_OF[_word] = _CLASSES_OF.get(_word, frozenset()) | {_i}
+_NONE: frozenset[int] = frozenset()
+
+
 def detect_topic(*texts: str | None) -> str | None:
     """The topic of the given texts together (see the module doc), or None."""
-    scores = dict.fromkeys(TOPICS, 0)
+    scores = [0] * len(_ORDER)
+    classes_of = _CLASSES_OF
     for text in texts:
         for word in WORD_RE.findall((text or "").lower()):
-            forms = (word, word[:-1]) if word.endswith("s") and len(word) > 3 else (word,)
-            for name, keywords in TOPICS.items():
-                if any(form in keywords for form in forms):
-                    scores[name] += 1
-    best = max(TOPICS, key=lambda name: scores[name])  # max keeps the first of equals
-    return best if scores[best] > 0 else None
+            hit = classes_of.get(word, _NONE)
+            if word.endswith("s") and len(word) > 3:  # a class counts the word once, in either form
+                hit = hit | classes_of.get(word[:-1], _NONE)
+            for i in hit:
+                scores[i] += 1
+    best = max(range(len(_ORDER)), key=scores.__getitem__)  # max keeps the first of equals
+    return _ORDER[best] if scores[best] > 0 else None

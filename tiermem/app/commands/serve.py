@@ -10,6 +10,8 @@ from tiermem.app.cli import add_json_flag, command
 from tiermem.errors import ValidationError
 from tiermem.output import emit_json, format_table
 
+MAX_WORKERS = 64
+
 
 def _serve(args: argparse.Namespace, memory: Memory) -> int:
     from tiermem.app.server.app import serve
@@ -19,16 +21,18 @@ def _serve(args: argparse.Namespace, memory: Memory) -> int:
         raise ValidationError("--port", f"{args.port} is not a port (0 to 65535)")
     if args.max_body_bytes < 1:
         raise ValidationError("--max-body-bytes", f"{args.max_body_bytes}: expected at least 1")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise ValidationError("--workers", f"{args.workers}: expected 1 to {MAX_WORKERS}")
     # A data root that cannot be made fails here, in one line, not inside the server's start-up.
     memory.settings.data_dir.mkdir(parents=True, exist_ok=True)
-    serve(
+    return serve(
         memory.settings,
         host=args.host,
         port=args.port,
         max_body_bytes=args.max_body_bytes,
         log_level=args.log_level,
+        workers=args.workers,
     )
-    return 0
 
 
 def _keys(args: argparse.Namespace, memory: Memory) -> int:
@@ -92,6 +96,12 @@ def register(sub: Any) -> None:
         type=int,
         default=DEFAULT_MAX_BODY,
         help=f"largest request body accepted (default {DEFAULT_MAX_BODY:,})",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port (default 1; each runs its Python on one core)",
     )
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
@@ -12,7 +14,11 @@ from tiermem.app.server import DEFAULT_MAX_BODY, panel, routes
 from tiermem.app.server.keys import KeyStore
 from tiermem.app.server.problems import BodyLimit, install_handlers
 from tiermem.app.server.service import MemoryService
+from tiermem.app.server.turn_route import TurnRoute
 from tiermem.settings import Settings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def create_app(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) -> FastAPI:
@@ -75,9 +81,53 @@ def _mount_docs(app: FastAPI) -> None:
         )
 
 
-def serve(settings: Settings, *, host: str, port: int, max_body_bytes: int, log_level: str = "info") -> None:
-    """Run the server in this process until interrupted."""
+def application(settings: Settings, *, max_body_bytes: int = DEFAULT_MAX_BODY) -> TurnRoute:
+    """What `tiermem serve` runs: the application, with posted turns answered in front of the
+    framework (see `turn_route`; the same contract, without its per-request machinery)."""
+    return TurnRoute(create_app(settings, max_body_bytes=max_body_bytes), max_body_bytes)
+
+
+def uvicorn_config(app: TurnRoute, host: str, port: int, log_level: str) -> uvicorn.Config:
     import uvicorn
 
-    app = create_app(settings, max_body_bytes=max_body_bytes)
+    return uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, access_log=False, server_header=False
+    )
+
+
+def serve(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    max_body_bytes: int,
+    log_level: str = "info",
+    workers: int = 1,
+) -> int:
+    """Run the server until interrupted, in this process or in `workers` processes; the exit status."""
+    if workers > 1:
+        from tiermem.app.server.workers import serve_workers
+
+        return serve_workers(
+            settings,
+            host=host,
+            port=port,
+            max_body_bytes=max_body_bytes,
+            log_level=log_level,
+            workers=workers,
+        )
+    import uvicorn
+
+    app = application(settings, max_body_bytes=max_body_bytes)
+    freeze_startup()
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, server_header=False)
+    return 0
+
+
+def freeze_startup() -> None:
+    """Keep what start-up built (the modules, the framework, the models: it lives as long as the
+    server process) out of the garbage collector's full passes, which otherwise walk all of it and
+    stall the event loop for tens of milliseconds under load. Only where this process is the
+    server: an application embedded in another process leaves its collector alone."""
+    gc.collect()
+    gc.freeze()

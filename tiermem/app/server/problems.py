@@ -107,11 +107,8 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        too_large = problem(
-            413, "too-large", "Request body too large", f"the request body is limited to {self.limit:,} bytes"
-        )
         if _declared_length(scope) > self.limit:
-            await too_large(scope, receive, send)
+            await self.too_large()(scope, receive, send)
             return
         seen = 0
         exceeded = False
@@ -133,7 +130,7 @@ class BodyLimit:
             if exceeded:
                 if not replaced:
                     replaced = True
-                    await too_large(scope, receive, send)
+                    await self.too_large()(scope, receive, send)
                 return
             await send(message)
 
@@ -141,7 +138,13 @@ class BodyLimit:
             await self.app(scope, limited_receive, guarded_send)
         except _BodyTooLarge:
             if not replaced:
-                await too_large(scope, receive, send)
+                await self.too_large()(scope, receive, send)
+
+    def too_large(self) -> Response:
+        # Built only when needed: every request passes through here.
+        return problem(
+            413, "too-large", "Request body too large", f"the request body is limited to {self.limit:,} bytes"
+        )
 
 
 def _declared_length(scope: Scope) -> int:

@@ -12,6 +12,10 @@ turns (each already authorised by its own request) wait in a queue on the
 event loop; whenever the memory thread is free, everything queued goes to it
 as one batch, recorded by `record_turns` in one write and one fsync, and each
 request is answered with its own turn's outcome once that write is durable.
+The hot store is then updated on a thread of its own, with its own store, so
+that its commits and WAL checkpoints stay off the turns' path; every other
+memory call waits for the updates queued before it, so a read that follows
+an answer sees the turn.
 Under light load a batch is one turn and nothing waits for a timer; under
 heavy load the batches grow by themselves, by as many turns as arrived while
 the previous one was being written.
@@ -22,19 +26,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from tiermem.app.api import AgentMemory, Memory
 from tiermem.errors import ValidationError
 from tiermem.runtime.memory import RecordedTurn, TurnToRecord, record_turns
+from tiermem.runtime.store import HotStore, open_store
 from tiermem.settings import Settings
 
 T = TypeVar("T")
+log = logging.getLogger("tiermem.serve")
 
 # Open agent handles kept (each holds a hot-store connection); the least recently used closes first.
 MAX_HANDLES = 64
@@ -54,6 +61,22 @@ class PendingTurn:
     done: asyncio.Future[RecordedTurn] = field(repr=False)
 
 
+def _wait(update: Future[None] | None) -> None:
+    if update is not None:
+        update.result()  # `_update` raises nothing
+
+
+def _settle(batch: list[PendingTurn], outcomes: list[RecordedTurn | ValidationError]) -> None:
+    """On the event loop: each waiting request gets its own turn's outcome."""
+    for turn, outcome in zip(batch, outcomes, strict=True):
+        if turn.done.done():  # its client went away; the turn is recorded all the same
+            continue
+        if isinstance(outcome, ValidationError):
+            turn.done.set_exception(outcome)
+        else:
+            turn.done.set_result(outcome)
+
+
 class MemoryService:
     """Owns the `Memory` of the data root and one cached handle per (agent, type, project)."""
 
@@ -63,6 +86,13 @@ class MemoryService:
         self._memory: Memory | None = None
         self._agents: OrderedDict[tuple[str, str | None, str | None], AgentMemory] = OrderedDict()
         self._hot: sqlite3.Connection | None = None
+        # The hot store's update of each batch runs on its own thread with its own store, off
+        # the turns' path (its commits and WAL checkpoints stall for tens of milliseconds at
+        # times); every other memory call waits for the updates queued before it.
+        self._updater = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiermem-update")
+        self._update_store: HotStore | None = None  # used on the update thread only
+        self._updated: Future[None] | None = None  # the newest queued update (they run in order)
+        self._level_barrier: Future[None] | None = None  # the newest one with agent-level turns
         # The turn queue lives on the event loop (no lock): filled by requests, emptied by one drain task.
         self._turns: list[PendingTurn] = []
         self._draining = False
@@ -123,9 +153,35 @@ class MemoryService:
             memory.refresh()
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run `fn(*args, **kwargs)` on the memory thread and wait for it."""
+        """Run `fn(*args, **kwargs)` on the memory thread, once the hot store holds every turn
+        answered so far, and wait for it."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        return await loop.run_in_executor(
+            self._executor, functools.partial(self._updated_then, fn, *args, **kwargs)
+        )
+
+    def _updated_then(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        _wait(self._updated)
+        return fn(*args, **kwargs)
+
+    # ------------------------------------------------------------ the hot store's updates
+    def _queue_update(self, events: list[dict[str, Any]]) -> None:
+        """On the memory thread: apply a durable batch to the hot store, in order, on the update thread."""
+        update = self._updater.submit(self._update, events)
+        self._updated = update
+        if any(ev.get("user") is None for ev in events):
+            # Visible to the agent-level handles: the next batch's current level must see it.
+            self._level_barrier = update
+
+    def _update(self, events: list[dict[str, Any]]) -> None:
+        """On the update thread. A failure is logged, not raised: the turns are in the log and
+        were answered; the next catch-up from the log applies them."""
+        try:
+            if self._update_store is None:
+                self._update_store = open_store(self.settings)
+            self._update_store.apply_now(events)
+        except Exception as exc:
+            log.error("turns recorded, but the hot store's update failed: %s", exc, exc_info=exc)
 
     # ------------------------------------------------------------ turns, batched
     async def record_turn(
@@ -140,25 +196,25 @@ class MemoryService:
         return await done
 
     async def _drain_turns(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self._turns:
                 batch = self._next_batch()
                 self.turn_batches += 1
                 self.turns_recorded += len(batch)
+
+                def durable(
+                    outcomes: list[RecordedTurn | ValidationError], batch: list[PendingTurn] = batch
+                ) -> None:
+                    loop.call_soon_threadsafe(_settle, batch, outcomes)
+
                 try:
-                    outcomes = await self.run(self._record_batch, batch)
+                    # Not `run`: a batch does not wait for the hot store's updates of the last ones.
+                    await loop.run_in_executor(self._executor, self._record_batch, batch, durable)
                 except Exception as exc:  # a storage error: no turn of this write is acknowledged
                     for turn in batch:
                         if not turn.done.done():
                             turn.done.set_exception(exc)
-                    continue
-                for turn, outcome in zip(batch, outcomes, strict=True):
-                    if turn.done.done():  # its client went away; the turn is recorded all the same
-                        continue
-                    if isinstance(outcome, ValidationError):
-                        turn.done.set_exception(outcome)
-                    else:
-                        turn.done.set_result(outcome)
         finally:
             self._draining = False
 
@@ -175,13 +231,19 @@ class MemoryService:
         batch, self._turns = self._turns[:taken], self._turns[taken:]
         return batch
 
-    def _record_batch(self, batch: list[PendingTurn]) -> list[RecordedTurn | ValidationError]:
-        """On the memory thread: one `record_turns` for the whole batch."""
+    def _record_batch(
+        self, batch: list[PendingTurn], on_durable: Callable[[list[RecordedTurn | ValidationError]], None]
+    ) -> list[RecordedTurn | ValidationError]:
+        """On the memory thread: one `record_turns` for the whole batch; each request is answered
+        once the append is durable, and the hot store is updated on the update thread. A read
+        that follows an answer still sees the turn: it waits for that update (`run`)."""
+        if self._level_barrier is not None and any("memory_level" not in t.fields for t in batch):
+            _wait(self._level_barrier)  # a turn without a level takes the newest visible one
         turns = []
         for turn in batch:
             fields = turn.fields if turn.user is None else {**turn.fields, "user": turn.user}
             turns.append(TurnToRecord(self.agent(turn.agent_id).runtime, turn.message, turn.response, fields))
-        return record_turns(turns)
+        return record_turns(turns, on_durable, apply=self._queue_update)
 
     def _close_on_thread(self) -> None:
         for handle in self._agents.values():
@@ -195,6 +257,14 @@ class MemoryService:
             self._memory.close()
             self._memory = None
 
+    def _close_update_store(self) -> None:
+        if self._update_store is not None:
+            self._update_store.close()
+            self._update_store = None
+
     def close(self) -> None:
         self._executor.submit(self._close_on_thread).result()
         self._executor.shutdown(wait=True)
+        # After the memory thread: no update is queued any more; those queued run first.
+        self._updater.submit(self._close_update_store).result()
+        self._updater.shutdown(wait=True)
