@@ -82,6 +82,8 @@ class Prepared:
     turn_words: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # Whether each passage is the whole of its turn (a turn not split into passages).
     whole_turn: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    # Each quote's speaker, lowered ("" without one).
+    quote_speakers: list[str] = field(default_factory=list)
     # (passage, the date it was said) -> the relative dates it contains, resolved: when asked.
     anchors: dict[tuple[int, Any], list[tuple[str, str]]] = field(default_factory=dict)
 
@@ -281,6 +283,9 @@ class EpisodeTexts:
             keys=[None] * len(passages),
             prefixes=[None] * len(passages),
             described=[(j, d) for j, t in enumerate(lowered) if "[" in t and (d := split_described(t)[1])],
+            quote_speakers=[
+                str(q.get("speaker") or "").lower() if isinstance(q, dict) else "" for q in quotes
+            ],
         )
 
     def prefix(self, key: frozenset[str], length: int) -> tuple[str, ...]:

@@ -44,7 +44,8 @@ from tiermem.runtime.episode_search import (
 )
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.hotstore import database_key, item_clause
-from tiermem.runtime.notes import Note, note_words, notes_for, shown_notes
+from tiermem.runtime.note_cache import episode_notes
+from tiermem.runtime.notes import Note, note_words, shown_notes
 from tiermem.runtime.packing import render_quote_block
 from tiermem.runtime.time_query import (
     TimeWindow,
@@ -656,7 +657,7 @@ def search_quotes(
     )
     entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
-    notes = notes_for(conn, who, set().union(*(e.event_ids for e in entries)))
+    notes = episode_notes(conn, who, [str(r[0]) for r in rows], [e.event_ids for e in entries])
     found = _score_passages(rows, entries, asked, near, notes)
     if dense is not None:
         scored = _fused([(s, found.item(i)) for i, s in enumerate(found.scores.tolist())], dense)
