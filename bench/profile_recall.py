@@ -72,6 +72,21 @@ def _instrument(m: AgentMemory, stages: dict[str, list[float]]) -> None:
     _timed(stages, m, "record_retrieval", "retrieval event (log + hot store)")
 
 
+def _caller(m: AgentMemory, queries: list[str], long: bool, context: bool) -> Callable[[int], None]:
+    """Call i: the i-th question (the long conversation's are all new), as the tool or the context."""
+
+    def call(i: int) -> None:
+        if long and context:
+            assemble_context(m, query=queries[i])
+        elif long:
+            call_tool(m, "recall_memory", {"query": queries[i]})
+        else:
+            m.user = br.PEOPLE[i % 200]  # the memory serves one of the episodes' participants
+            call_tool(m, "recall_memory", {"query": queries[i % 256]})
+
+    return call
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", required=True, help="the --root of bench_read_paths.py")
@@ -90,16 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     queries = [br.words(4 if args.long else 3) for _ in range(args.n + 10 if args.long else 256)]
     agent, user = ("talker", "ada") if args.long else ("npc", None)
     with open_memory(settings, agent, user=user) as m:
-
-        def call(i: int) -> None:
-            if args.long:
-                if args.context:
-                    assemble_context(m, query=queries[i])
-                else:
-                    call_tool(m, "recall_memory", {"query": queries[i]})
-                return
-            m.user = br.PEOPLE[i % 200]
-            call_tool(m, "recall_memory", {"query": queries[i % 256]})
+        call = _caller(m, queries, args.long, args.context)
 
         for i in range(10):
             call(i)
