@@ -37,6 +37,33 @@ MIN_PASSAGES = 2_000  # fewer candidate passages than this: score them all
 SLACK = 1e-9  # relative widening of both bounds, against rounding
 
 
+def bounds(
+    own: np.ndarray,
+    hit_weight: np.ndarray,
+    total_weight: float,
+    head: np.ndarray,
+    boost: np.ndarray,
+    importance: np.ndarray,
+    most_boost: np.ndarray,
+    factors: tuple[float, float, float, float],
+) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) bound of every passage's exact score.
+
+    Per passage: `own` BM25, `hit_weight` the question's weight its own words
+    hold, `head` its episode header's BM25, `boost` its episode's time boost,
+    `importance` its episode's additive importance, `most_boost` the largest
+    product of the speaker and "when" boosts it can get. `factors`: (the
+    header's share, the coverage floor, the largest neighbour share, the
+    coverage floor plus full coverage).
+    """
+    head_share, floor, neighbour, full = factors
+    base = own + head_share * head
+    low = base * (floor + hit_weight / total_weight) * boost + importance
+    nearby = np.maximum(np.roll(own, 1), np.roll(own, -1))  # own >= 0: a wrapped value only widens it
+    high = (base + neighbour * nearby) * full * boost * most_boost + importance
+    return low - np.abs(low) * SLACK, high + np.abs(high) * SLACK
+
+
 def survivors(
     own: np.ndarray,
     hit_weight: np.ndarray,
@@ -48,25 +75,11 @@ def survivors(
     factors: tuple[float, float, float, float],
     keep: int | None,
 ) -> np.ndarray | None:
-    """Indices (ascending) of the passages that can be among the best `keep`; None: all of them.
-
-    Per passage: `own` BM25, `hit_weight` the question's weight its own words
-    hold, `head` its episode header's BM25, `boost` its episode's time boost,
-    `importance` its episode's additive importance, `most_boost` the largest
-    product of the speaker and "when" boosts it can get. `factors`: (the
-    header's share, the coverage floor, the largest neighbour share, the
-    coverage floor plus full coverage).
-    """
+    """Indices (ascending) of the passages that can be among the best `keep` (`bounds`); None: all."""
     n = len(own)
     if keep is None or n < MIN_PASSAGES or n <= keep:
         return None
-    head_share, floor, neighbour, full = factors
-    base = own + head_share * head
-    low = base * (floor + hit_weight / total_weight) * boost + importance
-    low = low - np.abs(low) * SLACK
+    low, high = bounds(own, hit_weight, total_weight, head, boost, importance, most_boost, factors)
     theta = np.partition(low, n - keep)[n - keep]
-    nearby = np.maximum(np.roll(own, 1), np.roll(own, -1))  # own >= 0: a wrapped value only widens it
-    high = (base + neighbour * nearby) * full * boost * most_boost + importance
-    high = high + np.abs(high) * SLACK
     chosen = np.flatnonzero(high >= theta)
     return None if len(chosen) == n else chosen
