@@ -165,7 +165,7 @@ class WordIndex:
         offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))[chosen]
         order = np.argsort(starts, kind="stable")
         s_starts, s_sizes, s_offsets = starts[order], sizes[chosen][order], offsets[order]
-        if 2 * int(s_sizes.sum()) < self.size and len(np.unique(s_starts)) == len(s_starts):
+        if 2 * int(s_sizes.sum()) < self.size and bool(np.all(s_starts[1:] > s_starts[:-1])):
             # The blocks are a small part of the index (other episodes, other agents): only the
             # postings inside them are read, each word's found by binary search of its block ranges.
             position, labels, counts = self._inside(wids, group_of, s_starts, s_sizes, s_offsets)
