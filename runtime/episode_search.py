@@ -460,7 +460,7 @@ def _episode_scores(
     """
     n_quotes = np.array([len(e.quotes) for e in entries], dtype=np.int64)
     episode = np.repeat(np.arange(len(entries), dtype=np.int64), n_quotes)
-    matched = counts.any(axis=1)
+    matched: np.ndarray = np.asarray(counts.any(axis=1), dtype=bool)
     quote = np.where(matched, bm25, 0.0)
     if named:
         # Who said it: a question about someone is usually answered by their own words.

@@ -54,25 +54,19 @@ def test_bounded_search_ranks_exactly_as_scoring_every_passage(
     assert skipped and max(skipped) > len(calls[0][0][0]) // 2  # it did skip, most passages at best
 
 
-def test_every_exact_score_lies_within_its_bounds(memory: AgentMemory) -> None:  # noqa: F811
+def test_every_exact_score_lies_within_its_bounds(
+    memory: AgentMemory,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     conn, who = memory.conn, memory.principal
+    calls = _recording(monkeypatch)
     checked = 0
     for query in [*QUERIES, "When did Ada paint in May?", "Did Talker ask about the kitten?"]:
-        captured: list[tuple[Any, ...]] = []
-        real = qs.survivors
-
-        def survivors(*args: Any, _seen: list[tuple[Any, ...]] = captured) -> Any:
-            _seen.append(args)
-            return real(*args)
-
-        qs.survivors = survivors  # type: ignore[assignment]
-        try:
-            found = _scored(conn, who, query)
-        finally:
-            qs.survivors = real  # type: ignore[assignment]
-        if not captured:
+        calls.clear()
+        found = _scored(conn, who, query)
+        if not calls:
             continue
-        args = captured[0]
+        args = calls[0][0]
         assert args[-1] is None and found.complete  # scored whole: every passage's exact score
         low, high = passage_bounds.bounds(*args[:-1])
         assert np.all(low <= found.scores), query
