@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     with open_memory(settings, agent, user=user) as m:
         call = _caller(m, queries, args.long, args.context)
 
+        if args.long:  # every episode prepared first (the context alone meets them a few at a time)
+            call_tool(m, "recall_memory", {"query": queries[0]})
         for i in range(10):
             call(i)
         if args.cprofile:
