@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import orjson
-from tiermem.runtime import fts_terms
+from tiermem.runtime import fts_ranks, fts_terms
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window
 from tiermem.runtime.hotstore import HotConnection, database_key, item_clause
@@ -311,6 +311,9 @@ _FROM_FTS = (
 
 
 def _ranked_rows(conn: sqlite3.Connection, where: str, params: list[Any], full: str) -> list[tuple[Any, ...]]:
+    kept = fts_ranks.ranked_rows(conn, where, params, full, [_rank_sql(w) for w in RANKINGS])
+    if kept is not None:  # an OR of words: summed from each word's kept ranks, bit for bit
+        return kept
     ranks = ", ".join(_rank_sql(w) for w in RANKINGS)
     rows = conn.execute(f"SELECT episodes_fts.rowid, {ranks} {_FROM_FTS} AND {where}", [full, *params])
     return [tuple(r) for r in rows]
