@@ -18,7 +18,10 @@ per database until an episode is inserted, deleted or changed: the newest
 episode rowid and a count of deletions and updates kept by triggers
 (`meta.episodes_changed`) say so. Who may see a match is still checked on the
 rows, per question. Only an OR of plain phrases is served this way (the
-candidate tries that AND words or name a participant ask the index as before).
+candidate tries that AND words or name a participant ask the index as before),
+and only on stores of at most `MAX_DOCS` episodes: long conversations, not
+archives of a hundred thousand episodes where most of a word's documents
+belong to other readers.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from tiermem.runtime.hotstore import HotConnection, database_key
 COUNTER = "episodes_changed"
 TRIGGER = "episodes_changed_ad"  # one of the counting triggers: their presence says the count can be trusted
 MAX_ROWS = 2_000_000  # (phrase, document) ranks kept in all; past it, everything is dropped
+# Only stores of at most this many episodes (by newest rowid): a word's ranks are computed for every
+# document holding it, which on a large archive of many readers is mostly documents this reader may
+# not see (the query it replaces ranks only the visible ones), and new words are met on most questions.
+MAX_DOCS = 5_000
 _PHRASE = re.compile(r'^"[a-z0-9]+"\*?$')
 
 _Ranks = tuple[np.ndarray, np.ndarray]  # (rowids ascending, ranks: one column per ranking)
@@ -65,6 +72,8 @@ def _version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
     if not counted:
         return None
     newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0]
+    if newest is not None and newest > MAX_DOCS:
+        return None
     cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
     row = conn.execute("SELECT value FROM meta WHERE key = ?", [COUNTER]).fetchone()
     return database_key(conn), int(cookie), newest, str(row[0]) if row else "0"

@@ -122,3 +122,10 @@ def test_readers_see_only_their_matches(memory: AgentMemory, people: list[str]) 
     assert len({frozenset(v) for v in seen.values()}) > 1  # each reader its own matches
     for user, rowids in seen.items():
         assert rowids == {r[0] for r in _sql(conn, Principal("npc", user=user), match)}
+
+
+def test_a_large_archive_is_left_to_the_index(memory: AgentMemory, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    conn, who, match = memory.conn, Principal("npc"), '"teal"* OR "lake"*'
+    assert _served(conn, who, match) == _sql(conn, who, match)
+    monkeypatch.setattr(fts_ranks, "MAX_DOCS", 10)  # the fixture's archive is larger than that
+    assert _served(conn, who, match) is None
