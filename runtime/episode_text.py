@@ -231,6 +231,9 @@ class EpisodeTexts:
         # thousands of passages.
         self.heads = WordIndex()
         self.chars = 0
+        # The databases with long episodes prepared (indexed): where ranking them per word pays
+        # (runtime.fts_ranks).
+        self.long_dbs: set[str] = set()
 
     @property
     def passages(self) -> int:
@@ -270,6 +273,8 @@ class EpisodeTexts:
             for episode_id in missing:
                 raw, name, summary = raws.get(episode_id, (None, None, None))
                 entry = self._add(raw)
+                if entry.start >= 0:
+                    self.long_dbs.add(db)
                 # The header as the searches score it: name and summary, lowered, one word run each.
                 head = f"{name or ''} {summary or ''}".lower()
                 entry.head, entry.head_spaces = self.heads.add(head), head.count(" ")

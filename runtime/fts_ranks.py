@@ -19,9 +19,11 @@ episode rowid and a count of deletions and updates kept by triggers
 (`meta.episodes_changed`) say so. Who may see a match is still checked on the
 rows, per question. Only an OR of plain phrases is served this way (the
 candidate tries that AND words or name a participant ask the index as before),
-and only on stores of at most `MAX_DOCS` episodes: long conversations, not
+and only on stores of at most `MAX_DOCS` episodes where long episodes have
+been met (runtime.episode_text indexes those): long conversations, not
 archives of a hundred thousand episodes where most of a word's documents
-belong to other readers.
+belong to other readers, nor stores of short episodes that the index ranks
+about as fast as the sum is made.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from tiermem.runtime.episode_text import TEXTS
 from tiermem.runtime.hotstore import HotConnection, database_key
 
 COUNTER = "episodes_changed"
@@ -71,12 +74,15 @@ def _version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
         counted = conn.episodes_counted = found.fetchone() is not None
     if not counted:
         return None
+    db = database_key(conn)
+    if db not in TEXTS.long_dbs:
+        return None  # short documents: the index ranks them about as fast as the sum is made
     newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0]
     if newest is not None and newest > MAX_DOCS:
         return None
     cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
     row = conn.execute("SELECT value FROM meta WHERE key = ?", [COUNTER]).fetchone()
-    return database_key(conn), int(cookie), newest, str(row[0]) if row else "0"
+    return db, int(cookie), newest, str(row[0]) if row else "0"
 
 
 def ranked_rows(

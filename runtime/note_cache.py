@@ -42,6 +42,7 @@ class _Kept:
 
 
 _KEPT = _Kept()
+_NONE: Notes = {}  # what an episode without notes keeps (shared, only read)
 
 
 def _version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
@@ -82,9 +83,8 @@ def episode_notes(
         for key, notes in found.items():
             by_turn.setdefault(key[0], []).append((key, notes))
         for k in missing:
-            kept[(version[0], episode_ids[k], seen_by)] = {
-                key: notes for event_id in cited[k] for key, notes in by_turn.get(event_id, ())
-            }
+            found_k = {key: notes for event_id in cited[k] for key, notes in by_turn.get(event_id, ())}
+            kept[(version[0], episode_ids[k], seen_by)] = found_k or _NONE  # most episodes: one shared {}
     out: Notes = {}
     for e in episode_ids:
         out.update(kept[(version[0], e, seen_by)])

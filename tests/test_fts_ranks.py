@@ -28,6 +28,20 @@ from tiermem.runtime.visibility import Principal
 from tiermem.settings import Settings
 
 RANKS = [_rank_sql(w) for w in RANKINGS]
+
+
+class _Every:
+    """Every database counts as one with long episodes (the archive here is of short ones)."""
+
+    def __contains__(self, db: object) -> bool:
+        return True
+
+
+@pytest.fixture(autouse=True)
+def _long_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fts_ranks.TEXTS, "long_dbs", _Every())
+
+
 READERS = [Principal("npc"), Principal("npc", user="alice"), Principal("other", user="bob")]
 
 
@@ -129,3 +143,11 @@ def test_a_large_archive_is_left_to_the_index(memory: AgentMemory, monkeypatch: 
     assert _served(conn, who, match) == _sql(conn, who, match)
     monkeypatch.setattr(fts_ranks, "MAX_DOCS", 10)  # the fixture's archive is larger than that
     assert _served(conn, who, match) is None
+
+
+def test_a_store_of_short_episodes_is_left_to_the_index(
+    memory: AgentMemory,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fts_ranks.TEXTS, "long_dbs", set())  # no long episode prepared here
+    assert _served(memory.conn, Principal("npc"), '"teal"* OR "lake"*') is None
