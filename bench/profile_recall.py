@@ -2,13 +2,19 @@
 
     .venv/bin/python bench/profile_recall.py --root /tmp/read_paths_recall --episodes 100000
     .venv/bin/python bench/profile_recall.py --root /tmp/read_paths_recall --episodes 100000 --cprofile
+    .venv/bin/python bench/profile_recall.py --root /tmp/read_paths_long --long         # the long conversation
+    .venv/bin/python bench/profile_recall.py --root /tmp/read_paths_long --long --context
 
 Reads the store `bench_read_paths.py --only recall` builds under --root (run
 that first), asks the same questions in the same way (one agent, the user
 changing per call among the episodes' participants), and times each stage of
 the tool with the process's CPU clock: the two searches, their candidate
 queries, the search over turns no episode covers, the quote scoring, the
-rendering and the `retrieval` event. Also counts the garbage collector's
+rendering and the `retrieval` event. With --long: the long conversation of
+`bench_read_paths.py --only long` (2,000 turns of ~1,000-token replies, every
+episode prepared by the warm-up calls, every timed question a new one), and
+with --context the context assembly with its per-turn retrieval instead of
+the tool. Also counts the garbage collector's
 pauses (a full collection lands on whichever call triggers it), and lists the
 slowest calls with their stages. Prints a table; nothing is written.
 """
@@ -29,6 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runtime as br
 from tiermem.runtime import episode_search, quote_search, store_reads
+from tiermem.runtime.context import assemble_context
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.tools import call_tool
 
@@ -57,7 +64,27 @@ def _instrument(m: AgentMemory, stages: dict[str, list[float]]) -> None:
     _timed(stages, quote_search, "_candidate_rows", "  quotes: candidate query")
     _timed(stages, quote_search, "_score_passages", "  quotes: passage scoring")
     _timed(stages, quote_search, "render_quote_block", "  quotes: rendering")
+    _timed(stages, quote_search, "episode_notes", "  quotes: notes lookup")
+    _timed(stages, quote_search, "_restated", "  quotes: restatements")
+    _timed(stages, quote_search, "_distinct", "  quotes: result order and items")
+    _timed(stages, quote_search.TEXTS, "term_counts", "term counts (both searches)")
+    _timed(stages, episode_search, "_quote_matches", "  episodes: quote counts")
     _timed(stages, m, "record_retrieval", "retrieval event (log + hot store)")
+
+
+def _caller(m: AgentMemory, queries: list[str], long: bool, context: bool) -> Callable[[int], None]:
+    """Call i: the i-th question (the long conversation's are all new), as the tool or the context."""
+
+    def call(i: int) -> None:
+        if long and context:
+            assemble_context(m, query=queries[i])
+        elif long:
+            call_tool(m, "recall_memory", {"query": queries[i]})
+        else:
+            m.user = br.PEOPLE[i % 200]  # the memory serves one of the episodes' participants
+            call_tool(m, "recall_memory", {"query": queries[i % 256]})
+
+    return call
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,24 +93,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=100_000)
     p.add_argument("--n", type=int, default=500, help="timed calls")
     p.add_argument("--cprofile", action="store_true", help="cProfile the calls instead of timing stages")
+    p.add_argument("--long", action="store_true", help="the long conversation (--only long's store)")
+    p.add_argument("--context", action="store_true", help="with --long: context with the per-turn retrieval")
     args = p.parse_args(argv)
-    path = Path(args.root) / f"recall{args.episodes}"
+    path = Path(args.root) / ("long" if args.long else f"recall{args.episodes}")
     if not (path / "hot").exists():
-        p.error(f"no store at {path}: run bench_read_paths.py --root {args.root} --only recall first")
+        only = "long" if args.long else "recall"
+        p.error(f"no store at {path}: run bench_read_paths.py --root {args.root} --only {only} first")
     settings = resolve_settings(data_dir=path, env={}, fsync="none")
-    queries = [br.words(3) for _ in range(256)]  # the questions bench_read_paths asks of a built store
-    with open_memory(settings, "npc") as m:
+    # The questions bench_read_paths asks of a built store (the long conversation: four words, each new).
+    queries = [br.words(4 if args.long else 3) for _ in range(args.n + 10 if args.long else 256)]
+    agent, user = ("talker", "ada") if args.long else ("npc", None)
+    with open_memory(settings, agent, user=user) as m:
+        call = _caller(m, queries, args.long, args.context)
 
-        def call(i: int) -> None:
-            m.user = br.PEOPLE[i % 200]
-            call_tool(m, "recall_memory", {"query": queries[i % 256]})
-
+        if args.long:  # every episode prepared first (the context alone meets them a few at a time)
+            call_tool(m, "recall_memory", {"query": queries[0]})
         for i in range(10):
             call(i)
         if args.cprofile:
             prof = cProfile.Profile()
             prof.enable()
-            for i in range(args.n):
+            for i in range(10, args.n + 10):
                 call(i)
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(30)
@@ -101,12 +132,15 @@ def main(argv: list[str] | None = None) -> int:
 
         gc.callbacks.append(on_gc)
         total = []
-        for i in range(args.n):
+        for i in range(10, args.n + 10):
             c0 = time.process_time()
             call(i)
             total.append((time.process_time() - c0) * 1000)
         gc.callbacks.remove(on_gc)
-    print(f"recall_memory at {args.episodes:,} episodes, {args.n} calls, load {os.getloadavg()[0]:.1f}")
+    what = ("context with retrieval" if args.context else "recall_memory") + (
+        " on the long conversation" if args.long else f" at {args.episodes:,} episodes"
+    )
+    print(f"{what}, {args.n} calls, load {os.getloadavg()[0]:.1f}")
     print(f"{'stage (CPU ms per call)':40s} {'p50':>7s} {'p99':>7s} {'mean':>7s}")
     print(
         f"{'the whole tool':40s} {br.pct(total, 0.5):7.2f} {br.pct(total, 0.99):7.2f} {sum(total) / args.n:7.2f}"
@@ -119,13 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     full = [t for g, t in pauses if g == 2]
     print(f"garbage collector: {len(pauses)} pauses, full collections {[round(t, 1) for t in full]} ms")
     print("slowest calls:")
-    for i in sorted(range(args.n), key=lambda i: -total[i])[:5]:
+    for i in sorted(range(args.n), key=lambda i: -total[i])[:5]:  # call i asked queries[i + 10]
         parts = ", ".join(
             f"{label.strip()} {times[i]:.1f}"
             for label, times in stages.items()
             if len(times) == args.n and times[i] >= 0.5
         )
-        print(f"  {total[i]:6.2f} ms {queries[i % 256]!r}: {parts}")
+        print(f"  {total[i]:6.2f} ms {queries[(i + 10) % len(queries)]!r}: {parts}")
     return 0
 
 

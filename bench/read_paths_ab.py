@@ -81,6 +81,21 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     root = Path(args.root)
     out: dict[str, Any] = {"base": args.base, "rounds": []}
+    # The head side's runs write this tree's read_paths.json/.png: put them back afterwards.
+    kept = {f: f.read_bytes() for f in (HERE / "results").glob("read_paths.*")}
+    try:
+        _rounds(args, root, out)
+    finally:
+        for f, data in kept.items():
+            f.write_bytes(data)
+    (HERE / "results" / args.out).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
+    if len(args.episodes.split(",")) > 1 and "recall" in args.parts.split(","):
+        plot_recall(out, HERE / "results" / Path(args.out).with_suffix(".png").name)
+    return 0
+
+
+def _rounds(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
+    """Every round: each part on the base side, then on the head side."""
     with tempfile.TemporaryDirectory(prefix="read_paths_base_") as tmp:
         package = export_base(args.base, Path(tmp))
         benches = {
@@ -101,10 +116,6 @@ def main(argv: list[str] | None = None) -> int:
                         saved[part][0] if isinstance(saved[part], list) and not several else saved[part]
                     )
             out["rounds"].append(got)
-    (HERE / "results" / args.out).write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2))
-    if len(args.episodes.split(",")) > 1 and "recall" in args.parts.split(","):
-        plot_recall(out, HERE / "results" / Path(args.out).with_suffix(".png").name)
-    return 0
 
 
 def plot_recall(out: dict[str, Any], path: Path) -> None:

@@ -29,11 +29,11 @@ import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
-from tiermem.runtime import fts_terms
+from tiermem.runtime import fts_ranks, fts_terms
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window
 from tiermem.runtime.hotstore import HotConnection, database_key, item_clause
@@ -311,6 +311,9 @@ _FROM_FTS = (
 
 
 def _ranked_rows(conn: sqlite3.Connection, where: str, params: list[Any], full: str) -> list[tuple[Any, ...]]:
+    kept = fts_ranks.ranked_rows(conn, where, params, full, [_rank_sql(w) for w in RANKINGS])
+    if kept is not None:  # an OR of words: summed from each word's kept ranks, bit for bit
+        return kept
     ranks = ", ".join(_rank_sql(w) for w in RANKINGS)
     rows = conn.execute(f"SELECT episodes_fts.rowid, {ranks} {_FROM_FTS} AND {where}", [full, *params])
     return [tuple(r) for r in rows]
@@ -440,6 +443,82 @@ def _quote_matches(
     return by_quote, bm25_rows(by_quote, lengths, weights, AVG_QUOTE_WORDS)
 
 
+def _episode_scores(
+    rows: list[Any],
+    entries: list[Prepared],
+    counts: np.ndarray,
+    bm25: np.ndarray,
+    heads: np.ndarray,
+    head_hits: np.ndarray,
+    weights: list[float],
+    named: set[str],
+) -> tuple[np.ndarray, Callable[[int], list[float]]]:
+    """Each candidate's score (before a named month or year), over arrays of all their quotes at once.
+
+    The best single quote carries the episode (answers live in one turn); a
+    second good quote, the header's dates and topics, and covering more of
+    the question add to it. Also returned: candidate n's quote scores as the
+    result shows them (a quote matching no term scores 0 as an int, as a sum
+    over no terms does, until a speaker factor makes it a float).
+    """
+    n_quotes = np.array([len(e.quotes) for e in entries], dtype=np.int64)
+    episode = np.repeat(np.arange(len(entries), dtype=np.int64), n_quotes)
+    matched: np.ndarray = np.asarray(counts.any(axis=1), dtype=bool)
+    quote = np.where(matched, bm25, 0.0)
+    if named:
+        # Who said it: a question about someone is usually answered by their own words.
+        factor = np.array(
+            [SPEAKER_BOOST if s in named else 1.0 for e in entries for s in e.quote_speakers],
+            dtype=np.float64,
+        )
+        quote = quote * factor
+    best, second = _two_best(quote, episode, n_quotes)
+    seen = head_hits.copy()
+    for k in range(len(weights)):  # a term any of its quotes holds
+        seen[:, k] |= np.bincount(episode, weights=counts[:, k], minlength=len(entries)) > 0
+    covered = np.zeros(len(entries))
+    for k, w in enumerate(weights):
+        covered = covered + np.where(seen[:, k], w, 0.0)
+    coverage = covered / (sum(weights) or 1.0)
+    importance = np.array([0.02 * int(row[7] or 0) for row in rows], dtype=np.float64)
+    scores = (best + 0.3 * second + 0.4 * heads) * (0.5 + coverage) + importance
+    firsts = np.concatenate(([0], np.cumsum(n_quotes)[:-1])).astype(np.int64)
+
+    def shown(n: int) -> list[float]:
+        at, entry = int(firsts[n]), entries[n]
+        values: list[Any] = [
+            s if hit else 0
+            for s, hit in zip(
+                bm25[at : at + len(entry.quotes)].tolist(),
+                matched[at : at + len(entry.quotes)].tolist(),
+                strict=True,
+            )
+        ]
+        if named:
+            for i, speaker in enumerate(entry.quote_speakers):
+                if speaker:
+                    values[i] *= SPEAKER_BOOST if speaker in named else 1.0
+        return values
+
+    return scores, shown
+
+
+def _two_best(values: np.ndarray, segment: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment (consecutive runs of `sizes`): its best value and its second best (0 for none)."""
+    n = len(sizes)
+    best, second = np.zeros(n), np.zeros(n)
+    if not len(values):
+        return best, second
+    order = np.lexsort((-values, segment))  # by segment, best first within it
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    ranked = values[order]
+    has = sizes > 0
+    best[has] = ranked[starts[has]]
+    two = sizes > 1
+    second[two] = ranked[starts[two] + 1]
+    return best, second
+
+
 def search_episodes(
     conn: sqlite3.Connection,
     who: Principal,
@@ -468,56 +547,33 @@ def search_episodes(
     # Headers (name and summary) counted from the index of prepared headers, not their text.
     head_counts_all = TEXTS.head_counts(entries, [(t,) for t in terms])
     head_lengths = np.array([e.head_spaces + 1 for e in entries], dtype=np.float64)
-    heads = bm25_rows(head_counts_all, head_lengths, term_weights, AVG_HEAD_WORDS).tolist()
-    head_hits = cast(list[list[bool]], (head_counts_all > 0).tolist())
-    scored: list[tuple[float, str, int, list[float]]] = []
-    first = 0
-    for n, (row, entry) in enumerate(zip(rows, entries, strict=True)):
-        quotes = entry.quotes
-        quote_counts = all_counts[first : first + len(quotes)]
-        # A quote matching no term scores 0 as an int, as a sum over no terms does (shown as "match": 0).
-        matched = cast(list[bool], quote_counts.any(axis=1).tolist())
-        quote_scores = [
-            s if hit else 0
-            for s, hit in zip(all_scores[first : first + len(quotes)].tolist(), matched, strict=True)
-        ]
-        first += len(quotes)
-        if named:
-            # Who said it: a question about someone is usually answered by their own words.
-            for i, q in enumerate(quotes):
-                speaker = str(q.get("speaker") or "").lower()
-                if speaker:
-                    quote_scores[i] *= SPEAKER_BOOST if speaker in named else 1.0
-        head = heads[n]
-        best = sorted(quote_scores, reverse=True)
-        in_quotes = cast(list[bool], quote_counts.any(axis=0).tolist())
-        seen = [head_hits[n][k] or in_quotes[k] for k in range(len(terms))]
-        covered = sum(w for w, hit in zip(term_weights, seen, strict=True) if hit)
-        coverage = covered / (sum(term_weights) or 1.0)
-        # The best single quote carries the episode (answers live in one turn); a second good quote,
-        # the header's dates and topics, and covering more of the question add to it.
-        score = ((best[0] if best else 0.0) + 0.3 * (best[1] if len(best) > 1 else 0.0) + 0.4 * head) * (
-            0.5 + coverage
-        ) + 0.02 * int(row[7] or 0)
-        if months or years:
-            # The question names a time: memories from then are the ones meant.
+    heads = bm25_rows(head_counts_all, head_lengths, term_weights, AVG_HEAD_WORDS)
+    scores, quote_scores = _episode_scores(
+        rows, entries, all_counts, all_scores, heads, head_counts_all > 0, term_weights, named
+    )
+    if months or years:
+        # The question names a time: memories from then are the ones meant.
+        asked = months | years
+        for n, row in enumerate(rows):
             when = {row[5][:4], row[6][:4]} | {_MONTHS[int(row[5][5:7]) - 1], _MONTHS[int(row[6][5:7]) - 1]}
-            asked = months | years
-            score *= 1.0 + 0.5 * len(asked & when) / len(asked)
-        scored.append((score, str(row[0]), n, quote_scores))
+            scores[n] *= 1.0 + 0.5 * len(asked & when) / len(asked)
+    scored = [
+        (score, str(row[0]), n) for n, (score, row) in enumerate(zip(scores.tolist(), rows, strict=True))
+    ]
     scored.sort(key=lambda s: (-s[0], s[1]))
     # Only the results are built (their quotes best match first, copied from the prepared episode).
     out = []
-    for score, _, n, quote_scores in scored[:limit]:
+    for score, _, n in scored[:limit]:
         row, quotes = rows[n], entries[n].quotes
-        order = sorted(range(len(quotes)), key=lambda i: (-quote_scores[i], i))
+        shown = quote_scores(n)
+        order = sorted(range(len(quotes)), key=lambda i: (-shown[i], i))
         start, end = parse_ts(row[5]), parse_ts(row[6])
         out.append(
             {
                 "episode_id": row[0],
                 "name": row[1],
                 "summary": row[2],
-                "key_quotes": [{**quotes[i], "match": round(quote_scores[i], 3)} for i in order],
+                "key_quotes": [{**quotes[i], "match": round(shown[i], 3)} for i in order],
                 "participants": orjson.loads(row[4] or "[]"),
                 "start_ts": row[5],
                 "end_ts": row[6],

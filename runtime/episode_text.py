@@ -82,6 +82,8 @@ class Prepared:
     turn_words: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # Whether each passage is the whole of its turn (a turn not split into passages).
     whole_turn: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    # Each quote's speaker, lowered ("" without one).
+    quote_speakers: list[str] = field(default_factory=list)
     # (passage, the date it was said) -> the relative dates it contains, resolved: when asked.
     anchors: dict[tuple[int, Any], list[tuple[str, str]]] = field(default_factory=dict)
 
@@ -158,15 +160,21 @@ class WordIndex:
         if not group_of:
             return np.zeros((total, n_groups))
         wids = list(group_of)
-        pids = np.concatenate([np.frombuffer(self.postings[w], dtype=np.int64) for w in wids])
-        counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
-        lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
-        labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
         # Each posting's text among the blocks': blocks are ranges of text ids.
         chosen = np.array(indexed, dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))[chosen]
         order = np.argsort(starts, kind="stable")
         s_starts, s_sizes, s_offsets = starts[order], sizes[chosen][order], offsets[order]
+        if 2 * int(s_sizes.sum()) < self.size and bool(np.all(s_starts[1:] > s_starts[:-1])):
+            # The blocks are a small part of the index (other episodes, other agents): only the
+            # postings inside them are read, each word's found by binary search of its block ranges.
+            position, labels, counts = self._inside(wids, group_of, s_starts, s_sizes, s_offsets)
+            flat = np.bincount(position * n_groups + labels, weights=counts, minlength=total * n_groups)
+            return flat.reshape(total, n_groups)
+        pids = np.concatenate([np.frombuffer(self.postings[w], dtype=np.int64) for w in wids])
+        counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
+        lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
+        labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
         at = np.searchsorted(s_starts, pids, side="right") - 1
         ok = at >= 0
         at = np.where(ok, at, 0)
@@ -174,6 +182,37 @@ class WordIndex:
         position = s_offsets[at[ok]] + pids[ok] - s_starts[at[ok]]
         flat = np.bincount(position * n_groups + labels[ok], weights=counts[ok], minlength=total * n_groups)
         return flat.reshape(total, n_groups)
+
+    def _inside(
+        self,
+        wids: list[int],
+        group_of: dict[int, int],
+        starts: np.ndarray,
+        sizes: np.ndarray,
+        offsets: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, group, count) of every posting of `wids` inside the blocks (sorted, disjoint ranges).
+
+        Word by word, each word's postings in text order: the order of the
+        full pass, so the same sums.
+        """
+        positions, labels, counts = [], [], []
+        for w in wids:
+            pids = np.frombuffer(self.postings[w], dtype=np.int64)
+            lo = np.searchsorted(pids, starts)
+            n = np.searchsorted(pids, starts + sizes) - lo
+            total = int(n.sum())
+            if not total:
+                continue
+            block = np.repeat(np.arange(len(starts), dtype=np.int64), n)
+            at = np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(n) - n), n)
+            positions.append(offsets[block] + pids[at] - starts[block])
+            counts.append(np.frombuffer(self.counts[w], dtype=np.int64)[at])
+            labels.append(np.full(total, group_of[w], dtype=np.int64))
+        if not positions:
+            nothing = np.zeros(0, dtype=np.int64)
+            return nothing, nothing, nothing
+        return np.concatenate(positions), np.concatenate(labels), np.concatenate(counts)
 
 
 class EpisodeTexts:
@@ -192,6 +231,9 @@ class EpisodeTexts:
         # thousands of passages.
         self.heads = WordIndex()
         self.chars = 0
+        # The databases with long episodes prepared (indexed): where ranking them per word pays
+        # (runtime.fts_ranks).
+        self.long_dbs: set[str] = set()
 
     @property
     def passages(self) -> int:
@@ -231,6 +273,8 @@ class EpisodeTexts:
             for episode_id in missing:
                 raw, name, summary = raws.get(episode_id, (None, None, None))
                 entry = self._add(raw)
+                if entry.start >= 0:
+                    self.long_dbs.add(db)
                 # The header as the searches score it: name and summary, lowered, one word run each.
                 head = f"{name or ''} {summary or ''}".lower()
                 entry.head, entry.head_spaces = self.heads.add(head), head.count(" ")
@@ -281,6 +325,9 @@ class EpisodeTexts:
             keys=[None] * len(passages),
             prefixes=[None] * len(passages),
             described=[(j, d) for j, t in enumerate(lowered) if "[" in t and (d := split_described(t)[1])],
+            quote_speakers=[
+                str(q.get("speaker") or "").lower() if isinstance(q, dict) else "" for q in quotes
+            ],
         )
 
     def prefix(self, key: frozenset[str], length: int) -> tuple[str, ...]:

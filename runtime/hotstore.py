@@ -182,6 +182,29 @@ CREATE TABLE IF NOT EXISTS notes (
 );
 CREATE INDEX IF NOT EXISTS notes_source ON notes (source_event_id);
 CREATE INDEX IF NOT EXISTS notes_owner ON notes (owner);
+-- Counts episodes deleted or re-indexed (inserts raise the newest rowid), so a searcher keeping
+-- BM25 ranks per word sees any change of the index's statistics (runtime.fts_ranks).
+CREATE TRIGGER IF NOT EXISTS episodes_changed_ad AFTER DELETE ON episodes BEGIN
+    INSERT INTO meta (key, value) VALUES ('episodes_changed', '1')
+        ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS episodes_changed_au AFTER UPDATE OF name, summary, key_quotes, participants ON episodes BEGIN
+    INSERT INTO meta (key, value) VALUES ('episodes_changed', '1')
+        ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
+END;
+-- Counts every change of a note, so a searcher keeping notes in memory sees it (runtime.note_cache).
+CREATE TRIGGER IF NOT EXISTS notes_changed_ai AFTER INSERT ON notes BEGIN
+    INSERT INTO meta (key, value) VALUES ('notes_changed', '1')
+        ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS notes_changed_ad AFTER DELETE ON notes BEGIN
+    INSERT INTO meta (key, value) VALUES ('notes_changed', '1')
+        ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS notes_changed_au AFTER UPDATE ON notes BEGIN
+    INSERT INTO meta (key, value) VALUES ('notes_changed', '1')
+        ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
+END;
 
 -- Dense vectors of the episodes' passages (runtime.vectors): derived from `episodes` like the FTS
 -- index, filled at projection when retrieval uses embeddings, deleted with their episode.
@@ -286,6 +309,21 @@ ADDED_INDEXES = (
     "CREATE TRIGGER IF NOT EXISTS quote_vectors_ad AFTER DELETE ON quote_vectors BEGIN"
     " INSERT INTO meta (key, value) VALUES ('vectors_deleted', '1')"
     " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
+    "CREATE TRIGGER IF NOT EXISTS episodes_changed_ad AFTER DELETE ON episodes BEGIN"
+    " INSERT INTO meta (key, value) VALUES ('episodes_changed', '1')"
+    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
+    "CREATE TRIGGER IF NOT EXISTS episodes_changed_au AFTER UPDATE OF name, summary, key_quotes, participants"
+    " ON episodes BEGIN INSERT INTO meta (key, value) VALUES ('episodes_changed', '1')"
+    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
+    "CREATE TRIGGER IF NOT EXISTS notes_changed_ai AFTER INSERT ON notes BEGIN"
+    " INSERT INTO meta (key, value) VALUES ('notes_changed', '1')"
+    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
+    "CREATE TRIGGER IF NOT EXISTS notes_changed_ad AFTER DELETE ON notes BEGIN"
+    " INSERT INTO meta (key, value) VALUES ('notes_changed', '1')"
+    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
+    "CREATE TRIGGER IF NOT EXISTS notes_changed_au AFTER UPDATE ON notes BEGIN"
+    " INSERT INTO meta (key, value) VALUES ('notes_changed', '1')"
+    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
 )
 
 
@@ -295,6 +333,8 @@ class HotConnection(sqlite3.Connection):
     erasure_targets: Any = None
     # The episode search's candidate matches, valid while the store is unchanged (`episode_search`).
     candidate_memo: Any = None
+    notes_counted: bool | None = None  # whether the store counts note changes (runtime.note_cache)
+    episodes_counted: bool | None = None  # ...and episode deletions and updates (runtime.fts_ranks)
     database_file: str | None = (
         None  # `database_key`, once asked (a connection's main database never changes)
     )

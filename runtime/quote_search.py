@@ -44,8 +44,10 @@ from tiermem.runtime.episode_search import (
 )
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.hotstore import database_key, item_clause
-from tiermem.runtime.notes import Note, note_words, notes_for, shown_notes
+from tiermem.runtime.note_cache import episode_notes
+from tiermem.runtime.notes import Note, note_words, shown_notes
 from tiermem.runtime.packing import render_quote_block
+from tiermem.runtime.passage_bounds import survivors
 from tiermem.runtime.time_query import (
     TimeWindow,
     event_phrase,
@@ -384,7 +386,8 @@ def _date_boost(row: Any, asked: _Asked) -> float:
 
 @dataclass
 class _Scored:
-    """The candidate passages of one search and their scores, one array entry per passage."""
+    """The candidate passages of one search and their scores, one array entry per passage (in passage
+    order; with a bound, only the passages that can make the result, runtime.passage_bounds)."""
 
     rows: list[Any]
     entries: list[Prepared]
@@ -395,6 +398,7 @@ class _Scored:
     boosts: list[float]  # per candidate: the time boost
     notes: dict[tuple[str, str], list[Note]]
     near: dict[tuple[str, int], float]
+    complete: bool = True  # every candidate passage is here (else only those that can make the best)
 
     def item(self, i: int) -> dict[str, Any]:
         """Passage `i` as a result item (before the final touches of `search_quotes`)."""
@@ -469,16 +473,19 @@ def _add_notes(
                 says_when[i] |= _SAYS_WHEN.search(extra) is not None
 
 
-def _neighbours(entries: list[Prepared], own: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """The share of its neighbours' match a passage gets: NEIGHBOUR_WEIGHT of the better neighbour
+def _neighbours(
+    entries: list[Prepared], own: np.ndarray, first: np.ndarray, last: np.ndarray, idx: np.ndarray
+) -> np.ndarray:
+    """The share of its neighbours' match passage `idx` gets: NEIGHBOUR_WEIGHT of the better neighbour
     within its episode, ANSWER_WEIGHT of the one before when that one ends with a question and the
     passage is a whole turn (a long reply's first part is not lifted by the question before it:
     on generated long-reply conversations that cost answers at 500 tokens)."""
-    before = np.where(first, 0.0, np.roll(own, 1))
-    after = np.where(last, 0.0, np.roll(own, -1))
+    before_at, after_at = np.maximum(idx - 1, 0), np.minimum(idx + 1, len(own) - 1)
+    before = np.where(first[idx], 0.0, own[before_at])
+    after = np.where(last[idx], 0.0, own[after_at])
     asking = np.concatenate([e.found(_ENDS_ASKING) for e in entries])
     whole = np.concatenate([e.whole_turn for e in entries])
-    answers = ~first & np.roll(asking, 1) & whole
+    answers = ~first[idx] & asking[before_at] & whole[idx]
     return np.maximum(np.where(answers, ANSWER_WEIGHT, NEIGHBOUR_WEIGHT) * before, NEIGHBOUR_WEIGHT * after)
 
 
@@ -504,8 +511,10 @@ def _score_passages(
     asked: _Asked,
     near: dict[tuple[str, int], float],
     notes: dict[tuple[str, str], list[Note]],
+    keep: int | None = None,
 ) -> _Scored:
-    """Every passage of the candidate episodes with its lexical score.
+    """Every passage of the candidate episodes with its lexical score (with `keep`: every one that can
+    be among the best `keep`, runtime.passage_bounds).
 
     Per passage: BM25 with the length of its whole turn (a long reply that
     mentions the topic on every page is not more of an answer for being cut in
@@ -536,28 +545,37 @@ def _score_passages(
     own = bm25_rows(counts, turn_words, weights, AVG_QUOTE_WORDS)
     first = local == 0
     last = local == sizes[episode] - 1
-    beside = _neighbours(entries, own, first, last)
     heads, head_seen, boosts, importance = _headers(rows, entries, asked)
+    boost, gain = np.array(boosts), np.array(importance)
+    named = np.zeros(len(episode), dtype=bool)
+    for k, e in enumerate(entries):
+        for speaker, at in e.speakers.items() if asked.named else ():
+            if speaker in asked.named:
+                named[firsts[k] + at] = True
     hit = counts > 0
-    seen = hit | head_seen[episode]
-    seen[1:] |= hit[:-1] & ~first[1:, None]
-    seen[:-1] |= hit[1:] & ~last[:-1, None]
-    coverage = np.zeros(len(episode))
+    most = np.where(named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
+    factors = (HEAD_WEIGHT, COVERAGE_FLOOR, max(ANSWER_WEIGHT, NEIGHBOUR_WEIGHT), COVERAGE_FLOOR + 1.0)
+    bound = (own, hit @ np.array(weights, dtype=np.float64), total_weight, heads[episode], boost[episode])
+    chosen = survivors(*bound, gain[episode], most, factors, keep)
+    idx = np.arange(len(episode)) if chosen is None else chosen
+    beside = _neighbours(entries, own, first, last, idx)
+    at = episode[idx]
+    seen = hit[idx] | head_seen[at]
+    seen |= hit[np.maximum(idx - 1, 0)] & ~first[idx, None]
+    seen |= hit[np.minimum(idx + 1, len(episode) - 1)] & ~last[idx, None]
+    coverage = np.zeros(len(idx))
     for k, w in enumerate(weights):
         coverage = coverage + np.where(seen[:, k], w, 0.0)
     coverage = coverage / total_weight
-    head = heads[episode]
-    boost = np.array(boosts)[episode]
-    scores = (own + beside + HEAD_WEIGHT * head) * (COVERAGE_FLOOR + coverage) * boost
+    scores = (own[idx] + beside + HEAD_WEIGHT * heads[at]) * (COVERAGE_FLOOR + coverage) * boost[at]
     if asked.named:
-        for k, e in enumerate(entries):
-            for speaker, at in e.speakers.items():
-                if speaker in asked.named:
-                    scores[firsts[k] + at] = scores[firsts[k] + at] * QUOTE_SPEAKER_BOOST
+        scores = np.where(named[idx], scores * QUOTE_SPEAKER_BOOST, scores)
     if asked.asks_when:
-        scores = np.where(says_when, scores * WHEN_BOOST, scores)
-    scores = scores + np.array(importance)[episode]
-    return _Scored(rows, entries, scores, counts, episode, local, boosts, notes, near)
+        scores = np.where(says_when[idx], scores * WHEN_BOOST, scores)
+    scores = scores + gain[at]
+    found = _Scored(rows, entries, scores, counts[idx], at, local[idx], boosts, notes, near)
+    found.complete = chosen is None
+    return found
 
 
 def _best_indices(scores: np.ndarray, n: int) -> list[int]:
@@ -656,21 +674,24 @@ def search_quotes(
     )
     entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
-    notes = notes_for(conn, who, set().union(*(e.event_ids for e in entries)))
-    found = _score_passages(rows, entries, asked, near, notes)
+    notes = episode_notes(conn, who, [str(r[0]) for r in rows], [e.event_ids for e in entries])
+    enough = 4 * limit + RESTATEMENT_POOL
+    found = _score_passages(rows, entries, asked, near, notes, None if dense else enough)
     if dense is not None:
         scored = _fused([(s, found.item(i)) for i, s in enumerate(found.scores.tolist())], dense)
         _restatements_first(scored, weights)
         scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
         return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit)
     scores = _restated(found, weights)
-    enough = 4 * limit + RESTATEMENT_POOL
     while True:
         order = _best_first(found, scores, enough)
         out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in order), limit)
-        if len(out) >= limit or len(order) == len(scores):
+        if len(out) >= limit or (len(order) == len(scores) and found.complete):
             return out
         enough *= 4  # many near-duplicates among the best: look further down
+        if not found.complete:  # ...past what the bound kept: score again for the new depth
+            found = _score_passages(rows, entries, asked, near, notes, enough)
+            scores = _restated(found, weights)
 
 
 def _near_identical(a: frozenset[str], b: frozenset[str]) -> bool:

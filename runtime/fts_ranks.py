@@ -1,0 +1,136 @@
+"""BM25 ranks of an OR of words, summed from each word's own ranks, kept until the episodes change.
+
+FTS5's `bm25()` of a query is a sum over the query's phrases, in their
+order, of each phrase's part (its IDF times its weighted frequency in the
+document, saturated by the document's length), starting from zero and
+negated at the end; a phrase a document lacks adds exactly zero. Each part
+depends only on the phrase, the document and the table's statistics, so the
+rank of `"a"* OR "b"*` is, bit for bit, the negated sum of the negated ranks
+of `"a"*` and `"b"*` alone, added in that order (checked on every row in
+tests/test_read_path_long_ranks.py).
+
+Computing a rank walks every position of every matched word in every matching
+document: for a long conversation (two hundred episodes of ~7,000 words, a
+common word hundreds of times in each) that is 1.5–5 ms per question, while
+the words themselves recur from question to question. So each phrase's ranks
+(both rankings the searches use) are asked of the index once, alone, and kept
+per database until an episode is inserted, deleted or changed: the newest
+episode rowid and a count of deletions and updates kept by triggers
+(`meta.episodes_changed`) say so. Who may see a match is still checked on the
+rows, per question. Only an OR of plain phrases is served this way (the
+candidate tries that AND words or name a participant ask the index as before),
+and only on stores of at most `MAX_DOCS` episodes where long episodes have
+been met (runtime.episode_text indexes those): long conversations, not
+archives of a hundred thousand episodes where most of a word's documents
+belong to other readers, nor stores of short episodes that the index ranks
+about as fast as the sum is made.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from typing import Any
+
+import numpy as np
+import orjson
+from tiermem.runtime.episode_text import TEXTS
+from tiermem.runtime.hotstore import HotConnection, database_key
+
+COUNTER = "episodes_changed"
+TRIGGER = "episodes_changed_ad"  # one of the counting triggers: their presence says the count can be trusted
+MAX_ROWS = 2_000_000  # (phrase, document) ranks kept in all; past it, everything is dropped
+# Only stores of at most this many episodes (by newest rowid): a word's ranks are computed for every
+# document holding it, which on a large archive of many readers is mostly documents this reader may
+# not see (the query it replaces ranks only the visible ones), and new words are met on most questions.
+MAX_DOCS = 5_000
+_PHRASE = re.compile(r'^"[a-z0-9]+"\*?$')
+
+_Ranks = tuple[np.ndarray, np.ndarray]  # (rowids ascending, ranks: one column per ranking)
+
+
+class _Kept:
+    def __init__(self) -> None:
+        self.version: tuple[Any, ...] | None = None
+        self.phrases: dict[tuple[str, str], _Ranks] = {}
+        self.rows = 0
+
+
+_KEPT = _Kept()
+
+
+def phrases_of(match: str) -> list[str] | None:
+    """The phrases of an OR of plain phrases (`"word"*` or `"word"`), in order; None for anything else."""
+    phrases = match.split(" OR ")
+    return phrases if all(_PHRASE.match(p) for p in phrases) else None
+
+
+def _version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+    if not isinstance(conn, HotConnection) or conn.in_transaction:
+        return None
+    counted = getattr(conn, "episodes_counted", None)
+    if counted is None:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", [TRIGGER])
+        counted = conn.episodes_counted = found.fetchone() is not None
+    if not counted:
+        return None
+    db = database_key(conn)
+    if db not in TEXTS.long_dbs:
+        return None  # short documents: the index ranks them about as fast as the sum is made
+    newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0]
+    if newest is not None and newest > MAX_DOCS:
+        return None
+    cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", [COUNTER]).fetchone()
+    return db, int(cookie), newest, str(row[0]) if row else "0"
+
+
+def ranked_rows(
+    conn: sqlite3.Connection, where: str, params: list[Any], match: str, ranks: list[str]
+) -> list[tuple[Any, ...]] | None:
+    """(rowid, rank per `ranks`) of every match the principal may see (`where` on `e`), or None
+    when this query cannot be served from kept phrase ranks (the caller asks the index)."""
+    phrases = phrases_of(match)
+    version = _version(conn) if phrases else None
+    if phrases is None or version is None:
+        return None
+    if _KEPT.version != version or _KEPT.rows > MAX_ROWS:
+        _KEPT.version, _KEPT.phrases, _KEPT.rows = version, {}, 0
+    parts = [_phrase_ranks(conn, p, ranks) for p in phrases]
+    rowids = np.unique(np.concatenate([p[0] for p in parts]))
+    if not len(rowids):
+        return []
+    total = np.zeros((len(rowids), len(ranks)))
+    for ids, values in parts:
+        # Every phrase adds its part in order (zero where a document lacks it), as bm25() sums them.
+        if not len(ids):
+            continue  # adding zero everywhere
+        at = np.searchsorted(ids, rowids)
+        found = (at < len(ids)) & (ids[np.minimum(at, len(ids) - 1)] == rowids)
+        part = np.where(found[:, None], -values[np.minimum(at, len(ids) - 1)], 0.0)
+        total = total + part
+    total = -1.0 * total
+    visible = _visible(conn, where, params, rowids.tolist())
+    keep = np.isin(rowids, np.array(visible, dtype=np.int64))
+    return [(r, *v) for r, v in zip(rowids[keep].tolist(), total[keep].tolist(), strict=True)]
+
+
+def _phrase_ranks(conn: sqlite3.Connection, phrase: str, ranks: list[str]) -> _Ranks:
+    key = (phrase, "|".join(ranks))
+    kept = _KEPT.phrases.get(key)
+    if kept is None:
+        rows = conn.execute(
+            f"SELECT rowid, {', '.join(ranks)} FROM episodes_fts WHERE episodes_fts MATCH ? ORDER BY rowid",
+            [phrase],
+        ).fetchall()
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        values = np.array([tuple(r)[1:] for r in rows], dtype=np.float64).reshape(len(rows), len(ranks))
+        kept = _KEPT.phrases[key] = (ids, values)
+        _KEPT.rows += len(rows)
+    return kept
+
+
+def _visible(conn: sqlite3.Connection, where: str, params: list[Any], rowids: list[int]) -> list[int]:
+    """The rowids among `rowids` whose episode the principal may see (`where` on alias `e`)."""
+    sql = f"SELECT e.rowid FROM episodes e WHERE e.rowid IN (SELECT value FROM json_each(?)) AND {where}"
+    return [r[0] for r in conn.execute(sql, [orjson.dumps(rowids).decode(), *params])]
