@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -51,6 +53,7 @@ from tiermem.embeddings import Embedder, load_embedder
 from tiermem.ids import parse_ts
 from tiermem.settings import RERANK_EMBEDDERS, Settings
 
+CACHED_VECTORS = 8192  # texts whose vectors a reranker keeps (~8 MB at 256 dimensions, ~12 MB at 384)
 FEATURES = ("lexical", "rank", "asks", "length", "cosine", "cosine_gap", "context", "context_gap")
 
 
@@ -102,40 +105,40 @@ def fit_linear(
 
 
 # Fitted on all seven conversations of the LoCoMo development split by `bench/bench_rerank.py --fit`
-# (depth 30, captions and notes on); the figures it reports are leave-one-conversation-out.
+# (depth 60, captions and notes on); the figures it reports are leave-one-conversation-out.
 MODELS: dict[str, LinearModel] = {
     "static": LinearModel(
         mean=(
-            0.37016880,
-            2.48731368,
-            0.21283412,
-            4.96433186,
-            0.42498551,
-            -0.18907040,
-            0.45114563,
-            -0.17074254,
+            0.28194620,
+            3.14249721,
+            0.21277250,
+            4.94023591,
+            0.40468369,
+            -0.21283983,
+            0.43200422,
+            -0.19441545,
         ),
         scale=(
-            0.23163888,
-            0.83669828,
-            0.40931132,
-            0.51778725,
-            0.12316293,
-            0.10970707,
-            0.11412666,
-            0.10215749,
+            0.20361305,
+            0.89418381,
+            0.40926809,
+            0.52415358,
+            0.12196954,
+            0.11073398,
+            0.11344627,
+            0.10412376,
         ),
         weights=(
-            0.55671645,
-            -0.73637477,
-            -0.31116004,
-            0.39646520,
-            0.10432670,
-            0.09599583,
-            0.05079287,
-            0.37306431,
+            0.53236586,
+            -0.70448331,
+            -0.29710125,
+            0.42992273,
+            0.09448280,
+            0.11886372,
+            0.04611764,
+            0.41397084,
         ),
-        bias=-4.72817311,
+        bias=-5.59311422,
     ),
 }
 
@@ -156,9 +159,16 @@ def _previous(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list[
 
 
 def features(
-    conn: sqlite3.Connection, embedder: Embedder, query: str, head: Sequence[dict[str, Any]]
+    conn: sqlite3.Connection,
+    embedder: Embedder,
+    query: str,
+    head: Sequence[dict[str, Any]],
+    embed: Callable[[Sequence[str]], NDArray[np.float32]] | None = None,
 ) -> NDArray[np.float64]:
-    """The `FEATURES` of each passage of `head` (search results, best first), one row each."""
+    """The `FEATURES` of each passage of `head` (search results, best first), one row each.
+
+    `embed` replaces `embedder.embed` (the reranker passes its cached one).
+    """
     n = len(head)
     if not n:
         return np.zeros((0, len(FEATURES)))
@@ -174,7 +184,7 @@ def features(
         else:
             line = f"{before[0]}: {before[1]}\n" if before[0] else f"{before[1]}\n"
             contexts.append(said.replace("] ", "] " + line, 1))
-    vecs = embedder.embed([query, *texts, *contexts])
+    vecs = (embed or embedder.embed)([query, *texts, *contexts])
     q = vecs[0]
     cosine = np.asarray(vecs[1 : n + 1] @ q, dtype=np.float64)
     context = np.asarray(vecs[n + 1 :] @ q, dtype=np.float64)
@@ -196,10 +206,34 @@ def features(
 class Reranker:
     """Reorders the first `depth` results of a quote search by a `LinearModel` (see the module doc)."""
 
-    def __init__(self, embedder: Embedder, model: LinearModel, depth: int) -> None:
+    def __init__(
+        self, embedder: Embedder, model: LinearModel, depth: int, cached: int = CACHED_VECTORS
+    ) -> None:
         self.embedder = embedder
         self.model = model
         self.depth = depth
+        self.cached = cached
+        self._vectors: OrderedDict[str, NDArray[np.float32]] = OrderedDict()
+        self._lock = threading.Lock()  # one store may serve several threads
+
+    def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """`embedder.embed` through a cache of the most recently used texts' vectors.
+
+        The same passages come back question after question (a conversation's
+        shortlists overlap), and embedding is nearly all of a reranking's cost.
+        """
+        with self._lock:
+            have = {t: self._vectors[t] for t in texts if t in self._vectors}
+        todo = [t for t in dict.fromkeys(texts) if t not in have]
+        if todo:
+            have.update(zip(todo, self.embedder.embed(todo), strict=True))
+        with self._lock:
+            for t in dict.fromkeys(texts):
+                self._vectors[t] = have[t]
+                self._vectors.move_to_end(t)
+            while len(self._vectors) > self.cached:
+                self._vectors.popitem(last=False)
+        return np.stack([have[t] for t in texts])
 
     def reorder(
         self, conn: sqlite3.Connection, query: str, found: list[dict[str, Any]]
@@ -207,7 +241,7 @@ class Reranker:
         head = found[: self.depth]
         if len(head) < 2:
             return found
-        scores = self.model.score(features(conn, self.embedder, query, head))
+        scores = self.model.score(features(conn, self.embedder, query, head, self.embed))
         order = np.argsort(-scores, kind="stable")
         return [head[int(i)] for i in order] + found[self.depth :]
 

@@ -201,7 +201,7 @@ class RetrievalSettings:
     candidates: int = 100
     model_cache: str = ""
     rerank: str = "off"
-    rerank_depth: int = 30
+    rerank_depth: int = 60
 
     def __post_init__(self) -> None:
         if self.mode not in RETRIEVAL_MODES:
