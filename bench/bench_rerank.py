@@ -77,7 +77,9 @@ def collect(settings: Any, convs: list[Any], embedder: Embedder, depth: int) -> 
         try:
             store = system.memory.store
             for q in conv.questions:
-                found = quote_search.search_quotes(store.conn, system.memory.principal, q.question, limit=60)
+                found = quote_search.search_quotes(
+                    store.conn, system.memory.principal, q.question, limit=60, dense=store.dense
+                )
                 gold = {ev[d] for d in q.evidence if d in ev}
                 head = found[:depth]
                 out.append(
@@ -155,12 +157,13 @@ def time_reorder(
     for conv in convs:
         system = TiermemContext(settings, conv)
         try:
-            conn, who = system.memory.store.conn, system.memory.principal
+            store = system.memory.store
+            conn, who = store.conn, system.memory.principal
             for q in conv.questions:
                 if done >= n:
                     break
                 done += 1
-                found = quote_search.search_quotes(conn, who, q.question, limit=60)
+                found = quote_search.search_quotes(conn, who, q.question, limit=60, dense=store.dense)
                 for name, reranker in (("cold", Reranker(embedder, model, depth)), ("warm", warm)):
                     c0, w0 = time.process_time(), time.perf_counter()
                     reranker.reorder(conn, q.question, found)

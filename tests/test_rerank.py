@@ -33,23 +33,22 @@ FIXTURE = [
             "speaker_b": "Ben",
             "session_1_date_time": "1:56 pm on 8 May, 2023",
             "session_1": [
-                # Words alone: the turns naming Ben and "dance" outrank the answer, which names neither.
+                # Words alone rank turns that name Ben and "favorite" or "style" in passing above the
+                # answer, which shares no word with the question (only the question before it does).
+                {"speaker": "Ava", "dia_id": "D1:1", "text": "Ben, your favorite coffee mug broke, Ben."},
+                {"speaker": "Ben", "dia_id": "D1:2", "text": "Ben here: that car has a terrible style, Ben."},
+                {"speaker": "Ava", "dia_id": "D1:3", "text": "Ben, my favorite bakery closed early again."},
+                {"speaker": "Ben", "dia_id": "D1:4", "text": "I am Ben and the traffic was awful, Ben."},
                 {
                     "speaker": "Ava",
-                    "dia_id": "D1:1",
-                    "text": "Ben, dance is my favorite way to relax. Do you dance?",
+                    "dia_id": "D1:5",
+                    "text": "Do you dance, Ben? Which style do you love the most?",
                 },
-                {
-                    "speaker": "Ben",
-                    "dia_id": "D1:2",
-                    "text": "Ben here: I dance at the studio on Fridays with Ava.",
-                },
-                {"speaker": "Ava", "dia_id": "D1:3", "text": "Which style do you love the most, Ben?"},
-                {"speaker": "Ben", "dia_id": "D1:4", "text": STYLE},
+                {"speaker": "Ben", "dia_id": "D1:6", "text": STYLE},
             ]
             + [
                 {"speaker": s, "dia_id": f"D1:{k}", "text": FILLER[k % len(FILLER)]}
-                for k, s in zip(range(5, 13), ["Ava", "Ben"] * 4, strict=True)
+                for k, s in zip(range(7, 15), ["Ava", "Ben"] * 4, strict=True)
             ],
             # The newest turns stay verbatim in working memory: these keep the ones above compressed.
             "session_2_date_time": "9:00 am on 9 July, 2023",
@@ -106,24 +105,28 @@ def test_the_reranker_lifts_an_answer_the_words_rank_low(tmp_path: Path) -> None
         conn = store.conn  # type: ignore[attr-defined]
         found = search_quotes(conn, who, QUESTION, limit=60)
         texts = [f["text"] for f in found]
-        assert texts[0] != STYLE  # words alone put another turn first
+        lexical_rank = texts.index(STYLE)
+        assert lexical_rank >= 8  # words alone: below every turn that names Ben with a word of the question
 
         x = features(conn, MiniLMEmbedder(), QUESTION, found[:30])
-        at = texts.index(STYLE)
-        assert x[at, FEATURES.index("context")] > x[at, FEATURES.index("cosine")]  # the question before helps
-        assert x[at, FEATURES.index("asks")] == 0.0
+        # The context pair differs from the passage alone exactly when the episode has a turn before it.
+        before = rerank._previous(conn, found[:30])
+        differs = np.abs(x[:, FEATURES.index("context")] - x[:, FEATURES.index("cosine")]) > 1e-6
+        assert differs.tolist() == [b is not None for b in before]
+        assert any(before) and not all(before)
+        assert x[:, FEATURES.index("asks")].tolist() == [float(t.endswith("?")) for t in texts[:30]]
         assert x[2, FEATURES.index("rank")] == pytest.approx(np.log(3.0))
 
         reranked = Reranker(MiniLMEmbedder(), MODELS["minilm"], 30).reorder(conn, QUESTION, found)
-        assert reranked[0]["text"] == STYLE
+        assert [f["text"] for f in reranked].index(STYLE) <= lexical_rank - 4
         assert sorted(f["text"] for f in reranked) == sorted(texts)  # reordered, nothing added or lost
 
-        # The recall hook: the same store, off and on.
-        first_off = store.recall_lines(who, QUESTION, budget=40)[1][0]
+        # The recall hook, same store and budget: the answer is delivered with the reranker only.
+        off = store.recall_lines(who, QUESTION, budget=100)
         store.rerank = reranker_for(replace(settings, retrieval=replace(settings.retrieval, rerank="minilm")))  # type: ignore[attr-defined]
-        first_on = store.recall_lines(who, QUESTION, budget=40)[1][0]
-        assert STYLE not in first_off
-        assert STYLE in first_on
+        on = store.recall_lines(who, QUESTION, budget=100)
+        assert not any(STYLE in line for line, _ in off)
+        assert any(STYLE in line for line, _ in on)
     finally:
         ctx.close()
 
@@ -152,4 +155,3 @@ def test_a_short_shortlist_is_left_alone() -> None:
 
     one = [{"text": "x", "score": 1.0}]
     assert Reranker(Refuses(), MODELS["static"], 30).reorder(None, "q", one) == one  # type: ignore[arg-type]
-    assert rerank.Reranker is Reranker
