@@ -26,8 +26,8 @@ development split with `fit_linear` (`bench/bench_rerank.py`, which reports
 only leave-one-conversation-out figures: each conversation ranked by weights
 fitted on the others). Two embedders can supply the cosines: the static table
 distilled from MiniLM (`static`: microseconds per passage, so the whole
-reranking costs about a millisecond) and MiniLM itself (`minilm`: ~20 ms of
-CPU per passage, about a second per question for 30 passages: a measured,
+reranking costs ~1 ms of CPU warm, ~5 ms cold at depth 60) and MiniLM itself (`minilm`: ~20 ms
+of CPU per text, ~3 s per question cold at depth 60, ~1 s warm: a measured,
 documented setting for a caller that can wait, not for every turn).
 """
 
