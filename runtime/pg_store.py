@@ -36,6 +36,7 @@ from tiermem.runtime.hotstore import item_clause
 from tiermem.runtime.pg_hotstore import PgConnection
 from tiermem.runtime.pg_vectors import PgVectorIndex
 from tiermem.runtime.quote_search import DenseSearch
+from tiermem.runtime.rerank import reranker_for
 from tiermem.runtime.sqlite_store import dense_search
 from tiermem.runtime.store import ProjectionInfo
 from tiermem.runtime.store_reads import SharedReads
@@ -294,7 +295,9 @@ class PostgresHotStore(SharedReads):
 
     @classmethod
     def open(cls, settings: Settings) -> PostgresHotStore:
-        return cls.connect(str(settings.hot_url), dense=pg_dense_search(settings))
+        store = cls.connect(str(settings.hot_url), dense=pg_dense_search(settings))
+        store.rerank = reranker_for(settings)
+        return store
 
     @classmethod
     def connect(cls, url: str, *, create: bool = True, dense: DenseSearch | None = None) -> PostgresHotStore:

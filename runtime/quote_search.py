@@ -25,7 +25,7 @@ import sqlite3
 from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -62,6 +62,9 @@ from tiermem.dates import anchor_relative_dates, human_date
 from tiermem.fusion import weighted_fusion
 from tiermem.ids import parse_ts
 from tiermem.text import STOP_WORDS, stem
+
+if TYPE_CHECKING:
+    from tiermem.runtime.rerank import Reranker
 
 # Words of how a question is asked rather than what it is about ("What kind of...", "Would X likely...").
 # Measured on LoCoMo dev: dropping them lowered recall (their IDF is already low), so only these few.
@@ -789,11 +792,15 @@ def recall_lines(
     participant: str | None = None,
     budget: int | None = None,
     dense: DenseSearch | None = None,
+    rerank: Reranker | None = None,
 ) -> list[tuple[str, tuple[str, ...]]]:
     """What `recall_memory` should show for `query`: the best remembered turns as a dated block.
 
     One call for both the recall tool and the context harness, so what is
     measured is what the agent reads. Lines are (text, cited event ids).
+    With `rerank` (retrieval.rerank), the shortlist's head is reordered first.
     """
     found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES, dense=dense)
+    if rerank is not None:
+        found = rerank.reorder(conn, query, found)
     return render_quote_block(found, budget, query)

@@ -22,6 +22,7 @@ from typing import Any
 
 from tiermem.runtime import hotstore, sqlite_apply
 from tiermem.runtime.quote_search import DenseSearch
+from tiermem.runtime.rerank import reranker_for
 from tiermem.runtime.store import ProjectionInfo
 from tiermem.runtime.store_reads import SharedReads
 from tiermem.runtime.vectors import VectorIndex
@@ -66,7 +67,9 @@ class SQLiteHotStore(SharedReads):
 
     @classmethod
     def open(cls, settings: Settings) -> SQLiteHotStore:
-        return cls(hotstore.open_hot_store(settings), settings.hot_db, dense_search(settings))
+        store = cls(hotstore.open_hot_store(settings), settings.hot_db, dense_search(settings))
+        store.rerank = reranker_for(settings)
+        return store
 
     @classmethod
     def connect(cls, path: Path | str) -> SQLiteHotStore:

@@ -17,6 +17,7 @@ from tiermem.runtime import episode_search, levels, quote_search, scopes, unfold
 from tiermem.runtime.hotstore import fact_clause, item_clause
 from tiermem.runtime.levels import WorkingItem
 from tiermem.runtime.quote_search import DenseSearch
+from tiermem.runtime.rerank import Reranker
 from tiermem.runtime.scopes import ScoredFact
 from tiermem.runtime.store import Row
 from tiermem.runtime.visibility import Principal
@@ -30,6 +31,7 @@ class SharedReads:
     """Every read of the `HotStore` protocol, over `self._reads` (the backend's connection)."""
 
     dense: DenseSearch | None
+    rerank: Reranker | None = None  # retrieval.rerank: set by the backend's `open`
 
     @property
     def _reads(self) -> sqlite3.Connection:
@@ -117,7 +119,9 @@ class SharedReads:
     def recall_lines(
         self, who: Principal, query: str, participant: str | None = None, budget: int | None = None
     ) -> list[tuple[str, tuple[str, ...]]]:
-        return quote_search.recall_lines(self._reads, who, query, participant, budget, self.dense)
+        return quote_search.recall_lines(
+            self._reads, who, query, participant, budget, self.dense, self.rerank
+        )
 
     def search_turns(
         self,

@@ -166,6 +166,10 @@ AUTO_WEIGHT = -1.0  # retrieval.dense_weight: use the model's measured weight
 # MiniLM's hit@k sweep peaks at 0.4; the static table's end-to-end runs at 0.2 / 0.3 / 0.4
 # delivered most at 0.2 (it beats lexical at 500 tokens there, and not at 0.4).
 MEASURED_DENSE_WEIGHT: Mapping[str, float] = {"all-minilm-l6-v2": 0.4, "all-minilm-l6-v2-static": 0.2}
+# retrieval.rerank: the reranker of the recalled shortlist (runtime.rerank) -> the model giving its cosines.
+RERANK_EMBEDDERS: Mapping[str, str] = {"static": "all-minilm-l6-v2-static", "minilm": "all-minilm-l6-v2"}
+RERANK_MODES: tuple[str, ...] = ("off", *RERANK_EMBEDDERS)
+MAX_RERANK_DEPTH = 60  # the recall's shortlist (quote_search.RECALL_QUOTES): nothing deeper exists
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,11 @@ class RetrievalSettings:
     share of the weighted fusion; left at `AUTO_WEIGHT` it is the weight measured
     for the model on LoCoMo dev (`MEASURED_DENSE_WEIGHT`, bench/RESULTS.md).
     `candidates` (taken from each side before fusing) is the pool those sweeps
-    used. `dense` (cosine alone) is kept for comparison.
+    used. `dense` (cosine alone) is kept for comparison. `rerank` reorders the
+    first `rerank_depth` passages of the recalled shortlist with a linear model
+    over lexical and embedding features (runtime.rerank): "static" costs about a
+    millisecond per question, "minilm" about a second (bench/RESULTS.md); off by
+    default, and independent of `mode` (a lexical store can rerank too).
     """
 
     mode: RetrievalMode = "lexical"
@@ -192,6 +200,8 @@ class RetrievalSettings:
     dense_weight: float = AUTO_WEIGHT
     candidates: int = 100
     model_cache: str = ""
+    rerank: str = "off"
+    rerank_depth: int = 60
 
     def __post_init__(self) -> None:
         if self.mode not in RETRIEVAL_MODES:
@@ -203,6 +213,10 @@ class RetrievalSettings:
             )
         if self.candidates < 1:
             raise ConfigError(f"retrieval.candidates={self.candidates}: expected at least 1")
+        if self.rerank not in RERANK_MODES:
+            raise ConfigError(f"retrieval.rerank={self.rerank!r}: expected one of {', '.join(RERANK_MODES)}")
+        if not 2 <= self.rerank_depth <= MAX_RERANK_DEPTH:
+            raise ConfigError(f"retrieval.rerank_depth={self.rerank_depth}: expected 2 to {MAX_RERANK_DEPTH}")
 
     @property
     def fusion_weight(self) -> float:
