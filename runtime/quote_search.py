@@ -53,6 +53,7 @@ from tiermem.runtime.time_query import (
     relative_to_event,
     time_window,
 )
+from tiermem.runtime.turn_window import further_neighbours
 from tiermem.runtime.vectors import VectorIndex
 from tiermem.runtime.visibility import Principal
 
@@ -479,7 +480,8 @@ def _neighbours(entries: list[Prepared], own: np.ndarray, first: np.ndarray, las
     asking = np.concatenate([e.found(_ENDS_ASKING) for e in entries])
     whole = np.concatenate([e.whole_turn for e in entries])
     answers = ~first & np.roll(asking, 1) & whole
-    return np.maximum(np.where(answers, ANSWER_WEIGHT, NEIGHBOUR_WEIGHT) * before, NEIGHBOUR_WEIGHT * after)
+    near = np.maximum(np.where(answers, ANSWER_WEIGHT, NEIGHBOUR_WEIGHT) * before, NEIGHBOUR_WEIGHT * after)
+    return np.maximum(near, further_neighbours(own, first, last))  # the same speaker's turns on the topic
 
 
 def _headers(
