@@ -45,7 +45,7 @@ def bounds(
     boost: np.ndarray,
     importance: np.ndarray,
     most_boost: np.ndarray,
-    factors: tuple[float, float, float, float],
+    factors: tuple[float, float, float, float, float],
 ) -> tuple[np.ndarray, np.ndarray]:
     """(lower, upper) bound of every passage's exact score.
 
@@ -54,13 +54,15 @@ def bounds(
     `importance` its episode's additive importance, `most_boost` the largest
     product of the speaker and "when" boosts it can get. `factors`: (the
     header's share, the coverage floor, the largest neighbour share, the
-    coverage floor plus full coverage).
+    coverage floor plus full coverage, the share of a passage two places away).
     """
-    head_share, floor, neighbour, full = factors
+    head_share, floor, neighbour, full, far_share = factors
     base = own + head_share * head
     low = base * (floor + hit_weight / total_weight) * boost + importance
-    nearby = np.maximum(np.roll(own, 1), np.roll(own, -1))  # own >= 0: a wrapped value only widens it
-    high = (base + neighbour * nearby) * full * boost * most_boost + importance
+    # own >= 0: a wrapped value only widens these
+    nearby = neighbour * np.maximum(np.roll(own, 1), np.roll(own, -1))
+    further = far_share * np.maximum(np.roll(own, 2), np.roll(own, -2))
+    high = (base + np.maximum(nearby, further)) * full * boost * most_boost + importance
     return low - np.abs(low) * SLACK, high + np.abs(high) * SLACK
 
 
@@ -72,7 +74,7 @@ def survivors(
     boost: np.ndarray,
     importance: np.ndarray,
     most_boost: np.ndarray,
-    factors: tuple[float, float, float, float],
+    factors: tuple[float, float, float, float, float],
     keep: int | None,
 ) -> np.ndarray | None:
     """Indices (ascending) of the passages that can be among the best `keep` (`bounds`); None: all."""

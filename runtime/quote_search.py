@@ -48,6 +48,7 @@ from tiermem.runtime.note_cache import episode_notes
 from tiermem.runtime.notes import Note, note_words, shown_notes
 from tiermem.runtime.packing import render_quote_block
 from tiermem.runtime.passage_bounds import survivors
+from tiermem.runtime.query_terms import query_term_groups
 from tiermem.runtime.time_query import (
     TimeWindow,
     event_phrase,
@@ -55,105 +56,16 @@ from tiermem.runtime.time_query import (
     relative_to_event,
     time_window,
 )
+from tiermem.runtime.turn_window import FAR_WEIGHT, further_neighbours
 from tiermem.runtime.vectors import VectorIndex
 from tiermem.runtime.visibility import Principal
 
 from tiermem.dates import anchor_relative_dates, human_date
 from tiermem.fusion import weighted_fusion
 from tiermem.ids import parse_ts
-from tiermem.text import STOP_WORDS, stem
 
 if TYPE_CHECKING:
     from tiermem.runtime.rerank import Reranker
-
-# Words of how a question is asked rather than what it is about ("What kind of...", "Would X likely...").
-# Measured on LoCoMo dev: dropping them lowered recall (their IDF is already low), so only these few.
-QUESTION_FILLER = frozenset(["likely", "probably"])
-# Irregular forms, so "What did she make?" meets "I made..." (both directions via the groups below).
-_IRREGULAR = [
-    "make made making",
-    "go went gone going goes",
-    "buy bought",
-    "see saw seen",
-    "take took taken",
-    "give gave given",
-    "meet met",
-    "find found",
-    "run ran",
-    "win won",
-    "teach taught",
-    "bring brought",
-    "feel felt",
-    "leave left",
-    "lose lost",
-    "write wrote written",
-    "begin began begun",
-    "tell told",
-    "say said",
-    "sing sang sung",
-    "swim swam",
-    "drive drove driven",
-    "ride rode",
-    "eat ate eaten",
-    "fly flew flown",
-    "grow grew grown",
-    "draw drew drawn",
-    "know knew known",
-    "break broke broken",
-    "choose chose chosen",
-    "catch caught",
-    "fall fell fallen",
-    "hear heard",
-    "hold held",
-    "keep kept",
-    "sell sold",
-    "send sent",
-    "spend spent",
-    "build built",
-    "pay paid",
-    "wear wore worn",
-    "do did",
-    "have had has",
-    "think thought",
-    "child children",
-    "person people",
-    "man men",
-    "woman women",
-]
-_FORMS = {w: tuple(line.split()) for line in _IRREGULAR for w in line.split()}
-
-
-def _normal_form(word: str) -> str:
-    """A stem to match as a prefix: 'activities' -> 'activit', 'shopped' -> 'shop', 'status' stays."""
-    if len(word) > 5 and word.endswith("ies"):
-        return word[:-3]
-    if word.endswith(("ss", "us", "is")):
-        return word
-    term = stem(word) if len(word) > 4 else word
-    if term != word and len(term) >= 4 and term[-1] == term[-2] and term[-1] not in "aeiouls":
-        term = term[:-1]  # doubled consonant before -ed/-ing
-    return term
-
-
-def query_term_groups(query: str) -> list[tuple[str, ...]]:
-    """Each content word of the query as the forms that count as it (stem first)."""
-    out: list[tuple[str, ...]] = []
-    names = _names_in(query)
-    for word in _WORD.findall(query.lower()):
-        if word in STOP_WORDS or word in QUESTION_FILLER or len(word) < 2:
-            continue
-        forms = [_normal_form(word)]
-        for other in _FORMS.get(word, ()):
-            if other != word and len(_normal_form(other)) > 3:
-                forms.append(_normal_form(other))
-            elif other != word:
-                forms.append(other)
-        if word.endswith("e") and len(word) >= 4 and word not in names:
-            forms.append(word[:-1] + "ing")  # "make" -> "making", which the prefix "make" misses
-        group = tuple(dict.fromkeys(forms))
-        if all(group[0] != g[0] for g in out):
-            out.append(group)
-    return out[:24]
 
 
 def _group_matcher(groups: list[tuple[str, ...]]) -> TermMatcher:
@@ -489,7 +401,10 @@ def _neighbours(
     asking = np.concatenate([e.found(_ENDS_ASKING) for e in entries])
     whole = np.concatenate([e.whole_turn for e in entries])
     answers = ~first[idx] & asking[before_at] & whole[idx]
-    return np.maximum(np.where(answers, ANSWER_WEIGHT, NEIGHBOUR_WEIGHT) * before, NEIGHBOUR_WEIGHT * after)
+    near = np.maximum(np.where(answers, ANSWER_WEIGHT, NEIGHBOUR_WEIGHT) * before, NEIGHBOUR_WEIGHT * after)
+    return np.maximum(
+        near, further_neighbours(own, first, last, idx)
+    )  # the same speaker's turns on the topic
 
 
 def _headers(
@@ -557,7 +472,13 @@ def _score_passages(
                 named[firsts[k] + at] = True
     hit = counts > 0
     most = np.where(named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
-    factors = (HEAD_WEIGHT, COVERAGE_FLOOR, max(ANSWER_WEIGHT, NEIGHBOUR_WEIGHT), COVERAGE_FLOOR + 1.0)
+    factors = (
+        HEAD_WEIGHT,
+        COVERAGE_FLOOR,
+        max(ANSWER_WEIGHT, NEIGHBOUR_WEIGHT),
+        COVERAGE_FLOOR + 1.0,
+        FAR_WEIGHT,
+    )
     bound = (own, hit @ np.array(weights, dtype=np.float64), total_weight, heads[episode], boost[episode])
     chosen = survivors(*bound, gain[episode], most, factors, keep)
     idx = np.arange(len(episode)) if chosen is None else chosen

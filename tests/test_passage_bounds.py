@@ -108,7 +108,7 @@ def test_survivors_keep_every_passage_that_can_make_the_best() -> None:
     importance = np.repeat(0.01 * rng.integers(0, 10, n // 50), 50)
     hit = rng.random(n) * 3.0
     most = np.where(rng.random(n) < 0.1, 2.5, 1.0)
-    factors = (0.3, 0.5, 1.0, 1.5)
+    factors = (0.3, 0.5, 1.0, 1.5, 0.6)
     # Exact scores anywhere within the bounds: the best `keep` of them must all survive.
     low, high = passage_bounds.bounds(own, hit, 3.0, head, boost, importance, most, factors)
     for _ in range(5):

@@ -22,6 +22,7 @@ import orjson
 import pytest
 from helpers_runtime import append, episode
 from tiermem.runtime import quote_search as qs
+from tiermem.runtime import turn_window
 from tiermem.runtime.episode_search import _bm25, _candidate_rows, _frequencies, _term_counts, search_episodes
 from tiermem.runtime.episode_text import EpisodeTexts, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
@@ -236,6 +237,9 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
             beside = max(
                 share * own[i - 1] if i > 0 else 0.0,
                 qs.NEIGHBOUR_WEIGHT * own[i + 1] if i + 1 < len(passages) else 0.0,
+                # The same speaker's turn two places away (runtime.turn_window).
+                turn_window.FAR_WEIGHT * own[i - 2] if i > 1 else 0.0,
+                turn_window.FAR_WEIGHT * own[i + 2] if i + 2 < len(passages) else 0.0,
             )
             seen = [
                 bool(counts[i][k] or head_counts[k] or (i > 0 and counts[i - 1][k]))

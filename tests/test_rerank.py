@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from tiermem.runtime import rerank
+from tiermem.runtime import rerank, turn_window
 from tiermem.runtime.quote_search import search_quotes
 from tiermem.runtime.rerank import FEATURES, MODELS, Reranker, features, fit_linear, reranker_for
 
@@ -98,7 +98,12 @@ def test_every_mode_has_a_fitted_model() -> None:
         assert len(m.weights) == len(m.mean) == len(m.scale) == len(FEATURES)
 
 
-def test_the_reranker_lifts_an_answer_the_words_rank_low(tmp_path: Path) -> None:
+def test_the_reranker_lifts_an_answer_the_words_rank_low(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fixture's answer is found by words through the turns around it only: the share of a
+    # speaker's turn two places away (runtime.turn_window) would lift it halfway on its own.
+    monkeypatch.setattr(turn_window, "FAR_WEIGHT", 0.0)
     settings, ctx = _prepared(tmp_path)
     try:
         store, who = ctx.memory.store, ctx.memory.principal
