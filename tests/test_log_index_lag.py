@@ -142,7 +142,7 @@ def test_sealing_a_lagging_segment_keeps_its_ids_in_the_index(settings: Settings
         assert not log.append(interaction(31, event_id="s-31", ts="2026-03-01T10:00:00.000Z")).duplicate
 
 
-def test_a_damaged_lag_list_makes_checks_read_every_segment_and_writers_index(settings: Settings) -> None:
+def test_a_damaged_lag_list_makes_checks_read_every_segment_and_is_rebuilt(settings: Settings) -> None:
     with EventLog(replace(settings, fsync="always")) as log:
         for i in range(5):
             log.append(interaction(i, event_id=f"d-{i}", ts="2026-03-01T10:00:00.000Z"))
@@ -152,11 +152,27 @@ def test_a_damaged_lag_list_makes_checks_read_every_segment_and_writers_index(se
                 assert other.append(
                     interaction(i, event_id=f"d-{i}", ts="2026-03-03T10:00:00.000Z")
                 ).duplicate
+            # The check that read every segment rebuilt the record (then unlisted what it indexed).
+            assert _listed(settings) is not None
             assert not other.append(interaction(7, event_id="d-7", ts="2026-03-03T10:00:00.000Z")).duplicate
         assert not log.append(interaction(9, event_id="d-9", ts="2026-03-01T10:00:00.000Z")).duplicate
-        # With the list damaged, writers index as they write: nothing relies on it.
-        assert {"d-7", "d-9"} <= set(_indexed(settings))
-        assert _listed(settings) is None
+    assert {f"d-{i}" for i in (0, 1, 2, 3, 4, 7, 9)} <= set(_indexed(settings))
+
+
+def test_a_writer_meeting_a_damaged_list_indexes_the_ids_it_held(settings: Settings) -> None:
+    with EventLog(replace(settings, fsync="always")) as log:
+        for i in range(5):
+            log.append(interaction(i, event_id=f"h-{i}", ts="2026-03-01T10:00:00.000Z"))
+        assert not set(_indexed(settings)) & {f"h-{i}" for i in range(5)}  # held in memory only
+        (settings.log_dir / LAG_NAME).write_bytes(b"\x07" * 64)
+        # Its next append moves the segment's indexed offset past them: they go with it.
+        assert not log.append(interaction(5, event_id="h-5", ts="2026-03-01T10:00:00.000Z")).duplicate
+        assert {f"h-{i}" for i in range(6)} <= set(_indexed(settings))
+        with EventLog(replace(settings, fsync="always")) as other:
+            for i in range(6):
+                assert other.append(
+                    interaction(i, event_id=f"h-{i}", ts="2026-03-04T10:00:00.000Z")
+                ).duplicate
 
 
 def test_a_full_lag_list_makes_writers_index_as_they_write(settings: Settings) -> None:

@@ -499,8 +499,9 @@ class EventLog(IndexFollower):
             if self._reindexed == before or not self._known_ids(w, conn, ids):
                 segment = f"{w.stream}/{partition}/{stem}"
                 line = orjson.dumps(event) + b"\n"
+                tailed = self._tailed_segments(w, [segment])
                 written = self._write_durably([(segment, fd, st, line, [0])], sync=sync)
-                self._index_written(w, conn, written, ids)
+                self._index_written(w, conn, written, ids, tailed)
                 return AppendResult(eid, w.stream, segment, written[0][3])
         if sync and self.settings.fsync != "none":
             self._sync_originals(w, conn, ids)
@@ -536,8 +537,9 @@ class EventLog(IndexFollower):
             stem, fd, st = targets[partition] if partition in targets else w.segment_for(partition)
             pending.append((f"{w.stream}/{partition}/{stem}", fd, st, b"".join(lines_of(keep)), keep))
         w.prestat.clear()
+        tailed = self._tailed_segments(w, [segment for segment, *_ in pending])
         written = self._write_durably(pending, sync=sync)
-        self._index_written(w, conn, written, ids)
+        self._index_written(w, conn, written, ids, tailed)
         if sync and duplicates and self.settings.fsync != "none":
             self._sync_originals(w, conn, [ids[i] for i in duplicates])
         return [

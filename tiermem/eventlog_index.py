@@ -192,6 +192,10 @@ class IndexFollower:
                 done.add(segment)
         if done:
             self._lag_list().remove(done)
+        if listed is None:
+            # Every segment was just caught up (stream lock held): the record can be rebuilt,
+            # so later appends stop reading every segment.
+            self._lag_list().repair()
 
     # ----------------------------------------------------------- torn tails
     def repair_tail(
@@ -240,26 +244,34 @@ class IndexFollower:
         self._reconcile(segment, fd, st, tail)
         return st
 
+    def _tailed_segments(self, w: _StreamWriter, segments: list[str]) -> set[str]:
+        """The segments whose lines about to be written may stay unindexed (stream lock held).
+
+        Each is on the lag list, durably, before the write: a writer killed between its
+        write and the listing would otherwise leave lines nobody knows to index. A full
+        or damaged list leaves the rest to be indexed as they are written.
+        """
+        listed = w.listed
+        if listed is None:
+            return set()
+        return {s for s in segments if s in listed or self._lag_list().add(s)}
+
     def _index_written(
         self,
         w: _StreamWriter,
         conn: sqlite3.Connection,
         written: list[tuple[str, int, int, int, list[int], int]],
         ids: list[str],
+        tailed: set[str],
     ) -> None:
-        """Account for the written ids: in the writer's tail of a listed segment, or in the index.
-
-        A segment goes on the lag list (durably) before the first write it leaves unindexed
-        (here, its bytes are not durable yet under group commit, and under `always` the list
-        is synced before them); a full or damaged list makes the writer index as it writes.
-        """
+        """Account for the written ids: in the writer's tail of a segment listed before the write
+        (`tailed`), or in the index."""
         if not written:
             return
         rows: list[tuple[str, list[str], int]] = []
         for segment, _fd, end, first_line, keep, ino in written:
             self._line_counts[segment] = (ino, end, first_line + len(keep))
-            listed = w.listed
-            if listed is not None and (segment in listed or self._lag_list().add(segment)):
+            if segment in tailed:
                 tail = w.tails.get(segment)
                 if tail is None:
                     tail = w.tails[segment] = Tail(w.paths[segment.split("/")[1]][0], ino, end)
@@ -270,7 +282,12 @@ class IndexFollower:
                 rows.append((segment, sorted(tail.ids), end))
                 tail.ids.clear()
             else:
-                rows.append((segment, [ids[i] for i in keep], end))
+                # The offset moves to `end`: the ids this writer still holds for the segment go
+                # with it, or nobody would ever index them.
+                held = w.tails.pop(segment, None)
+                rows.append(
+                    (segment, [*(held.ids if held is not None else ()), *(ids[i] for i in keep)], end)
+                )
             self._indexed_to[segment] = (ino, end)
         if not rows:
             return

@@ -26,6 +26,7 @@ import fcntl
 import os
 import sqlite3
 import struct
+import threading
 import zlib
 from pathlib import Path
 
@@ -151,6 +152,9 @@ class LagList:
         # (the record's bytes, its names) as last read: replaced whole, never changed in place,
         # so threads reading at once each get a consistent pair.
         self._seen: tuple[bytes, frozenset[str] | None] | None = None
+        # flock belongs to the open file description, which this process's threads share: it
+        # keeps other processes out, this keeps the threads from interleaving their changes.
+        self._threads = threading.Lock()
 
     def close(self) -> None:
         os.close(self.fd)
@@ -167,12 +171,13 @@ class LagList:
             return seen
         names = self._parse(raw)
         if names is None:  # a write in progress (or a torn one): look again under its lock
-            fcntl.flock(self.fd, fcntl.LOCK_SH)
-            try:
-                raw = os.pread(self.fd, _LAG_SIZE, 0)
-                names = self._parse(raw)
-            finally:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            with self._threads:
+                fcntl.flock(self.fd, fcntl.LOCK_SH)
+                try:
+                    raw = os.pread(self.fd, _LAG_SIZE, 0)
+                    names = self._parse(raw)
+                finally:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
         self._seen = (raw, names)
         return raw, names
 
@@ -190,38 +195,49 @@ class LagList:
         """List `segment` (durably, before the first unindexed write); False if the list is full or damaged."""
         return self._change(add=segment)
 
+    def repair(self) -> None:
+        """Rewrite a damaged record (as every JSONL segment); nothing if it is sound."""
+        self._change()
+
     def remove(self, segments: set[str]) -> None:
         """Unlist segments the index covers to their end (their stream's lock held)."""
         self._change(remove=segments)
 
     def _change(self, add: str | None = None, remove: set[str] | frozenset[str] = frozenset()) -> bool:
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        try:
-            old = os.pread(self.fd, _LAG_SIZE, 0)
-            names = self._parse(old)
-            if names is None:
-                return False  # damaged: writers index as they write, readers look at every segment
-            # Sealed segments' names go at the first change after the seal.
-            kept = {n for n in names - remove if os.access(self.log_dir / f"{n}.jsonl", os.F_OK)}
-            if add is not None:
-                kept.add(add)
-            if kept == names:
-                return True
-            body = "\n".join(sorted(kept)).encode()
-            if _LAG_HEAD.size + len(body) > _LAG_SIZE:
-                return False
-            generation = _LAG_HEAD.unpack_from(old)[2] + 1 if len(old) >= _LAG_HEAD.size else 1
-            rest = _LAG_HEAD.pack(0, len(body), generation)[4:] + body
-            raw = struct.pack("<I", zlib.crc32(rest)) + rest
-            os.pwrite(self.fd, raw + bytes(_LAG_SIZE - len(raw)), 0)
-            if add is not None and add not in names:
-                # Listed before its first unindexed line can reach the disk: a power loss
-                # must not leave a tail that nobody knows to index.
-                os.fsync(self.fd)
-            self._seen = None  # parse again next time
+        with self._threads:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            try:
+                return self._change_locked(add, remove)
+            finally:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def _change_locked(self, add: str | None, remove: set[str] | frozenset[str]) -> bool:
+        old = os.pread(self.fd, _LAG_SIZE, 0)
+        names = self._parse(old)
+        damaged = names is None
+        if names is None:
+            # Rebuilt as every JSONL segment: a superset is safe (a listed segment the index
+            # covers costs one look), and every writer lists its segment before writing to it.
+            names = frozenset(jsonl_segments(self.log_dir))
+        # Sealed segments' names go at the first change after the seal.
+        kept = {n for n in names - remove if os.access(self.log_dir / f"{n}.jsonl", os.F_OK)}
+        if add is not None:
+            kept.add(add)
+        if kept == names and not damaged:
             return True
-        finally:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        body = "\n".join(sorted(kept)).encode()
+        if _LAG_HEAD.size + len(body) > _LAG_SIZE:
+            return False
+        generation = _LAG_HEAD.unpack_from(old)[2] + 1 if len(old) >= _LAG_HEAD.size else 1
+        rest = _LAG_HEAD.pack(0, len(body), generation)[4:] + body
+        raw = struct.pack("<I", zlib.crc32(rest)) + rest
+        os.pwrite(self.fd, raw + bytes(_LAG_SIZE - len(raw)), 0)
+        if damaged or (add is not None and add not in names):
+            # Listed before its first unindexed line can reach the disk: a power loss
+            # must not leave a tail that nobody knows to index.
+            os.fsync(self.fd)
+        self._seen = None  # parse again next time
+        return True
 
 
 def jsonl_segments(log_dir: Path) -> list[str]:
