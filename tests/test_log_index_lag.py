@@ -11,6 +11,7 @@ import os
 import signal
 import sqlite3
 import subprocess
+import threading
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -220,3 +221,42 @@ def test_a_writer_that_skips_the_seal_marks_still_sees_a_seal_begin(settings: Se
         assert jsonl.stat().st_size == size  # the segment being sealed was not written to
         assert late.segment != f"interactions/{jsonl.parent.name}/{jsonl.stem}"
         assert log.append(interaction(1, event_id="m-1", ts="2026-03-01T10:00:00.000Z")).duplicate
+
+
+def test_threads_writing_two_streams_keep_every_held_tail_listed(settings: Settings) -> None:
+    # One process, one lag-list descriptor, two threads changing it at once: a lost change would
+    # leave a segment whose ids only this process holds off the list, unseen by other processes.
+    days = 25  # two streams x 25 days of segment names fit the one-page list
+
+    def write(kind: str) -> None:
+        for d in range(days):
+            ts = f"2026-05-{d + 1:02d}T10:00:00.000Z"
+            if kind == "interaction":
+                log.append(interaction(d, event_id=f"t-i-{d}", ts=ts))
+            else:
+                log.append(
+                    {
+                        "type": "session_ended",
+                        "agent_id": "a",
+                        "event_id": f"t-s-{d}",
+                        "session_id": "x",
+                        "ts": ts,
+                    }
+                )
+
+    for _round in range(3):
+        with EventLog(replace(settings, fsync="none")) as log:
+            threads = [threading.Thread(target=write, args=(k,)) for k in ("interaction", "session")]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            listed = _listed(settings)
+            assert listed is not None
+            held = {s for w in log._writers.values() for s, tail in w.tails.items() if tail.ids}
+            assert held and held <= listed
+        for p in (settings.log_dir).glob("*/date=*"):  # the next round starts from an empty log
+            for f in p.iterdir():
+                f.unlink()
+        (settings.log_dir / INDEX_NAME).unlink()
+        (settings.log_dir / LAG_NAME).unlink()
