@@ -228,7 +228,15 @@ def test_threads_writing_two_streams_keep_every_held_tail_listed(settings: Setti
     # leave a segment whose ids only this process holds off the list, unseen by other processes.
     days = 25  # two streams x 25 days of segment names fit the one-page list
 
+    errors: list[BaseException] = []
+
     def write(kind: str) -> None:
+        try:
+            append_days(kind)
+        except BaseException as exc:  # a thread's failure must fail the test, not only warn
+            errors.append(exc)
+
+    def append_days(kind: str) -> None:
         for d in range(days):
             ts = f"2026-05-{d + 1:02d}T10:00:00.000Z"
             if kind == "interaction":
@@ -244,19 +252,16 @@ def test_threads_writing_two_streams_keep_every_held_tail_listed(settings: Setti
                     }
                 )
 
-    for _round in range(3):
-        with EventLog(replace(settings, fsync="none")) as log:
+    for round_ in range(3):  # each round on a new log: the first appends also create the index
+        fresh = resolve_settings(data_dir=settings.data_dir / f"round-{round_}", env={}, fsync="none")
+        with EventLog(fresh) as log:
             threads = [threading.Thread(target=write, args=(k,)) for k in ("interaction", "session")]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            listed = _listed(settings)
+            assert not errors
+            listed = _listed(fresh)
             assert listed is not None
             held = {s for w in log._writers.values() for s, tail in w.tails.items() if tail.ids}
             assert held and held <= listed
-        for p in (settings.log_dir).glob("*/date=*"):  # the next round starts from an empty log
-            for f in p.iterdir():
-                f.unlink()
-        (settings.log_dir / INDEX_NAME).unlink()
-        (settings.log_dir / LAG_NAME).unlink()
