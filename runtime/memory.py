@@ -506,7 +506,11 @@ def record_turns(
             )
         )
     if events:
-        first.log.append_validated(events)
+        results = first.log.append_validated(events)
+        # A duplicate (its idempotency key met again) is the log's first copy, which the
+        # projector applies: applying this one could put a turn the log does not hold in the
+        # hot store, in place of the first copy that another process has not applied yet.
+        events = [ev for ev, res in zip(events, results, strict=True) if not res.duplicate]
     if on_durable is not None:
         on_durable(outcomes)
     if events and apply is not None:

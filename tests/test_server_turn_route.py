@@ -209,3 +209,29 @@ def test_a_batch_of_turns_of_two_data_roots_is_refused(settings: Settings, tmp_p
             same_root_again.close()
         with pytest.raises(ValidationError, match="one data root"):
             record_turns([TurnToRecord(here, "a", "b", {}), TurnToRecord(there, "c", "d", {})])
+
+
+def test_a_duplicate_key_never_puts_a_turn_the_log_lacks_into_the_hot_store(settings: Settings) -> None:
+    # Agent A's turn is durable, its hot-store update still queued (as on the server's update
+    # thread or in another worker) when agent B posts a turn with the same idempotency key.
+    with Memory(settings) as mem:
+        first, second = mem.agent(AGENT).runtime, mem.agent(OTHER).runtime
+        queued: list[list[dict[str, Any]]] = []
+        record_turns(
+            [TurnToRecord(first, "alice canary-A-7731", "ok", {"user": "alice", "event_id": "x-1"})],
+            apply=queued.append,
+        )
+        record_turns([TurnToRecord(second, "bob canary-B-9904", "ok", {"user": "bob", "event_id": "x-1"})])
+        (batch,) = queued
+        first.store.apply_now(batch)
+        rows = first.conn.execute("SELECT agent_id, user_message FROM wm_items WHERE event_id = 'x-1'")
+        hot = [tuple(r) for r in rows]
+        logged = [
+            orjson.loads(line)
+            for path in segment_files(settings.data_dir)
+            for line in path.read_bytes().splitlines()
+        ]
+        assert [(e["agent_id"], e["user_message"]) for e in logged if e["event_id"] == "x-1"] == [
+            (AGENT, "alice canary-A-7731")
+        ]
+        assert hot == [(AGENT, "alice canary-A-7731")]
