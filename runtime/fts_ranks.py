@@ -7,7 +7,7 @@ negated at the end; a phrase a document lacks adds exactly zero. Each part
 depends only on the phrase, the document and the table's statistics, so the
 rank of `"a"* OR "b"*` is, bit for bit, the negated sum of the negated ranks
 of `"a"*` and `"b"*` alone, added in that order (checked on every row in
-tests/test_read_path_long_ranks.py).
+tests/test_fts_ranks.py).
 
 Computing a rank walks every position of every matched word in every matching
 document: for a long conversation (two hundred episodes of ~7,000 words, a
@@ -96,7 +96,10 @@ def ranked_rows(
         return None
     if _KEPT.version != version or _KEPT.rows > MAX_ROWS:
         _KEPT.version, _KEPT.phrases, _KEPT.rows = version, {}, 0
-    parts = [_phrase_ranks(conn, p, ranks) for p in phrases]
+    # This version's dict, taken before reading: another thread that starts a newer one meanwhile
+    # must not get ranks read here filed under its version.
+    kept = _KEPT.phrases
+    parts = [_phrase_ranks(conn, kept, p, ranks) for p in phrases]
     rowids = np.unique(np.concatenate([p[0] for p in parts]))
     if not len(rowids):
         return []
@@ -115,9 +118,11 @@ def ranked_rows(
     return [(r, *v) for r, v in zip(rowids[keep].tolist(), total[keep].tolist(), strict=True)]
 
 
-def _phrase_ranks(conn: sqlite3.Connection, phrase: str, ranks: list[str]) -> _Ranks:
+def _phrase_ranks(
+    conn: sqlite3.Connection, phrases: dict[tuple[str, str], _Ranks], phrase: str, ranks: list[str]
+) -> _Ranks:
     key = (phrase, "|".join(ranks))
-    kept = _KEPT.phrases.get(key)
+    kept = phrases.get(key)
     if kept is None:
         rows = conn.execute(
             f"SELECT rowid, {', '.join(ranks)} FROM episodes_fts WHERE episodes_fts MATCH ? ORDER BY rowid",
@@ -125,7 +130,7 @@ def _phrase_ranks(conn: sqlite3.Connection, phrase: str, ranks: list[str]) -> _R
         ).fetchall()
         ids = np.array([r[0] for r in rows], dtype=np.int64)
         values = np.array([tuple(r)[1:] for r in rows], dtype=np.float64).reshape(len(rows), len(ranks))
-        kept = _KEPT.phrases[key] = (ids, values)
+        kept = phrases[key] = (ids, values)
         _KEPT.rows += len(rows)
     return kept
 

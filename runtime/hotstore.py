@@ -352,6 +352,12 @@ def database_key(conn: Any) -> str:
     if known is not None:
         return str(known)
     key = str(conn.execute("PRAGMA database_list").fetchone()[2])
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+    except sqlite3.OperationalError:  # no store here yet
+        row = None
+    if row is not None:
+        key = f"{key}#{row[0]}"
     if isinstance(conn, HotConnection):
         conn.database_file = key
     return key
@@ -384,6 +390,11 @@ def connect(path: Path | str, *, create: bool = True) -> sqlite3.Connection:
     return conn
 
 
+# Which store this file holds: a store rebuilt at the same path (same schema, same counters)
+# must not meet the per-process caches of the one it replaced.
+_NEW_STORE_ID = "INSERT OR REPLACE INTO meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))))"
+
+
 def _ensure_schema(conn: sqlite3.Connection) -> None:
     row = conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
     stale = False
@@ -392,6 +403,8 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
         if version is not None and int(version[0]) == SCHEMA_VERSION:
             for statement in ADDED_INDEXES:
                 conn.execute(statement)  # a no-op once built
+            if conn.execute("SELECT 1 FROM meta WHERE key = 'store_id'").fetchone() is None:
+                conn.execute(_NEW_STORE_ID)  # a store made before stores had one
             return
         stale = version is not None
     with write_transaction(conn):
@@ -404,6 +417,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
         conn.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
+        conn.execute(_NEW_STORE_ID)
 
 
 def _drop_all(conn: sqlite3.Connection) -> None:

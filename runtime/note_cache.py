@@ -12,7 +12,8 @@ never gets another's), and only the episodes not met yet are looked up. What
 is kept is dropped as soon as any note may have changed: triggers on the
 notes table count every insert, update and delete (`meta.notes_changed`,
 see runtime.hotstore), and the count is read with SQLite's schema cookie on
-every search (a rebuilt store starts its count again, with a new schema). An
+every search, with the store's id (`database_key`: a store rebuilt at the same
+path starts its count again, under a new id). An
 erased note is therefore never served. Inside a transaction nothing is kept
 (a rollback does not take the count back), and a store without the triggers
 (opened by an older writer, or PostgreSQL) is always asked.

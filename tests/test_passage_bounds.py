@@ -11,12 +11,14 @@ that kept notes follow inserts, erasures and the reader's visibility.
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from test_read_path_long import QUERIES, _reference_quotes, memory  # noqa: F401  (the fixture)
-from tiermem.runtime import note_cache, passage_bounds
+from tiermem.runtime import hotstore, note_cache, passage_bounds
 from tiermem.runtime import quote_search as qs
 from tiermem.runtime.hotstore import open_hot_store
 from tiermem.runtime.memory import AgentMemory
@@ -153,3 +155,28 @@ def test_kept_notes_follow_inserts_erasures_and_visibility(memory: AgentMemory, 
     stranger = Principal(agent_id="talker", user="someone-else")
     assert note_cache.episode_notes(conn, stranger, ids, cited) == expected(stranger)
     assert expected(stranger) != expected(who)
+
+
+def test_a_store_rebuilt_at_the_same_path_meets_none_of_the_old_ones_kept_notes(tmp_path: Path) -> None:
+    path = tmp_path / "hot.sqlite"
+    alice = Principal(agent_id="bot", user="alice")
+
+    def store_with_note(note_id: str, text: str) -> sqlite3.Connection:
+        conn = hotstore.connect(path)
+        conn.execute(
+            "INSERT INTO notes (note_id, agent_id, source_event_id, speaker, kind, text, ts, owner)"
+            " VALUES (?, 'bot', 'turn-1', 'user', 'dates', ?, '2026-01-01T00:00:00Z', 'alice')",
+            (note_id, text),
+        )
+        return conn
+
+    old = store_with_note("n1", "ERASED canary-ALICE-7731")
+    assert "canary-ALICE" in str(note_cache.episode_notes(old, alice, ["ep-1"], [frozenset({"turn-1"})]))
+    for suffix in ("", "-wal", "-shm"):  # removed and made again, as a rebuild does
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    new = store_with_note("n2", "rebuilt note")
+    assert hotstore.database_key(new) != hotstore.database_key(old)
+    served = str(note_cache.episode_notes(new, alice, ["ep-1"], [frozenset({"turn-1"})]))
+    assert "rebuilt note" in served and "canary-ALICE" not in served
+    old.close()
+    new.close()
