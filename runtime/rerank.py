@@ -33,6 +33,7 @@ documented setting for a caller that can wait, not for every turn).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sqlite3
 import threading
@@ -246,7 +247,7 @@ class Reranker:
         self.model = model
         self.depth = depth
         self.cached = cached
-        self._vectors: OrderedDict[str, NDArray[np.float32]] = OrderedDict()
+        self._vectors: OrderedDict[bytes, NDArray[np.float32]] = OrderedDict()
         self._lock = threading.Lock()  # one store may serve several threads
 
     def embed(self, texts: Sequence[str]) -> NDArray[np.float32]:
@@ -255,15 +256,18 @@ class Reranker:
         The same passages come back question after question (a conversation's
         shortlists overlap), and embedding is nearly all of a reranking's cost.
         """
+        # Kept under a digest of the text, not the text: a passage erased from the store must
+        # not stay readable in this process's memory.
+        keys = {t: hashlib.blake2b(t.encode(), digest_size=16).digest() for t in texts}
         with self._lock:
-            have = {t: self._vectors[t] for t in texts if t in self._vectors}
-        todo = [t for t in dict.fromkeys(texts) if t not in have]
+            have = {t: self._vectors[keys[t]] for t in keys if keys[t] in self._vectors}
+        todo = [t for t in keys if t not in have]
         if todo:
             have.update(zip(todo, self.embedder.embed(todo), strict=True))
         with self._lock:
-            for t in dict.fromkeys(texts):
-                self._vectors[t] = have[t]
-                self._vectors.move_to_end(t)
+            for t, key in keys.items():
+                self._vectors[key] = have[t]
+                self._vectors.move_to_end(key)
             while len(self._vectors) > self.cached:
                 self._vectors.popitem(last=False)
         return np.stack([have[t] for t in texts])
