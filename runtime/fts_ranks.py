@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import orjson
 from tiermem.runtime.episode_text import TEXTS
-from tiermem.runtime.hotstore import HotConnection, database_key
+from tiermem.runtime.hotstore import change_count, counts_changes, database_key
 
 COUNTER = "episodes_changed"
 TRIGGER = "episodes_changed_ad"  # one of the counting triggers: their presence says the count can be trusted
@@ -66,13 +66,7 @@ def phrases_of(match: str) -> list[str] | None:
 
 
 def _version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
-    if not isinstance(conn, HotConnection) or conn.in_transaction:
-        return None
-    counted = getattr(conn, "episodes_counted", None)
-    if counted is None:
-        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", [TRIGGER])
-        counted = conn.episodes_counted = found.fetchone() is not None
-    if not counted:
+    if not counts_changes(conn, TRIGGER):
         return None
     db = database_key(conn)
     if db not in TEXTS.long_dbs:
@@ -80,9 +74,8 @@ def _version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
     newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0]
     if newest is not None and newest > MAX_DOCS:
         return None
-    cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", [COUNTER]).fetchone()
-    return db, int(cookie), newest, str(row[0]) if row else "0"
+    cookie, count = change_count(conn, COUNTER)
+    return db, cookie, newest, count
 
 
 def ranked_rows(

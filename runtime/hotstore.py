@@ -333,11 +333,35 @@ class HotConnection(sqlite3.Connection):
     erasure_targets: Any = None
     # The episode search's candidate matches, valid while the store is unchanged (`episode_search`).
     candidate_memo: Any = None
-    notes_counted: bool | None = None  # whether the store counts note changes (runtime.note_cache)
-    episodes_counted: bool | None = None  # ...and episode deletions and updates (runtime.fts_ranks)
+    # Whether the store has each change-counting trigger asked about (`counts_changes`).
+    counting_triggers: dict[str, bool] | None = None
     database_file: str | None = (
         None  # `database_key`, once asked (a connection's main database never changes)
     )
+
+
+def counts_changes(conn: sqlite3.Connection, trigger: str) -> bool:
+    """Whether a per-process cache may trust this connection's change counter kept by `trigger`.
+
+    Not inside a transaction (a rollback does not take the count back), and not
+    on a store without the trigger (one opened by an older writer never counts).
+    """
+    if not isinstance(conn, HotConnection) or conn.in_transaction:
+        return False
+    known = conn.counting_triggers
+    if known is None:
+        known = conn.counting_triggers = {}
+    if trigger not in known:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", [trigger])
+        known[trigger] = found.fetchone() is not None
+    return known[trigger]
+
+
+def change_count(conn: sqlite3.Connection, counter: str) -> tuple[int, str]:
+    """(SQLite's schema cookie, `meta.<counter>`): what a cache kept under a change counter checks."""
+    cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", [counter]).fetchone()
+    return int(cookie), str(row[0]) if row else "0"
 
 
 def database_key(conn: Any) -> str:

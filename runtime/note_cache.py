@@ -25,7 +25,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from tiermem.runtime.hotstore import HotConnection, database_key, item_clause
+from tiermem.runtime.hotstore import change_count, counts_changes, database_key, item_clause
 from tiermem.runtime.notes import Note, notes_for
 from tiermem.runtime.visibility import Principal
 
@@ -48,17 +48,9 @@ _NONE: Notes = {}  # what an episode without notes keeps (shared, only read)
 
 def _version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
     """(database, schema cookie, notes counter), or None when the count cannot be trusted here."""
-    if not isinstance(conn, HotConnection) or conn.in_transaction:
+    if not counts_changes(conn, TRIGGER):
         return None
-    counted = getattr(conn, "notes_counted", None)
-    if counted is None:
-        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", [TRIGGER])
-        counted = conn.notes_counted = found.fetchone() is not None
-    if not counted:
-        return None
-    cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", [NOTES_COUNTER]).fetchone()
-    return database_key(conn), int(cookie), str(row[0]) if row else "0"
+    return database_key(conn), *change_count(conn, NOTES_COUNTER)
 
 
 def episode_notes(
