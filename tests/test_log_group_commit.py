@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -327,97 +327,84 @@ def _blocking_fsync(
     return entered, release, calls
 
 
-def test_a_caller_covered_by_a_running_fsync_waits_for_it_instead_of_its_own(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    seg = tmp_path / "seg.jsonl"
-    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+@pytest.fixture
+def shared_segment(tmp_path: Path) -> Iterator[tuple[int, int, SharedSync]]:
+    """An empty segment open for appends (descriptor, inode) and its stream's shared sync record."""
+    fd = os.open(tmp_path / "seg.jsonl", os.O_RDWR | os.O_APPEND | os.O_CREAT)
     sync = SharedSync(tmp_path / ".sync")
     try:
-        ino = os.fstat(fd).st_ino
-        os.write(fd, b"a\nb\n")
-        entered, release, calls = _blocking_fsync(monkeypatch)
-        results: dict[str, bool] = {}
-        a = threading.Thread(
-            target=lambda: results.update(a=sync.make_durable(SyncPoint("s/x/seg", fd, 4, ino)))
-        )
-        a.start()
-        entered.wait()  # A's fsync, of all 4 bytes, is running
-        b = threading.Thread(
-            target=lambda: results.update(b=sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino)))
-        )
-        b.start()
-        release.set()
-        a.join()
-        b.join()
-        assert results == {"a": True, "b": False} and len(calls) == 1 and sync.fsyncs == 1
+        yield fd, os.fstat(fd).st_ino, sync
     finally:
         os.close(fd)
         sync.close()
+
+
+def test_a_caller_covered_by_a_running_fsync_waits_for_it_instead_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_segment: tuple[int, int, SharedSync]
+) -> None:
+    fd, ino, sync = shared_segment
+    os.write(fd, b"a\nb\n")
+    entered, release, calls = _blocking_fsync(monkeypatch)
+    results: dict[str, bool] = {}
+    a = threading.Thread(target=lambda: results.update(a=sync.make_durable(SyncPoint("s/x/seg", fd, 4, ino))))
+    a.start()
+    entered.wait()  # A's fsync, of all 4 bytes, is running
+    b = threading.Thread(target=lambda: results.update(b=sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino))))
+    b.start()
+    release.set()
+    a.join()
+    b.join()
+    assert results == {"a": True, "b": False} and len(calls) == 1 and sync.fsyncs == 1
 
 
 def test_a_tail_cut_while_a_fsync_runs_keeps_that_fsync_from_recording_its_size(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_segment: tuple[int, int, SharedSync]
 ) -> None:
-    seg = tmp_path / "seg.jsonl"
-    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-    sync = SharedSync(tmp_path / ".sync")
-    try:
-        ino = os.fstat(fd).st_ino
-        os.write(fd, b"whole\n" + b"partial" * 10)  # the size the fsync notes includes a partial line
-        entered, release, calls = _blocking_fsync(monkeypatch)
-        a = threading.Thread(target=sync.make_durable, args=(SyncPoint("s/x/seg", fd, 6, ino),))
-        a.start()
-        entered.wait()
-        os.ftruncate(fd, 6)  # another writer cuts the partial line meanwhile ...
-        forget_synced(tmp_path / ".sync")  # ... and clears the record, as `repair_tail` does
-        release.set()
-        a.join()
-        os.write(fd, b"new\n")  # bytes [6, 10): below the size that fsync noted, not yet durable
-        assert sync.make_durable(SyncPoint("s/x/seg", fd, 10, ino)) is True  # so they get their own
-        assert len(calls) == 2
-    finally:
-        os.close(fd)
-        sync.close()
+    fd, ino, sync = shared_segment
+    os.write(fd, b"whole\n" + b"partial" * 10)  # the size the fsync notes includes a partial line
+    entered, release, calls = _blocking_fsync(monkeypatch)
+    a = threading.Thread(target=sync.make_durable, args=(SyncPoint("s/x/seg", fd, 6, ino),))
+    a.start()
+    entered.wait()
+    os.ftruncate(fd, 6)  # another writer cuts the partial line meanwhile ...
+    forget_synced(tmp_path / ".sync")  # ... and clears the record, as `repair_tail` does
+    release.set()
+    a.join()
+    os.write(fd, b"new\n")  # bytes [6, 10): below the size that fsync noted, not yet durable
+    assert sync.make_durable(SyncPoint("s/x/seg", fd, 10, ino)) is True  # so they get their own
+    assert len(calls) == 2
 
 
 def test_a_process_alone_keeps_its_durable_size_in_memory_and_a_cut_still_voids_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_segment: tuple[int, int, SharedSync]
 ) -> None:
-    seg = tmp_path / "seg.jsonl"
-    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-    sync = SharedSync(tmp_path / ".sync")
+    fd, ino, sync = shared_segment
+    os.write(fd, b"one\n")
+    assert sync.make_durable(SyncPoint("s/x/seg", fd, 4, ino)) is True  # recorded: now it seems alone
+    recorded = os.pread(sync.fd, 64, 0)
+    os.write(fd, b"two\n")
+    assert sync.make_durable(SyncPoint("s/x/seg", fd, 8, ino)) is True
+    assert os.pread(sync.fd, 64, 0) == recorded  # alone: the record is left as it was ...
+    assert sync.make_durable(SyncPoint("s/x/seg", fd, 8, ino)) is False  # ... its memory answers
+    # A fsync running while another writer cuts a torn tail must not vouch for the bytes after it.
+    os.write(fd, b"whole\n" + b"partial" * 10)
+    entered, release, calls = _blocking_fsync(monkeypatch)
+    a = threading.Thread(target=sync.make_durable, args=(SyncPoint("s/x/seg", fd, 14, ino),))
+    a.start()
+    entered.wait()
+    os.ftruncate(fd, 14)
+    forget_synced(tmp_path / ".sync")
+    release.set()
+    a.join()
+    os.write(fd, b"new\n")  # bytes [14, 18): below the size that fsync noted
+    assert sync.make_durable(SyncPoint("s/x/seg", fd, 18, ino)) is True
+    assert len(calls) == 2
+    # Another SharedSync on the same record (another process) is never covered by that memory.
+    other = SharedSync(tmp_path / ".sync")
     try:
-        ino = os.fstat(fd).st_ino
-        os.write(fd, b"one\n")
-        assert sync.make_durable(SyncPoint("s/x/seg", fd, 4, ino)) is True  # recorded: now it seems alone
-        recorded = os.pread(sync.fd, 64, 0)
-        os.write(fd, b"two\n")
-        assert sync.make_durable(SyncPoint("s/x/seg", fd, 8, ino)) is True
-        assert os.pread(sync.fd, 64, 0) == recorded  # alone: the record is left as it was ...
-        assert sync.make_durable(SyncPoint("s/x/seg", fd, 8, ino)) is False  # ... its memory answers
-        # A fsync running while another writer cuts a torn tail must not vouch for the bytes after it.
-        os.write(fd, b"whole\n" + b"partial" * 10)
-        entered, release, calls = _blocking_fsync(monkeypatch)
-        a = threading.Thread(target=sync.make_durable, args=(SyncPoint("s/x/seg", fd, 14, ino),))
-        a.start()
-        entered.wait()
-        os.ftruncate(fd, 14)
-        forget_synced(tmp_path / ".sync")
-        release.set()
-        a.join()
-        os.write(fd, b"new\n")  # bytes [14, 18): below the size that fsync noted
-        assert sync.make_durable(SyncPoint("s/x/seg", fd, 18, ino)) is True
-        assert len(calls) == 2
-        # Another SharedSync on the same record (another process) is never covered by that memory.
-        other = SharedSync(tmp_path / ".sync")
-        try:
-            assert other.make_durable(SyncPoint("s/x/seg", fd, 18, ino)) is True
-        finally:
-            other.close()
+        assert other.make_durable(SyncPoint("s/x/seg", fd, 18, ino)) is True
     finally:
-        os.close(fd)
-        sync.close()
+        other.close()
 
 
 _ANNOUNCER = """
@@ -460,52 +447,40 @@ def _blocked_on(path: Path) -> bool:
 
 
 def test_a_caller_covered_by_another_process_s_running_fsync_waits_for_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shared_segment: tuple[int, int, SharedSync]
 ) -> None:
-    seg = tmp_path / "seg.jsonl"
-    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-    sync = SharedSync(tmp_path / ".sync")
+    fd, ino, sync = shared_segment
     calls: list[int] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda f: (calls.append(f), real_fsync(f)))
-    try:
-        ino = os.fstat(fd).st_ino
-        os.write(fd, b"a\nb\n")
-        other = _announcer(tmp_path / ".sync", sync, "s/x/seg", ino, 4)
-        result: list[bool] = []
-        waiter = threading.Thread(
-            target=lambda: result.append(sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino)))
-        )
-        waiter.start()
-        _until(lambda: _blocked_on(tmp_path / ".sync"))  # it waits on the other process's flight lock
-        assert other.stdin is not None and other.stdout is not None
-        other.stdin.write("land\n")
-        other.stdin.flush()
-        assert other.stdout.readline().strip() == "landed"
-        waiter.join()
-        other.stdin.write("bye\n")
-        other.stdin.flush()
-        assert other.wait(timeout=30) == 0
-        assert result == [False] and calls == []  # covered by the other process's fsync, none of its own
-    finally:
-        os.close(fd)
-        sync.close()
+    os.write(fd, b"a\nb\n")
+    other = _announcer(tmp_path / ".sync", sync, "s/x/seg", ino, 4)
+    result: list[bool] = []
+    waiter = threading.Thread(
+        target=lambda: result.append(sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino)))
+    )
+    waiter.start()
+    _until(lambda: _blocked_on(tmp_path / ".sync"))  # it waits on the other process's flight lock
+    assert other.stdin is not None and other.stdout is not None
+    other.stdin.write("land\n")
+    other.stdin.flush()
+    assert other.stdout.readline().strip() == "landed"
+    waiter.join()
+    other.stdin.write("bye\n")
+    other.stdin.flush()
+    assert other.wait(timeout=30) == 0
+    assert result == [False] and calls == []  # covered by the other process's fsync, none of its own
 
 
-def test_an_announced_fsync_of_a_killed_process_is_not_waited_for(tmp_path: Path) -> None:
-    seg = tmp_path / "seg.jsonl"
-    fd = os.open(seg, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-    sync = SharedSync(tmp_path / ".sync")
-    try:
-        ino = os.fstat(fd).st_ino
-        os.write(fd, b"a\nb\n")
-        other = _announcer(tmp_path / ".sync", sync, "s/x/seg", ino, 4)
-        other.send_signal(signal.SIGKILL)  # killed mid-fsync: the kernel drops its lock, the record stays
-        other.wait(timeout=30)
-        assert sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino)) is True  # so it syncs for itself
-    finally:
-        os.close(fd)
-        sync.close()
+def test_an_announced_fsync_of_a_killed_process_is_not_waited_for(
+    tmp_path: Path, shared_segment: tuple[int, int, SharedSync]
+) -> None:
+    fd, ino, sync = shared_segment
+    os.write(fd, b"a\nb\n")
+    other = _announcer(tmp_path / ".sync", sync, "s/x/seg", ino, 4)
+    other.send_signal(signal.SIGKILL)  # killed mid-fsync: the kernel drops its lock, the record stays
+    other.wait(timeout=30)
+    assert sync.make_durable(SyncPoint("s/x/seg", fd, 2, ino)) is True  # so it syncs for itself
 
 
 def _sync_record(path: Path) -> list[Any]:
