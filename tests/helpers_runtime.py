@@ -29,6 +29,36 @@ def episode(agent_id: str, name: str, summary: str, **fields: Any) -> dict[str, 
     return event
 
 
+def quotes(*turns: tuple[str, str, str]) -> list[dict[str, str]]:
+    """An episode's key quotes from (event id, speaker, text) triples."""
+    return [{"speaker": who, "text": text, "event_id": eid} for eid, who, text in turns]
+
+
+def small_talk_days(
+    agent_id: str, speakers: tuple[str, str], chores: str, participant: str
+) -> list[dict[str, Any]]:
+    """Twelve episodes of small talk on other days (April 2023), so that a question's words are rare.
+
+    `chores`: what the second speaker did each day (kept off the question's topic by the caller).
+    """
+    first, second = speakers
+    return [
+        episode(
+            agent_id,
+            f"day {k}",
+            "small talk",
+            key_quotes=quotes(
+                (f"x{k}", first, f"The weather on day {k} was grey and the bus was late again."),
+                (f"y{k}", second, f"I baked bread number {k} and {chores}."),
+            ),
+            participants=[participant],
+            start_ts=f"2023-04-{k + 1:02d}T10:00:00Z",
+            end_ts=f"2023-04-{k + 1:02d}T11:00:00Z",
+        )
+        for k in range(12)
+    ]
+
+
 def interaction(
     agent_id: str, user_message: str, agent_response: str = "ok", **fields: Any
 ) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from helpers_runtime import append, episode
+from helpers_runtime import append, episode, quotes, small_talk_days
 from tiermem.runtime import quote_search as qs
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.projector import project
@@ -22,10 +22,6 @@ QUESTION = "What made Gina pick the decor of her store?"
 ANSWER = "I wanted the place to look like my own style and feel cozy for my customers."
 
 
-def _quotes(*turns: tuple[str, str, str]) -> list[dict[str, str]]:
-    return [{"speaker": who, "text": text, "event_id": eid} for eid, who, text in turns]
-
-
 @pytest.fixture
 def memory(settings: Settings) -> Iterator[AgentMemory]:
     events = [
@@ -33,7 +29,7 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
             "shop",
             "store opening",
             "Gina shows Jon her new store.",
-            key_quotes=_quotes(
+            key_quotes=quotes(
                 ("q1", "Jon", "Wow, what made you pick the decor?"),
                 ("a1", "Gina", ANSWER),
             ),
@@ -45,7 +41,7 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
             "shop",
             "decor talk",
             "Gina and Jon chat.",
-            key_quotes=_quotes(
+            key_quotes=quotes(
                 ("s1", "Jon", "The decor I picked for the store made it look bigger, the decor is the key."),
                 ("s2", "Gina", "Magazines always give me ideas for my home."),
             ),
@@ -54,21 +50,7 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
             end_ts="2023-03-01T11:00:00Z",
         ),
     ]
-    for k in range(12):  # other days, so that the question's words are rare
-        events.append(
-            episode(
-                "shop",
-                f"day {k}",
-                "small talk",
-                key_quotes=_quotes(
-                    (f"x{k}", "Jon", f"The weather on day {k} was grey and the bus was late again."),
-                    (f"y{k}", "Gina", f"I baked bread number {k} and walked the dog in the park."),
-                ),
-                participants=["jon"],
-                start_ts=f"2023-04-{k + 1:02d}T10:00:00Z",
-                end_ts=f"2023-04-{k + 1:02d}T11:00:00Z",
-            )
-        )
+    events += small_talk_days("shop", ("Jon", "Gina"), "walked the dog in the park", "jon")
     append(settings, *events)
     project(settings)
     with open_memory(settings, "shop", user="jon") as m:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from helpers_runtime import append, episode
+from helpers_runtime import append, episode, quotes, small_talk_days
 from tiermem.runtime import quote_search as qs
 from tiermem.runtime import turn_window
 from tiermem.runtime.memory import AgentMemory, open_memory
@@ -25,10 +25,6 @@ QUESTION = "What breed is the pup James adopted from the shelter?"
 ANSWER = "He is a golden retriever called Ned and he loves the beach."
 
 
-def _quotes(*turns: tuple[str, str, str]) -> list[dict[str, str]]:
-    return [{"speaker": who, "text": text, "event_id": eid} for eid, who, text in turns]
-
-
 @pytest.fixture
 def memory(settings: Settings) -> Iterator[AgentMemory]:
     events = [
@@ -36,7 +32,7 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
             "pets",
             "weekend news",
             "Two friends catch up.",
-            key_quotes=_quotes(
+            key_quotes=quotes(
                 ("a1", "James", "I adopted a pup from the shelter in Stamford last week."),
                 ("a2", "John", "That is wonderful news, congratulations!"),
                 ("a3", "James", ANSWER),
@@ -49,7 +45,7 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
             "pets",
             "work talk",
             "Two friends chat.",
-            key_quotes=_quotes(
+            key_quotes=quotes(
                 ("r1", "John", "My cousin volunteers at a shelter on Sundays."),
                 ("r2", "James", "Nice, my week was all spreadsheets."),
             ),
@@ -58,21 +54,7 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
             end_ts="2023-03-01T11:00:00Z",
         ),
     ]
-    for k in range(12):  # other days, so that the question's words are rare
-        events.append(
-            episode(
-                "pets",
-                f"day {k}",
-                "small talk",
-                key_quotes=_quotes(
-                    (f"x{k}", "John", f"The weather on day {k} was grey and the bus was late again."),
-                    (f"y{k}", "James", f"I baked bread number {k} and fixed the bike."),
-                ),
-                participants=["john"],
-                start_ts=f"2023-04-{k + 1:02d}T10:00:00Z",
-                end_ts=f"2023-04-{k + 1:02d}T11:00:00Z",
-            )
-        )
+    events += small_talk_days("pets", ("John", "James"), "fixed the bike", "john")
     append(settings, *events)
     project(settings)
     with open_memory(settings, "pets", user="john") as m:
