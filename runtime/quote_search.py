@@ -286,6 +286,27 @@ class _Asked:
     forms: tuple[str, ...] = ()  # every query form as written: a text holding none skips the regex
 
 
+def _asked(
+    conn: sqlite3.Connection,
+    who: Principal,
+    query: str,
+    groups: list[tuple[str, ...]],
+    overall: dict[str, int],
+) -> _Asked:
+    """What the question asks, for scoring passages: its term groups with their weights, dates,
+    time window, named speakers, whether it asks when. `overall`: the terms' document counts."""
+    return _Asked(
+        groups=groups,
+        weights=_group_idf(conn, who.agent_id, groups, overall),
+        rx=_group_matcher(groups) if groups else None,
+        dates=_asked_dates(query),
+        window=_asked_window(conn, who, query),
+        named=_names_in(query),
+        asks_when=bool(_ASKS_WHEN.search(query)),
+        forms=tuple(f for g in groups for f in g),
+    )
+
+
 def _date_boost(row: Any, asked: _Asked) -> float:
     """x1 + up to 0.5 for an episode of the month/year the question names, or inside its time window."""
     months, years = asked.dates
@@ -585,17 +606,7 @@ def search_quotes(
     if near:
         have = {r[0] for r in rows}
         rows += _rows_by_id(conn, who, cols, sorted({e for e, _ in near} - have), participant)
-    weights = _group_idf(conn, who.agent_id, groups, overall)
-    asked = _Asked(
-        groups=groups,
-        weights=weights,
-        rx=_group_matcher(groups) if groups else None,
-        dates=_asked_dates(query),
-        window=_asked_window(conn, who, query),
-        named=_names_in(query),
-        asks_when=bool(_ASKS_WHEN.search(query)),
-        forms=tuple(f for g in groups for f in g),
-    )
+    asked = _asked(conn, who, query, groups, overall)
     entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
     notes = episode_notes(conn, who, [str(r[0]) for r in rows], [e.event_ids for e in entries])
@@ -603,10 +614,10 @@ def search_quotes(
     found = _score_passages(rows, entries, asked, near, notes, None if dense else enough)
     if dense is not None:
         scored = _fused([(s, found.item(i)) for i, s in enumerate(found.scores.tolist())], dense)
-        _restatements_first(scored, weights)
+        _restatements_first(scored, asked.weights)
         scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
         return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit)
-    scores = _restated(found, weights)
+    scores = _restated(found, asked.weights)
     while True:
         order = _best_first(found, scores, enough)
         out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in order), limit)
@@ -615,7 +626,7 @@ def search_quotes(
         enough *= 4  # many near-duplicates among the best: look further down
         if not found.complete:  # ...past what the bound kept: score again for the new depth
             found = _score_passages(rows, entries, asked, near, notes, enough)
-            scores = _restated(found, weights)
+            scores = _restated(found, asked.weights)
 
 
 def _near_identical(a: frozenset[str], b: frozenset[str]) -> bool:

@@ -85,17 +85,7 @@ def _scored(conn: Any, who: Principal, query: str) -> Any:
     overall = qs._frequencies(conn, terms, single)
     cols = "e.episode_id, e.name, e.summary, NULL, e.start_ts, e.end_ts, e.importance"
     rows = qs._candidate_rows(conn, who, cols, None, terms, overall, None, qs.QUOTE_CANDIDATES, 3, single)
-    weights = qs._group_idf(conn, who.agent_id, groups, overall)
-    asked = qs._Asked(
-        groups=groups,
-        weights=weights,
-        rx=qs._group_matcher(groups) if groups else None,
-        dates=qs._asked_dates(query),
-        window=qs._asked_window(conn, who, query),
-        named=qs._names_in(query),
-        asks_when=bool(qs._ASKS_WHEN.search(query)),
-        forms=tuple(terms),
-    )
+    asked = qs._asked(conn, who, query, groups, overall)
     entries = qs.TEXTS.prepared(conn, qs.database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     notes = notes_for(conn, who, set().union(*(e.event_ids for e in entries)))
     return qs._score_passages(rows, entries, asked, {}, notes)
