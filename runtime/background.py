@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from tiermem.runtime.applied import AppliedLines
 from tiermem.runtime.projector import ProjectionInfo, project_if_free
 
 from tiermem.settings import Settings
@@ -57,6 +58,8 @@ class BackgroundProjector:
         self.settings = settings
         self.poll_seconds = poll_seconds
         self.state = ProjectorState()
+        # Lines this process applied to the hot store itself (a server's turns): passed over.
+        self.applied = AppliedLines()
         self._cond = threading.Condition()  # guards every field below
         self._requested = 0  # pokes so far; a round started after poke n serves it
         self._served = 0
@@ -72,6 +75,12 @@ class BackgroundProjector:
                 self._thread = threading.Thread(target=self._run, name="tiermem-projector", daemon=True)
                 self._thread.start()
         return self
+
+    @property
+    def running(self) -> bool:
+        """Whether the thread is started (and not stopped)."""
+        with self._cond:
+            return self._thread is not None
 
     def poke(self) -> int:
         """Ask for a catch-up; returns a ticket for `wait`. Never blocks.
@@ -129,7 +138,7 @@ class BackgroundProjector:
                 self._due = False
                 serving = self._requested
             try:
-                info = project_if_free(self.settings)
+                info = project_if_free(self.settings, applied=self.applied)
                 if info is not None:
                     self.state.applied += info.applied
                 self.state.error = None

@@ -29,9 +29,10 @@ from tiermem.runtime.levels import check_level, transition_event
 from tiermem.runtime.store import HotStore, Row, kv_fact_id, open_store
 from tiermem.runtime.visibility import KV_ORDER, Principal
 
-from tiermem.errors import LimitExceededError, NotFoundError, ValidationError
+from tiermem.errors import EventIdConflictError, LimitExceededError, NotFoundError, ValidationError
 from tiermem.eventlog import EventLog
 from tiermem.events import CALLER, INTERNAL, SCOPES, validate
+from tiermem.first_copy import first_copy, same_turn
 from tiermem.ids import new_event_id
 from tiermem.settings import Settings
 from tiermem.tokens import count_tokens
@@ -457,7 +458,7 @@ class TurnToRecord:
 def record_turns(
     turns: list[TurnToRecord],
     on_durable: Callable[[list[RecordedTurn | ValidationError]], None] | None = None,
-    apply: Callable[[list[dict[str, Any]]], None] | None = None,
+    apply: Callable[[list[dict[str, Any]], list[tuple[str, int]]], None] | None = None,
 ) -> list[RecordedTurn | ValidationError]:
     """`record_turn` for many turns, of any agents of one data root, in one durable append.
 
@@ -471,8 +472,14 @@ def record_turns(
     turn is in the log, durably) and before the hot store is updated: a server
     can answer its clients then. An error of the hot-store update after that is
     still raised; the log holds the turns and the next catch-up applies them.
-    `apply(events)`, when given, updates the hot store instead (a server doing it
-    on another thread); it must apply them to this data root's hot store.
+    `apply(events, positions)`, when given, updates the hot store instead (a server
+    doing it on another thread); it must apply them to this data root's hot store.
+    `positions` are the events' places in the log, (segment, 0-based line): once
+    they are applied, the projector need not apply them again.
+
+    A turn whose `event_id` the log already holds for a different turn (another
+    agent's or user's, or other words) is not stored: its outcome is an
+    `EventIdConflictError`. The same turn sent again is answered as recorded.
     """
     if not turns:
         return []
@@ -484,6 +491,7 @@ def record_turns(
         raise ValidationError("turns", "a batch of turns must belong to one data root")
     outcomes: list[RecordedTurn | ValidationError] = []
     events: list[dict[str, Any]] = []
+    slots: list[int] = []  # each event's place in `outcomes`
     # A turn that names no level takes its memory's current one, read from the hot store, which
     # does not change before the batch is applied: one read per memory, not per turn.
     levels: dict[int, str] = {}
@@ -498,6 +506,7 @@ def record_turns(
             outcomes.append(exc)
             continue
         events.append(event)
+        slots.append(len(outcomes))
         outcomes.append(
             RecordedTurn(
                 event_id=str(event["event_id"]),
@@ -505,16 +514,25 @@ def record_turns(
                 tokens=count_tokens(turn.user_message) + count_tokens(turn.agent_response),
             )
         )
+    positions: list[tuple[str, int]] = []
     if events:
         results = first.log.append_validated(events)
         # A duplicate (its idempotency key met again) is the log's first copy, which the
         # projector applies: applying this one could put a turn the log does not hold in the
         # hot store, in place of the first copy that another process has not applied yet.
-        events = [ev for ev, res in zip(events, results, strict=True) if not res.duplicate]
+        # And it is answered as stored only when it is that turn sent again.
+        kept = []
+        for ev, res, slot in zip(events, results, slots, strict=True):
+            if not res.duplicate:
+                kept.append(ev)
+                positions.append((res.segment, res.line))
+            elif not same_turn(first_copy(first.log, res.stream, res.event_id), ev):
+                outcomes[slot] = EventIdConflictError()
+        events = kept
     if on_durable is not None:
         on_durable(outcomes)
     if events and apply is not None:
-        apply(events)
+        apply(events, positions)
     elif events:
         # One hot store per data root: any of the batch's connections applies them all.
         first.store.apply_now(events)

@@ -36,8 +36,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from tiermem.runtime.applied import AppliedLines, StoreIdentity, open_identified_store
 from tiermem.runtime.store import HotStore, ProjectionInfo, kv_fact_id, open_store, remove_store
 
+from tiermem.durable_files import line_event_id
 from tiermem.eventlog import ERASED_MARK, Checkpoints, EventLog
 from tiermem.events import upcast
 from tiermem.registry import PROJECTION_ORDER
@@ -73,16 +75,18 @@ class RebuildInfo:
 
 
 def _segment_events(
-    log: EventLog, stream: str, offsets: dict[str, list[int]]
+    log: EventLog, stream: str, offsets: dict[str, list[int]], skip: _Skip | None = None
 ) -> Iterator[tuple[str, int, int, dict[str, Any] | None]]:
     """Yield (segment, lines_after, bytes_after, event|None) for what is new since `offsets`.
 
     `offsets[segment] = [lines, bytes, inode]` for JSONL, `[lines, -1, mtime_ns]` for Parquet.
-    An erased line (a tombstone) advances the position but yields event None.
+    An erased line (a tombstone) advances the position but yields event None, and so
+    does a line this process already applied (`skip`), without being parsed.
     """
     for partition, stem, path in log.segments(stream):
         segment = f"{stream}/{partition}/{stem}"
         lines, nbytes, stamp = (offsets.get(segment) or [0, 0, 0])[:3]
+        marks = skip.take(segment) if skip is not None else {}
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -96,7 +100,10 @@ def _segment_events(
             n = -1
             for n, event in enumerate(parquet_events(path, keep_erased=True)):
                 if n >= lines:
-                    yield segment, n + 1, -1, None if event.get(ERASED_MARK) else event
+                    done = bool(marks) and marks.get(n + 1) == event.get("event_id")  # applied already
+                    if done and skip is not None:
+                        skip.skipped += 1
+                    yield segment, n + 1, -1, None if done or event.get(ERASED_MARK) else event
             # Record the stamp even when nothing was new, so the file is not read again.
             yield segment, max(lines, n + 1), -2, {"_mtime_ns": st.st_mtime_ns}
             continue
@@ -120,9 +127,26 @@ def _segment_events(
             n += 1
             if n <= lines:
                 continue
+            if marks and (marked := marks.get(n)) is not None and line_event_id(line) == marked:
+                if skip is not None:
+                    skip.skipped += 1
+                yield segment, n, base_bytes + pos, None  # applied already by this process
+                continue
             event = orjson.loads(line)
             yield segment, n, base_bytes + pos, None if event.get(ERASED_MARK) else upcast(event)
         yield segment, n, base_bytes + end, {"_ino": st.st_ino}
+
+
+@dataclass
+class _Skip:
+    """One pass's view of the lines this process applied itself (`AppliedLines`) for its store."""
+
+    applied: AppliedLines
+    store: StoreIdentity | None
+    skipped: int = 0
+
+    def take(self, segment: str) -> dict[int, str]:
+        return self.applied.take(self.store, segment)
 
 
 class _ProjectorLock:
@@ -169,7 +193,7 @@ def _flush(
     pending.clear()
 
 
-def _project_locked(settings: Settings, store: HotStore) -> ProjectionInfo:
+def _project_locked(settings: Settings, store: HotStore, skip: _Skip | None = None) -> ProjectionInfo:
     started = time.perf_counter()
     info = ProjectionInfo()
     offsets: dict[str, list[int]] = orjson.loads(store.get_meta(OFFSETS_KEY) or "{}")
@@ -179,7 +203,7 @@ def _project_locked(settings: Settings, store: HotStore) -> ProjectionInfo:
             batch: list[dict[str, Any]] = []
             pending: dict[str, list[int]] = {}
 
-            for segment, lines, nbytes, event in _segment_events(log, stream, offsets):
+            for segment, lines, nbytes, event in _segment_events(log, stream, offsets, skip):
                 old = offsets.get(segment) or [0, 0, 0]
                 cur = pending.get(segment) or list(old)
                 if event is not None and "_ino" in event:
@@ -197,6 +221,8 @@ def _project_locked(settings: Settings, store: HotStore) -> ProjectionInfo:
                 _flush(store, batch, pending, offsets, info)
     finally:
         log.close()
+        if skip is not None:
+            skip.applied.count_skipped(skip.skipped)
     if info.erasures:
         store.scrub()
     info.segments = len(offsets)
@@ -225,15 +251,28 @@ def project(settings: Settings, store: HotStore | None = None, *, wait: bool = T
             target.close()
 
 
-def project_if_free(settings: Settings, store: HotStore | None = None) -> ProjectionInfo | None:
-    """`project`, unless another projector holds the lock (None): it is catching up the same store."""
+def project_if_free(
+    settings: Settings, store: HotStore | None = None, applied: AppliedLines | None = None
+) -> ProjectionInfo | None:
+    """`project`, unless another projector holds the lock (None): it is catching up the same store.
+
+    `applied`: lines this process applied to the store itself, passed over (see
+    `tiermem.runtime.applied`); only with the store opened here, whose file is known.
+    """
     lock = _ProjectorLock(settings)
     if not lock.try_acquire():
         return None
     own = store is None
-    target = store if store is not None else open_store(settings)
+    skip = None
+    if store is not None:
+        target = store
+    elif applied is not None:
+        target, identity = open_identified_store(settings)
+        skip = _Skip(applied, identity)
+    else:
+        target = open_store(settings)
     try:
-        return _project_locked(settings, target)
+        return _project_locked(settings, target, skip)
     finally:
         lock.__exit__()
         if own:

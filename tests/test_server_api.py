@@ -171,6 +171,42 @@ def test_post_turn_is_201_after_the_durable_append_and_idempotent(env: Env) -> N
     assert "a dented parcel on a doorstep" in str(rows[0]["media"])
 
 
+def test_an_event_id_taken_by_another_record_is_409_and_never_a_silent_201(env: Env) -> None:
+    alice_turn = {
+        "user": "alice",
+        "user_message": f"My safe combination is {ALICE_CANARY}-safe.",
+        "agent_response": "Noted.",
+        "event_id": "shared-id-0001",
+    }
+    with env.server.client(env.alice) as c:
+        assert c.post(f"/v1/agents/{AGENT}/turns", json=alice_turn).status_code == 201
+        # The same turn sent again is idempotent, as before.
+        again = c.post(f"/v1/agents/{AGENT}/turns", json=alice_turn)
+        assert again.status_code == 201 and again.json()["event_id"] == "shared-id-0001"
+        # Her own other words under the id: refused, not answered as stored.
+        own_other = c.post(f"/v1/agents/{AGENT}/turns", json={**alice_turn, "user_message": "hello"})
+    bob_turn = {**alice_turn, "user": "bob", "user_message": f"I am Bob, {BOB_CANARY}-safe."}
+    with env.server.client(env.agent) as c:
+        other_user = c.post(f"/v1/agents/{AGENT}/turns", json=bob_turn)
+        # The framework route answers a body with a 19-digit number: the same answer there.
+        big = {**bob_turn, "metadata": {"n": 1234567890123456789}}
+        other_user_framework = c.post(f"/v1/agents/{AGENT}/turns", json=big)
+    with env.server.client(env.other) as c:
+        other_agent = c.post(f"/v1/agents/{OTHER_AGENT}/turns", json={**bob_turn, "user": "alice"})
+    bodies = [assert_problem(r, 409) for r in (own_other, other_user, other_user_framework, other_agent)]
+    assert all(b["field"] == "event_id" for b in bodies)
+    # One answer whoever holds the id: nothing of the stored record, its agent or its user.
+    assert all(b == bodies[0] for b in bodies)
+    for text in (own_other.text, other_user.text, other_agent.text):
+        assert ALICE_CANARY not in text and "alice" not in text.lower() and AGENT not in text
+    with env.server.client(env.operator) as c:
+        rows = c.post(
+            "/v1/sql",
+            json={"query": "SELECT user, user_message FROM interactions WHERE event_id = 'shared-id-0001'"},
+        ).json()
+    assert rows == [{"user": "alice", "user_message": alice_turn["user_message"]}]
+
+
 # ---------------------------------------------------------------- reads: the CLI's JSON
 
 

@@ -25,7 +25,7 @@ from tiermem.runtime.memory import RecordedTurn, TurnToRecord, record_turns
 from tiermem.app.api import Memory
 from tiermem.app.server.app import application, create_app
 from tiermem.app.server.keys import KeyStore
-from tiermem.errors import ValidationError
+from tiermem.errors import EventIdConflictError, ValidationError
 from tiermem.settings import Settings, resolve_settings
 
 AGENT = "route-bot"
@@ -50,6 +50,15 @@ def _chunks() -> Iterator[bytes]:  # no Content-Length: the limit is counted whi
 CASES: list[tuple[str, str | None, str, Any, dict[str, str], bool]] = [
     ("turn with an idempotency key", "agent", AGENT, _json({**TURN, "event_id": "e-1"}), JSON, True),
     ("the same turn again", "agent", AGENT, _json({**TURN, "event_id": "e-1"}), JSON, True),
+    (
+        "other words under a taken id",
+        "agent",
+        AGENT,
+        _json({**TURN, "user": "bob", "event_id": "e-1"}),
+        JSON,
+        True,
+    ),
+    ("another agent's turn under a taken id", "other", OTHER, _json({**TURN, "event_id": "e-1"}), JSON, True),
     ("a new turn", "agent", AGENT, _json({**TURN, "model": "m", "usage": {"input_tokens": 9}}), JSON, True),
     ("no content type", "agent", AGENT, _json(TURN), {}, False),
     (
@@ -141,7 +150,7 @@ def test_posted_turns_get_the_framework_routes_answers(settings: Settings) -> No
             expected[2]["event_id"] = got[2]["event_id"]
         assert got == expected, name
     assert [status for status, _, _ in answered].count(201) == 6  # UTF-16 JSON too, by the framework
-    assert {401, 403, 413, 422} <= {status for status, _, _ in answered}
+    assert {401, 403, 409, 413, 422} <= {status for status, _, _ in answered}
     assert front.answered == sum(1 for case in CASES if case[5])  # the ordinary ones, in front
     assert len(new_ids) == 4
 
@@ -219,9 +228,12 @@ def test_a_duplicate_key_never_puts_a_turn_the_log_lacks_into_the_hot_store(sett
         queued: list[list[dict[str, Any]]] = []
         record_turns(
             [TurnToRecord(first, "alice canary-A-7731", "ok", {"user": "alice", "event_id": "x-1"})],
-            apply=queued.append,
+            apply=lambda events, _positions: queued.append(events),
         )
-        record_turns([TurnToRecord(second, "bob canary-B-9904", "ok", {"user": "bob", "event_id": "x-1"})])
+        (refused,) = record_turns(
+            [TurnToRecord(second, "bob canary-B-9904", "ok", {"user": "bob", "event_id": "x-1"})]
+        )
+        assert isinstance(refused, EventIdConflictError)  # told, not answered as recorded
         (batch,) = queued
         first.store.apply_now(batch)
         rows = first.conn.execute("SELECT agent_id, user_message FROM wm_items WHERE event_id = 'x-1'")

@@ -59,6 +59,19 @@ class ValidationError(TiermemError):
         self.reason = reason
 
 
+class EventIdConflictError(ValidationError):
+    """An `event_id` the log already holds for another record: this one was not stored.
+
+    A record sent again under its own id is a duplicate, answered as stored; a
+    different record under a taken id is refused with this error. The message
+    is the same whoever's record holds the id, so it tells a caller no more
+    than that the id is taken.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("event_id", "already used by another record; this one was not stored (use a new id)")
+
+
 class LogCorruptionError(TiermemError):
     """The log on disk is not what the manifest and segments promise."""
 

@@ -22,6 +22,7 @@ from tiermem.app.server.keys import AuthError, ForbiddenError
 from tiermem.errors import (
     AlreadyRunningError,
     ConfigError,
+    EventIdConflictError,
     LimitExceededError,
     NotFoundError,
     ReadOnlyQueryError,
@@ -38,6 +39,8 @@ CATALOGUE: list[tuple[type[Exception], int, str, str]] = [
     (AuthError, 401, "unauthorized", "Missing or invalid API key"),
     (ForbiddenError, 403, "forbidden", "This key may not do that"),
     (NotFoundError, 404, "not-found", "Not found"),
+    # Before ValidationError, of which it is a kind: the record is valid, its id is taken.
+    (EventIdConflictError, 409, "event-id-conflict", "The event_id is already used"),
     (ValidationError, 422, "invalid-input", "Invalid input"),
     (LimitExceededError, 422, "limit-exceeded", "A limit was exceeded"),
     (ReadOnlyQueryError, 400, "read-only-sql", "Only read-only SQL is allowed"),

@@ -37,7 +37,8 @@ from typing import Any, TypeVar, cast
 from tiermem.app.api import AgentMemory, Memory
 from tiermem.errors import ValidationError
 from tiermem.runtime.memory import RecordedTurn, TurnToRecord, record_turns
-from tiermem.runtime.store import HotStore, open_store
+from tiermem.runtime.applied import AppliedLines, StoreIdentity, open_identified_store
+from tiermem.runtime.store import HotStore
 from tiermem.settings import Settings
 
 T = TypeVar("T")
@@ -91,6 +92,7 @@ class MemoryService:
         # times); every other memory call waits for the updates queued before it.
         self._updater = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiermem-update")
         self._update_store: HotStore | None = None  # used on the update thread only
+        self._update_identity: StoreIdentity | None = None  # the file it writes (None: unknown)
         self._updated: Future[None] | None = None  # the newest queued update (they run in order)
         self._level_barrier: Future[None] | None = None  # the newest one with agent-level turns
         # The turn queue lives on the event loop (no lock): filled by requests, emptied by one drain task.
@@ -165,23 +167,38 @@ class MemoryService:
         return fn(*args, **kwargs)
 
     # ------------------------------------------------------------ the hot store's updates
-    def _queue_update(self, events: list[dict[str, Any]]) -> None:
+    def _queue_update(self, events: list[dict[str, Any]], positions: list[tuple[str, int]]) -> None:
         """On the memory thread: apply a durable batch to the hot store, in order, on the update thread."""
-        update = self._updater.submit(self._update, events)
+        projector = self._mem().projector
+        # Noted only while the thread runs to meet the marks (they are bounded all the same).
+        applied = projector.applied if projector is not None and projector.running else None
+        update = self._updater.submit(self._update, events, positions, applied)
         self._updated = update
         if any(ev.get("user") is None for ev in events):
             # Visible to the agent-level handles: the next batch's current level must see it.
             self._level_barrier = update
 
-    def _update(self, events: list[dict[str, Any]]) -> None:
+    def _update(
+        self,
+        events: list[dict[str, Any]],
+        positions: list[tuple[str, int]],
+        applied: AppliedLines | None,
+    ) -> None:
         """On the update thread. A failure is logged, not raised: the turns are in the log and
-        were answered; the next catch-up from the log applies them."""
+        were answered; the next catch-up from the log applies them.
+
+        Once the update committed, the projector thread is told where those turns are in
+        the log (`applied`), so that it does not apply them again behind the server.
+        """
         try:
             if self._update_store is None:
-                self._update_store = open_store(self.settings)
+                self._update_store, self._update_identity = open_identified_store(self.settings)
             self._update_store.apply_now(events)
         except Exception as exc:
             log.error("turns recorded, but the hot store's update failed: %s", exc, exc_info=exc)
+            return
+        if applied is not None:
+            applied.note(self._update_identity, positions, (str(ev["event_id"]) for ev in events))
 
     # ------------------------------------------------------------ turns, batched
     async def record_turn(
