@@ -33,6 +33,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -93,19 +94,8 @@ def _segment_events(
             path = path.with_suffix(".parquet")
             st = path.stat()
         if path.suffix == ".parquet":
-            if nbytes == -1 and stamp == st.st_mtime_ns:
-                continue
-            from tiermem.sealed import parquet_events  # pyarrow only for sealed data
-
-            n = -1
-            for n, event in enumerate(parquet_events(path, keep_erased=True)):
-                if n >= lines:
-                    done = bool(marks) and marks.get(n + 1) == event.get("event_id")  # applied already
-                    if done and skip is not None:
-                        skip.skipped += 1
-                    yield segment, n + 1, -1, None if done or event.get(ERASED_MARK) else event
-            # Record the stamp even when nothing was new, so the file is not read again.
-            yield segment, max(lines, n + 1), -2, {"_mtime_ns": st.st_mtime_ns}
+            if not (nbytes == -1 and stamp == st.st_mtime_ns):
+                yield from _parquet_events(segment, path, lines, st.st_mtime_ns, marks, skip)
             continue
         if st.st_ino == stamp and st.st_size == nbytes:
             continue
@@ -135,6 +125,23 @@ def _segment_events(
             event = orjson.loads(line)
             yield segment, n, base_bytes + pos, None if event.get(ERASED_MARK) else upcast(event)
         yield segment, n, base_bytes + end, {"_ino": st.st_ino}
+
+
+def _parquet_events(
+    segment: str, path: Path, lines: int, mtime_ns: int, marks: dict[int, str], skip: _Skip | None
+) -> Iterator[tuple[str, int, int, dict[str, Any] | None]]:
+    """`_segment_events` of one sealed segment."""
+    from tiermem.sealed import parquet_events  # pyarrow only for sealed data
+
+    n = -1
+    for n, event in enumerate(parquet_events(path, keep_erased=True)):
+        if n >= lines:
+            done = bool(marks) and marks.get(n + 1) == event.get("event_id")  # applied already
+            if done and skip is not None:
+                skip.skipped += 1
+            yield segment, n + 1, -1, None if done or event.get(ERASED_MARK) else event
+    # Record the stamp even when nothing was new, so the file is not read again.
+    yield segment, max(lines, n + 1), -2, {"_mtime_ns": mtime_ns}
 
 
 @dataclass

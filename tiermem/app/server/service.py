@@ -36,8 +36,8 @@ from typing import Any, TypeVar, cast
 
 from tiermem.app.api import AgentMemory, Memory
 from tiermem.errors import ValidationError
-from tiermem.runtime.memory import RecordedTurn, TurnToRecord, record_turns
 from tiermem.runtime.applied import AppliedLines, StoreIdentity, open_identified_store
+from tiermem.runtime.memory import RecordedTurn, TurnToRecord, record_turns
 from tiermem.runtime.store import HotStore
 from tiermem.settings import Settings
 
