@@ -32,9 +32,7 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,69 +43,26 @@ import httpx2
 
 from tiermem.app.api import Memory
 from tiermem.app.server.keys import KeyStore
+from tiermem.app.server.launcher import LaunchedServer, free_port, launch
 from tiermem.settings import resolve_settings
 
 AGENT = "bench-bot"
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_server(
     data_dir: Path,
-    port: int,
     log_path: Path,
     python: str = sys.executable,
     workers: int = 1,
     profile: str | None = None,
-) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERMEM_", "ANTHROPIC_"))}
-    extra = ["--workers", str(workers)] if workers > 1 else []
-    command = [
-        python,
-        "-m",
-        "tiermem.app.cli",
-        "--data-dir",
-        str(data_dir),
-        "serve",
-        "--port",
-        str(port),
-        *extra,
-    ]
+) -> LaunchedServer:
+    """The server under test, by the project's launcher (`--profile`: the profiled server)."""
+    port = free_port()
+    command = None
     if profile is not None:
-        command = [
-            python,
-            str(Path(__file__).resolve().parent / "serve_profiled.py"),
-            str(data_dir),
-            str(port),
-            profile,
-        ]
-    with log_path.open("wb") as out:
-        process = subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            # Not this checkout's directory: `-m` puts the working directory first on the path,
-            # which would run this checkout's code under another installation's interpreter.
-            cwd=log_path.parent,
-        )
-    deadline = time.monotonic() + 120
-    with httpx2.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise SystemExit(f"server exited: {log_path.read_text()}")
-            try:
-                if client.get("/healthz").status_code == 200:
-                    return process
-            except httpx2.TransportError:
-                pass
-            time.sleep(0.05)
-    process.kill()
-    raise SystemExit("server not ready in 120 s")
+        profiled = str(Path(__file__).resolve().parent / "serve_profiled.py")
+        command = [python, profiled, str(data_dir), str(port), profile]
+    return launch(data_dir, port=port, workers=workers, python=python, log_path=log_path, command=command)
 
 
 def turn_body(n: int, i: int) -> dict[str, Any]:
@@ -330,22 +285,19 @@ def main() -> int:
         data_dir = Path(tmp) / "data"
         settings = resolve_settings(data_dir=data_dir, env={})
         key = KeyStore(settings).create(operator=False, agent_id=AGENT)["key"]
-        port = free_port()
         fsync_before = fsync_rate(Path(tmp))
         server = start_server(
-            data_dir, port, Path(tmp) / "server.log", args.server_python, args.workers, args.profile
+            data_dir, Path(tmp) / "server.log", args.server_python, args.workers, args.profile
         )
         load_before = os.getloadavg()[0]
         try:
-            cpu_before, client_cpu = server_cpu(server.pid), time.process_time()
-            result = asyncio.run(
-                load(f"http://127.0.0.1:{port}", key, args.clients, args.seconds, args.client)
-            )
-            cpu, client_cpu = cpu_split(cpu_before, server_cpu(server.pid)), time.process_time() - client_cpu
+            pid = server.process.pid
+            cpu_before, client_cpu = server_cpu(pid), time.process_time()
+            result = asyncio.run(load(server.url, key, args.clients, args.seconds, args.client))
+            cpu, client_cpu = cpu_split(cpu_before, server_cpu(pid)), time.process_time() - client_cpu
             load_after = os.getloadavg()[0]
         finally:
-            server.terminate()
-            server.wait(timeout=60)
+            server.stop(timeout=60)
         fsync_after = fsync_rate(Path(tmp))
         with Memory(settings) as mem:
             rows = mem.query(

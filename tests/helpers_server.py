@@ -1,18 +1,14 @@
 """A real `tiermem serve` in a subprocess on a free loopback port, and a data root worth serving.
 
-The server is started exactly as a user starts it (`python -m tiermem.app.cli
-serve`); readiness is the first successful `GET /healthz`, polled while the
-process is alive, never a fixed sleep.
+The server is started by the project's one launcher (`tiermem.app.server.launcher`),
+exactly as a user starts it; readiness is the first successful `GET /healthz`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +21,7 @@ from helpers_runtime import episode
 
 from tiermem.app.api import Memory
 from tiermem.app.server.keys import KeyStore
+from tiermem.app.server.launcher import LaunchedServer, clean_env, launch
 from tiermem.eventlog import EventLog
 from tiermem.settings import Settings, resolve_settings
 
@@ -32,78 +29,38 @@ AGENT = "support-bot"
 OTHER_AGENT = "billing-bot"
 ALICE_CANARY = "canary-ALICE-7731"
 BOB_CANARY = "canary-BOB-9904"
-STARTUP_LIMIT_S = 120.0  # a bound on a broken start, not a timing expectation
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
 class Server:
-    url: str
-    data_dir: Path
-    process: subprocess.Popen[bytes]
-    log_path: Path
+    """A running server (`tiermem.app.server.launcher`) and an HTTP client factory for it."""
+
+    launched: LaunchedServer
+
+    @property
+    def url(self) -> str:
+        return self.launched.url
+
+    @property
+    def data_dir(self) -> Path:
+        return self.launched.data_dir
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.launched.process
 
     def client(self, key: str | None = None) -> httpx2.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx2.Client(base_url=self.url, headers=headers, timeout=60)
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return self.launched.log()
 
 
 @contextmanager
 def running_server(data_dir: Path, *extra: str) -> Iterator[Server]:
-    port = free_port()
-    log_path = data_dir.parent / f"server-{port}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERMEM_", "ANTHROPIC_"))}
-    with log_path.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tiermem.app.cli",
-                "--data-dir",
-                str(data_dir),
-                "serve",
-                "--port",
-                str(port),
-                *extra,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    server = Server(f"http://127.0.0.1:{port}", data_dir, process, log_path)
-    try:
-        wait_ready(server)
-        yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def wait_ready(server: Server) -> None:
-    deadline = time.monotonic() + STARTUP_LIMIT_S
-    with httpx2.Client(base_url=server.url, timeout=5) as client:
-        while time.monotonic() < deadline:
-            if server.process.poll() is not None:
-                raise RuntimeError(f"tiermem serve exited with {server.process.returncode}:\n{server.log()}")
-            try:
-                if client.get("/healthz").status_code == 200:
-                    return
-            except httpx2.TransportError:
-                pass
-            time.sleep(0.05)  # poll interval while the port is not yet open
-    raise RuntimeError(f"tiermem serve not ready after {STARTUP_LIMIT_S}s:\n{server.log()}")
+    with launch(data_dir, args=extra) as launched:
+        yield Server(launched)
 
 
 def settings_for(data_dir: Path) -> Settings:
@@ -232,7 +189,7 @@ def seed(data_dir: Path) -> Seeded:
 
 def cli_json(data_dir: Path, *args: str) -> Any:
     """Run `tiermem ... --json` in a subprocess (as a script would) and parse its output."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIERMEM_", "ANTHROPIC_"))}
+    env = clean_env()
     done = subprocess.run(
         [sys.executable, "-m", "tiermem.app.cli", "--data-dir", str(data_dir), *args, "--json"],
         capture_output=True,
