@@ -55,6 +55,7 @@ def start_server(
     python: str = sys.executable,
     workers: int = 1,
     profile: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> LaunchedServer:
     """The server under test, by the project's launcher (`--profile`: the profiled server)."""
     port = free_port()
@@ -62,7 +63,9 @@ def start_server(
     if profile is not None:
         profiled = str(Path(__file__).resolve().parent / "serve_profiled.py")
         command = [python, profiled, str(data_dir), str(port), profile]
-    return launch(data_dir, port=port, workers=workers, python=python, log_path=log_path, command=command)
+    return launch(
+        data_dir, port=port, workers=workers, env=env, python=python, log_path=log_path, command=command
+    )
 
 
 def turn_body(n: int, i: int) -> dict[str, Any]:
@@ -279,8 +282,16 @@ def main() -> int:
         metavar="OUT",
         help="run the server under cProfile (bench/serve_profiled.py): OUT.loop/.memory/.update.prof",
     )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an environment variable for the server (e.g. TIERMEM_RUNTIME__CATCH_UP=inline); repeatable",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    server_env = dict(item.split("=", 1) for item in args.server_env)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         data_dir = Path(tmp) / "data"
         settings = resolve_settings(data_dir=data_dir, env={})
@@ -310,6 +321,7 @@ def main() -> int:
             client=args.client,
             workers=args.workers,
             server_python=args.server_python,
+            server_env=server_env,
             seconds=args.seconds,
             log_interactions=rows[0]["n"],
             log_distinct_ids=rows[0]["distinct_ids"],

@@ -48,7 +48,7 @@ def run(python: str, workers: int, clients: int, seconds: float) -> dict[str, An
 def row(label: str, r: dict[str, Any]) -> str:
     return (
         f"| {time.strftime('%H:%M', time.gmtime())} ({r['load_before']} / {r['load_after']}) | {label} | "
-        f"{r['created_201']:,} | {r['turns_per_s']:,.0f}/s | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} | "
+        f"{r['created_201']:,} | {r['turns_per_s']:,.0f}/s | {r['p50_ms']} | {r['p99_ms']} | {r['p999_ms']} | {r['max_ms']} | "
         f"**{r['lost']}** | {r['server_cpu_us_per_turn']} ({r['event_loop_cpu_us_per_turn']} + "
         f"{r['other_threads_cpu_us_per_turn']}) | {r['client_cpu_us_per_turn']} | "
         f"{r['raw_fsync_before']['per_s']:,} / {r['raw_fsync_after']['per_s']:,} |"
@@ -67,10 +67,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write every result to this file")
     args = parser.parse_args()
     print(
-        "| run (UTC, load before / after) | server | turns (201) | throughput | p50 ms | p99 ms | max ms "
+        "| run (UTC, load before / after) | server | turns (201) | throughput | p50 ms | p99 ms | p99.9 ms | max ms "
         "| lost | server CPU µs/turn (loop + other threads) | client CPU µs/turn | raw fsync/s before / after |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     results = []
     for _ in range(args.rounds):
         configs = [("baseline", args.baseline, 1)] + [

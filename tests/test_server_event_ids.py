@@ -77,3 +77,14 @@ def test_an_erased_first_copy_is_never_taken_for_the_same_turn(settings: Setting
         mem.forget(event="e-1", reason="test")
         with pytest.raises(EventIdConflictError):
             mem.agent(AGENT).record_turn("eve", f"My PIN is {CANARY}.", "Noted.", event_id="e-1")
+
+
+def test_the_id_quoted_in_a_later_records_field_is_not_taken_for_the_first_copy(settings: Settings) -> None:
+    with Memory(settings) as mem:
+        agent = mem.agent(AGENT)
+        agent.record_turn("eve", "first words", "ok", event_id="q-1")
+        # A later line of the same segment mentions the id as a field of its own.
+        agent.record_turn("eve", "later words", "ok", metadata={"event_id": "q-1"})
+        assert agent.record_turn("eve", "first words", "ok", event_id="q-1").event_id == "q-1"
+        with pytest.raises(EventIdConflictError):
+            agent.record_turn("eve", "later words", "ok", event_id="q-1")

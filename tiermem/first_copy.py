@@ -7,14 +7,17 @@ caller (another agent, another user, or the same one with other words) can
 send it too, and its record is then not stored at all. To tell the two apart
 the writer reads the record the log kept under that id and compares.
 
-Duplicates are rare, so this path may read a segment: the id index names the
-segment that holds the id (this process's own unindexed tail is consulted
+Duplicates are rare, so this path may search a segment: the id index names
+the segment that holds the id (this process's own unindexed tail is consulted
 too, as the log's own duplicate check does), and the line is found by its
-id's bytes, then parsed and checked. A sealed segment is read as Parquet.
+id's bytes, searched from the end of the mapped file (a retry's first copy is
+usually recent), then parsed and checked. A sealed segment is read as Parquet.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
 from pathlib import Path
 from typing import Any
 
@@ -45,23 +48,32 @@ def first_copy(log: EventLog, stream: str, event_id: str) -> dict[str, Any] | No
 
 def _in_segment(stem: Path, event_id: str) -> dict[str, Any] | None:
     try:
-        data = stem.with_suffix(".jsonl").read_bytes()
+        fh = stem.with_suffix(".jsonl").open("rb")
     except FileNotFoundError:  # sealed since (or between the lookup and now)
         return _in_parquet(stem.with_suffix(".parquet"), event_id)
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            return None
+        with mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) as data:
+            return _find_line(data, size, event_id)
+
+
+def _find_line(data: mmap.mmap, size: int, event_id: str) -> dict[str, Any] | None:
+    """The line of `event_id`, searched from the end: a retry's first copy is usually recent."""
     key = b'"event_id":' + orjson.dumps(event_id)
-    pos = data.find(key)
+    pos = data.rfind(key, 0, size)
     while pos >= 0:
         start = data.rfind(b"\n", 0, pos) + 1
-        end = data.find(b"\n", pos)
-        if end < 0:  # a line still being written is not stored yet
-            return None
-        try:
-            event = orjson.loads(data[start:end])
-        except orjson.JSONDecodeError:
-            event = None
-        if isinstance(event, dict) and event.get("event_id") == event_id:
-            return ERASED if event.get(ERASED_MARK) else upcast(event)
-        pos = data.find(key, end)  # the id met inside another record's field: look further
+        end = data.find(b"\n", pos, size)
+        if end >= 0:  # (a line still being written is not stored yet)
+            try:
+                event = orjson.loads(data[start:end])
+            except orjson.JSONDecodeError:
+                event = None
+            if isinstance(event, dict) and event.get("event_id") == event_id:
+                return ERASED if event.get(ERASED_MARK) else upcast(event)
+        pos = data.rfind(key, 0, start)  # the id met inside another record's field: look before
     return None
 
 
