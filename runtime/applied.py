@@ -57,8 +57,8 @@ def open_identified_store(settings: Settings) -> tuple[HotStore, StoreIdentity |
     before = _file_identity(settings)
     store = open_store(settings)
     after = _file_identity(settings)
-    # A file replaced while the connection opened: which one it holds is not known.
-    return store, (after if after is not None and before in (None, after) else None)
+    # A file created or replaced while the connection opened: which one it holds is not known.
+    return store, (after if before is not None and before == after else None)
 
 
 class AppliedLines:

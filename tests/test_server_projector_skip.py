@@ -128,3 +128,13 @@ def test_the_servers_turns_reach_the_hot_store_once_whether_its_update_ran_or_no
     noted, skipped = asyncio.run(serve())
     assert (noted, skipped) == ((0, 0) if update_fails else (30, 30))
     assert _hot_turns(settings) == [(f"s-{i:03d}", f"served {i}") for i in range(30)]
+
+
+def test_a_store_file_created_by_the_opening_itself_has_no_identity(settings: Settings) -> None:
+    # Which file the connection holds is known only when the same file was there before and after.
+    store, identity = open_identified_store(settings)
+    store.close()
+    assert identity is None
+    store, identity = open_identified_store(settings)
+    store.close()
+    assert identity is not None
