@@ -478,8 +478,9 @@ def record_turns(
     they are applied, the projector need not apply them again.
 
     A turn whose `event_id` the log already holds for a different turn (another
-    agent's or user's, or other words) is not stored: its outcome is an
-    `EventIdConflictError`. The same turn sent again is answered as recorded.
+    agent's or user's, or other words) is not stored in the log but quarantined:
+    its outcome is an `EventIdConflictError`. The same turn sent again is
+    answered as recorded.
     """
     if not turns:
         return []
@@ -527,7 +528,9 @@ def record_turns(
                 kept.append(ev)
                 positions.append((res.segment, res.line))
             elif not same_turn(first_copy(first.log, res.stream, res.event_id), ev):
-                outcomes[slot] = EventIdConflictError()
+                refused = EventIdConflictError()
+                first.log.reject(ev, refused)  # kept with its reason, as every refused record is
+                outcomes[slot] = refused
         events = kept
     if on_durable is not None:
         on_durable(outcomes)

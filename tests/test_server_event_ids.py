@@ -33,6 +33,9 @@ def _check(settings: Settings) -> None:
             mem.agent(OTHER).record_turn("eve", f"My PIN is {CANARY}.", "Noted.", event_id="e-1")
         with pytest.raises(EventIdConflictError) as other_words:
             mem.agent(AGENT).record_turn("eve", "something else", "Noted.", event_id="e-1")
+    # Each refused turn is quarantined with its reason (the sender's own record, never lost).
+    quarantined = b"".join(p.read_bytes() for p in settings.rejects_dir.rglob("*.jsonl"))
+    assert quarantined.count(b"already used by another record") == 3 and b"mallory" in quarantined
     messages = {str(e.value) for e in (other_user, other_agent, other_words)}
     assert len(messages) == 1 and CANARY not in messages.pop()
     assert other_user.value.field == "event_id"
