@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 import orjson
-from tiermem.runtime.passages import Passage, episode_passages
+from tiermem.runtime.passage_columns import JoinedTexts, PassageColumns, WordNumbers, dedup_words
 
 from tiermem.attachments import split_described
 
@@ -60,8 +60,8 @@ class Prepared:
     """One episode's quotes and passages, ready for scoring (shared: callers copy what they return)."""
 
     quotes: list[Any]
-    passages: list[Passage]
-    lowered: list[str]  # each passage's text, lowered
+    passages: PassageColumns
+    lowered: JoinedTexts  # each passage's text, lowered
     spaces: np.ndarray  # spaces in each lowered passage (its length in words is this + 1)
     quote_of: np.ndarray  # each passage's position in `quotes`
     quote_spaces: list[int]  # spaces in each quote's whole lowered text ("" without text)
@@ -72,9 +72,10 @@ class Prepared:
     head: int = -1  # its header's (name and summary) id in the index
     head_spaces: int = 0  # spaces in the lowered header (its length in words is this + 1)
     flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
-    keys: list[frozenset[str] | None] = field(default_factory=list)  # passages' word sets, when asked
-    # Passages' words filed first by the near-duplicate check (EpisodeTexts.prefix), when asked.
-    prefixes: list[tuple[str, ...] | None] = field(default_factory=list)
+    # The passages' words for the near-duplicate check (runtime.passage_columns): each passage's
+    # numbers, ascending, at dedup_ids[dedup_at[j]:dedup_at[j + 1]].
+    dedup_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    dedup_at: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     # (passage, its attachments' descriptions, lowered) for the passages that have any: scored at a
     # weight of their own, and only these are visited per question.
     described: list[tuple[int, str]] = field(default_factory=list)
@@ -97,10 +98,10 @@ class Prepared:
         return got
 
 
-def _prepare(raw: str | None) -> tuple[list[Any], list[Passage], list[str], list[int], frozenset[str]]:
+def _prepare(raw: str | None) -> tuple[list[Any], PassageColumns, list[str], list[int], frozenset[str]]:
     quotes = orjson.loads(raw or "[]")
-    passages = episode_passages(quotes)
-    lowered = [p.text.lower() for p in passages]
+    passages = PassageColumns(quotes)
+    lowered = [t.lower() for t in passages.texts]
     quote_spaces = [str(q.get("text", "")).lower().count(" ") for q in quotes]
     ids = frozenset(str(q["event_id"]) for q in quotes if isinstance(q, dict) and q.get("event_id"))
     return quotes, passages, lowered, quote_spaces, ids
@@ -118,8 +119,12 @@ class WordIndex:
 
     def add(self, text: str) -> int:
         """Index one lowered text as the next text id (returned)."""
+        return self.add_counted(Counter(_RUN.findall(text)))
+
+    def add_counted(self, words: Counter[str]) -> int:
+        """Index one text, given as its words' counts, as the next text id (returned)."""
         pid = self.size
-        for word, n in Counter(_RUN.findall(text)).items():
+        for word, n in words.items():
             wid = self.word_ids.get(word)
             if wid is None:
                 wid = self.word_ids[word] = len(self.postings)
@@ -225,6 +230,8 @@ class EpisodeTexts:
         # Every word met by `prefix`, numbered in the order met: never renumbered, so a prefix
         # taken once holds for every later search (until everything is dropped, prefixes too).
         self.met: dict[str, int] = {}
+        # The prepared passages' words, numbered for the near-duplicate check (runtime.passage_columns).
+        self.numbers = WordNumbers()
         self.entries: dict[tuple[str, str], Prepared] = {}
         self.words = WordIndex()  # the passages of long episodes
         # Every episode's name and summary: apart, so a header's counts do not walk the postings of
@@ -286,44 +293,45 @@ class EpisodeTexts:
         quotes, passages, lowered, quote_spaces, ids = _prepare(raw)
         if sum(len(t) for t in lowered) <= INDEX_CHARS:
             # Short: counting its words per question costs less than indexing it (most episodes, once seen).
-            return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1)
+            words = [dedup_words(t, None) for t in lowered]
+            return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1, words)
         start = self.words.size
-        for text in lowered:
-            self.words.add(text)
+        counted = [Counter(_RUN.findall(text)) for text in lowered]
+        for counts in counted:
+            self.words.add_counted(counts)
         self.chars += len(raw or "")
-        return self._prepared(quotes, passages, lowered, quote_spaces, ids, start)
+        words = [dedup_words(t, c.keys()) for t, c in zip(lowered, counted, strict=True)]
+        return self._prepared(quotes, passages, lowered, quote_spaces, ids, start, words)
 
-    @staticmethod
     def _prepared(
+        self,
         quotes: list[Any],
-        passages: list[Passage],
+        passages: PassageColumns,
         lowered: list[str],
         quote_spaces: list[int],
         ids: frozenset[str],
         start: int,
+        words: list[Any],
     ) -> Prepared:
         spaces = np.array([t.count(" ") for t in lowered], dtype=np.int64)
-        quote_of = np.array([p.quote for p in passages], dtype=np.int64)
+        quote_of = passages.quote
         lengths = spaces.astype(np.float64) + 2
+        dedup_ids, dedup_at = self.numbers.sets(words)
+        said_by = np.array([s.lower() for s in passages.quote_speakers] or [""], dtype=object)[quote_of]
         return Prepared(
             quotes=quotes,
             passages=passages,
-            lowered=lowered,
+            lowered=JoinedTexts(lowered),
             spaces=spaces,
             quote_of=quote_of,
             turn_words=np.bincount(quote_of, weights=lengths)[quote_of] if len(passages) else lengths,
             whole_turn=np.bincount(quote_of)[quote_of] == 1 if len(passages) else np.zeros(0, dtype=bool),
             quote_spaces=quote_spaces,
             event_ids=ids,
-            speakers={
-                name: np.array(
-                    [j for j, p in enumerate(passages) if p.speaker.lower() == name], dtype=np.int64
-                )
-                for name in {p.speaker.lower() for p in passages}
-            },
+            speakers={name: np.flatnonzero(said_by == name) for name in set(said_by.tolist())},
             start=start,
-            keys=[None] * len(passages),
-            prefixes=[None] * len(passages),
+            dedup_ids=dedup_ids,
+            dedup_at=dedup_at,
             described=[(j, d) for j, t in enumerate(lowered) if "[" in t and (d := split_described(t)[1])],
             quote_speakers=[
                 str(q.get("speaker") or "").lower() if isinstance(q, dict) else "" for q in quotes

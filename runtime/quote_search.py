@@ -48,6 +48,7 @@ from tiermem.runtime.note_cache import episode_notes
 from tiermem.runtime.notes import Note, note_words, shown_notes
 from tiermem.runtime.packing import render_quote_block
 from tiermem.runtime.passage_bounds import survivors
+from tiermem.runtime.passage_columns import dedup_set
 from tiermem.runtime.query_terms import query_term_groups
 from tiermem.runtime.time_query import (
     TimeWindow,
@@ -339,38 +340,35 @@ class _Scored:
     def item(self, i: int) -> dict[str, Any]:
         """Passage `i` as a result item (before the final touches of `search_quotes`)."""
         k, j = int(self.episode[i]), int(self.local[i])
-        row, p = self.rows[k], self.entries[k].passages[j]
+        row, p = self.rows[k], self.entries[k].passages
         start = parse_ts(row[4])
+        speaker, event_id = p.speaker(j), p.event_id(j)
         return {
-            "text": p.text,
-            "speaker": p.speaker,
-            "event_id": p.event_id,
-            "part": p.part,
-            "notes": shown_notes(self.notes.get((p.event_id, p.speaker), [])),
+            "text": p.text(j),
+            "speaker": speaker,
+            "event_id": event_id,
+            "part": int(p.part[j]),
+            "notes": shown_notes(self.notes.get((event_id, speaker), [])),
             "episode_id": row[0],
             "ts": row[4],
             "date": human_date(start),
             "at": start,
-            "cosine": self.near.get((row[0], p.idx)),
+            "cosine": self.near.get((row[0], j)),
             "_passage": (self.entries[k], j),
             "hits": frozenset(k for k in range(self.counts.shape[1]) if self.counts[i, k]),
             "boost": self.boosts[k],
         }
 
     def order_key(self, i: int, score: float) -> tuple[float, str, str, int]:
-        p = self.entries[int(self.episode[i])].passages[int(self.local[i])]
-        return (-score, self.rows[int(self.episode[i])][4], p.event_id, p.part)
+        k, j = int(self.episode[i]), int(self.local[i])
+        p = self.entries[k].passages
+        return (-score, self.rows[k][4], p.event_id(j), int(p.part[j]))
 
-    def dedup_key(self, i: int) -> tuple[frozenset[str], tuple[str, ...]]:
-        """Passage `i`'s word set and its prefix for `_distinct`, kept with the prepared episode."""
-        entry, j = self.entries[int(self.episode[i])], int(self.local[i])
-        key = entry.keys[j]
-        if key is None:
-            key = entry.keys[j] = _dedup_key(entry.passages[j].text)
-        prefix = entry.prefixes[j]
-        if prefix is None:
-            prefix = entry.prefixes[j] = _prefix(key)
-        return key, prefix
+    def dedup_key(self, i: int) -> tuple[frozenset[int], tuple[int, ...]]:
+        """Passage `i`'s word set and its prefix for `_distinct`, from the words taken when its episode
+        was prepared (numbered: runtime.passage_columns)."""
+        entry = self.entries[int(self.episode[i])]
+        return dedup_set(entry.dedup_ids, entry.dedup_at, int(self.local[i]), DUPLICATE_JACCARD)
 
 
 def _weigh_captions(entries: list[Prepared], firsts: np.ndarray, asked: _Asked, counts: np.ndarray) -> None:
@@ -400,8 +398,9 @@ def _add_notes(
     for k, e in enumerate(entries):
         if e.event_ids.isdisjoint(noted):
             continue
-        for j, p in enumerate(e.passages):
-            extra = note_words(notes.get((p.event_id, p.speaker), []), p.text).lower()
+        p = e.passages
+        for j in range(len(p)):
+            extra = note_words(notes.get((p.event_id(j), p.speaker(j)), []), p.text(j)).lower()
             if extra:
                 i = int(firsts[k]) + j
                 counts[i] += _term_counts(extra, asked.rx, len(asked.groups))
@@ -541,7 +540,7 @@ def _restated(found: _Scored, weights: list[float]) -> np.ndarray:
     for i in pool:
         k, j = int(found.episode[i]), int(found.local[i])
         hits = frozenset(g for g in range(found.counts.shape[1]) if found.counts[i, g])
-        item = {"hits": hits, "speaker": found.entries[k].passages[j].speaker, "ts": found.rows[k][4]}
+        item = {"hits": hits, "speaker": found.entries[k].passages.speaker(j), "ts": found.rows[k][4]}
         scored.append((float(scores[i]), item))
     _restatements_first(scored, weights)
     for i, (score, _) in zip(pool, scored, strict=True):

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import pytest
 from helpers_runtime import append, episode
+from tiermem.runtime import passage_columns as pc
 from tiermem.runtime import quote_search as qs
 from tiermem.runtime import turn_window
 from tiermem.runtime.episode_search import _bm25, _candidate_rows, _frequencies, _term_counts, search_episodes
@@ -171,7 +172,7 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         "",
     )
     again = texts.prepared(Conn(), "db", ["ep3", "ep1"], ["renamed", None])  # type: ignore[arg-type]
-    assert again[0].lowered == ["quite different words"] and again[1] is entries[1]
+    assert list(again[0].lowered) == ["quite different words"] and again[1] is entries[1]
     assert texts.head_counts(again, [("renamed",), ("name",)]).tolist() == [[1, 0], [0, 1]]
     twice = [again[1], again[0], again[1]]
     assert texts.head_counts(twice, [("renamed",), ("name",)]).tolist() == [[0, 1], [1, 0], [0, 1]]
@@ -415,21 +416,47 @@ def test_turn_search_index_finds_what_the_plain_scan_found_across_cache_drops(
             )
 
 
-def test_near_duplicate_prefixes_kept_with_episodes_follow_one_order_of_words(memory: AgentMemory) -> None:
-    """A passage's prefix is taken once and kept: words met later (by later searches) must not
-    change the order it was taken in, or two near-identical passages could miss each other."""
+def test_near_duplicate_word_sets_are_each_passages_words_numbered_in_one_order(memory: AgentMemory) -> None:
+    """The word sets taken when an episode is prepared are exactly the words the near-duplicate check
+    splits the passage's text into (numbered once, never renumbered), and a prefix is the last-met
+    words of its set: words met later (by later episodes) must not change a set taken before, or
+    two near-identical passages could miss each other."""
     from tiermem.runtime.episode_text import TEXTS
 
+    def taken() -> dict[tuple[int, int], tuple[frozenset[int], tuple[int, ...]]]:
+        out = {}
+        for k, e in enumerate(TEXTS.entries.values()):
+            for j in range(len(e.passages)):
+                out[(k, j)] = pc.dedup_set(e.dedup_ids, e.dedup_at, j, qs.DUPLICATE_JACCARD)
+        return out
+
+    qs.search_quotes(memory.conn, memory.principal, QUERIES[0], None, 40)
+    before = taken()
     for query in QUERIES:
         qs.search_quotes(memory.conn, memory.principal, query, None, 40)
-    kept = [(e.keys[j], p) for e in TEXTS.entries.values() for j, p in enumerate(e.prefixes) if p is not None]
-    assert len(kept) > 40
-    for key, prefix in kept:
-        assert key is not None
-        assert prefix == qs._prefix(key)  # what taking it now gives
-        by_order = sorted(key, key=lambda w: -TEXTS.met[w])
-        assert prefix == tuple(by_order[: len(prefix)])
-        assert len(prefix) == len(key) - int(qs.DUPLICATE_JACCARD * len(key)) + 2 or len(prefix) == len(key)
+    after = taken()
+    assert len(before) > 40 and all(after[k] == v for k, v in before.items())
+    word_of = {n: w for w, n in TEXTS.numbers.numbers.items()}
+    for k, e in enumerate(TEXTS.entries.values()):
+        for j in range(len(e.passages)):
+            key, prefix = after[(k, j)]
+            assert {word_of[n] for n in key} == qs._dedup_key(e.passages[j].text)
+            by_order = sorted(key, reverse=True)  # the last met first
+            assert prefix == tuple(by_order[: len(key) - int(qs.DUPLICATE_JACCARD * len(key)) + 2])
+
+
+def test_near_duplicate_words_of_any_text_are_those_of_splitting_it() -> None:
+    """Taken from the index's words (ASCII text without an underscore) or split apart (any other):
+    the same set as the near-duplicate check's own split of the lowered text."""
+    from collections import Counter
+
+    from tiermem.runtime.episode_text import _RUN
+
+    for text in ["Plain words, twice: words!", "snake_case and x2", "Café naïve ÉCOLE", "", "a1b2 c_d-e"]:
+        low = text.lower()
+        indexed = Counter(_RUN.findall(low)).keys()
+        assert set(pc.dedup_words(low, indexed)) == qs._dedup_key(text)
+        assert set(pc.dedup_words(low, None)) == qs._dedup_key(text)
 
 
 def _reference_episodes(m: AgentMemory, query: str, limit: int) -> list[tuple[str, float, list[Any]]]:
@@ -549,7 +576,7 @@ def test_prepared_episodes_are_dropped_before_looking_when_the_cache_is_full(
     monkeypatch.setattr(episode_text, "MAX_PASSAGES", texts.passages - 1)
     again = texts.prepared(Conn(), "db", ["ep1", "ep2"])  # type: ignore[arg-type]
     assert read[-1] == ["ep1", "ep2"]  # ep1 read again: the drop came first
-    assert again[0] is not first[1] and again[0].lowered == first[1].lowered
+    assert again[0] is not first[1] and list(again[0].lowered) == list(first[1].lowered)
     assert texts.head_counts(again, [("name",), ("2",)]).tolist() == [[1, 0], [1, 1]]
     monkeypatch.setattr(episode_text, "MAX_PASSAGES", 10**6)
     assert texts.prepared(Conn(), "db", ["ep2", "ep1"]) == [again[1], again[0]]  # type: ignore[arg-type]
