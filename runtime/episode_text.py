@@ -37,6 +37,7 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,8 @@ import orjson
 from tiermem.runtime.passage_columns import JoinedTexts, PassageColumns, WordNumbers, dedup_words
 
 from tiermem.attachments import split_described
+from tiermem.dates import anchor_relative_dates
+from tiermem.ids import parse_ts
 
 _RUN = re.compile(r"\w+")
 PREFIX_MIN = 4  # forms of this length or more match as prefixes (as the search always matched them)
@@ -87,6 +90,10 @@ class Prepared:
     quote_speakers: list[str] = field(default_factory=list)
     # (passage, the date it was said) -> the relative dates it contains, resolved: when asked.
     anchors: dict[tuple[int, Any], list[tuple[str, str]]] = field(default_factory=dict)
+    # When the episode started (what its passages' relative dates are resolved against), and
+    # those of its passages that have any, resolved when it was prepared (passage -> them).
+    said_at: datetime | None = None
+    said_anchors: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
     def found(self, pattern: re.Pattern[str]) -> np.ndarray:
         """Which passages `pattern` is found in (kept per pattern: the patterns are the search's own)."""
@@ -105,6 +112,23 @@ def _prepare(raw: str | None) -> tuple[list[Any], PassageColumns, list[str], lis
     quote_spaces = [str(q.get("text", "")).lower().count(" ") for q in quotes]
     ids = frozenset(str(q["event_id"]) for q in quotes if isinstance(q, dict) and q.get("event_id"))
     return quotes, passages, lowered, quote_spaces, ids
+
+
+def _anchor(entry: Prepared, start: str | None) -> None:
+    """Resolve the relative dates of the entry's passages against its start, once: a search shows
+    passages with their episode's start as the date they were said (about 12 us a passage, which
+    was most of a new result's cost when done per question)."""
+    try:
+        at = parse_ts(start) if start else None
+    except ValueError:
+        return
+    if at is None:
+        return
+    entry.said_at = at
+    for j, text in enumerate(entry.passages.texts):
+        found = anchor_relative_dates(text, at)
+        if found:
+            entry.said_anchors[j] = tuple(found)
 
 
 class WordIndex:
@@ -272,14 +296,16 @@ class EpisodeTexts:
             raws = {
                 r[0]: r[1:]
                 for r in conn.execute(
-                    f"SELECT episode_id, key_quotes, name, summary FROM episodes WHERE episode_id IN ({marks})",
+                    "SELECT episode_id, key_quotes, name, summary, start_ts FROM episodes"
+                    f" WHERE episode_id IN ({marks})",
                     missing,
                 ).fetchall()
             }
             named = dict(zip(episode_ids, names or (), strict=False))
             for episode_id in missing:
-                raw, name, summary = raws.get(episode_id, (None, None, None))
+                raw, name, summary, said = raws.get(episode_id, (None, None, None, None))
                 entry = self._add(raw)
+                _anchor(entry, said)
                 if entry.start >= 0:
                     self.long_dbs.add(db)
                 # The header as the searches score it: name and summary, lowered, one word run each.

@@ -657,6 +657,8 @@ def _anchors(text: str, at: datetime, passage: tuple[Prepared, int] | None) -> l
     if passage is None:
         return anchor_relative_dates(text, at)
     entry, j = passage
+    if at == entry.said_at and at.utcoffset() == entry.said_at.utcoffset():  # resolved when prepared
+        return list(entry.said_anchors.get(j, ()))
     found = entry.anchors.get((j, at))
     if found is None:
         found = entry.anchors[(j, at)] = anchor_relative_dates(text, at)

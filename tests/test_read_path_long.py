@@ -125,18 +125,28 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         )
         for i in range(30)
     ]
-    rows = [(f"ep{i}", raw.decode(), f"Name {i}", _text(rng, 12)) for i, raw in enumerate(raws)]
+    said = "2023-05-08T13:56:00Z"
+    rows = [(f"ep{i}", raw.decode(), f"Name {i}", _text(rng, 12), said) for i, raw in enumerate(raws)]
 
     class Conn:  # what `prepared` asks of a connection: quotes, name, summary of the missing episodes
         def execute(self, sql: str, ids: list[str]) -> Any:
             class Cursor:
-                def fetchall(self) -> list[tuple[str, str, str, str]]:
+                def fetchall(self) -> list[tuple[str, str, str, str, str]]:
                     return [r for r in rows if r[0] in ids]
 
             return Cursor()
 
     entries = texts.prepared(Conn(), "db", [r[0] for r in rows])  # type: ignore[arg-type]
     assert {e.start >= 0 for e in entries} == {True, False}  # long episodes indexed, short ones not
+    # Relative dates resolved when prepared, against the episode's start: those of the text itself.
+    at = parse_ts(said)
+    resolved = [
+        (list(e.said_anchors.get(j, ())), anchor_relative_dates(t, at))
+        for e in entries
+        for j, t in enumerate(e.passages.texts)
+    ]
+    assert all(e.said_at == at for e in entries) and all(kept == fresh for kept, fresh in resolved)
+    assert sum(1 for kept, _ in resolved if kept) > 10
     for groups in (
         [("paint",), ("pain",), ("lake",)],  # a word counts for the first group whose prefix it has
         [("pain",), ("paint",)],
@@ -170,6 +180,7 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         orjson.dumps([{"text": "quite different words", "event_id": "x"}]).decode(),
         "renamed",
         "",
+        said,
     )
     again = texts.prepared(Conn(), "db", ["ep3", "ep1"], ["renamed", None])  # type: ignore[arg-type]
     assert list(again[0].lowered) == ["quite different words"] and again[1] is entries[1]
@@ -556,6 +567,7 @@ def test_prepared_episodes_are_dropped_before_looking_when_the_cache_is_full(
             orjson.dumps([{"text": _text(rng, 400), "event_id": f"e{i}"}]).decode(),
             f"Name {i}",
             "summary",
+            "2023-05-08T13:56:00Z",
         )
         for i in range(6)
     }
@@ -566,7 +578,7 @@ def test_prepared_episodes_are_dropped_before_looking_when_the_cache_is_full(
             read.append(list(ids))
 
             class Cursor:
-                def fetchall(self) -> list[tuple[str, str, str, str]]:
+                def fetchall(self) -> list[tuple[str, str, str, str, str]]:
                     return [rows[i] for i in ids]
 
             return Cursor()
