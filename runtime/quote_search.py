@@ -47,7 +47,7 @@ from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.note_cache import episode_notes
 from tiermem.runtime.notes import Note, note_words, shown_notes
 from tiermem.runtime.packing import render_quote_block
-from tiermem.runtime.passage_bounds import survivors
+from tiermem.runtime.passage_bounds import Factors, Passages, survivors
 from tiermem.runtime.passage_columns import dedup_set
 from tiermem.runtime.query_terms import query_term_groups
 from tiermem.runtime.time_query import (
@@ -492,15 +492,23 @@ def _score_passages(
                 named[firsts[k] + at] = True
     hit = counts > 0
     most = np.where(named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
-    factors = (
-        HEAD_WEIGHT,
-        COVERAGE_FLOOR,
-        max(ANSWER_WEIGHT, NEIGHBOUR_WEIGHT),
-        COVERAGE_FLOOR + 1.0,
-        FAR_WEIGHT,
+    factors = Factors(
+        head_share=HEAD_WEIGHT,
+        floor=COVERAGE_FLOOR,
+        neighbour=max(ANSWER_WEIGHT, NEIGHBOUR_WEIGHT),
+        full=COVERAGE_FLOOR + 1.0,
+        far_share=FAR_WEIGHT,
     )
-    bound = (own, hit @ np.array(weights, dtype=np.float64), total_weight, heads[episode], boost[episode])
-    chosen = survivors(*bound, gain[episode], most, factors, keep)
+    bound = Passages(
+        own=own,
+        hit_weight=hit @ np.array(weights, dtype=np.float64),
+        total_weight=total_weight,
+        head=heads[episode],
+        boost=boost[episode],
+        importance=gain[episode],
+        most_boost=most,
+    )
+    chosen = survivors(bound, factors, keep)
     idx = np.arange(len(episode)) if chosen is None else chosen
     beside = _neighbours(entries, own, first, last, idx)
     at = episode[idx]
