@@ -37,7 +37,6 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -92,7 +91,7 @@ class Prepared:
     anchors: dict[tuple[int, Any], list[tuple[str, str]]] = field(default_factory=dict)
     # When the episode started (what its passages' relative dates are resolved against), and
     # those of its passages that have any, resolved when it was prepared (passage -> them).
-    said_at: datetime | None = None
+    said_ts: str | None = None
     said_anchors: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
     def found(self, pattern: re.Pattern[str]) -> np.ndarray:
@@ -124,7 +123,7 @@ def _anchor(entry: Prepared, start: str | None) -> None:
         return
     if at is None:
         return
-    entry.said_at = at
+    entry.said_ts = start
     for j, text in enumerate(entry.passages.texts):
         found = anchor_relative_dates(text, at)
         if found:
@@ -204,12 +203,16 @@ class WordIndex:
         counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
         lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
         labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
-        at = np.searchsorted(s_starts, pids, side="right") - 1
-        ok = at >= 0
-        at = np.where(ok, at, 0)
-        ok &= pids < s_starts[at] + s_sizes[at]
-        position = s_offsets[at[ok]] + pids[ok] - s_starts[at[ok]]
-        flat = np.bincount(position * n_groups + labels[ok], weights=counts[ok], minlength=total * n_groups)
+        # Each text id's row among the blocks (-1: in none), then each posting's row by one lookup.
+        inside = int(s_sizes.sum())
+        step = np.arange(inside, dtype=np.int64) - np.repeat(np.cumsum(s_sizes) - s_sizes, s_sizes)
+        row_of = np.full(self.size, -1, dtype=np.int64)
+        row_of[np.repeat(s_starts, s_sizes) + step] = np.repeat(s_offsets, s_sizes) + step
+        position = row_of[pids]
+        ok = position >= 0
+        flat = np.bincount(
+            position[ok] * n_groups + labels[ok], weights=counts[ok], minlength=total * n_groups
+        )
         return flat.reshape(total, n_groups)
 
     def _inside(
@@ -384,7 +387,7 @@ class EpisodeTexts:
 
         `matcher` (the search's, for these groups) counts the short episodes, which are not indexed.
         """
-        sizes = np.array([len(e.passages) for e in entries], dtype=np.int64)
+        sizes = np.array([e.passages.n for e in entries], dtype=np.int64)
         total = int(sizes.sum())
         n_groups = len(groups)
         out = np.zeros((total, n_groups))
@@ -398,7 +401,7 @@ class EpisodeTexts:
                     # Every match contains one of the forms as it is: a text holding none needs no pass.
                     if any(f in text for f in forms):
                         out[at + j] = matcher.counts(text)
-            at += len(e.passages)
+            at += e.passages.n
         indexed = [k for k, e in enumerate(entries) if e.start >= 0]
         if indexed:
             starts = np.array([entries[k].start for k in indexed], dtype=np.int64)

@@ -71,7 +71,7 @@ class JoinedTexts(Sequence[str]):
 class PassageColumns(Sequence[Passage]):
     """An episode's passages (runtime.passages), by column; `self[j]` builds passage j's `Passage`."""
 
-    __slots__ = ("part", "parts", "quote", "quote_events", "quote_speakers", "texts")
+    __slots__ = ("n", "part", "parts", "quote", "quote_events", "quote_speakers", "texts")
 
     def __init__(self, quotes: Sequence[Any], limit: int = PASSAGE_CHARS) -> None:
         texts: list[str] = []
@@ -98,9 +98,10 @@ class PassageColumns(Sequence[Passage]):
         # Per quote, not per passage: an episode has ten quotes and a hundred passages.
         self.quote_speakers = tuple(speakers)
         self.quote_events = tuple(events)
+        self.n = len(texts)  # how many passages (what the searches' sizes read, without a call)
 
     def __len__(self) -> int:
-        return len(self.quote)
+        return self.n
 
     @overload
     def __getitem__(self, j: int) -> Passage: ...

@@ -23,7 +23,7 @@ import math
 import re
 import sqlite3
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -336,12 +336,15 @@ class _Scored:
     notes: dict[tuple[str, str], list[Note]]
     near: dict[tuple[str, int], float]
     complete: bool = True  # every candidate passage is here (else only those that can make the best)
+    _starts: dict[int, datetime] = field(default_factory=dict)  # per candidate: its start, parsed
 
     def item(self, i: int) -> dict[str, Any]:
         """Passage `i` as a result item (before the final touches of `search_quotes`)."""
         k, j = int(self.episode[i]), int(self.local[i])
         row, p = self.rows[k], self.entries[k].passages
-        start = parse_ts(row[4])
+        start = self._starts.get(k)
+        if start is None:
+            start = self._starts[k] = parse_ts(row[4])
         speaker, event_id = p.speaker(j), p.event_id(j)
         return {
             "text": p.text(j),
@@ -355,14 +358,9 @@ class _Scored:
             "at": start,
             "cosine": self.near.get((row[0], j)),
             "_passage": (self.entries[k], j),
-            "hits": frozenset(k for k in range(self.counts.shape[1]) if self.counts[i, k]),
+            "hits": frozenset(np.flatnonzero(self.counts[i]).tolist()),
             "boost": self.boosts[k],
         }
-
-    def order_key(self, i: int, score: float) -> tuple[float, str, str, int]:
-        k, j = int(self.episode[i]), int(self.local[i])
-        p = self.entries[k].passages
-        return (-score, self.rows[k][4], p.event_id(j), int(p.part[j]))
 
     def dedup_key(self, i: int) -> tuple[frozenset[int], tuple[int, ...]]:
         """Passage `i`'s word set and its prefix for `_distinct`, from the words taken when its episode
@@ -468,7 +466,7 @@ def _score_passages(
         nothing = np.zeros(0, dtype=np.int64)
         return _Scored(rows, entries, np.zeros(0), np.zeros((0, n_groups)), nothing, nothing, [], notes, near)
     total_weight = sum(weights) or 1.0
-    sizes = np.array([len(e.passages) for e in entries], dtype=np.int64)
+    sizes = np.array([e.passages.n for e in entries], dtype=np.int64)
     episode = np.repeat(np.arange(len(entries), dtype=np.int64), sizes)
     firsts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     local = np.arange(len(episode), dtype=np.int64) - firsts[episode]
@@ -569,8 +567,18 @@ def _best_first(found: _Scored, scores: np.ndarray, enough: int) -> list[tuple[i
         chosen = np.flatnonzero(scores >= floor)
     else:
         chosen = np.arange(n)
-    pairs = list(zip(chosen.tolist(), scores[chosen].tolist(), strict=True))
-    return sorted(pairs, key=lambda p: found.order_key(p[0], p[1]))
+    keyed = []
+    for i, score, k, j in zip(
+        chosen.tolist(),
+        scores[chosen].tolist(),
+        found.episode[chosen].tolist(),
+        found.local[chosen].tolist(),
+        strict=True,
+    ):
+        p = found.entries[k].passages
+        keyed.append(((-score, found.rows[k][4], p.quote_events[p.quote[j]], int(p.part[j])), i, score))
+    keyed.sort(key=lambda e: e[0])
+    return [(i, score) for _, i, score in keyed]
 
 
 def search_quotes(
@@ -660,12 +668,14 @@ def _prefix(key: frozenset[str]) -> tuple[str, ...]:
     return TEXTS.prefix(key, len(key) - int(DUPLICATE_JACCARD * len(key)) + 2)
 
 
-def _anchors(text: str, at: datetime, passage: tuple[Prepared, int] | None) -> list[tuple[str, str]]:
-    """The relative dates of a passage said `at`, resolved (kept with its prepared episode)."""
+def _anchors(
+    text: str, at: datetime, passage: tuple[Prepared, int] | None, ts: str | None = None
+) -> list[tuple[str, str]]:
+    """The relative dates of a passage said `at` (written `ts`), resolved (kept with its prepared episode)."""
     if passage is None:
         return anchor_relative_dates(text, at)
     entry, j = passage
-    if at == entry.said_at and at.utcoffset() == entry.said_at.utcoffset():  # resolved when prepared
+    if ts is not None and ts == entry.said_ts:  # its episode's start: resolved when it was prepared
         return list(entry.said_anchors.get(j, ()))
     found = entry.anchors.get((j, at))
     if found is None:
@@ -694,7 +704,7 @@ def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
         at = item.pop("at")
         passage = item.pop("_passage", None)
         # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
-        item["anchors"] = [] if item["notes"] else _anchors(item["text"], at, passage)
+        item["anchors"] = [] if item["notes"] else _anchors(item["text"], at, passage, item["ts"])
         item.pop("boost")
         item.pop("hits")
         item["score"] = round(score, 4)

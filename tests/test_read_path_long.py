@@ -145,7 +145,7 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         for e in entries
         for j, t in enumerate(e.passages.texts)
     ]
-    assert all(e.said_at == at for e in entries) and all(kept == fresh for kept, fresh in resolved)
+    assert all(e.said_ts == said for e in entries) and all(kept == fresh for kept, fresh in resolved)
     assert sum(1 for kept, _ in resolved if kept) > 10
     for groups in (
         [("paint",), ("pain",), ("lake",)],  # a word counts for the first group whose prefix it has
