@@ -76,8 +76,9 @@ class Prepared:
     flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
     # The passages' words for the near-duplicate check (runtime.passage_columns): each passage's
     # numbers, ascending, at dedup_ids[dedup_at[j]:dedup_at[j + 1]].
-    dedup_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    dedup_at: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    # None until asked for, on a short episode (EpisodeTexts.dedup).
+    dedup_ids: np.ndarray | None = None
+    dedup_at: np.ndarray | None = None
     # (passage, its attachments' descriptions, lowered) for the passages that have any: scored at a
     # weight of their own, and only these are visited per question.
     described: list[tuple[int, str]] = field(default_factory=list)
@@ -308,7 +309,8 @@ class EpisodeTexts:
             for episode_id in missing:
                 raw, name, summary, said = raws.get(episode_id, (None, None, None, None))
                 entry = self._add(raw)
-                _anchor(entry, said)
+                if entry.start >= 0:  # long: its passages are shown again and again
+                    _anchor(entry, said)
                 if entry.start >= 0:
                     self.long_dbs.add(db)
                 # The header as the searches score it: name and summary, lowered, one word run each.
@@ -322,8 +324,7 @@ class EpisodeTexts:
         quotes, passages, lowered, quote_spaces, ids = _prepare(raw)
         if sum(len(t) for t in lowered) <= INDEX_CHARS:
             # Short: counting its words per question costs less than indexing it (most episodes, once seen).
-            words = [dedup_words(t, None) for t in lowered]
-            return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1, words)
+            return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1, None)
         start = self.words.size
         counted = [Counter(_RUN.findall(text)) for text in lowered]
         for counts in counted:
@@ -340,13 +341,17 @@ class EpisodeTexts:
         quote_spaces: list[int],
         ids: frozenset[str],
         start: int,
-        words: list[Any],
+        words: list[Any] | None,
     ) -> Prepared:
         spaces = np.array([t.count(" ") for t in lowered], dtype=np.int64)
         quote_of = passages.quote
         lengths = spaces.astype(np.float64) + 2
-        dedup_ids, dedup_at = self.numbers.sets(words)
-        said_by = np.array([s.lower() for s in passages.quote_speakers] or [""], dtype=object)[quote_of]
+        # Short episodes (most, in a large archive) are numbered when first shown (`dedup`).
+        dedup_ids, dedup_at = self.numbers.sets(words) if words is not None else (None, None)
+        said_by: dict[str, list[int]] = {}
+        lowered_speakers = [s.lower() for s in passages.quote_speakers]
+        for j, q in enumerate(quote_of.tolist()):
+            said_by.setdefault(lowered_speakers[q], []).append(j)
         return Prepared(
             quotes=quotes,
             passages=passages,
@@ -357,7 +362,7 @@ class EpisodeTexts:
             whole_turn=np.bincount(quote_of)[quote_of] == 1 if len(passages) else np.zeros(0, dtype=bool),
             quote_spaces=quote_spaces,
             event_ids=ids,
-            speakers={name: np.flatnonzero(said_by == name) for name in set(said_by.tolist())},
+            speakers={name: np.array(at, dtype=np.int64) for name, at in said_by.items()},
             start=start,
             dedup_ids=dedup_ids,
             dedup_at=dedup_at,
@@ -366,6 +371,14 @@ class EpisodeTexts:
                 str(q.get("speaker") or "").lower() if isinstance(q, dict) else "" for q in quotes
             ],
         )
+
+    def dedup(self, entry: Prepared) -> tuple[np.ndarray, np.ndarray]:
+        """The entry's passages' words for the near-duplicate check (numbered once; long episodes'
+        when they were prepared, a short one's when it is first shown)."""
+        if entry.dedup_ids is None or entry.dedup_at is None:
+            words = [dedup_words(t, None) for t in entry.lowered]
+            entry.dedup_ids, entry.dedup_at = self.numbers.sets(words)
+        return entry.dedup_ids, entry.dedup_at
 
     def prefix(self, key: frozenset[str], length: int) -> tuple[str, ...]:
         """The first `length` words of `key` in one fixed order of all words: the last met first.

@@ -21,8 +21,9 @@ from a slice, instead of reading and splitting the text of every new result.
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from typing import Any, overload
 
 import numpy as np
@@ -39,8 +40,8 @@ class JoinedTexts(Sequence[str]):
 
     def __init__(self, texts: Sequence[str]) -> None:
         self.joined = "".join(texts)
-        self.at = np.zeros(len(texts) + 1, dtype=np.int64)
-        np.cumsum([len(t) for t in texts], out=self.at[1:])
+        # An array of machine integers: read as Python ints, and nothing in it for the collector.
+        self.at = array("q", accumulate((len(t) for t in texts), initial=0))
 
     def __len__(self) -> int:
         return len(self.at) - 1
@@ -59,12 +60,11 @@ class JoinedTexts(Sequence[str]):
             j += n
         if not 0 <= j < n:
             raise IndexError(j)
-        return self.joined[int(self.at[j]) : int(self.at[j + 1])]
+        return self.joined[self.at[j] : self.at[j + 1]]
 
     def __iter__(self) -> Iterator[str]:
-        bounds = self.at.tolist()
         joined = self.joined
-        for a, b in pairwise(bounds):
+        for a, b in pairwise(self.at):
             yield joined[a:b]
 
 
@@ -93,8 +93,8 @@ class PassageColumns(Sequence[Passage]):
             parts.extend([len(pieces)] * len(pieces))
         self.texts = JoinedTexts(texts)
         self.quote = np.array(quote, dtype=np.int64)  # each passage's position in the quotes
-        self.part = np.array(part, dtype=np.int64)
-        self.parts = np.array(parts, dtype=np.int64)
+        self.part = array("q", part)
+        self.parts = array("q", parts)
         # Per quote, not per passage: an episode has ten quotes and a hundred passages.
         self.quote_speakers = tuple(speakers)
         self.quote_events = tuple(events)
@@ -121,8 +121,8 @@ class PassageColumns(Sequence[Passage]):
         return Passage(
             idx=j,
             quote=q,
-            part=int(self.part[j]),
-            parts=int(self.parts[j]),
+            part=self.part[j],
+            parts=self.parts[j],
             text=self.texts[j],
             speaker=self.quote_speakers[q],
             event_id=self.quote_events[q],

@@ -365,8 +365,8 @@ class _Scored:
     def dedup_key(self, i: int) -> tuple[frozenset[int], tuple[int, ...]]:
         """Passage `i`'s word set and its prefix for `_distinct`, from the words taken when its episode
         was prepared (numbered: runtime.passage_columns)."""
-        entry = self.entries[int(self.episode[i])]
-        return dedup_set(entry.dedup_ids, entry.dedup_at, int(self.local[i]), DUPLICATE_JACCARD)
+        ids, at = TEXTS.dedup(self.entries[int(self.episode[i])])
+        return dedup_set(ids, at, int(self.local[i]), DUPLICATE_JACCARD)
 
 
 def _weigh_captions(entries: list[Prepared], firsts: np.ndarray, asked: _Asked, counts: np.ndarray) -> None:

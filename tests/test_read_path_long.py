@@ -138,15 +138,17 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
 
     entries = texts.prepared(Conn(), "db", [r[0] for r in rows])  # type: ignore[arg-type]
     assert {e.start >= 0 for e in entries} == {True, False}  # long episodes indexed, short ones not
-    # Relative dates resolved when prepared, against the episode's start: those of the text itself.
-    at = parse_ts(said)
+    # A long episode's relative dates are resolved when it is prepared, against its start: those
+    # of the text itself (a short one's when a search first shows them).
+    at, long = parse_ts(said), [e for e in entries if e.start >= 0]
     resolved = [
         (list(e.said_anchors.get(j, ())), anchor_relative_dates(t, at))
-        for e in entries
+        for e in long
         for j, t in enumerate(e.passages.texts)
     ]
-    assert all(e.said_ts == said for e in entries) and all(kept == fresh for kept, fresh in resolved)
+    assert all(e.said_ts == said for e in long) and all(kept == fresh for kept, fresh in resolved)
     assert sum(1 for kept, _ in resolved if kept) > 10
+    assert all(e.said_ts is None and not e.said_anchors for e in entries if e.start < 0)
     for groups in (
         [("paint",), ("pain",), ("lake",)],  # a word counts for the first group whose prefix it has
         [("pain",), ("paint",)],
@@ -438,7 +440,7 @@ def test_near_duplicate_word_sets_are_each_passages_words_numbered_in_one_order(
         out = {}
         for k, e in enumerate(TEXTS.entries.values()):
             for j in range(len(e.passages)):
-                out[(k, j)] = pc.dedup_set(e.dedup_ids, e.dedup_at, j, qs.DUPLICATE_JACCARD)
+                out[(k, j)] = pc.dedup_set(*TEXTS.dedup(e), j, qs.DUPLICATE_JACCARD)
         return out
 
     qs.search_quotes(memory.conn, memory.principal, QUERIES[0], None, 40)
