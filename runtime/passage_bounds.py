@@ -62,19 +62,34 @@ class Passages(NamedTuple):
 
 
 def bounds(p: Passages, f: Factors) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper) bound of every passage's exact score."""
-    base = p.own + f.head_share * p.head
-    low = base * (f.floor + p.hit_weight / p.total_weight) * p.boost + p.importance
+    """(lower, upper) bound of every passage's exact score (computed in place, a few arrays in all)."""
+    base = p.head * f.head_share
+    base += p.own
+    low = p.hit_weight / p.total_weight
+    low += f.floor
+    low *= base
+    low *= p.boost
+    low += p.importance
     # The best share a passage can get from a passage one or two places away, whichever episode that
     # is in (only widens the bound); nothing past either end of the array (the first passage has
     # none before it, the last none after).
     n = len(p.own)
     padded = np.zeros(n + 4)
     padded[2 : n + 2] = p.own
-    nearby = f.neighbour * np.maximum(padded[1 : n + 1], padded[3 : n + 3])
-    further = f.far_share * np.maximum(padded[:n], padded[4:])
-    high = (base + np.maximum(nearby, further, out=nearby)) * f.full * p.boost * p.most_boost + p.importance
-    return low - np.abs(low) * SLACK, high + np.abs(high) * SLACK
+    high = np.maximum(padded[1 : n + 1], padded[3 : n + 3])
+    high *= f.neighbour
+    further = np.maximum(padded[:n], padded[4:])
+    further *= f.far_share
+    np.maximum(high, further, out=high)
+    high += base
+    high *= f.full
+    high *= p.boost
+    high *= p.most_boost
+    high += p.importance
+    # Widened against rounding: low - |low| x SLACK, high + |high| x SLACK.
+    low -= np.abs(low) * SLACK
+    high += np.abs(high) * SLACK
+    return low, high
 
 
 def survivors(p: Passages, f: Factors, keep: int | None) -> np.ndarray | None:
