@@ -31,6 +31,7 @@ for, and prepared text of a deleted episode is simply never asked for again.
 
 from __future__ import annotations
 
+import gc
 import re
 import sqlite3
 from array import array
@@ -55,6 +56,9 @@ MAX_PASSAGES = 1_000_000
 MAX_CHARS = 200_000_000
 # Episodes with more passage text than this are indexed; shorter ones are counted per question (`TermMatcher`).
 INDEX_CHARS = 2_000
+# Preparing at least this many passages in one call ends with a full garbage collection (`settle`):
+# about a tenth of a second of preparing, to which the collection adds at most a few tens of ms.
+SETTLE_PASSAGES = 2_000
 
 
 @dataclass
@@ -112,6 +116,22 @@ def _prepare(raw: str | None) -> tuple[list[Any], PassageColumns, list[str], lis
     quote_spaces = [str(q.get("text", "")).lower().count(" ") for q in quotes]
     ids = frozenset(str(q["event_id"]) for q in quotes if isinstance(q, dict) and q.get("event_id"))
     return quotes, passages, lowered, quote_spaces, ids
+
+
+def settle(added: int) -> None:
+    """After preparing many passages at once, one full garbage collection, on this call.
+
+    Everything prepared stays, so the collector's next full pass (due once the
+    objects that survived its young passes reach a quarter of the long-lived
+    ones) would walk it all on whichever later search triggers it: right
+    after a long conversation's first recall (a second of preparing) that was
+    the next few questions, each otherwise a few milliseconds. Collected
+    here, the count of long-lived objects includes what was prepared, and
+    the next full pass is hundreds of searches away. Not when the application
+    turned the collector off.
+    """
+    if added >= SETTLE_PASSAGES and gc.isenabled():
+        gc.collect()
 
 
 def _anchor(entry: Prepared, start: str | None) -> None:
@@ -306,18 +326,20 @@ class EpisodeTexts:
                 ).fetchall()
             }
             named = dict(zip(episode_ids, names or (), strict=False))
+            added = 0
             for episode_id in missing:
                 raw, name, summary, said = raws.get(episode_id, (None, None, None, None))
                 entry = self._add(raw)
+                added += entry.passages.n
                 if entry.start >= 0:  # long: its passages are shown again and again
                     _anchor(entry, said)
-                if entry.start >= 0:
                     self.long_dbs.add(db)
                 # The header as the searches score it: name and summary, lowered, one word run each.
                 head = f"{name or ''} {summary or ''}".lower()
                 entry.head, entry.head_spaces = self.heads.add(head), head.count(" ")
                 entry.name = named.get(episode_id)
                 self.entries[(db, episode_id)] = entry
+            settle(added)
         return [self.entries[(db, e)] for e in episode_ids]
 
     def _add(self, raw: str | None) -> Prepared:

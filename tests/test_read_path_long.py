@@ -608,3 +608,44 @@ def test_prompt_data_is_one_line_as_the_pattern_makes_it() -> None:
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
         expected = cx._LINE_BREAKS.sub(" ", text).replace("<", "&lt;").replace(">", "&gt;")
         assert cx.as_data(text) == expected, repr(text)
+
+
+def test_a_large_preparation_ends_with_one_full_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Preparing many passages in one call collects once, on that call (not on a later search);
+    a small batch does not, nor does any when the application turned the collector off."""
+    import gc
+
+    from tiermem.runtime import episode_text
+
+    rng = random.Random(4)
+    rows = [
+        (f"ep{i}", orjson.dumps([{"text": _text(rng, 300), "event_id": f"e{i}"}]).decode(), "n", "", None)
+        for i in range(12)
+    ]
+
+    class Conn:
+        def execute(self, sql: str, ids: list[str]) -> Any:
+            class Cursor:
+                def fetchall(self) -> list[tuple[Any, ...]]:
+                    return [r for r in rows if r[0] in ids]
+
+            return Cursor()
+
+    collected: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
+    texts = EpisodeTexts()
+    first = texts.prepared(Conn(), "db", ["ep0", "ep1"])  # type: ignore[arg-type]
+    monkeypatch.setattr(episode_text, "SETTLE_PASSAGES", sum(e.passages.n for e in first) + 1)
+    assert collected == []  # two episodes: below the bound
+    texts.prepared(Conn(), "db", [f"ep{i}" for i in range(2, 8)])  # type: ignore[arg-type]
+    assert collected == [1]
+    texts.prepared(Conn(), "db", [f"ep{i}" for i in range(8)])  # type: ignore[arg-type]
+    assert collected == [1]  # nothing new prepared
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        texts.prepared(Conn(), "db", [f"ep{i}" for i in range(8, 12)])  # type: ignore[arg-type]
+    finally:
+        if was:
+            gc.enable()
+    assert collected == [1]
