@@ -83,6 +83,7 @@ class Prepared:
     # None until asked for, on a short episode (EpisodeTexts.dedup).
     dedup_ids: np.ndarray | None = None
     dedup_at: np.ndarray | None = None
+    dedup_by: WordNumbers | None = None  # the vocabulary they are numbered in
     # (passage, its attachments' descriptions, lowered) for the passages that have any: scored at a
     # weight of their own, and only these are visited per question.
     described: list[tuple[int, str]] = field(default_factory=list)
@@ -388,19 +389,28 @@ class EpisodeTexts:
             start=start,
             dedup_ids=dedup_ids,
             dedup_at=dedup_at,
+            dedup_by=self.numbers if words is not None else None,
             described=[(j, d) for j, t in enumerate(lowered) if "[" in t and (d := split_described(t)[1])],
             quote_speakers=[
                 str(q.get("speaker") or "").lower() if isinstance(q, dict) else "" for q in quotes
             ],
         )
 
-    def dedup(self, entry: Prepared) -> tuple[np.ndarray, np.ndarray]:
-        """The entry's passages' words for the near-duplicate check (numbered once; long episodes'
-        when they were prepared, a short one's when it is first shown)."""
-        if entry.dedup_ids is None or entry.dedup_at is None:
-            words = [dedup_words(t, None) for t in entry.lowered]
-            entry.dedup_ids, entry.dedup_at = self.numbers.sets(words)
-        return entry.dedup_ids, entry.dedup_at
+    def dedup(self, entry: Prepared, numbers: WordNumbers) -> tuple[np.ndarray, np.ndarray]:
+        """The entry's passages' words for the near-duplicate check, numbered in `numbers` (numbered
+        once: long episodes' when they were prepared, a short one's when it is first shown).
+
+        One search numbers all its sets in the one vocabulary it started with (`numbers`): if
+        another thread drops everything meanwhile (a new vocabulary), an entry numbered in
+        either is numbered again in that one, so no two sets it compares mean different words
+        by the same number.
+        """
+        if entry.dedup_by is numbers and entry.dedup_ids is not None and entry.dedup_at is not None:
+            return entry.dedup_ids, entry.dedup_at
+        ids, at = numbers.sets([dedup_words(t, None) for t in entry.lowered])
+        if numbers is self.numbers:
+            entry.dedup_ids, entry.dedup_at, entry.dedup_by = ids, at, numbers
+        return ids, at
 
     def prefix(self, key: frozenset[str], length: int) -> tuple[str, ...]:
         """The first `length` words of `key` in one fixed order of all words: the last met first.

@@ -48,7 +48,7 @@ from tiermem.runtime.note_cache import episode_notes
 from tiermem.runtime.notes import Note, note_words, shown_notes
 from tiermem.runtime.packing import render_quote_block
 from tiermem.runtime.passage_bounds import Factors, Passages, survivors
-from tiermem.runtime.passage_columns import dedup_set
+from tiermem.runtime.passage_columns import WordNumbers, dedup_set
 from tiermem.runtime.query_terms import query_term_groups
 from tiermem.runtime.time_query import (
     TimeWindow,
@@ -337,6 +337,8 @@ class _Scored:
     near: dict[tuple[str, int], float]
     complete: bool = True  # every candidate passage is here (else only those that can make the best)
     _starts: dict[int, datetime] = field(default_factory=dict)  # per candidate: its start, parsed
+    # The near-duplicate check's vocabulary when the search started (EpisodeTexts.dedup).
+    numbers: WordNumbers = field(default_factory=lambda: TEXTS.numbers)
 
     def item(self, i: int) -> dict[str, Any]:
         """Passage `i` as a result item (before the final touches of `search_quotes`)."""
@@ -365,7 +367,7 @@ class _Scored:
     def dedup_key(self, i: int) -> tuple[frozenset[int], tuple[int, ...]]:
         """Passage `i`'s word set and its prefix for `_distinct`, from the words taken when its episode
         was prepared (numbered: runtime.passage_columns)."""
-        ids, at = TEXTS.dedup(self.entries[int(self.episode[i])])
+        ids, at = TEXTS.dedup(self.entries[int(self.episode[i])], self.numbers)
         return dedup_set(ids, at, int(self.local[i]), DUPLICATE_JACCARD)
 
 

@@ -440,7 +440,7 @@ def test_near_duplicate_word_sets_are_each_passages_words_numbered_in_one_order(
         out = {}
         for k, e in enumerate(TEXTS.entries.values()):
             for j in range(len(e.passages)):
-                out[(k, j)] = pc.dedup_set(*TEXTS.dedup(e), j, qs.DUPLICATE_JACCARD)
+                out[(k, j)] = pc.dedup_set(*TEXTS.dedup(e, TEXTS.numbers), j, qs.DUPLICATE_JACCARD)
         return out
 
     qs.search_quotes(memory.conn, memory.principal, QUERIES[0], None, 40)
@@ -649,3 +649,40 @@ def test_a_large_preparation_ends_with_one_full_collection(monkeypatch: pytest.M
         if was:
             gc.enable()
     assert collected == [1]
+
+
+def test_one_search_numbers_every_word_set_in_one_vocabulary() -> None:
+    """Everything dropped meanwhile (a new vocabulary): a search that started before keeps numbering
+    in its own, and the next search numbers every entry again in the new one, words unchanged."""
+    from tiermem.runtime.passage_columns import WordNumbers
+
+    rng = random.Random(6)
+    rows = [
+        (f"ep{i}", orjson.dumps([{"text": _text(rng, n), "event_id": f"e{i}"}]).decode(), "n", "", None)
+        for i, n in enumerate([400, 8, 300, 5])
+    ]
+
+    class Conn:
+        def execute(self, sql: str, ids: list[str]) -> Any:
+            class Cursor:
+                def fetchall(self) -> list[tuple[Any, ...]]:
+                    return [r for r in rows if r[0] in ids]
+
+            return Cursor()
+
+    texts = EpisodeTexts()
+    entries = texts.prepared(Conn(), "db", [r[0] for r in rows])  # type: ignore[arg-type]
+    assert {e.start >= 0 for e in entries} == {True, False}
+    started = texts.numbers
+    before = [texts.dedup(e, started) for e in entries]
+    texts.numbers = WordNumbers()  # as dropping everything does
+    texts.numbers.sets([["zebra", "quilt"]])  # other words met first: other numbers
+    for e, (ids, at) in zip(entries, before, strict=True):
+        again = texts.dedup(e, started)
+        assert again[0].tolist() == ids.tolist() and again[1].tolist() == at.tolist()
+    for e in entries:
+        ids, at = texts.dedup(e, texts.numbers)
+        word_of = {n: w for w, n in texts.numbers.numbers.items()}
+        for j, text in enumerate(e.passages.texts):
+            assert {word_of[n] for n in ids[at[j] : at[j + 1]].tolist()} == qs._dedup_key(text)
+        assert e.dedup_by is texts.numbers
