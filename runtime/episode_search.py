@@ -433,7 +433,7 @@ def _quote_matches(
         return np.zeros((0, len(terms))), np.zeros(0)
     n_quotes = [len(e.quotes) for e in entries]
     base = np.concatenate(([0], np.cumsum(n_quotes)[:-1])).astype(np.int64)
-    sizes = [len(e.passages) for e in entries]
+    sizes = [e.passages.n for e in entries]
     quote = np.repeat(base, sizes) + np.concatenate([e.quote_of for e in entries])
     total = int(sum(n_quotes))
     by_quote = np.zeros((total, len(terms)))

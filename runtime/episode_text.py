@@ -31,6 +31,7 @@ for, and prepared text of a deleted episode is simply never asked for again.
 
 from __future__ import annotations
 
+import gc
 import re
 import sqlite3
 from array import array
@@ -41,9 +42,11 @@ from typing import Any
 
 import numpy as np
 import orjson
-from tiermem.runtime.passages import Passage, episode_passages
+from tiermem.runtime.passage_columns import JoinedTexts, PassageColumns, WordNumbers, dedup_words
 
 from tiermem.attachments import split_described
+from tiermem.dates import anchor_relative_dates
+from tiermem.ids import parse_ts
 
 _RUN = re.compile(r"\w+")
 PREFIX_MIN = 4  # forms of this length or more match as prefixes (as the search always matched them)
@@ -53,6 +56,9 @@ MAX_PASSAGES = 1_000_000
 MAX_CHARS = 200_000_000
 # Episodes with more passage text than this are indexed; shorter ones are counted per question (`TermMatcher`).
 INDEX_CHARS = 2_000
+# Preparing at least this many passages in one call ends with a full garbage collection (`settle`):
+# about a tenth of a second of preparing, to which the collection adds at most a few tens of ms.
+SETTLE_PASSAGES = 2_000
 
 
 @dataclass
@@ -60,8 +66,8 @@ class Prepared:
     """One episode's quotes and passages, ready for scoring (shared: callers copy what they return)."""
 
     quotes: list[Any]
-    passages: list[Passage]
-    lowered: list[str]  # each passage's text, lowered
+    passages: PassageColumns
+    lowered: JoinedTexts  # each passage's text, lowered
     spaces: np.ndarray  # spaces in each lowered passage (its length in words is this + 1)
     quote_of: np.ndarray  # each passage's position in `quotes`
     quote_spaces: list[int]  # spaces in each quote's whole lowered text ("" without text)
@@ -72,9 +78,12 @@ class Prepared:
     head: int = -1  # its header's (name and summary) id in the index
     head_spaces: int = 0  # spaces in the lowered header (its length in words is this + 1)
     flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
-    keys: list[frozenset[str] | None] = field(default_factory=list)  # passages' word sets, when asked
-    # Passages' words filed first by the near-duplicate check (EpisodeTexts.prefix), when asked.
-    prefixes: list[tuple[str, ...] | None] = field(default_factory=list)
+    # The passages' words for the near-duplicate check (runtime.passage_columns): each passage's
+    # numbers, ascending, at dedup_ids[dedup_at[j]:dedup_at[j + 1]].
+    # None until asked for, on a short episode (EpisodeTexts.dedup).
+    dedup_ids: np.ndarray | None = None
+    dedup_at: np.ndarray | None = None
+    dedup_by: WordNumbers | None = None  # the vocabulary they are numbered in
     # (passage, its attachments' descriptions, lowered) for the passages that have any: scored at a
     # weight of their own, and only these are visited per question.
     described: list[tuple[int, str]] = field(default_factory=list)
@@ -86,6 +95,10 @@ class Prepared:
     quote_speakers: list[str] = field(default_factory=list)
     # (passage, the date it was said) -> the relative dates it contains, resolved: when asked.
     anchors: dict[tuple[int, Any], list[tuple[str, str]]] = field(default_factory=dict)
+    # When the episode started (what its passages' relative dates are resolved against), and
+    # those of its passages that have any, resolved when it was prepared (passage -> them).
+    said_ts: str | None = None
+    said_anchors: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
     def found(self, pattern: re.Pattern[str]) -> np.ndarray:
         """Which passages `pattern` is found in (kept per pattern: the patterns are the search's own)."""
@@ -97,13 +110,46 @@ class Prepared:
         return got
 
 
-def _prepare(raw: str | None) -> tuple[list[Any], list[Passage], list[str], list[int], frozenset[str]]:
+def _prepare(raw: str | None) -> tuple[list[Any], PassageColumns, list[str], list[int], frozenset[str]]:
     quotes = orjson.loads(raw or "[]")
-    passages = episode_passages(quotes)
-    lowered = [p.text.lower() for p in passages]
+    passages = PassageColumns(quotes)
+    lowered = [t.lower() for t in passages.texts]
     quote_spaces = [str(q.get("text", "")).lower().count(" ") for q in quotes]
     ids = frozenset(str(q["event_id"]) for q in quotes if isinstance(q, dict) and q.get("event_id"))
     return quotes, passages, lowered, quote_spaces, ids
+
+
+def settle(added: int) -> None:
+    """After preparing many passages at once, one full garbage collection, on this call.
+
+    Everything prepared stays, so the collector's next full pass (due once the
+    objects that survived its young passes reach a quarter of the long-lived
+    ones) would walk it all on whichever later search triggers it: right
+    after a long conversation's first recall (a second of preparing) that was
+    the next few questions, each otherwise a few milliseconds. Collected
+    here, the count of long-lived objects includes what was prepared, and
+    the next full pass is hundreds of searches away. Not when the application
+    turned the collector off.
+    """
+    if added >= SETTLE_PASSAGES and gc.isenabled():
+        gc.collect()
+
+
+def _anchor(entry: Prepared, start: str | None) -> None:
+    """Resolve the relative dates of the entry's passages against its start, once: a search shows
+    passages with their episode's start as the date they were said (about 12 us a passage, which
+    was most of a new result's cost when done per question)."""
+    try:
+        at = parse_ts(start) if start else None
+    except ValueError:
+        return
+    if at is None:
+        return
+    entry.said_ts = start
+    for j, text in enumerate(entry.passages.texts):
+        found = anchor_relative_dates(text, at)
+        if found:
+            entry.said_anchors[j] = tuple(found)
 
 
 class WordIndex:
@@ -118,8 +164,12 @@ class WordIndex:
 
     def add(self, text: str) -> int:
         """Index one lowered text as the next text id (returned)."""
+        return self.add_counted(Counter(_RUN.findall(text)))
+
+    def add_counted(self, words: Counter[str]) -> int:
+        """Index one text, given as its words' counts, as the next text id (returned)."""
         pid = self.size
-        for word, n in Counter(_RUN.findall(text)).items():
+        for word, n in words.items():
             wid = self.word_ids.get(word)
             if wid is None:
                 wid = self.word_ids[word] = len(self.postings)
@@ -175,12 +225,16 @@ class WordIndex:
         counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
         lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
         labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
-        at = np.searchsorted(s_starts, pids, side="right") - 1
-        ok = at >= 0
-        at = np.where(ok, at, 0)
-        ok &= pids < s_starts[at] + s_sizes[at]
-        position = s_offsets[at[ok]] + pids[ok] - s_starts[at[ok]]
-        flat = np.bincount(position * n_groups + labels[ok], weights=counts[ok], minlength=total * n_groups)
+        # Each text id's row among the blocks (-1: in none), then each posting's row by one lookup.
+        inside = int(s_sizes.sum())
+        step = np.arange(inside, dtype=np.int64) - np.repeat(np.cumsum(s_sizes) - s_sizes, s_sizes)
+        row_of = np.full(self.size, -1, dtype=np.int64)
+        row_of[np.repeat(s_starts, s_sizes) + step] = np.repeat(s_offsets, s_sizes) + step
+        position = row_of[pids]
+        ok = position >= 0
+        flat = np.bincount(
+            position[ok] * n_groups + labels[ok], weights=counts[ok], minlength=total * n_groups
+        )
         return flat.reshape(total, n_groups)
 
     def _inside(
@@ -225,6 +279,8 @@ class EpisodeTexts:
         # Every word met by `prefix`, numbered in the order met: never renumbered, so a prefix
         # taken once holds for every later search (until everything is dropped, prefixes too).
         self.met: dict[str, int] = {}
+        # The prepared passages' words, numbered for the near-duplicate check (runtime.passage_columns).
+        self.numbers = WordNumbers()
         self.entries: dict[tuple[str, str], Prepared] = {}
         self.words = WordIndex()  # the passages of long episodes
         # Every episode's name and summary: apart, so a header's counts do not walk the postings of
@@ -265,70 +321,96 @@ class EpisodeTexts:
             raws = {
                 r[0]: r[1:]
                 for r in conn.execute(
-                    f"SELECT episode_id, key_quotes, name, summary FROM episodes WHERE episode_id IN ({marks})",
+                    "SELECT episode_id, key_quotes, name, summary, start_ts FROM episodes"
+                    f" WHERE episode_id IN ({marks})",
                     missing,
                 ).fetchall()
             }
             named = dict(zip(episode_ids, names or (), strict=False))
+            added = 0
             for episode_id in missing:
-                raw, name, summary = raws.get(episode_id, (None, None, None))
+                raw, name, summary, said = raws.get(episode_id, (None, None, None, None))
                 entry = self._add(raw)
-                if entry.start >= 0:
+                added += entry.passages.n
+                if entry.start >= 0:  # long: its passages are shown again and again
+                    _anchor(entry, said)
                     self.long_dbs.add(db)
                 # The header as the searches score it: name and summary, lowered, one word run each.
                 head = f"{name or ''} {summary or ''}".lower()
                 entry.head, entry.head_spaces = self.heads.add(head), head.count(" ")
                 entry.name = named.get(episode_id)
                 self.entries[(db, episode_id)] = entry
+            settle(added)
         return [self.entries[(db, e)] for e in episode_ids]
 
     def _add(self, raw: str | None) -> Prepared:
         quotes, passages, lowered, quote_spaces, ids = _prepare(raw)
         if sum(len(t) for t in lowered) <= INDEX_CHARS:
             # Short: counting its words per question costs less than indexing it (most episodes, once seen).
-            return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1)
+            return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1, None)
         start = self.words.size
-        for text in lowered:
-            self.words.add(text)
+        counted = [Counter(_RUN.findall(text)) for text in lowered]
+        for counts in counted:
+            self.words.add_counted(counts)
         self.chars += len(raw or "")
-        return self._prepared(quotes, passages, lowered, quote_spaces, ids, start)
+        words = [dedup_words(t, c.keys()) for t, c in zip(lowered, counted, strict=True)]
+        return self._prepared(quotes, passages, lowered, quote_spaces, ids, start, words)
 
-    @staticmethod
     def _prepared(
+        self,
         quotes: list[Any],
-        passages: list[Passage],
+        passages: PassageColumns,
         lowered: list[str],
         quote_spaces: list[int],
         ids: frozenset[str],
         start: int,
+        words: list[Any] | None,
     ) -> Prepared:
         spaces = np.array([t.count(" ") for t in lowered], dtype=np.int64)
-        quote_of = np.array([p.quote for p in passages], dtype=np.int64)
+        quote_of = passages.quote
         lengths = spaces.astype(np.float64) + 2
+        # Short episodes (most, in a large archive) are numbered when first shown (`dedup`).
+        dedup_ids, dedup_at = self.numbers.sets(words) if words is not None else (None, None)
+        said_by: dict[str, list[int]] = {}
+        lowered_speakers = [s.lower() for s in passages.quote_speakers]
+        for j, q in enumerate(quote_of.tolist()):
+            said_by.setdefault(lowered_speakers[q], []).append(j)
         return Prepared(
             quotes=quotes,
             passages=passages,
-            lowered=lowered,
+            lowered=JoinedTexts(lowered),
             spaces=spaces,
             quote_of=quote_of,
             turn_words=np.bincount(quote_of, weights=lengths)[quote_of] if len(passages) else lengths,
             whole_turn=np.bincount(quote_of)[quote_of] == 1 if len(passages) else np.zeros(0, dtype=bool),
             quote_spaces=quote_spaces,
             event_ids=ids,
-            speakers={
-                name: np.array(
-                    [j for j, p in enumerate(passages) if p.speaker.lower() == name], dtype=np.int64
-                )
-                for name in {p.speaker.lower() for p in passages}
-            },
+            speakers={name: np.array(at, dtype=np.int64) for name, at in said_by.items()},
             start=start,
-            keys=[None] * len(passages),
-            prefixes=[None] * len(passages),
+            dedup_ids=dedup_ids,
+            dedup_at=dedup_at,
+            dedup_by=self.numbers if words is not None else None,
             described=[(j, d) for j, t in enumerate(lowered) if "[" in t and (d := split_described(t)[1])],
             quote_speakers=[
                 str(q.get("speaker") or "").lower() if isinstance(q, dict) else "" for q in quotes
             ],
         )
+
+    def dedup(self, entry: Prepared, numbers: WordNumbers) -> tuple[np.ndarray, np.ndarray]:
+        """The entry's passages' words for the near-duplicate check, numbered in `numbers` (numbered
+        once: long episodes' when they were prepared, a short one's when it is first shown).
+
+        One search numbers all its sets in the one vocabulary it started with (`numbers`): if
+        another thread drops everything meanwhile (a new vocabulary), an entry numbered in
+        either is numbered again in that one, so no two sets it compares mean different words
+        by the same number.
+        """
+        if entry.dedup_by is numbers and entry.dedup_ids is not None and entry.dedup_at is not None:
+            return entry.dedup_ids, entry.dedup_at
+        ids, at = numbers.sets([dedup_words(t, None) for t in entry.lowered])
+        if numbers is self.numbers:
+            entry.dedup_ids, entry.dedup_at, entry.dedup_by = ids, at, numbers
+        return ids, at
 
     def prefix(self, key: frozenset[str], length: int) -> tuple[str, ...]:
         """The first `length` words of `key` in one fixed order of all words: the last met first.
@@ -350,7 +432,7 @@ class EpisodeTexts:
 
         `matcher` (the search's, for these groups) counts the short episodes, which are not indexed.
         """
-        sizes = np.array([len(e.passages) for e in entries], dtype=np.int64)
+        sizes = np.array([e.passages.n for e in entries], dtype=np.int64)
         total = int(sizes.sum())
         n_groups = len(groups)
         out = np.zeros((total, n_groups))
@@ -364,7 +446,7 @@ class EpisodeTexts:
                     # Every match contains one of the forms as it is: a text holding none needs no pass.
                     if any(f in text for f in forms):
                         out[at + j] = matcher.counts(text)
-            at += len(e.passages)
+            at += e.passages.n
         indexed = [k for k, e in enumerate(entries) if e.start >= 0]
         if indexed:
             starts = np.array([entries[k].start for k in indexed], dtype=np.int64)

@@ -31,57 +31,73 @@ skipped (LoCoMo-sized searches are scored whole).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 MIN_PASSAGES = 2_000  # fewer candidate passages than this: score them all
 SLACK = 1e-9  # relative widening of both bounds, against rounding
 
 
-def bounds(
-    own: np.ndarray,
-    hit_weight: np.ndarray,
-    total_weight: float,
-    head: np.ndarray,
-    boost: np.ndarray,
-    importance: np.ndarray,
-    most_boost: np.ndarray,
-    factors: tuple[float, float, float, float, float],
-) -> tuple[np.ndarray, np.ndarray]:
-    """(lower, upper) bound of every passage's exact score.
+class Factors(NamedTuple):
+    """The search's constants the bounds need."""
 
-    Per passage: `own` BM25, `hit_weight` the question's weight its own words
-    hold, `head` its episode header's BM25, `boost` its episode's time boost,
-    `importance` its episode's additive importance, `most_boost` the largest
-    product of the speaker and "when" boosts it can get. `factors`: (the
-    header's share, the coverage floor, the largest neighbour share, the
-    coverage floor plus full coverage, the share of a passage two places away).
-    """
-    head_share, floor, neighbour, full, far_share = factors
-    base = own + head_share * head
-    low = base * (floor + hit_weight / total_weight) * boost + importance
-    # own >= 0: a wrapped value only widens these
-    nearby = neighbour * np.maximum(np.roll(own, 1), np.roll(own, -1))
-    further = far_share * np.maximum(np.roll(own, 2), np.roll(own, -2))
-    high = (base + np.maximum(nearby, further)) * full * boost * most_boost + importance
-    return low - np.abs(low) * SLACK, high + np.abs(high) * SLACK
+    head_share: float  # the header's share
+    floor: float  # the coverage floor
+    neighbour: float  # the largest share of a neighbour's match
+    full: float  # the coverage floor plus full coverage
+    far_share: float  # the share of a passage two places away
 
 
-def survivors(
-    own: np.ndarray,
-    hit_weight: np.ndarray,
-    total_weight: float,
-    head: np.ndarray,
-    boost: np.ndarray,
-    importance: np.ndarray,
-    most_boost: np.ndarray,
-    factors: tuple[float, float, float, float, float],
-    keep: int | None,
-) -> np.ndarray | None:
+class Passages(NamedTuple):
+    """Per candidate passage, what its exact score is made of (one array entry per passage, in order)."""
+
+    own: np.ndarray  # its own BM25 (>= 0)
+    hit_weight: np.ndarray  # the question's weight its own words hold
+    total_weight: float  # the question's whole weight
+    head: np.ndarray  # its episode header's BM25
+    boost: np.ndarray  # its episode's time boost
+    importance: np.ndarray  # its episode's additive importance
+    most_boost: np.ndarray  # the largest product of the speaker and "when" boosts it can get
+
+
+def bounds(p: Passages, f: Factors) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) bound of every passage's exact score (computed in place, a few arrays in all)."""
+    base = p.head * f.head_share
+    base += p.own
+    low = p.hit_weight / p.total_weight
+    low += f.floor
+    low *= base
+    low *= p.boost
+    low += p.importance
+    # The best share a passage can get from a passage one or two places away, whichever episode that
+    # is in (only widens the bound); nothing past either end of the array (the first passage has
+    # none before it, the last none after).
+    n = len(p.own)
+    padded = np.zeros(n + 4)
+    padded[2 : n + 2] = p.own
+    high = np.maximum(padded[1 : n + 1], padded[3 : n + 3])
+    high *= f.neighbour
+    further = np.maximum(padded[:n], padded[4:])
+    further *= f.far_share
+    np.maximum(high, further, out=high)
+    high += base
+    high *= f.full
+    high *= p.boost
+    high *= p.most_boost
+    high += p.importance
+    # Widened against rounding: low - |low| x SLACK, high + |high| x SLACK.
+    low -= np.abs(low) * SLACK
+    high += np.abs(high) * SLACK
+    return low, high
+
+
+def survivors(p: Passages, f: Factors, keep: int | None) -> np.ndarray | None:
     """Indices (ascending) of the passages that can be among the best `keep` (`bounds`); None: all."""
-    n = len(own)
+    n = len(p.own)
     if keep is None or n < MIN_PASSAGES or n <= keep:
         return None
-    low, high = bounds(own, hit_weight, total_weight, head, boost, importance, most_boost, factors)
+    low, high = bounds(p, f)
     theta = np.partition(low, n - keep)[n - keep]
     chosen = np.flatnonzero(high >= theta)
     return None if len(chosen) == n else chosen

@@ -23,7 +23,7 @@ import math
 import re
 import sqlite3
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,8 @@ from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.note_cache import episode_notes
 from tiermem.runtime.notes import Note, note_words, shown_notes
 from tiermem.runtime.packing import render_quote_block
-from tiermem.runtime.passage_bounds import survivors
+from tiermem.runtime.passage_bounds import Factors, Passages, survivors
+from tiermem.runtime.passage_columns import WordNumbers, dedup_set
 from tiermem.runtime.query_terms import query_term_groups
 from tiermem.runtime.time_query import (
     TimeWindow,
@@ -335,42 +336,39 @@ class _Scored:
     notes: dict[tuple[str, str], list[Note]]
     near: dict[tuple[str, int], float]
     complete: bool = True  # every candidate passage is here (else only those that can make the best)
+    _starts: dict[int, datetime] = field(default_factory=dict)  # per candidate: its start, parsed
+    # The near-duplicate check's vocabulary when the search started (EpisodeTexts.dedup).
+    numbers: WordNumbers = field(default_factory=lambda: TEXTS.numbers)
 
     def item(self, i: int) -> dict[str, Any]:
         """Passage `i` as a result item (before the final touches of `search_quotes`)."""
         k, j = int(self.episode[i]), int(self.local[i])
-        row, p = self.rows[k], self.entries[k].passages[j]
-        start = parse_ts(row[4])
+        row, p = self.rows[k], self.entries[k].passages
+        start = self._starts.get(k)
+        if start is None:
+            start = self._starts[k] = parse_ts(row[4])
+        speaker, event_id = p.speaker(j), p.event_id(j)
         return {
-            "text": p.text,
-            "speaker": p.speaker,
-            "event_id": p.event_id,
-            "part": p.part,
-            "notes": shown_notes(self.notes.get((p.event_id, p.speaker), [])),
+            "text": p.text(j),
+            "speaker": speaker,
+            "event_id": event_id,
+            "part": int(p.part[j]),
+            "notes": shown_notes(self.notes.get((event_id, speaker), [])),
             "episode_id": row[0],
             "ts": row[4],
             "date": human_date(start),
             "at": start,
-            "cosine": self.near.get((row[0], p.idx)),
+            "cosine": self.near.get((row[0], j)),
             "_passage": (self.entries[k], j),
-            "hits": frozenset(k for k in range(self.counts.shape[1]) if self.counts[i, k]),
+            "hits": frozenset(np.flatnonzero(self.counts[i]).tolist()),
             "boost": self.boosts[k],
         }
 
-    def order_key(self, i: int, score: float) -> tuple[float, str, str, int]:
-        p = self.entries[int(self.episode[i])].passages[int(self.local[i])]
-        return (-score, self.rows[int(self.episode[i])][4], p.event_id, p.part)
-
-    def dedup_key(self, i: int) -> tuple[frozenset[str], tuple[str, ...]]:
-        """Passage `i`'s word set and its prefix for `_distinct`, kept with the prepared episode."""
-        entry, j = self.entries[int(self.episode[i])], int(self.local[i])
-        key = entry.keys[j]
-        if key is None:
-            key = entry.keys[j] = _dedup_key(entry.passages[j].text)
-        prefix = entry.prefixes[j]
-        if prefix is None:
-            prefix = entry.prefixes[j] = _prefix(key)
-        return key, prefix
+    def dedup_key(self, i: int) -> tuple[frozenset[int], tuple[int, ...]]:
+        """Passage `i`'s word set and its prefix for `_distinct`, from the words taken when its episode
+        was prepared (numbered: runtime.passage_columns)."""
+        ids, at = TEXTS.dedup(self.entries[int(self.episode[i])], self.numbers)
+        return dedup_set(ids, at, int(self.local[i]), DUPLICATE_JACCARD)
 
 
 def _weigh_captions(entries: list[Prepared], firsts: np.ndarray, asked: _Asked, counts: np.ndarray) -> None:
@@ -400,8 +398,9 @@ def _add_notes(
     for k, e in enumerate(entries):
         if e.event_ids.isdisjoint(noted):
             continue
-        for j, p in enumerate(e.passages):
-            extra = note_words(notes.get((p.event_id, p.speaker), []), p.text).lower()
+        p = e.passages
+        for j in range(len(p)):
+            extra = note_words(notes.get((p.event_id(j), p.speaker(j)), []), p.text(j)).lower()
             if extra:
                 i = int(firsts[k]) + j
                 counts[i] += _term_counts(extra, asked.rx, len(asked.groups))
@@ -469,7 +468,7 @@ def _score_passages(
         nothing = np.zeros(0, dtype=np.int64)
         return _Scored(rows, entries, np.zeros(0), np.zeros((0, n_groups)), nothing, nothing, [], notes, near)
     total_weight = sum(weights) or 1.0
-    sizes = np.array([len(e.passages) for e in entries], dtype=np.int64)
+    sizes = np.array([e.passages.n for e in entries], dtype=np.int64)
     episode = np.repeat(np.arange(len(entries), dtype=np.int64), sizes)
     firsts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     local = np.arange(len(episode), dtype=np.int64) - firsts[episode]
@@ -493,15 +492,23 @@ def _score_passages(
                 named[firsts[k] + at] = True
     hit = counts > 0
     most = np.where(named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
-    factors = (
-        HEAD_WEIGHT,
-        COVERAGE_FLOOR,
-        max(ANSWER_WEIGHT, NEIGHBOUR_WEIGHT),
-        COVERAGE_FLOOR + 1.0,
-        FAR_WEIGHT,
+    factors = Factors(
+        head_share=HEAD_WEIGHT,
+        floor=COVERAGE_FLOOR,
+        neighbour=max(ANSWER_WEIGHT, NEIGHBOUR_WEIGHT),
+        full=COVERAGE_FLOOR + 1.0,
+        far_share=FAR_WEIGHT,
     )
-    bound = (own, hit @ np.array(weights, dtype=np.float64), total_weight, heads[episode], boost[episode])
-    chosen = survivors(*bound, gain[episode], most, factors, keep)
+    bound = Passages(
+        own=own,
+        hit_weight=hit @ np.array(weights, dtype=np.float64),
+        total_weight=total_weight,
+        head=heads[episode],
+        boost=boost[episode],
+        importance=gain[episode],
+        most_boost=most,
+    )
+    chosen = survivors(bound, factors, keep)
     idx = np.arange(len(episode)) if chosen is None else chosen
     beside = _neighbours(entries, own, first, last, idx)
     at = episode[idx]
@@ -541,7 +548,7 @@ def _restated(found: _Scored, weights: list[float]) -> np.ndarray:
     for i in pool:
         k, j = int(found.episode[i]), int(found.local[i])
         hits = frozenset(g for g in range(found.counts.shape[1]) if found.counts[i, g])
-        item = {"hits": hits, "speaker": found.entries[k].passages[j].speaker, "ts": found.rows[k][4]}
+        item = {"hits": hits, "speaker": found.entries[k].passages.speaker(j), "ts": found.rows[k][4]}
         scored.append((float(scores[i]), item))
     _restatements_first(scored, weights)
     for i, (score, _) in zip(pool, scored, strict=True):
@@ -562,8 +569,18 @@ def _best_first(found: _Scored, scores: np.ndarray, enough: int) -> list[tuple[i
         chosen = np.flatnonzero(scores >= floor)
     else:
         chosen = np.arange(n)
-    pairs = list(zip(chosen.tolist(), scores[chosen].tolist(), strict=True))
-    return sorted(pairs, key=lambda p: found.order_key(p[0], p[1]))
+    keyed = []
+    for i, score, k, j in zip(
+        chosen.tolist(),
+        scores[chosen].tolist(),
+        found.episode[chosen].tolist(),
+        found.local[chosen].tolist(),
+        strict=True,
+    ):
+        p = found.entries[k].passages
+        keyed.append(((-score, found.rows[k][4], p.quote_events[p.quote[j]], int(p.part[j])), i, score))
+    keyed.sort(key=lambda e: e[0])
+    return [(i, score) for _, i, score in keyed]
 
 
 def search_quotes(
@@ -653,11 +670,15 @@ def _prefix(key: frozenset[str]) -> tuple[str, ...]:
     return TEXTS.prefix(key, len(key) - int(DUPLICATE_JACCARD * len(key)) + 2)
 
 
-def _anchors(text: str, at: datetime, passage: tuple[Prepared, int] | None) -> list[tuple[str, str]]:
-    """The relative dates of a passage said `at`, resolved (kept with its prepared episode)."""
+def _anchors(
+    text: str, at: datetime, passage: tuple[Prepared, int] | None, ts: str | None = None
+) -> list[tuple[str, str]]:
+    """The relative dates of a passage said `at` (written `ts`), resolved (kept with its prepared episode)."""
     if passage is None:
         return anchor_relative_dates(text, at)
     entry, j = passage
+    if ts is not None and ts == entry.said_ts:  # its episode's start: resolved when it was prepared
+        return list(entry.said_anchors.get(j, ()))
     found = entry.anchors.get((j, at))
     if found is None:
         found = entry.anchors[(j, at)] = anchor_relative_dates(text, at)
@@ -685,7 +706,7 @@ def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
         at = item.pop("at")
         passage = item.pop("_passage", None)
         # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
-        item["anchors"] = [] if item["notes"] else _anchors(item["text"], at, passage)
+        item["anchors"] = [] if item["notes"] else _anchors(item["text"], at, passage, item["ts"])
         item.pop("boost")
         item.pop("hits")
         item["score"] = round(score, 4)

@@ -52,8 +52,8 @@ def test_bounded_search_ranks_exactly_as_scoring_every_passage(
         for limit in (1, 5, 40):
             expected = _reference_quotes(memory, query, limit)
             assert qs.search_quotes(memory.conn, memory.principal, query, None, limit) == expected, query
-    skipped = [len(args[0]) - len(out) for args, out in calls if out is not None]
-    assert skipped and max(skipped) > len(calls[0][0][0]) // 2  # it did skip, most passages at best
+    skipped = [len(args[0].own) - len(out) for args, out in calls if out is not None]
+    assert skipped and max(skipped) > len(calls[0][0][0].own) // 2  # it did skip, most passages at best
 
 
 def test_every_exact_score_lies_within_its_bounds(
@@ -70,7 +70,7 @@ def test_every_exact_score_lies_within_its_bounds(
             continue
         args = calls[0][0]
         assert args[-1] is None and found.complete  # scored whole: every passage's exact score
-        low, high = passage_bounds.bounds(*args[:-1])
+        low, high = passage_bounds.bounds(args[0], args[1])
         assert np.all(low <= found.scores), query
         assert np.all(found.scores <= high), query
         checked += len(found.scores)
@@ -100,16 +100,23 @@ def test_survivors_keep_every_passage_that_can_make_the_best() -> None:
     importance = np.repeat(0.01 * rng.integers(0, 10, n // 50), 50)
     hit = rng.random(n) * 3.0
     most = np.where(rng.random(n) < 0.1, 2.5, 1.0)
-    factors = (0.3, 0.5, 1.0, 1.5, 0.6)
+    factors = passage_bounds.Factors(0.3, 0.5, 1.0, 1.5, 0.6)
+    passages = passage_bounds.Passages(own, hit, 3.0, head, boost, importance, most)
     # Exact scores anywhere within the bounds: the best `keep` of them must all survive.
-    low, high = passage_bounds.bounds(own, hit, 3.0, head, boost, importance, most, factors)
+    low, high = passage_bounds.bounds(passages, factors)
     for _ in range(5):
         exact = low + (high - low) * rng.random(n)
         best = np.argsort(-exact, kind="stable")[:keep]
-        chosen = passage_bounds.survivors(own, hit, 3.0, head, boost, importance, most, factors, keep)
+        chosen = passage_bounds.survivors(passages, factors, keep)
         assert chosen is not None and len(chosen) < n
         assert set(best.tolist()) <= set(chosen.tolist())
-    assert passage_bounds.survivors(own, hit, 3.0, head, boost, importance, most, factors, None) is None
+    assert passage_bounds.survivors(passages, factors, None) is None
+    # A neighbour's share reaches one and two places on, never past either end of the array.
+    alone, zeros, ones = np.array([0.0, 0.0, 1.0, 0.0, 0.0]), np.zeros(5), np.ones(5)
+    low, high = passage_bounds.bounds(
+        passage_bounds.Passages(alone, alone, 1.0, zeros, ones, zeros, ones), factors
+    )
+    assert np.all(high[[0, 1, 3, 4]] > 0) and high[2] >= 1.5 and np.all(low[[0, 1, 3, 4]] == 0)
 
 
 def test_kept_notes_follow_inserts_erasures_and_visibility(memory: AgentMemory, settings: Settings) -> None:  # noqa: F811

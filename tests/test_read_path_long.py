@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import pytest
 from helpers_runtime import append, episode
+from tiermem.runtime import passage_columns as pc
 from tiermem.runtime import quote_search as qs
 from tiermem.runtime import turn_window
 from tiermem.runtime.episode_search import _bm25, _candidate_rows, _frequencies, _term_counts, search_episodes
@@ -124,18 +125,30 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         )
         for i in range(30)
     ]
-    rows = [(f"ep{i}", raw.decode(), f"Name {i}", _text(rng, 12)) for i, raw in enumerate(raws)]
+    said = "2023-05-08T13:56:00Z"
+    rows = [(f"ep{i}", raw.decode(), f"Name {i}", _text(rng, 12), said) for i, raw in enumerate(raws)]
 
     class Conn:  # what `prepared` asks of a connection: quotes, name, summary of the missing episodes
         def execute(self, sql: str, ids: list[str]) -> Any:
             class Cursor:
-                def fetchall(self) -> list[tuple[str, str, str, str]]:
+                def fetchall(self) -> list[tuple[str, str, str, str, str]]:
                     return [r for r in rows if r[0] in ids]
 
             return Cursor()
 
     entries = texts.prepared(Conn(), "db", [r[0] for r in rows])  # type: ignore[arg-type]
     assert {e.start >= 0 for e in entries} == {True, False}  # long episodes indexed, short ones not
+    # A long episode's relative dates are resolved when it is prepared, against its start: those
+    # of the text itself (a short one's when a search first shows them).
+    at, long = parse_ts(said), [e for e in entries if e.start >= 0]
+    resolved = [
+        (list(e.said_anchors.get(j, ())), anchor_relative_dates(t, at))
+        for e in long
+        for j, t in enumerate(e.passages.texts)
+    ]
+    assert all(e.said_ts == said for e in long) and all(kept == fresh for kept, fresh in resolved)
+    assert sum(1 for kept, _ in resolved if kept) > 10
+    assert all(e.said_ts is None and not e.said_anchors for e in entries if e.start < 0)
     for groups in (
         [("paint",), ("pain",), ("lake",)],  # a word counts for the first group whose prefix it has
         [("pain",), ("paint",)],
@@ -169,9 +182,10 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         orjson.dumps([{"text": "quite different words", "event_id": "x"}]).decode(),
         "renamed",
         "",
+        said,
     )
     again = texts.prepared(Conn(), "db", ["ep3", "ep1"], ["renamed", None])  # type: ignore[arg-type]
-    assert again[0].lowered == ["quite different words"] and again[1] is entries[1]
+    assert list(again[0].lowered) == ["quite different words"] and again[1] is entries[1]
     assert texts.head_counts(again, [("renamed",), ("name",)]).tolist() == [[1, 0], [0, 1]]
     twice = [again[1], again[0], again[1]]
     assert texts.head_counts(twice, [("renamed",), ("name",)]).tolist() == [[0, 1], [1, 0], [0, 1]]
@@ -415,21 +429,47 @@ def test_turn_search_index_finds_what_the_plain_scan_found_across_cache_drops(
             )
 
 
-def test_near_duplicate_prefixes_kept_with_episodes_follow_one_order_of_words(memory: AgentMemory) -> None:
-    """A passage's prefix is taken once and kept: words met later (by later searches) must not
-    change the order it was taken in, or two near-identical passages could miss each other."""
+def test_near_duplicate_word_sets_are_each_passages_words_numbered_in_one_order(memory: AgentMemory) -> None:
+    """The word sets taken when an episode is prepared are exactly the words the near-duplicate check
+    splits the passage's text into (numbered once, never renumbered), and a prefix is the last-met
+    words of its set: words met later (by later episodes) must not change a set taken before, or
+    two near-identical passages could miss each other."""
     from tiermem.runtime.episode_text import TEXTS
 
+    def taken() -> dict[tuple[int, int], tuple[frozenset[int], tuple[int, ...]]]:
+        out = {}
+        for k, e in enumerate(TEXTS.entries.values()):
+            for j in range(len(e.passages)):
+                out[(k, j)] = pc.dedup_set(*TEXTS.dedup(e, TEXTS.numbers), j, qs.DUPLICATE_JACCARD)
+        return out
+
+    qs.search_quotes(memory.conn, memory.principal, QUERIES[0], None, 40)
+    before = taken()
     for query in QUERIES:
         qs.search_quotes(memory.conn, memory.principal, query, None, 40)
-    kept = [(e.keys[j], p) for e in TEXTS.entries.values() for j, p in enumerate(e.prefixes) if p is not None]
-    assert len(kept) > 40
-    for key, prefix in kept:
-        assert key is not None
-        assert prefix == qs._prefix(key)  # what taking it now gives
-        by_order = sorted(key, key=lambda w: -TEXTS.met[w])
-        assert prefix == tuple(by_order[: len(prefix)])
-        assert len(prefix) == len(key) - int(qs.DUPLICATE_JACCARD * len(key)) + 2 or len(prefix) == len(key)
+    after = taken()
+    assert len(before) > 40 and all(after[k] == v for k, v in before.items())
+    word_of = {n: w for w, n in TEXTS.numbers.numbers.items()}
+    for k, e in enumerate(TEXTS.entries.values()):
+        for j in range(len(e.passages)):
+            key, prefix = after[(k, j)]
+            assert {word_of[n] for n in key} == qs._dedup_key(e.passages[j].text)
+            by_order = sorted(key, reverse=True)  # the last met first
+            assert prefix == tuple(by_order[: len(key) - int(qs.DUPLICATE_JACCARD * len(key)) + 2])
+
+
+def test_near_duplicate_words_of_any_text_are_those_of_splitting_it() -> None:
+    """Taken from the index's words (ASCII text without an underscore) or split apart (any other):
+    the same set as the near-duplicate check's own split of the lowered text."""
+    from collections import Counter
+
+    from tiermem.runtime.episode_text import _RUN
+
+    for text in ["Plain words, twice: words!", "snake_case and x2", "Café naïve ÉCOLE", "", "a1b2 c_d-e"]:
+        low = text.lower()
+        indexed = Counter(_RUN.findall(low)).keys()
+        assert set(pc.dedup_words(low, indexed)) == qs._dedup_key(text)
+        assert set(pc.dedup_words(low, None)) == qs._dedup_key(text)
 
 
 def _reference_episodes(m: AgentMemory, query: str, limit: int) -> list[tuple[str, float, list[Any]]]:
@@ -529,6 +569,7 @@ def test_prepared_episodes_are_dropped_before_looking_when_the_cache_is_full(
             orjson.dumps([{"text": _text(rng, 400), "event_id": f"e{i}"}]).decode(),
             f"Name {i}",
             "summary",
+            "2023-05-08T13:56:00Z",
         )
         for i in range(6)
     }
@@ -539,7 +580,7 @@ def test_prepared_episodes_are_dropped_before_looking_when_the_cache_is_full(
             read.append(list(ids))
 
             class Cursor:
-                def fetchall(self) -> list[tuple[str, str, str, str]]:
+                def fetchall(self) -> list[tuple[str, str, str, str, str]]:
                     return [rows[i] for i in ids]
 
             return Cursor()
@@ -549,7 +590,7 @@ def test_prepared_episodes_are_dropped_before_looking_when_the_cache_is_full(
     monkeypatch.setattr(episode_text, "MAX_PASSAGES", texts.passages - 1)
     again = texts.prepared(Conn(), "db", ["ep1", "ep2"])  # type: ignore[arg-type]
     assert read[-1] == ["ep1", "ep2"]  # ep1 read again: the drop came first
-    assert again[0] is not first[1] and again[0].lowered == first[1].lowered
+    assert again[0] is not first[1] and list(again[0].lowered) == list(first[1].lowered)
     assert texts.head_counts(again, [("name",), ("2",)]).tolist() == [[1, 0], [1, 1]]
     monkeypatch.setattr(episode_text, "MAX_PASSAGES", 10**6)
     assert texts.prepared(Conn(), "db", ["ep2", "ep1"]) == [again[1], again[0]]  # type: ignore[arg-type]
@@ -567,3 +608,81 @@ def test_prompt_data_is_one_line_as_the_pattern_makes_it() -> None:
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
         expected = cx._LINE_BREAKS.sub(" ", text).replace("<", "&lt;").replace(">", "&gt;")
         assert cx.as_data(text) == expected, repr(text)
+
+
+def test_a_large_preparation_ends_with_one_full_collection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Preparing many passages in one call collects once, on that call (not on a later search);
+    a small batch does not, nor does any when the application turned the collector off."""
+    import gc
+
+    from tiermem.runtime import episode_text
+
+    rng = random.Random(4)
+    rows = [
+        (f"ep{i}", orjson.dumps([{"text": _text(rng, 300), "event_id": f"e{i}"}]).decode(), "n", "", None)
+        for i in range(12)
+    ]
+
+    class Conn:
+        def execute(self, sql: str, ids: list[str]) -> Any:
+            class Cursor:
+                def fetchall(self) -> list[tuple[Any, ...]]:
+                    return [r for r in rows if r[0] in ids]
+
+            return Cursor()
+
+    collected: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
+    texts = EpisodeTexts()
+    first = texts.prepared(Conn(), "db", ["ep0", "ep1"])  # type: ignore[arg-type]
+    monkeypatch.setattr(episode_text, "SETTLE_PASSAGES", sum(e.passages.n for e in first) + 1)
+    assert collected == []  # two episodes: below the bound
+    texts.prepared(Conn(), "db", [f"ep{i}" for i in range(2, 8)])  # type: ignore[arg-type]
+    assert collected == [1]
+    texts.prepared(Conn(), "db", [f"ep{i}" for i in range(8)])  # type: ignore[arg-type]
+    assert collected == [1]  # nothing new prepared
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        texts.prepared(Conn(), "db", [f"ep{i}" for i in range(8, 12)])  # type: ignore[arg-type]
+    finally:
+        if was:
+            gc.enable()
+    assert collected == [1]
+
+
+def test_one_search_numbers_every_word_set_in_one_vocabulary() -> None:
+    """Everything dropped meanwhile (a new vocabulary): a search that started before keeps numbering
+    in its own, and the next search numbers every entry again in the new one, words unchanged."""
+    from tiermem.runtime.passage_columns import WordNumbers
+
+    rng = random.Random(6)
+    rows = [
+        (f"ep{i}", orjson.dumps([{"text": _text(rng, n), "event_id": f"e{i}"}]).decode(), "n", "", None)
+        for i, n in enumerate([400, 8, 300, 5])
+    ]
+
+    class Conn:
+        def execute(self, sql: str, ids: list[str]) -> Any:
+            class Cursor:
+                def fetchall(self) -> list[tuple[Any, ...]]:
+                    return [r for r in rows if r[0] in ids]
+
+            return Cursor()
+
+    texts = EpisodeTexts()
+    entries = texts.prepared(Conn(), "db", [r[0] for r in rows])  # type: ignore[arg-type]
+    assert {e.start >= 0 for e in entries} == {True, False}
+    started = texts.numbers
+    before = [texts.dedup(e, started) for e in entries]
+    texts.numbers = WordNumbers()  # as dropping everything does
+    texts.numbers.sets([["zebra", "quilt"]])  # other words met first: other numbers
+    for e, (ids, at) in zip(entries, before, strict=True):
+        again = texts.dedup(e, started)
+        assert again[0].tolist() == ids.tolist() and again[1].tolist() == at.tolist()
+    for e in entries:
+        ids, at = texts.dedup(e, texts.numbers)
+        word_of = {n: w for w, n in texts.numbers.numbers.items()}
+        for j, text in enumerate(e.passages.texts):
+            assert {word_of[n] for n in ids[at[j] : at[j + 1]].tolist()} == qs._dedup_key(text)
+        assert e.dedup_by is texts.numbers

@@ -124,6 +124,8 @@ def split_described(text: str) -> tuple[str, str]:
     or render the two parts differently: a captioner's words ("a man standing
     on a beach") are about the picture, not what the person said.
     """
+    if "[" not in text:  # every description has one: most turns are not scanned
+        return text, ""
     described = " ".join(m.group().strip() for m in _DESCRIBED.finditer(text))
     if not described:
         return text, ""
