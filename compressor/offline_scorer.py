@@ -44,7 +44,11 @@ MAX_GAP = timedelta(hours=2)  # between turns that name no session
 SESSION_GAP = timedelta(hours=8)
 MIN_TOPIC_TURNS = 4  # an episode this long may end where the talk moves to another subject
 TOPIC_OVERLAP = 0.15
-QUOTE_MIN_IMPORTANCE = 2
+# Every turn is kept verbatim, small talk included: a short answer ("Their name is Luna.", "They
+# were awestruck and humbled.") scores as filler, yet only its words answer the question before
+# it, and a turn no episode quotes can never be found again. Measured on LoCoMo dev (lexical, 500
+# tokens): keeping the turns scored 1 raised evidence recall 0.8267 -> 0.8316.
+QUOTE_MIN_IMPORTANCE = 1
 
 _NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
 _NUMBER_RE = re.compile(r"\b\d+(?:[.,:]\d+)?\b")
