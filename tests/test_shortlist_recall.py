@@ -4,7 +4,7 @@ Two ways a gold turn used to stay out of the recall whatever the ranking did:
 a question's stem cut below four letters ("hiking" -> "hik") matched no word
 at all, and a short answer the compressor scored as small talk ("They were
 awestruck and humbled.") was never quoted by its episode, so no search could
-return it. Fixtures where the answer is found only because of each rule.
+return it; it is now quoted because it answers the question before it. Fixtures where the answer is found only because of each rule.
 """
 
 from __future__ import annotations
@@ -105,6 +105,7 @@ TALK = [
     ("John", "How did the kids react to the memorial?"),
     ("James", "They were awestruck and humbled."),
     ("John", "I have been painting the fence all week, it is nearly done."),
+    ("James", "Sounds good."),
 ]
 
 
@@ -151,6 +152,7 @@ def test_a_short_answer_scored_as_small_talk_is_quoted_and_recalled(settings: Se
             for q in orjson.loads(raw)
         ]
         assert "t2" in quoted
+        assert "t4" not in quoted  # small talk that answers no question is still left out
         question = "How did James describe his kids' reaction at the military memorial?"
         found = qs.search_quotes(m.conn, m.principal, question, limit=3)
         assert "t2" in [f["event_id"] for f in found]
