@@ -23,6 +23,7 @@ from tiermem.compressor.facts import signals as _signals
 from tiermem.compressor.naming import episode_name
 from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Interaction, Quote
 
+from tiermem.attachments import split_described
 from tiermem.dates import MONTHS, WEEKDAYS, anchor_relative_dates, human_day
 from tiermem.similarity import normalize
 from tiermem.text import (
@@ -366,8 +367,9 @@ class OfflineScorer:
         participants = sorted({it.user for it in group if it.user})
         ranked = sorted(group, key=lambda it: (-scores[it.event_id], it.ts, it.event_id))
         keep = {it.event_id for it in ranked if scores[it.event_id] >= QUOTE_MIN_IMPORTANCE}
-        # ...and every answer to a question, however short: only its words answer it.
-        keep |= {b.event_id for a, b in pairwise(group) if a.text.rstrip().endswith("?")}
+        # ...and every answer to a question, however short: only its words answer it. The question
+        # is what was said, without the description of an image shared with it.
+        keep |= {b.event_id for a, b in pairwise(group) if split_described(a.text)[0].rstrip().endswith("?")}
         if not keep:
             keep = {ranked[0].event_id}
         quotes = [
