@@ -158,3 +158,19 @@ def test_a_short_answer_scored_as_small_talk_is_quoted_and_recalled(settings: Se
         assert "t2" in [f["event_id"] for f in found]
         lines = qs.recall_lines(m.conn, m.principal, question, budget=60)
         assert any("awestruck" in text for text, _ in lines)
+
+
+def test_an_answer_after_a_question_shared_with_an_image_is_quoted() -> None:
+    scorer = OfflineScorer()
+    photo = ({"type": "image", "caption": "a photo of a dog on a couch"},)
+    asked = Interaction("q", "a", START, "James", "s1", "", "agent", "Guess his name?", "", {}, photo)
+    answer = Interaction(
+        "r", "a", START + timedelta(seconds=1), "James", "s1", "", "agent", "", "Luna, I think."
+    )
+    told = Interaction("s", "a", START + timedelta(seconds=2), "James", "s1", "", "agent", "Nice.", "")
+    group = [asked, answer, told]
+    assert asked.text.endswith("]")  # what was said is followed by the image's description
+    scores = {it.event_id: scorer.score_interaction(it, None, set()) for it in group}
+    assert scores["r"] == scores["s"] == 1
+    quoted = {q.event_id for q in scorer.episode(group, scores).key_quotes}
+    assert "r" in quoted and "s" not in quoted
