@@ -7,8 +7,8 @@ about are left out. The quote search scores passages by these groups.
 
 A form of four letters or more matches every word it starts, a shorter one
 only itself; so a stem cut below four letters must bring the forms it stands
-for: "hiking" -> "hik" would match no word at all, and so meets "hike" only
-through the form "hike" (and itself); "movies" -> "movie", "cities" -> "city";
+for: "hiking" -> "hik" alone matches no word, so it brings "hike" and
+"hiking"; "movies" brings "movie", "cities" "city";
 a four-letter plural ("pets", "dogs") also counts its singular, and an
 irregular verb is found by its stem too ("drawing" meets "drew").
 """
@@ -96,7 +96,7 @@ def _short_stem_forms(word: str, term: str) -> list[str]:
     if word.endswith("ies"):
         return [word[:-3] + "y", word[:-1]]  # "cities" -> "city", "citie(s)"; "movies" -> "movie"
     if word.endswith(("ing", "ed")):
-        return [term + "e", word]  # the silent e the suffix took: "hiking" -> "hike", "rode" ...
+        return [term + "e", word]  # the silent e the suffix took: "hiking" -> "hike", "riding" -> "ride"
     return [word]
 
 
