@@ -16,12 +16,14 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import pairwise
 
 from tiermem.compressor.facts import extract
 from tiermem.compressor.facts import signals as _signals
 from tiermem.compressor.naming import episode_name
 from tiermem.compressor.scoring import BatchResult, EpisodeDraft, FactDraft, Interaction, Quote
 
+from tiermem.attachments import split_described
 from tiermem.dates import MONTHS, WEEKDAYS, anchor_relative_dates, human_day
 from tiermem.similarity import normalize
 from tiermem.text import (
@@ -44,6 +46,14 @@ MAX_GAP = timedelta(hours=2)  # between turns that name no session
 SESSION_GAP = timedelta(hours=8)
 MIN_TOPIC_TURNS = 4  # an episode this long may end where the talk moves to another subject
 TOPIC_OVERLAP = 0.15
+# Turns scored below this are small talk, left out of an episode's key quotes, unless they answer
+# a question (the turn before ends with "?"): a short answer ("Their name is Luna.", "They were
+# awestruck and humbled.") scores as filler, yet only its words answer the question, and a turn no
+# episode quotes can never be recalled. Measured on LoCoMo dev (lexical, 500 tokens, with the query
+# word forms of runtime.query_terms): evidence recall 0.8364 -> 0.8383 with the answers kept,
+# 0.8422 with every turn kept; but every turn kept cost the generated long-reply conversations
+# answers ("Sounds good.", "Got it, noted." crowded small budgets: answer recall at 250 tokens 0.963
+# -> 0.931), and the answers alone cost nothing there.
 QUOTE_MIN_IMPORTANCE = 2
 
 _NAME_RE = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]+(?:\s+[A-Z][a-z]+)*)")
@@ -357,6 +367,9 @@ class OfflineScorer:
         participants = sorted({it.user for it in group if it.user})
         ranked = sorted(group, key=lambda it: (-scores[it.event_id], it.ts, it.event_id))
         keep = {it.event_id for it in ranked if scores[it.event_id] >= QUOTE_MIN_IMPORTANCE}
+        # ...and every answer to a question, however short: only its words answer it. The question
+        # is what was said, without the description of an image shared with it.
+        keep |= {b.event_id for a, b in pairwise(group) if split_described(a.text)[0].rstrip().endswith("?")}
         if not keep:
             keep = {ranked[0].event_id}
         quotes = [

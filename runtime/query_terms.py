@@ -4,6 +4,13 @@
 shop: a question's word is taken to its stem, irregular forms join it both
 ways, and a few words that say how a question is asked rather than what it is
 about are left out. The quote search scores passages by these groups.
+
+A form of four letters or more matches every word it starts, a shorter one
+only itself; so a stem cut below four letters must bring the forms it stands
+for: "hiking" -> "hik" alone matches no word, so it brings "hike" and
+"hiking"; "movies" brings "movie", "cities" "city";
+a four-letter plural ("pets", "dogs") also counts its singular, and an
+irregular verb is found by its stem too ("drawing" meets "drew").
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ _IRREGULAR = [
     "man men",
     "woman women",
 ]
+_NOT_PLURAL = frozenset(["news", "lens"])  # four letters ending in s that are no plural of a word
 _FORMS = {w: tuple(line.split()) for line in _IRREGULAR for w in line.split()}
 
 
@@ -81,6 +89,29 @@ def _normal_form(word: str) -> str:
     return term
 
 
+def _short_stem_forms(word: str, term: str) -> list[str]:
+    """The forms a stem too short to match as a prefix stands for ('hiking' -> 'hik': 'hike', 'hiking')."""
+    if term == word or len(term) >= 4:
+        return []
+    if word.endswith("ies"):
+        return [word[:-3] + "y", word[:-1]]  # "cities" -> "city", "citie(s)"; "movies" -> "movie"
+    if word.endswith(("ing", "ed")):
+        return [term + "e", word]  # the silent e the suffix took: "hiking" -> "hike", "riding" -> "ride"
+    return [word]
+
+
+def _singular(word: str) -> list[str]:
+    """A four-letter plural's singular ('pets' -> 'pet'): too short a stem to be taken as a prefix."""
+    if (
+        len(word) == 4
+        and word.endswith("s")
+        and not word.endswith(("ss", "us", "is"))
+        and word not in _NOT_PLURAL
+    ):
+        return [word[:-1]]
+    return []
+
+
 def query_term_groups(query: str) -> list[tuple[str, ...]]:
     """Each content word of the query as the forms that count as it (stem first)."""
     out: list[tuple[str, ...]] = []
@@ -88,8 +119,10 @@ def query_term_groups(query: str) -> list[tuple[str, ...]]:
     for word in _WORD.findall(query.lower()):
         if word in STOP_WORDS or word in QUESTION_FILLER or len(word) < 2:
             continue
-        forms = [_normal_form(word)]
-        for other in _FORMS.get(word, ()):
+        first = _normal_form(word)
+        forms = [first, *_short_stem_forms(word, first), *_singular(word)]
+        # An irregular verb by the word or its stem: "drawing" -> "draw" -> "drew", "drawn".
+        for other in _FORMS.get(word) or _FORMS.get(first, ()):
             if other != word and len(_normal_form(other)) > 3:
                 forms.append(_normal_form(other))
             elif other != word:

@@ -9,6 +9,10 @@ A change that alters any derived event (an episode's name or summary, a fact's
 wording or confidence, a note, an id, the order of the lines, a field's
 position) changes a digest. Optimisations must leave them as they are; a change
 of behaviour must say so by updating them.
+
+Changed on purpose since: a turn scored as small talk is still an episode's key
+quote when it answers a question (the turn before it ends with "?"): the bench
+and edge episodes' digests only (the demo has no such turn).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from compress_golden import bench_output, demo_output, digest, edge_output
 
 PINNED: dict[str, dict[str, tuple[int, str]]] = {
     "bench": {
-        "episodes": (429, "c5fd69c3472f940bbcd85bba472c0214a79554a4a48241733ac1809f5d06051c"),
+        "episodes": (429, "8b49cab2658991d3a39a21248e1b6c6eb4f66ef1715c9222eb8db25e7463764f"),
         "knowledge": (1078, "f294094925241f08e8fdc287148fa30c39e00df44782bd2b76cc3dd9d99eb13d"),
         "relationships": (24, "b1d35d679439ef71a0bacf1e2d66d5a88f41707347dd07c327414eb173f92cd7"),
         "notes": (946, "8af13beb11ee6523e39192b9a6c7d69e00464c33da74b97d0774a7872af839a4"),
@@ -32,7 +36,7 @@ PINNED: dict[str, dict[str, tuple[int, str]]] = {
         "notes": (276, "10da9833b2d404d08e309311e24cbfe5d023d62c260f58bee6a3e47a9df67ed9"),
     },
     "edge": {
-        "episodes": (266, "737973ae0eeda3a1bb68e9e592c7863d996f4acc348fafb0df6a1d2734a1a7f5"),
+        "episodes": (266, "fef9eab32f414338f8bbaeaa94dbcc9eb9ea7e110e0cdb6e391477bcc767ad6d"),
         "knowledge": (462, "cba21c0182c76686f7bff38f6b66e14fd7cf85c83c60cec9b55c289f2c82669b"),
         "relationships": (6, "a46fe8a50569b42b30bebb8ec8b25b1ca6ff3d3fa3903aacb9e89ac4c391be92"),
         "notes": (1080, "75b1ef2e13cf9b180d876f6767fd8c15cade19e618e0af959ac19158ac9986e4"),
