@@ -10,7 +10,7 @@ import orjson
 import pytest
 from tiermem.runtime import rerank, turn_window
 from tiermem.runtime.quote_search import search_quotes
-from tiermem.runtime.rerank import FEATURES, MODELS, Reranker, features, fit_linear, reranker_for
+from tiermem.runtime.rerank import FEATURES, FIRST_FEATURES, MODELS, Reranker, features, fit_linear, reranker_for
 
 from tiermem.app.locomo import TiermemContext, load_locomo, prepare
 from tiermem.embeddings import MiniLMEmbedder
@@ -77,7 +77,7 @@ def test_fit_ranks_the_positive_passages_first_and_is_deterministic() -> None:
     rng = np.random.default_rng(7)
     xs, ys = [], []
     for _ in range(40):
-        x = rng.normal(size=(10, len(FEATURES)))
+        x = rng.normal(size=(10, len(FIRST_FEATURES)))
         y = np.zeros(10)
         y[int(rng.integers(10))] = 1.0
         x[y == 1, 4] += 3.0  # the cosine feature carries the label
@@ -85,17 +85,19 @@ def test_fit_ranks_the_positive_passages_first_and_is_deterministic() -> None:
         ys.append(y)
     model = fit_linear(xs, ys)
     assert model == fit_linear(xs, ys)
-    assert max(range(len(FEATURES)), key=lambda k: model.weights[k]) == 4
+    assert max(range(len(FIRST_FEATURES)), key=lambda k: model.weights[k]) == 4
     firsts = [int(np.argmax(model.score(x))) for x in xs]
     assert sum(f == int(np.argmax(y)) for f, y in zip(firsts, ys, strict=True)) >= 36
     with pytest.raises(ValueError):
-        fit_linear([np.zeros((3, len(FEATURES)))], [np.zeros(3)])
+        fit_linear([np.zeros((3, len(FIRST_FEATURES)))], [np.zeros(3)])
 
 
 def test_every_mode_has_a_fitted_model() -> None:
     for mode in RERANK_MODES[1:]:
         m = MODELS[mode]
-        assert len(m.weights) == len(m.mean) == len(m.scale) == len(FEATURES)
+        assert len(m.weights) == len(m.mean) == len(m.scale) == len(m.columns)
+        assert set(m.columns) <= set(FEATURES)
+        assert m.embeds == (mode in ("static", "minilm"))
 
 
 def test_the_reranker_lifts_an_answer_the_words_rank_low(

@@ -1,0 +1,80 @@
+"""The reranker's word features (runtime.rerank_features) and its value-per-character order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from tiermem.runtime.rerank import MODELS, WORDS_COLUMNS, LinearModel, Reranker
+from tiermem.runtime.rerank_features import SMALL_TALK, WORD_FEATURES, word_features
+
+
+def _item(text: str, speaker: str, score: float, date: str = "8 May 2023", **extra: Any) -> dict[str, Any]:
+    return {"text": text, "speaker": speaker, "score": score, "date": date, "anchors": [], "notes": [], **extra}
+
+
+HEAD = [
+    _item("Thanks, Mel! Your kind words mean a lot.", "Caroline", 10.0),
+    _item("I adopted a pup named Oscar in Boston last week.", "Melanie", 8.0, anchors=[("last week", "May")]),
+    _item("What kind of pup did you adopt?", "Caroline", 6.0, date="9 June 2023"),
+    _item("A beagle, 3 years old. [image: a dog on a couch]", "Melanie", 4.0, date="9 June 2023"),
+]
+AROUND = [
+    (None, ("Melanie", "Great!")),
+    (("Caroline", "Did you adopt anything lately?"), None),
+    (("Melanie", "I adopted a pup."), ("Melanie", "A beagle.")),
+    (("Caroline", "What kind of pup did you adopt?"), None),
+]
+
+
+def _column(x: np.ndarray, name: str) -> list[float]:
+    return [round(float(v), 4) for v in x[:, WORD_FEATURES.index(name)]]
+
+
+def test_word_features_read_the_question_the_passage_and_its_neighbours() -> None:
+    x = word_features("When did Melanie adopt her pup?", HEAD, AROUND)
+    assert x.shape == (4, len(WORD_FEATURES))
+    # Question groups: "melanie", "adopt", "pup" (the first passage holds none of them).
+    assert _column(x, "cover") == [0.0, round(2 / 3, 4), round(2 / 3, 4), 0.0]
+    assert _column(x, "named_self") == [0.0, 1.0, 0.0, 1.0]
+    assert _column(x, "named_other") == [1.0, 0.0, 1.0, 0.0]
+    assert _column(x, "when_dated") == [0.0, 1.0, 0.0, 0.0]  # only the second states a resolved date
+    assert _column(x, "prev_asks") == [0.0, 1.0, 0.0, 1.0]
+    assert _column(x, "prev_other") == [0.0, 1.0, 1.0, 1.0]
+    assert _column(x, "next_asks") == [0.0, 0.0, 0.0, 0.0]
+    assert _column(x, "image") == [0.0, 0.0, 0.0, 1.0]
+    assert _column(x, "number") == [0.0, 0.0, 0.0, 1.0]
+    assert _column(x, "entity") == [0.0, 1.0, 0.0, 0.0]  # "Oscar", "Boston"; not a speaker's name
+    # Small talk and the speakers' names (also shortened: "Mel") are no content.
+    assert _column(x, "content") == [round(float(np.log1p(2)), 4)] + _column(x, "content")[1:]
+    assert {"thanks", "mean", "lot"} <= SMALL_TALK
+    # The same day's other passages among the best, over the best score.
+    assert _column(x, "day_mass") == [0.8, 1.0, 0.4, 0.6]
+
+
+def test_a_question_without_names_or_when_sets_none_of_those() -> None:
+    x = word_features("what kind of pup", HEAD, AROUND)
+    assert not x[:, WORD_FEATURES.index("named_self")].any()
+    assert not x[:, WORD_FEATURES.index("named_other")].any()
+    assert not x[:, WORD_FEATURES.index("when_dated")].any()
+    assert word_features("anything", [], []).shape == (0, len(WORD_FEATURES))
+
+
+def test_value_per_character_puts_a_short_passage_before_a_long_one_of_equal_probability() -> None:
+    x = np.zeros((3, 1))
+    x[2, 0] = 1.0  # the third is likelier
+    chars = np.array([400.0, 40.0, 400.0])
+    flat = LinearModel((0.0,), (1.0,), (2.0,), -1.0, ("lexical",), per_char=0.0)
+    priced = LinearModel((0.0,), (1.0,), (2.0,), -1.0, ("lexical",), per_char=1.0)
+    assert np.argsort(-flat.value(x, chars), kind="stable").tolist() == [2, 0, 1]
+    # Probability 0.73 over 412 characters is less per character than 0.27 over 52.
+    assert np.argsort(-priced.value(x, chars), kind="stable").tolist() == [1, 2, 0]
+
+
+def test_the_words_reranker_needs_no_embedder_and_a_cosine_model_does() -> None:
+    assert not MODELS["words"].embeds and MODELS["words"].columns == WORDS_COLUMNS
+    with pytest.raises(ValueError, match="embedder"):
+        Reranker(None, MODELS["static"], 10)
+    one = [_item("x", "A", 1.0)]
+    assert Reranker(None, MODELS["words"], 10).reorder(None, "q", one) == one  # type: ignore[arg-type]
