@@ -268,7 +268,10 @@ def main() -> None:
     ap.add_argument("--mode", default="lexical", choices=("lexical", "hybrid"))
     ap.add_argument("--rerank", nargs="+", default=["words"], choices=RERANK_MODES[1:])
     ap.add_argument(
-        "--per-char", type=float, default=None, help="order by probability / chars^this (default: the model's)"
+        "--per-char",
+        type=float,
+        default=None,
+        help="order by probability / chars^this (default: the model's)",
     )
     ap.add_argument("--depth", type=int, default=60)
     ap.add_argument("--budgets", nargs="*", type=int, default=[250, 500, 1000])

@@ -8,7 +8,8 @@ passages of the shortlist with a few features and sorts them again; the rest
 keeps its order behind them. Nothing is added to or dropped from the
 shortlist, so the reranker can only move what the search already found.
 
-Features of a passage (`FEATURES`), all computed from the shortlist itself:
+Features of a passage (`FEATURES`), all computed from the shortlist itself;
+each model reads the ones it names (`LinearModel.columns`):
 - `lexical`: its search score over the best score of the shortlist;
 - `rank`: log(1 + its position in the search's order);
 - `asks`: it ends with a question mark (a question rarely holds its own answer);
@@ -19,16 +20,27 @@ Features of a passage (`FEATURES`), all computed from the shortlist itself:
 - `context` / `context_gap`: the same for the passage written after the turn
   before it in its episode (`[date] Other: question\nSpeaker: answer`), so an
   answer that does not repeat the question's words ("Contemporary is so
-  expressive" after "Got any fave styles?") is measured with what it answers.
+  expressive" after "Got any fave styles?") is measured with what it answers;
+- the word features of runtime.rerank_features (whose turn it is against the
+  names in the question, the turns around it, its day among the best, how
+  much of it is small talk).
+
+Order: by value per character, not by probability alone. The packing fills
+a budget best first (runtime.packing), so a passage's worth is its
+probability of being the evidence per character it costs: p / (chars +
+LINE_CHARS)^per_char. Measured on LoCoMo dev (leave-one-conversation-out),
+per_char 1.0 against 0 (probability order) delivered 1-2 points more
+evidence at 250, 500 and 1,000 tokens with the same model (bench/RESULTS.md).
 
 The weights (`MODELS`) are a logistic regression fitted on the LoCoMo
 development split with `fit_linear` (`bench/bench_rerank.py`, which reports
 only leave-one-conversation-out figures: each conversation ranked by weights
-fitted on the others). Two embedders can supply the cosines: the static table
-distilled from MiniLM (`static`: microseconds per passage, so the whole
-reranking costs ~1 ms of CPU warm, ~5 ms cold at depth 60) and MiniLM itself (`minilm`: ~20 ms
-of CPU per text, ~3 s per question cold at depth 60, ~1 s warm: a measured,
-documented setting for a caller that can wait, not for every turn).
+fitted on the others). `words` reads no cosine: no model, a fraction of a
+millisecond per question. Two embedders can supply the cosines: the static
+table distilled from MiniLM (`static`: microseconds per passage) and MiniLM
+itself (`minilm`: ~20 ms of CPU per text, ~3 s per question cold at depth 60,
+~1 s warm: a measured, documented setting for a caller that can wait, not for
+every turn; its model is the first one, eight features by probability).
 """
 
 from __future__ import annotations
@@ -46,9 +58,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from tiermem.runtime.episode_text import TEXTS
-from tiermem.runtime.hotstore import database_key
-from tiermem.runtime.rerank_features import WORD_FEATURES, Neighbours, word_features
+from tiermem.runtime.rerank_features import WORD_FEATURES, Around, surroundings, word_features
 from tiermem.runtime.vectors import embedding_text
 
 from tiermem.embeddings import Embedder, load_embedder
@@ -135,14 +145,125 @@ def fit_linear(
 
 
 # Fitted on all seven conversations of the LoCoMo development split by `bench/bench_rerank.py --fit`
-# (depth 60, captions and notes on); the figures it reports are leave-one-conversation-out.
+# (depth 60, captions and notes on); the figures it reports are leave-one-conversation-out. "minilm"
+# is the first model (eight features, probability order), kept as it was measured.
 WORDS_COLUMNS = (*SEARCH_FEATURES, *WORD_FEATURES)
 STATIC_COLUMNS = (*SEARCH_FEATURES, "cosine", "cosine_gap", *WORD_FEATURES)
 PER_CHAR = 1.0  # measured on LoCoMo dev: see the module doc
 
 MODELS: dict[str, LinearModel] = {
-    "words": LinearModel((0.0,) * 18, (1.0,) * 18, (0.0,) * 18, 0.0, WORDS_COLUMNS, PER_CHAR),
-    "static": LinearModel((0.0,) * 20, (1.0,) * 20, (0.0,) * 20, 0.0, STATIC_COLUMNS, PER_CHAR),
+    "words": LinearModel(
+        mean=(
+            0.29028341,
+            3.14249721,
+            0.21617376,
+            4.93690804,
+            0.85335752,
+            0.14664248,
+            0.03538920,
+            0.29956917,
+            0.82877134,
+            0.24278449,
+            0.84534415,
+            0.25464028,
+            2.37543909,
+            0.42024930,
+        ),
+        scale=(
+            0.20477562,
+            0.89418381,
+            0.41163414,
+            0.52424820,
+            0.35374915,
+            0.35374915,
+            0.18476148,
+            0.45806930,
+            0.37670865,
+            0.42876588,
+            1.26977281,
+            0.43565882,
+            0.59559242,
+            0.11441682,
+        ),
+        weights=(
+            0.61595614,
+            -0.78106772,
+            -0.22728830,
+            0.00851870,
+            -0.01903753,
+            0.01903753,
+            0.12394335,
+            0.13037228,
+            -0.27254282,
+            0.00274154,
+            0.08096173,
+            -0.01888830,
+            0.42839257,
+            0.07542971,
+        ),
+        bias=-5.54413503,
+        columns=WORDS_COLUMNS,
+        per_char=PER_CHAR,
+    ),
+    "static": LinearModel(
+        mean=(
+            0.29028341,
+            3.14249721,
+            0.21617376,
+            4.93690804,
+            0.40451005,
+            -0.21300271,
+            0.85335752,
+            0.14664248,
+            0.03538920,
+            0.29956917,
+            0.82877134,
+            0.24278449,
+            0.84534415,
+            0.25464028,
+            2.37543909,
+            0.42024930,
+        ),
+        scale=(
+            0.20477562,
+            0.89418381,
+            0.41163414,
+            0.52424820,
+            0.12203320,
+            0.11090915,
+            0.35374915,
+            0.35374915,
+            0.18476148,
+            0.45806930,
+            0.37670865,
+            0.42876588,
+            1.26977281,
+            0.43565882,
+            0.59559242,
+            0.11441682,
+        ),
+        weights=(
+            0.52613556,
+            -0.71538563,
+            -0.23955289,
+            -0.01049357,
+            0.09932623,
+            0.39949052,
+            -0.01111938,
+            0.01111938,
+            0.12928366,
+            0.13925669,
+            -0.25896211,
+            -0.01091592,
+            0.09688467,
+            -0.00754346,
+            0.44760543,
+            0.06799327,
+        ),
+        bias=-5.64556253,
+        columns=STATIC_COLUMNS,
+        per_char=PER_CHAR,
+    ),
     "minilm": LinearModel(
         mean=(
             0.28194620,
@@ -179,40 +300,23 @@ MODELS: dict[str, LinearModel] = {
 }
 
 
-def _around(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list[Neighbours]:
-    """Each passage's neighbours in its episode ((speaker, text) before and after), from the
-    prepared episodes (kept by runtime.episode_text: the search has just read them)."""
-    ids = list(dict.fromkeys(str(item["episode_id"]) for item in head))
-    entries = dict(zip(ids, TEXTS.prepared(conn, database_key(conn), ids), strict=True))
-    out: list[Neighbours] = []
-    for item in head:
-        passages = entries[str(item["episode_id"])].passages
-        at = next(
-            (j for j, p in enumerate(passages) if p.event_id == item["event_id"] and p.part == item["part"]),
-            0,
-        )
-        before = (passages[at - 1].speaker, passages[at - 1].text) if at > 0 else None
-        after = (passages[at + 1].speaker, passages[at + 1].text) if at + 1 < len(passages) else None
-        out.append((before, after))
-    return out
-
-
 def _previous(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list[tuple[str, str] | None]:
     """Each passage's predecessor in its episode (speaker, text), from the prepared episodes."""
-    return [before for before, _ in _around(conn, head)]
+    return [a.before for a in surroundings(conn, head)]
 
 
 def _cosines(
     embed: Callable[[Sequence[str]], NDArray[np.float32]],
     query: str,
     head: Sequence[dict[str, Any]],
-    around: Sequence[Neighbours],
+    around: Sequence[Around],
     context: bool,
 ) -> list[NDArray[np.float64]]:
     """`COSINE_FEATURES` columns (the context pair only with `context`, else zeros)."""
     n = len(head)
     texts, contexts = [], []
-    for item, (before, _) in zip(head, around, strict=True):
+    for item, at in zip(head, around, strict=True):
+        before = at.before
         said = embedding_text(item["text"], item["speaker"], parse_ts(item["ts"]))
         texts.append(said)
         if not context:
@@ -254,7 +358,7 @@ def features(
         "length": np.array([math.log1p(len(item["text"])) for item in head]),
     }
     wanted = set(columns)
-    around = _around(conn, head) if wanted - set(SEARCH_FEATURES) else []
+    around = surroundings(conn, head) if wanted - set(SEARCH_FEATURES) else []
     if wanted & set(COSINE_FEATURES):
         if embedder is None and embed is None:
             raise ValueError("cosine features need an embedder")

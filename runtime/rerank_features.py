@@ -5,90 +5,156 @@ the reranker (runtime.rerank) looks again at the shortlist's head with
 features the score does not separate, all read from the shortlist itself and
 the passages around each one in its episode, without any model:
 
-- `cover`: the share of the question's term groups the passage holds;
 - `named_self` / `named_other`: the question names someone, and the passage
   is theirs / someone else's;
 - `when_dated`: a "when" question, and the passage states a date (a resolved
   relative date or a derived date note);
-- `prev_asks` / `prev_cover` / `prev_other`: the turn before it ends with a
-  question mark / holds that share of the question's groups / is another
-  speaker's (an answer is the turn after a question that shares the words);
+- `prev_asks` / `prev_other`: the turn before it ends with a question mark /
+  is another speaker's (an answer is the turn after a question);
 - `next_asks`: the turn after it is a question (a statement someone asks about);
 - `day_mass`: how much of the shortlist's best (the first DAY_WINDOW) was said
   the same day, besides the passage itself (the turns of one conversation
   about the question's topic sit together);
 - `image`: it carries a shared picture's description;
-- `content` / `content_share`: log(1 + its content words) and their share of
-  its words: words that are not stop words, small talk ("thanks", "awesome",
+- `content` / `content_share`: log(1 + its distinct content words) and their
+  share of its distinct words: words that are not stop words, small talk ("thanks", "awesome",
   "hey") or the speakers' names. "Thanks, Mel! Your kind words mean a lot."
-  matches a question about kindness and says nothing;
-- `number` / `entity`: it holds a number / a capitalised word inside a
-  sentence that is no speaker's name (places, titles, names of things).
+  matches a question about kindness and says nothing.
 
-Each is a handful of set lookups per word of the passage: the whole set costs
-a fraction of a millisecond for a 60-passage shortlist.
+Measured on LoCoMo dev (leave-one-conversation-out, bench/RESULTS.md), three
+more added nothing and were left out: the share of the question's term groups
+a passage or the turn before it holds (the search score has it already), and
+a number or a capitalised word inside a sentence. A passage's word set is
+taken once and kept with its prepared episode, so what a reranking costs per
+passage is a few set operations.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import sqlite3
+import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
-from tiermem.runtime.episode_text import TermMatcher
-from tiermem.runtime.query_terms import query_term_groups
+from tiermem.runtime.episode_search import _WORD
+from tiermem.runtime.episode_text import TEXTS, Prepared
+from tiermem.runtime.hotstore import database_key
 
-from tiermem.text import STOP_WORDS
+from tiermem.text import STOP_WORDS, wordset
 
 WORD_FEATURES = (
-    "cover",
     "named_self",
     "named_other",
     "when_dated",
     "prev_asks",
-    "prev_cover",
     "prev_other",
     "next_asks",
     "day_mass",
     "image",
     "content",
     "content_share",
-    "number",
-    "entity",
 )
 DAY_WINDOW = 20  # the best passages whose days count for `day_mass`
 # Small talk: words that carry no fact whatever the conversation is about.
-SMALL_TALK = frozenset(
+SMALL_TALK = wordset(
     """hey hi hello yo thanks thank thx wow whoa oh omg yeah yes yep yup yay ok okay cool awesome great
     amazing nice good glad sounds sound hear heard sorry congrats congratulations lol haha really totally
     absolutely definitely sure lovely super stoked happy proud fantastic wonderful incredible exciting
     excited dear buddy man bro mate pal lately ah aw aww wish luck keep up things thing going let know
     hope hoping cheers care take bye see soon talk later chat catch again long time been meet mean means
-    lot much""".split()
+    lot much"""
 )
-_WORDS = re.compile(r"[a-z0-9']+")
-_NUMBER = re.compile(r"\b\d+\b")
-_INNER_CAPITAL = re.compile(r"(?<=[a-z,;:] )[A-Z][a-z]+")
 _NAMES = re.compile(r"\b[A-Z][a-z]+")
 _ASKS_WHEN = re.compile(r"^\s*(?:when|how long|what (?:year|month|date|day|time))\b", re.I)
 _IMAGE = " [image:"
 
-Neighbours = tuple[tuple[str, str] | None, tuple[str, str] | None]  # (speaker, text) before / after
+Said = tuple[str, str]  # (speaker, text)
+
+
+class Around(NamedTuple):
+    """What a passage is in its episode, whatever the question: its words and its neighbours."""
+
+    words: frozenset[str]  # its distinct words (lowered), caption included
+    before: Said | None
+    prev_asks: bool  # the turn before it ends with a question mark
+    prev_other: bool  # ...and is another speaker's
+    next_asks: bool  # the turn after it ends with a question mark
+    image: bool  # it carries a shared picture's description
+
+
+class _Episode(NamedTuple):
+    entry: weakref.ref[Prepared]
+    index: dict[tuple[str, int], int]  # (event id, part) -> passage
+    facts: list[Around | None]  # per passage, when first asked
+
+
+_EPISODES: dict[int, _Episode] = {}
+_CONTENT: dict[tuple[frozenset[str], frozenset[str]], int] = {}  # (words, names) -> content words
+
+
+def _episode(entry: Prepared) -> _Episode:
+    """What the reranker keeps per prepared episode, while the episode is kept (runtime.episode_text)."""
+    kept = _EPISODES.get(id(entry))
+    if kept is None or kept.entry() is not entry:
+        if len(_EPISODES) > 4096:
+            _EPISODES.clear()
+        index = {(p.event_id, p.part): j for j, p in enumerate(entry.passages)}
+        kept = _EPISODES[id(entry)] = _Episode(weakref.ref(entry), index, [None] * len(index))
+    return kept
+
+
+def _words(entry: Prepared, j: int) -> frozenset[str]:
+    """Passage j's word set, kept with the prepared episode (the slot the search's duplicate check
+    fills with the same words)."""
+    key = entry.keys[j]
+    if key is None:
+        key = entry.keys[j] = frozenset(_WORD.findall(entry.passages[j].text.lower()))
+    return key
+
+
+def _facts(entry: Prepared, j: int) -> Around:
+    ps = entry.passages
+    p = ps[j]
+    before = (ps[j - 1].speaker, ps[j - 1].text) if j > 0 else None
+    return Around(
+        words=_words(entry, j),
+        before=before,
+        prev_asks=before is not None and before[1].rstrip().endswith("?"),
+        prev_other=before is not None and before[0].lower() != p.speaker.lower(),
+        next_asks=j + 1 < len(ps) and ps[j + 1].text.rstrip().endswith("?"),
+        image=_IMAGE in p.text,
+    )
+
+
+def surroundings(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list[Around]:
+    """Each passage's words and neighbours, from the prepared episodes (kept by runtime.episode_text:
+    the search has just read them); worked out once per passage and kept with its episode."""
+    ids = list(dict.fromkeys(str(item["episode_id"]) for item in head))
+    entries = dict(zip(ids, TEXTS.prepared(conn, database_key(conn), ids), strict=True))
+    out = []
+    for item in head:
+        entry = entries[str(item["episode_id"])]
+        kept = _episode(entry)
+        at = kept.index.get((item["event_id"], int(item["part"] or 0)), 0)
+        facts = kept.facts[at]
+        if facts is None:
+            facts = kept.facts[at] = _facts(entry, at)
+        out.append(facts)
+    return out
 
 
 def word_features(
-    query: str, head: Sequence[dict[str, Any]], around: Sequence[Neighbours]
+    query: str, head: Sequence[dict[str, Any]], around: Sequence[Around]
 ) -> NDArray[np.float64]:
     """The `WORD_FEATURES` of each passage of `head` (search results, best first), one row each;
-    `around`: each passage's neighbours in its episode."""
+    `around`: each passage's words and neighbours (`surroundings`)."""
     n = len(head)
     if not n:
         return np.zeros((0, len(WORD_FEATURES)))
-    groups = query_term_groups(query)
-    matcher = TermMatcher(groups) if groups else None
     named = {w.lower() for w in _NAMES.findall(query)}
     asks_when = _ASKS_WHEN.search(query) is not None
     speakers = {str(item.get("speaker") or "").lower() for item in head} - {""}
@@ -97,41 +163,30 @@ def word_features(
     days: dict[str, float] = {}
     for item, s in zip(head[:DAY_WINDOW], scores[:DAY_WINDOW].tolist(), strict=False):
         days[item["date"]] = days.get(item["date"], 0.0) + s / top
-
-    def is_name(word: str) -> bool:
-        """A speaker's name or its start ("mel" for Melanie)."""
-        return len(word) >= 3 and any(s.startswith(word) for s in speakers)
-
-    def cover(text: str) -> float:
-        if matcher is None:
-            return 0.0
-        return sum(1 for c in matcher.counts(text.lower()) if c) / len(groups)
+    names = frozenset(s[:k] for s in speakers for k in range(3, len(s) + 1))  # "mel" for Melanie
+    no_content = STOP_WORDS | SMALL_TALK | names
 
     rows = []
-    for i, (item, (before, after)) in enumerate(zip(head, around, strict=True)):
-        text = str(item["text"])
-        said = text.split(_IMAGE, 1)[0]
-        words = _WORDS.findall(said.lower())
-        content = [w for w in words if w not in STOP_WORDS and w not in SMALL_TALK and not is_name(w)]
+    for i, (item, at) in enumerate(zip(head, around, strict=True)):
+        content = _CONTENT.get((at.words, names), -1)
+        if content < 0:
+            if len(_CONTENT) > 65536:
+                _CONTENT.clear()
+            content = _CONTENT[(at.words, names)] = len(at.words - no_content)
         speaker = str(item.get("speaker") or "").lower()
-        entities = [w for w in _INNER_CAPITAL.findall(said) if not is_name(w.lower())]
         own_day = scores[i] / top if i < DAY_WINDOW else 0.0
         rows.append(
             [
-                cover(text),
                 float(bool(named) and speaker in named),
                 float(bool(named) and speaker not in named),
                 float(asks_when and bool(item.get("anchors") or item.get("notes"))),
-                float(before is not None and before[1].rstrip().endswith("?")),
-                cover(before[1]) if before is not None else 0.0,
-                float(before is not None and before[0].lower() != speaker),
-                float(after is not None and after[1].rstrip().endswith("?")),
+                float(at.prev_asks),
+                float(at.prev_other),
+                float(at.next_asks),
                 days.get(item["date"], 0.0) - own_day,
-                float(_IMAGE in text),
-                math.log1p(len(content)),
-                len(content) / max(1, len(words)),
-                float(_NUMBER.search(said) is not None),
-                float(bool(entities)),
+                float(at.image),
+                math.log1p(content),
+                content / max(1, len(at.words)),
             ]
         )
     return np.array(rows, dtype=np.float64)

@@ -129,6 +129,7 @@ def test_the_reranker_lifts_an_answer_the_words_rank_low(
         assert sorted(f["text"] for f in reranked) == sorted(texts)  # reordered, nothing added or lost
 
         # The recall hook, same store and budget: the answer is delivered with the reranker only.
+        store.rerank = None  # type: ignore[attr-defined]
         off = store.recall_lines(who, QUESTION, budget=100)
         store.rerank = reranker_for(replace(settings, retrieval=replace(settings.retrieval, rerank="minilm")))  # type: ignore[attr-defined]
         on = store.recall_lines(who, QUESTION, budget=100)
@@ -138,10 +139,13 @@ def test_the_reranker_lifts_an_answer_the_words_rank_low(
         ctx.close()
 
 
-def test_the_setting_is_off_by_default_and_validated(tmp_path: Path) -> None:
+def test_the_setting_is_words_by_default_and_validated(tmp_path: Path) -> None:
     settings = resolve_settings(data_dir=tmp_path, env={})
-    assert settings.retrieval.rerank == "off"
-    assert reranker_for(settings) is None
+    assert settings.retrieval.rerank == "words"
+    default = reranker_for(settings)
+    assert default is not None and default.embedder is None and default.model is MODELS["words"]
+    off = resolve_settings(data_dir=tmp_path, env={"TIERMEM_RETRIEVAL__RERANK": "off"})
+    assert reranker_for(off) is None
     env = {"TIERMEM_RETRIEVAL__RERANK": "minilm", "TIERMEM_RETRIEVAL__RERANK_DEPTH": "20"}
     chosen = resolve_settings(data_dir=tmp_path, env=env).retrieval
     assert (chosen.rerank, chosen.rerank_depth) == ("minilm", 20)

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import pytest
 from tiermem.runtime.rerank import MODELS, WORDS_COLUMNS, LinearModel, Reranker
-from tiermem.runtime.rerank_features import SMALL_TALK, WORD_FEATURES, word_features
+from tiermem.runtime.rerank_features import SMALL_TALK, WORD_FEATURES, Around, word_features
 
 
 def _item(text: str, speaker: str, score: float, date: str = "8 May 2023", **extra: Any) -> dict[str, Any]:
-    return {"text": text, "speaker": speaker, "score": score, "date": date, "anchors": [], "notes": [], **extra}
+    return {
+        "text": text,
+        "speaker": speaker,
+        "score": score,
+        "date": date,
+        "anchors": [],
+        "notes": [],
+        **extra,
+    }
 
 
 HEAD = [
@@ -20,11 +29,27 @@ HEAD = [
     _item("What kind of pup did you adopt?", "Caroline", 6.0, date="9 June 2023"),
     _item("A beagle, 3 years old. [image: a dog on a couch]", "Melanie", 4.0, date="9 June 2023"),
 ]
+
+
+def _around(text: str, speaker: str, before: tuple[str, str] | None, after: tuple[str, str] | None) -> Around:
+    def words(t: str) -> frozenset[str]:
+        return frozenset(re.findall(r"[a-z0-9]+", t.lower()))
+
+    return Around(
+        words(text),
+        before,
+        prev_asks=before is not None and before[1].endswith("?"),
+        prev_other=before is not None and before[0] != speaker,
+        next_asks=after is not None and after[1].endswith("?"),
+        image="[image:" in text,
+    )
+
+
 AROUND = [
-    (None, ("Melanie", "Great!")),
-    (("Caroline", "Did you adopt anything lately?"), None),
-    (("Melanie", "I adopted a pup."), ("Melanie", "A beagle.")),
-    (("Caroline", "What kind of pup did you adopt?"), None),
+    _around(HEAD[0]["text"], HEAD[0]["speaker"], None, ("Melanie", "Great!")),
+    _around(HEAD[1]["text"], HEAD[1]["speaker"], ("Caroline", "Did you adopt anything lately?"), None),
+    _around(HEAD[2]["text"], HEAD[2]["speaker"], ("Melanie", "I adopted a pup."), ("Melanie", "A beagle.")),
+    _around(HEAD[3]["text"], HEAD[3]["speaker"], ("Caroline", "What kind of pup did you adopt?"), None),
 ]
 
 
@@ -35,8 +60,6 @@ def _column(x: np.ndarray, name: str) -> list[float]:
 def test_word_features_read_the_question_the_passage_and_its_neighbours() -> None:
     x = word_features("When did Melanie adopt her pup?", HEAD, AROUND)
     assert x.shape == (4, len(WORD_FEATURES))
-    # Question groups: "melanie", "adopt", "pup" (the first passage holds none of them).
-    assert _column(x, "cover") == [0.0, round(2 / 3, 4), round(2 / 3, 4), 0.0]
     assert _column(x, "named_self") == [0.0, 1.0, 0.0, 1.0]
     assert _column(x, "named_other") == [1.0, 0.0, 1.0, 0.0]
     assert _column(x, "when_dated") == [0.0, 1.0, 0.0, 0.0]  # only the second states a resolved date
@@ -44,11 +67,13 @@ def test_word_features_read_the_question_the_passage_and_its_neighbours() -> Non
     assert _column(x, "prev_other") == [0.0, 1.0, 1.0, 1.0]
     assert _column(x, "next_asks") == [0.0, 0.0, 0.0, 0.0]
     assert _column(x, "image") == [0.0, 0.0, 0.0, 1.0]
-    assert _column(x, "number") == [0.0, 0.0, 0.0, 1.0]
-    assert _column(x, "entity") == [0.0, 1.0, 0.0, 0.0]  # "Oscar", "Boston"; not a speaker's name
-    # Small talk and the speakers' names (also shortened: "Mel") are no content.
-    assert _column(x, "content") == [round(float(np.log1p(2)), 4)] + _column(x, "content")[1:]
+    # Small talk and the speakers' names (also shortened: "Mel") are no content: of "Thanks, Mel!
+    # Your kind words mean a lot." only "kind" and "words" are left, of its 8 distinct words.
+    assert _column(x, "content")[0] == round(float(np.log1p(2)), 4)
+    assert _column(x, "content_share")[0] == 0.25
     assert {"thanks", "mean", "lot"} <= SMALL_TALK
+    # "I adopted a pup named Oscar in Boston last week.": every word but the stop words.
+    assert _column(x, "content")[1] == round(float(np.log1p(7)), 4)
     # The same day's other passages among the best, over the best score.
     assert _column(x, "day_mass") == [0.8, 1.0, 0.4, 0.6]
 

@@ -191,9 +191,10 @@ class RetrievalSettings:
     `candidates` (taken from each side before fusing) is the pool those sweeps
     used. `dense` (cosine alone) is kept for comparison. `rerank` reorders the
     first `rerank_depth` passages of the recalled shortlist with a linear model
-    over lexical and embedding features (runtime.rerank): "static" costs about a
-    millisecond per question, "minilm" about a second (bench/RESULTS.md); off by
-    default, and independent of `mode` (a lexical store can rerank too).
+    (runtime.rerank): "words" over the shortlist's words and structure (no
+    model, under a millisecond per question), "static" adds the static
+    embedding's cosines (about a millisecond warm), "minilm" MiniLM's (about a
+    second); independent of `mode` (a lexical store can rerank too).
     """
 
     mode: RetrievalMode = "lexical"
@@ -201,7 +202,7 @@ class RetrievalSettings:
     dense_weight: float = AUTO_WEIGHT
     candidates: int = 100
     model_cache: str = ""
-    rerank: str = "off"
+    rerank: str = "words"
     rerank_depth: int = 60
 
     def __post_init__(self) -> None:
