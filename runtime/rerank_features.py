@@ -88,7 +88,7 @@ class Around(NamedTuple):
 
 class _Episode(NamedTuple):
     entry: weakref.ref[Prepared]
-    index: dict[tuple[str, int], int]  # (event id, part) -> passage
+    positions: dict[tuple[str, int], int]  # (event id, part) -> passage
     facts: list[Around | None]  # per passage, when first asked
 
 
@@ -139,7 +139,7 @@ def surroundings(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> li
     for item in head:
         entry = entries[str(item["episode_id"])]
         kept = _episode(entry)
-        at = kept.index.get((item["event_id"], int(item["part"] or 0)), 0)
+        at = kept.positions.get((item["event_id"], int(item["part"] or 0)), 0)
         facts = kept.facts[at]
         if facts is None:
             facts = kept.facts[at] = _facts(entry, at)

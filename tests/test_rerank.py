@@ -10,7 +10,15 @@ import orjson
 import pytest
 from tiermem.runtime import rerank, turn_window
 from tiermem.runtime.quote_search import search_quotes
-from tiermem.runtime.rerank import FEATURES, FIRST_FEATURES, MODELS, Reranker, features, fit_linear, reranker_for
+from tiermem.runtime.rerank import (
+    FEATURES,
+    FIRST_FEATURES,
+    MODELS,
+    Reranker,
+    features,
+    fit_linear,
+    reranker_for,
+)
 
 from tiermem.app.locomo import TiermemContext, load_locomo, prepare
 from tiermem.embeddings import MiniLMEmbedder
