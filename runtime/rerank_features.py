@@ -103,7 +103,7 @@ def _episode(entry: Prepared) -> _Episode:
         if len(_EPISODES) > 4096:
             _EPISODES.clear()
         index = {(p.event_id, p.part): j for j, p in enumerate(entry.passages)}
-        kept = _EPISODES[id(entry)] = _Episode(weakref.ref(entry), index, [None] * len(index))
+        kept = _EPISODES[id(entry)] = _Episode(weakref.ref(entry), index, [None] * len(entry.passages))
     return kept
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
+from tiermem.runtime import rerank_features
 from tiermem.runtime.rerank import MODELS, WORDS_COLUMNS, LinearModel, Reranker
 from tiermem.runtime.rerank_features import SMALL_TALK, WORD_FEATURES, Around, word_features
 
@@ -103,3 +105,27 @@ def test_the_words_reranker_needs_no_embedder_and_a_cosine_model_does() -> None:
         Reranker(None, MODELS["static"], 10)
     one = [_item("x", "A", 1.0)]
     assert Reranker(None, MODELS["words"], 10).reorder(None, "q", one) == one  # type: ignore[arg-type]
+
+
+def test_an_episode_that_cites_one_turn_twice_is_kept_whole() -> None:
+    # The same turn quoted twice in an episode: two passages, one (event id, part).
+    @dataclass
+    class Passage:
+        event_id: str
+        part: int
+        speaker: str
+        text: str
+
+    class Episode:
+        def __init__(self) -> None:
+            self.passages = [
+                Passage("t1", 0, "Ava", "Is it raining?"),
+                Passage("t1", 0, "Ava", "Is it raining?"),
+            ]
+            self.keys: list[frozenset[str] | None] = [None, None]
+
+    entry = Episode()
+    kept = rerank_features._episode(entry)  # type: ignore[arg-type]
+    assert len(kept.facts) == 2 and kept.positions[("t1", 0)] == 1
+    facts = rerank_features._facts(entry, 1)  # type: ignore[arg-type]
+    assert facts.prev_asks and not facts.prev_other and facts.words == frozenset({"is", "it", "raining"})
