@@ -29,8 +29,9 @@ Order: by value per character, not by probability alone. The packing fills
 a budget best first (runtime.packing), so a passage's worth is its
 probability of being the evidence per character it costs: p / (chars +
 LINE_CHARS)^per_char. Measured on LoCoMo dev (leave-one-conversation-out),
-per_char 1.0 against 0 (probability order) delivered 1-2 points more
-evidence at 250, 500 and 1,000 tokens with the same model (bench/RESULTS.md).
+per_char 1.0 against 0 (probability order, the same features) delivered
+0.3-0.8 points more evidence at 250, 500 and 1,000 tokens for `words` and
+0.8-1.3 for `static` (bench/RESULTS.md).
 
 The weights (`MODELS`) are a logistic regression fitted on the LoCoMo
 development split with `fit_linear` (`bench/bench_rerank.py`, which reports
