@@ -84,6 +84,7 @@ class Around(NamedTuple):
     prev_other: bool  # ...and is another speaker's
     next_asks: bool  # the turn after it ends with a question mark
     image: bool  # it carries a shared picture's description
+    content: dict[frozenset[str], int]  # the speakers' names met -> its content words with them
 
 
 class _Episode(NamedTuple):
@@ -92,8 +93,15 @@ class _Episode(NamedTuple):
     facts: list[Around | None]  # per passage, when first asked
 
 
+# Kept only while the prepared episode itself is: when runtime.episode_text lets an episode go (a
+# new version, an erasure), what was kept of its passages' words and texts goes with it.
 _EPISODES: dict[int, _Episode] = {}
-_CONTENT: dict[tuple[frozenset[str], frozenset[str]], int] = {}  # (words, names) -> content words
+
+
+def _forget(ref: weakref.ref[Prepared]) -> None:
+    for key, kept in list(_EPISODES.items()):
+        if kept.entry is ref:
+            del _EPISODES[key]
 
 
 def _episode(entry: Prepared) -> _Episode:
@@ -103,7 +111,8 @@ def _episode(entry: Prepared) -> _Episode:
         if len(_EPISODES) > 4096:
             _EPISODES.clear()
         index = {(p.event_id, p.part): j for j, p in enumerate(entry.passages)}
-        kept = _EPISODES[id(entry)] = _Episode(weakref.ref(entry), index, [None] * len(entry.passages))
+        ref = weakref.ref(entry, _forget)
+        kept = _EPISODES[id(entry)] = _Episode(ref, index, [None] * len(entry.passages))
     return kept
 
 
@@ -127,6 +136,7 @@ def _facts(entry: Prepared, j: int) -> Around:
         prev_other=before is not None and before[0].lower() != p.speaker.lower(),
         next_asks=j + 1 < len(ps) and ps[j + 1].text.rstrip().endswith("?"),
         image=_IMAGE in p.text,
+        content={},
     )
 
 
@@ -168,11 +178,9 @@ def word_features(
 
     rows = []
     for i, (item, at) in enumerate(zip(head, around, strict=True)):
-        content = _CONTENT.get((at.words, names), -1)
+        content = at.content.get(names, -1)
         if content < 0:
-            if len(_CONTENT) > 65536:
-                _CONTENT.clear()
-            content = _CONTENT[(at.words, names)] = len(at.words - no_content)
+            content = at.content[names] = len(at.words - no_content)
         speaker = str(item.get("speaker") or "").lower()
         own_day = scores[i] / top if i < DAY_WINDOW else 0.0
         rows.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ def _around(text: str, speaker: str, before: tuple[str, str] | None, after: tupl
         prev_other=before is not None and before[0] != speaker,
         next_asks=after is not None and after[1].endswith("?"),
         image="[image:" in text,
+        content={},
     )
 
 
@@ -129,3 +131,8 @@ def test_an_episode_that_cites_one_turn_twice_is_kept_whole() -> None:
     assert len(kept.facts) == 2 and kept.positions[("t1", 0)] == 1
     facts = rerank_features._facts(entry, 1)  # type: ignore[arg-type]
     assert facts.prev_asks and not facts.prev_other and facts.words == frozenset({"is", "it", "raining"})
+    # What is kept of an episode goes when the prepared episode goes (a new version, an erasure).
+    before = len(rerank_features._EPISODES)
+    del entry, kept
+    gc.collect()
+    assert len(rerank_features._EPISODES) == before - 1
