@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 import orjson
 from tiermem.runtime import quote_search
-from tiermem.runtime.rerank import FEATURES, LinearModel, Reranker, features, fit_linear
+from tiermem.runtime.rerank import MODELS, LinearModel, Reranker, features, fit_linear
 
 from tiermem.app.locomo import TiermemContext, aggregate, load_locomo, prepare, score_question
 from tiermem.embeddings import Embedder, Vectors, load_embedder
-from tiermem.settings import RERANK_EMBEDDERS, resolve_settings
+from tiermem.settings import RERANK_EMBEDDERS, RERANK_MODES, resolve_settings
 
 METRICS = ("evidence_recall", "answer_recall", "answer_full")
 HIT_AT = (1, 5, 10, 12, 20)
@@ -68,8 +68,10 @@ def _pct(values: list[float], p: float) -> float:
     return float(np.percentile(values, p)) if values else 0.0
 
 
-def collect(settings: Any, convs: list[Any], embedder: Embedder, depth: int) -> list[dict[str, Any]]:
-    """Per question: its conversation, gold event ids, shortlist event ids, features and labels."""
+def collect(
+    settings: Any, convs: list[Any], embedder: Embedder | None, depth: int, columns: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """Per question: its conversation, gold event ids, shortlist event ids, features, lengths and labels."""
     out = []
     for ci, conv in enumerate(convs):
         ev = {t.dia_id: t.event_id for t in conv.turns}
@@ -87,7 +89,8 @@ def collect(settings: Any, convs: list[Any], embedder: Embedder, depth: int) -> 
                         "conv": ci,
                         "order": [f["event_id"] for f in found],
                         "gold": gold,
-                        "x": features(store.conn, embedder, q.question, head),
+                        "x": features(store.conn, embedder, q.question, head, columns=columns),
+                        "chars": np.array([len(f["text"]) for f in head], dtype=np.float64),
                         "y": np.array([f["event_id"] in gold for f in head], dtype=np.float64),
                     }
                 )
@@ -105,9 +108,16 @@ def hits(orders: list[list[str]], golds: list[set[str]]) -> dict[str, float]:
     }
 
 
-def loco_models(rows: list[dict[str, Any]], n_convs: int) -> list[LinearModel]:
+def loco_models(
+    rows: list[dict[str, Any]], n_convs: int, columns: tuple[str, ...], per_char: float
+) -> list[LinearModel]:
     return [
-        fit_linear([r["x"] for r in rows if r["conv"] != c], [r["y"] for r in rows if r["conv"] != c])
+        fit_linear(
+            [r["x"] for r in rows if r["conv"] != c],
+            [r["y"] for r in rows if r["conv"] != c],
+            columns=columns,
+            per_char=per_char,
+        )
         for c in range(n_convs)
     ]
 
@@ -118,7 +128,7 @@ def reranked_orders(rows: list[dict[str, Any]], models: list[LinearModel], depth
         if len(r["x"]) < 2:
             out.append(r["order"])
             continue
-        s = models[r["conv"]].score(r["x"])
+        s = models[r["conv"]].value(r["x"], r["chars"])
         head = [r["order"][int(i)] for i in np.argsort(-s, kind="stable")]
         out.append(head + r["order"][depth:])
     return out
@@ -146,7 +156,7 @@ def deliver_all(
 
 
 def time_reorder(
-    settings: Any, convs: list[Any], embedder: Embedder, model: LinearModel, depth: int, n: int
+    settings: Any, convs: list[Any], embedder: Embedder | None, model: LinearModel, depth: int, n: int
 ) -> dict[str, Any]:
     """CPU and wall time of `Reranker.reorder` over the first `n` questions: `cold` with an empty
     vector cache each time (every passage embedded), `warm` with one reranker kept across the
@@ -200,21 +210,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.budgets and not args.skip_off:
             result["off"] = deliver_all(settings, convs, args.budgets, [None] * len(convs))
         for name in args.rerank:
+            shape = MODELS[name]
+            per_char = shape.per_char if args.per_char is None else args.per_char
             t0 = time.perf_counter()
-            raw = load_embedder(RERANK_EMBEDDERS[name])
+            raw = load_embedder(RERANK_EMBEDDERS[name]) if shape.embeds else None
             load_s = time.perf_counter() - t0
-            embedder = CachedEmbedder(raw)
+            embedder = CachedEmbedder(raw) if raw is not None else None
             c0 = time.process_time()
-            rows = collect(settings, convs, embedder, args.depth)
-            part: dict[str, Any] = {"embedder_load_seconds": round(load_s, 2)}
+            rows = collect(settings, convs, embedder, args.depth, shape.columns)
+            part: dict[str, Any] = {"embedder_load_seconds": round(load_s, 2), "per_char": per_char}
             part["features_cpu_seconds"] = round(time.process_time() - c0, 1)
-            models = loco_models(rows, len(convs))
+            models = loco_models(rows, len(convs), shape.columns, per_char)
             golds = [r["gold"] for r in rows]
             part["hit_search_order"] = hits([r["order"] for r in rows], golds)
             part["hit_reranked_loco"] = hits(reranked_orders(rows, models, args.depth), golds)
             if args.fit:
-                whole = fit_linear([r["x"] for r in rows], [r["y"] for r in rows])
-                part["fitted_all"] = {"features": FEATURES, **whole.__dict__}
+                whole = fit_linear([r["x"] for r in rows], [r["y"] for r in rows], columns=shape.columns)
+                part["fitted_all"] = {**whole.__dict__, "per_char": per_char}
             if args.budgets:
                 rerankers: list[Reranker | None] = [Reranker(embedder, m, args.depth) for m in models]
                 part["budgets"] = deliver_all(settings, convs, args.budgets, rerankers)
@@ -254,7 +266,13 @@ def main() -> None:
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--root", default="", help="keep the prepared data root here (reused when present)")
     ap.add_argument("--mode", default="lexical", choices=("lexical", "hybrid"))
-    ap.add_argument("--rerank", nargs="+", default=["static"], choices=sorted(RERANK_EMBEDDERS))
+    ap.add_argument("--rerank", nargs="+", default=["words"], choices=RERANK_MODES[1:])
+    ap.add_argument(
+        "--per-char",
+        type=float,
+        default=None,
+        help="order by probability / chars^this (default: the model's)",
+    )
     ap.add_argument("--depth", type=int, default=60)
     ap.add_argument("--budgets", nargs="*", type=int, default=[250, 500, 1000])
     ap.add_argument("--timed", type=int, default=200, help="questions timed without the cache (0: none)")

@@ -8,7 +8,8 @@ passages of the shortlist with a few features and sorts them again; the rest
 keeps its order behind them. Nothing is added to or dropped from the
 shortlist, so the reranker can only move what the search already found.
 
-Features of a passage (`FEATURES`), all computed from the shortlist itself:
+Features of a passage (`FEATURES`), all computed from the shortlist itself;
+each model reads the ones it names (`LinearModel.columns`):
 - `lexical`: its search score over the best score of the shortlist;
 - `rank`: log(1 + its position in the search's order);
 - `asks`: it ends with a question mark (a question rarely holds its own answer);
@@ -19,16 +20,28 @@ Features of a passage (`FEATURES`), all computed from the shortlist itself:
 - `context` / `context_gap`: the same for the passage written after the turn
   before it in its episode (`[date] Other: question\nSpeaker: answer`), so an
   answer that does not repeat the question's words ("Contemporary is so
-  expressive" after "Got any fave styles?") is measured with what it answers.
+  expressive" after "Got any fave styles?") is measured with what it answers;
+- the word features of runtime.rerank_features (whose turn it is against the
+  names in the question, the turns around it, its day among the best, how
+  much of it is small talk).
+
+Order: by value per character, not by probability alone. The packing fills
+a budget best first (runtime.packing), so a passage's worth is its
+probability of being the evidence per character it costs: p / (chars +
+LINE_CHARS)^per_char. Measured on LoCoMo dev (leave-one-conversation-out),
+per_char 1.0 against 0 (probability order, the same features) delivered
+0.3-0.8 points more evidence at 250, 500 and 1,000 tokens for `words` and
+0.8-1.3 for `static` (bench/RESULTS.md).
 
 The weights (`MODELS`) are a logistic regression fitted on the LoCoMo
 development split with `fit_linear` (`bench/bench_rerank.py`, which reports
 only leave-one-conversation-out figures: each conversation ranked by weights
-fitted on the others). Two embedders can supply the cosines: the static table
-distilled from MiniLM (`static`: microseconds per passage, so the whole
-reranking costs ~1 ms of CPU warm, ~5 ms cold at depth 60) and MiniLM itself (`minilm`: ~20 ms
-of CPU per text, ~3 s per question cold at depth 60, ~1 s warm: a measured,
-documented setting for a caller that can wait, not for every turn).
+fitted on the others). `words` reads no cosine: no model, a fraction of a
+millisecond per question. Two embedders can supply the cosines: the static
+table distilled from MiniLM (`static`: microseconds per passage) and MiniLM
+itself (`minilm`: ~20 ms of CPU per text, ~3 s per question cold at depth 60,
+~1 s warm: a measured, documented setting for a caller that can wait, not for
+every turn; its model is the first one, eight features by probability).
 """
 
 from __future__ import annotations
@@ -46,8 +59,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from tiermem.runtime.episode_text import TEXTS
-from tiermem.runtime.hotstore import database_key
+from tiermem.runtime.rerank_features import WORD_FEATURES, Around, surroundings, word_features
 from tiermem.runtime.vectors import embedding_text
 
 from tiermem.embeddings import Embedder, load_embedder
@@ -55,7 +67,14 @@ from tiermem.ids import parse_ts
 from tiermem.settings import RERANK_EMBEDDERS, Settings
 
 CACHED_VECTORS = 8192  # texts whose vectors a reranker keeps (~8 MB at 256 dimensions, ~12 MB at 384)
-FEATURES = ("lexical", "rank", "asks", "length", "cosine", "cosine_gap", "context", "context_gap")
+SEARCH_FEATURES = ("lexical", "rank", "asks", "length")
+COSINE_FEATURES = ("cosine", "cosine_gap", "context", "context_gap")
+FEATURES = (*SEARCH_FEATURES, *COSINE_FEATURES, *WORD_FEATURES)
+# The features of the first fitted models (every model reads the columns it names).
+FIRST_FEATURES = (*SEARCH_FEATURES, *COSINE_FEATURES)
+# A passage's price in the budget: its characters plus about what its line adds (a speaker's name, a
+# share of a date header).
+LINE_CHARS = 12
 
 
 @dataclass(frozen=True)
@@ -66,21 +85,40 @@ class LinearModel:
     scale: tuple[float, ...]
     weights: tuple[float, ...]
     bias: float
+    columns: tuple[str, ...] = FIRST_FEATURES  # the `FEATURES` it reads, in this order
+    # Order by probability per character^per_char (0: by probability alone): see `Reranker.reorder`.
+    per_char: float = 0.0
 
     def score(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The logits of rows `x` of this model's `columns`."""
         z = (x - np.asarray(self.mean)) / np.asarray(self.scale)
         return np.asarray(z @ np.asarray(self.weights) + self.bias, dtype=np.float64)
 
+    @property
+    def embeds(self) -> bool:
+        """Whether it reads a cosine (needs an embedder)."""
+        return any(c in COSINE_FEATURES for c in self.columns)
+
+    def value(self, x: NDArray[np.float64], chars: NDArray[np.float64]) -> NDArray[np.float64]:
+        """What a passage is worth per unit of budget: its probability over its price^per_char."""
+        p = 1.0 / (1.0 + np.exp(-self.score(x)))
+        return np.asarray(p / (chars + LINE_CHARS) ** self.per_char, dtype=np.float64)
+
 
 def fit_linear(
-    xs: Sequence[NDArray[np.float64]], ys: Sequence[NDArray[np.float64]], l2: float = 1e-2
+    xs: Sequence[NDArray[np.float64]],
+    ys: Sequence[NDArray[np.float64]],
+    l2: float = 1e-2,
+    columns: tuple[str, ...] = FIRST_FEATURES,
+    per_char: float = 0.0,
 ) -> LinearModel:
-    """Logistic regression (Newton's method, a small L2 penalty) of labels `ys` on features `xs`.
+    """Logistic regression (Newton's method, a small L2 penalty) of labels `ys` on features `xs`
+    (the `columns` of each passage, in that order).
 
     One array pair per question; the passages of all questions are pooled.
     Deterministic: the same data always gives the same weights.
     """
-    x = np.concatenate(list(xs)) if xs else np.zeros((0, len(FEATURES)))
+    x = np.concatenate(list(xs)) if xs else np.zeros((0, len(columns)))
     y = np.concatenate(list(ys)) if ys else np.zeros(0)
     if not len(x) or y.min(initial=1.0) == y.max(initial=0.0):
         raise ValueError("fitting needs passages of both labels")
@@ -102,44 +140,130 @@ def fit_linear(
         scale=tuple(float(v) for v in scale),
         weights=tuple(float(v) for v in w[:-1]),
         bias=float(w[-1]),
+        columns=columns,
+        per_char=per_char,
     )
 
 
 # Fitted on all seven conversations of the LoCoMo development split by `bench/bench_rerank.py --fit`
-# (depth 60, captions and notes on); the figures it reports are leave-one-conversation-out.
+# (depth 60, captions and notes on); the figures it reports are leave-one-conversation-out. "minilm"
+# is the first model (eight features, probability order), kept as it was measured.
+WORDS_COLUMNS = (*SEARCH_FEATURES, *WORD_FEATURES)
+STATIC_COLUMNS = (*SEARCH_FEATURES, "cosine", "cosine_gap", *WORD_FEATURES)
+PER_CHAR = 1.0  # measured on LoCoMo dev: see the module doc
+
 MODELS: dict[str, LinearModel] = {
-    "static": LinearModel(
+    "words": LinearModel(
         mean=(
-            0.28194620,
+            0.29028341,
             3.14249721,
-            0.21277250,
-            4.94023591,
-            0.40468369,
-            -0.21283983,
-            0.43200422,
-            -0.19441545,
+            0.21617376,
+            4.93690804,
+            0.85335752,
+            0.14664248,
+            0.03538920,
+            0.29956917,
+            0.82877134,
+            0.24278449,
+            0.84534415,
+            0.25464028,
+            2.37543909,
+            0.42024930,
         ),
         scale=(
-            0.20361305,
+            0.20477562,
             0.89418381,
-            0.40926809,
-            0.52415358,
-            0.12196954,
-            0.11073398,
-            0.11344627,
-            0.10412376,
+            0.41163414,
+            0.52424820,
+            0.35374915,
+            0.35374915,
+            0.18476148,
+            0.45806930,
+            0.37670865,
+            0.42876588,
+            1.26977281,
+            0.43565882,
+            0.59559242,
+            0.11441682,
         ),
         weights=(
-            0.53236586,
-            -0.70448331,
-            -0.29710125,
-            0.42992273,
-            0.09448280,
-            0.11886372,
-            0.04611764,
-            0.41397084,
+            0.61595614,
+            -0.78106772,
+            -0.22728830,
+            0.00851870,
+            -0.01903753,
+            0.01903753,
+            0.12394335,
+            0.13037228,
+            -0.27254282,
+            0.00274154,
+            0.08096173,
+            -0.01888830,
+            0.42839257,
+            0.07542971,
         ),
-        bias=-5.59311422,
+        bias=-5.54413503,
+        columns=WORDS_COLUMNS,
+        per_char=PER_CHAR,
+    ),
+    "static": LinearModel(
+        mean=(
+            0.29028341,
+            3.14249721,
+            0.21617376,
+            4.93690804,
+            0.40451005,
+            -0.21300271,
+            0.85335752,
+            0.14664248,
+            0.03538920,
+            0.29956917,
+            0.82877134,
+            0.24278449,
+            0.84534415,
+            0.25464028,
+            2.37543909,
+            0.42024930,
+        ),
+        scale=(
+            0.20477562,
+            0.89418381,
+            0.41163414,
+            0.52424820,
+            0.12203320,
+            0.11090915,
+            0.35374915,
+            0.35374915,
+            0.18476148,
+            0.45806930,
+            0.37670865,
+            0.42876588,
+            1.26977281,
+            0.43565882,
+            0.59559242,
+            0.11441682,
+        ),
+        weights=(
+            0.52613556,
+            -0.71538563,
+            -0.23955289,
+            -0.01049357,
+            0.09932623,
+            0.39949052,
+            -0.01111938,
+            0.01111938,
+            0.12928366,
+            0.13925669,
+            -0.25896211,
+            -0.01091592,
+            0.09688467,
+            -0.00754346,
+            0.44760543,
+            0.06799327,
+        ),
+        bias=-5.64556253,
+        columns=STATIC_COLUMNS,
+        per_char=PER_CHAR,
     ),
     "minilm": LinearModel(
         mean=(
@@ -179,70 +303,82 @@ MODELS: dict[str, LinearModel] = {
 
 def _previous(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list[tuple[str, str] | None]:
     """Each passage's predecessor in its episode (speaker, text), from the prepared episodes."""
-    ids = list(dict.fromkeys(str(item["episode_id"]) for item in head))
-    entries = dict(zip(ids, TEXTS.prepared(conn, database_key(conn), ids), strict=True))
-    out: list[tuple[str, str] | None] = []
-    for item in head:
-        passages = entries[str(item["episode_id"])].passages
-        at = next(
-            (j for j, p in enumerate(passages) if p.event_id == item["event_id"] and p.part == item["part"]),
-            0,
-        )
-        out.append((passages[at - 1].speaker, passages[at - 1].text) if at > 0 else None)
-    return out
+    return [a.before for a in surroundings(conn, head)]
 
 
-def features(
-    conn: sqlite3.Connection,
-    embedder: Embedder,
+def _cosines(
+    embed: Callable[[Sequence[str]], NDArray[np.float32]],
     query: str,
     head: Sequence[dict[str, Any]],
-    embed: Callable[[Sequence[str]], NDArray[np.float32]] | None = None,
-) -> NDArray[np.float64]:
-    """The `FEATURES` of each passage of `head` (search results, best first), one row each.
-
-    `embed` replaces `embedder.embed` (the reranker passes its cached one).
-    """
+    around: Sequence[Around],
+    context: bool,
+) -> list[NDArray[np.float64]]:
+    """`COSINE_FEATURES` columns (the context pair only with `context`, else zeros)."""
     n = len(head)
-    if not n:
-        return np.zeros((0, len(FEATURES)))
-    scores = np.array([float(item["score"]) for item in head])
-    top = float(scores.max())
-    lexical = scores / top if top > 0 else np.zeros(n)
     texts, contexts = [], []
-    for item, before in zip(head, _previous(conn, head), strict=True):
+    for item, at in zip(head, around, strict=True):
+        before = at.before
         said = embedding_text(item["text"], item["speaker"], parse_ts(item["ts"]))
         texts.append(said)
+        if not context:
+            continue
         if before is None:
             contexts.append(said)
         else:
             line = f"{before[0]}: {before[1]}\n" if before[0] else f"{before[1]}\n"
             contexts.append(said.replace("] ", "] " + line, 1))
-    vecs = (embed or embedder.embed)([query, *texts, *contexts])
+    vecs = embed([query, *texts, *contexts])
     q = vecs[0]
     cosine = np.asarray(vecs[1 : n + 1] @ q, dtype=np.float64)
-    context = np.asarray(vecs[n + 1 :] @ q, dtype=np.float64)
-    return np.stack(
-        [
-            lexical,
-            np.log1p(np.arange(n, dtype=np.float64)),
-            np.array([str(item["text"]).rstrip().endswith("?") for item in head], dtype=np.float64),
-            np.array([math.log1p(len(item["text"])) for item in head]),
-            cosine,
-            cosine - cosine.max(),
-            context,
-            context - context.max(),
-        ],
-        axis=1,
-    )
+    ctx = np.asarray(vecs[n + 1 :] @ q, dtype=np.float64) if context else np.zeros(n)
+    return [cosine, cosine - cosine.max(), ctx, ctx - ctx.max()]
+
+
+def features(
+    conn: sqlite3.Connection,
+    embedder: Embedder | None,
+    query: str,
+    head: Sequence[dict[str, Any]],
+    embed: Callable[[Sequence[str]], NDArray[np.float32]] | None = None,
+    columns: Sequence[str] = FEATURES,
+) -> NDArray[np.float64]:
+    """The `columns` (of `FEATURES`) of each passage of `head` (search results, best first), one row each.
+
+    `embed` replaces `embedder.embed` (the reranker passes its cached one);
+    the cosines are computed only when `columns` names one (then an embedder is needed).
+    """
+    n = len(head)
+    if not n:
+        return np.zeros((0, len(columns)))
+    scores = np.array([float(item["score"]) for item in head])
+    top = float(scores.max())
+    cols: dict[str, NDArray[np.float64]] = {
+        "lexical": scores / top if top > 0 else np.zeros(n),
+        "rank": np.log1p(np.arange(n, dtype=np.float64)),
+        "asks": np.array([str(item["text"]).rstrip().endswith("?") for item in head], dtype=np.float64),
+        "length": np.array([math.log1p(len(item["text"])) for item in head]),
+    }
+    wanted = set(columns)
+    around = surroundings(conn, head) if wanted - set(SEARCH_FEATURES) else []
+    if wanted & set(COSINE_FEATURES):
+        if embedder is None and embed is None:
+            raise ValueError("cosine features need an embedder")
+        context = bool(wanted & {"context", "context_gap"})
+        chosen = embed or embedder.embed  # type: ignore[union-attr]
+        cols.update(zip(COSINE_FEATURES, _cosines(chosen, query, head, around, context), strict=True))
+    if wanted & set(WORD_FEATURES):
+        cols.update(zip(WORD_FEATURES, word_features(query, head, around).T, strict=True))
+    return np.stack([cols[c] for c in columns], axis=1)
 
 
 class Reranker:
     """Reorders the first `depth` results of a quote search by a `LinearModel` (see the module doc)."""
 
     def __init__(
-        self, embedder: Embedder, model: LinearModel, depth: int, cached: int = CACHED_VECTORS
+        self, embedder: Embedder | None, model: LinearModel, depth: int, cached: int = CACHED_VECTORS
     ) -> None:
+        if model.embeds and embedder is None:
+            raise ValueError("this model reads cosines: it needs an embedder")
         self.embedder = embedder
         self.model = model
         self.depth = depth
@@ -256,6 +392,7 @@ class Reranker:
         The same passages come back question after question (a conversation's
         shortlists overlap), and embedding is nearly all of a reranking's cost.
         """
+        assert self.embedder is not None
         # Kept under a digest of the text, not the text: a passage erased from the store must
         # not stay readable in this process's memory.
         keys = {t: hashlib.blake2b(t.encode(), digest_size=16).digest() for t in texts}
@@ -275,11 +412,16 @@ class Reranker:
     def reorder(
         self, conn: sqlite3.Connection, query: str, found: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
+        """The shortlist with its head sorted by value: the model's probability that a passage is the
+        evidence, per character^per_char of the budget it takes (the packing fills a budget best
+        first, so a short likely passage before a long one of the same probability delivers more)."""
         head = found[: self.depth]
         if len(head) < 2:
             return found
-        scores = self.model.score(features(conn, self.embedder, query, head, self.embed))
-        order = np.argsort(-scores, kind="stable")
+        embed = self.embed if self.model.embeds else None
+        x = features(conn, self.embedder, query, head, embed, self.model.columns)
+        chars = np.array([len(item["text"]) for item in head], dtype=np.float64)
+        order = np.argsort(-self.model.value(x, chars), kind="stable")
         return [head[int(i)] for i in order] + found[self.depth :]
 
 
@@ -288,7 +430,9 @@ def reranker_for(settings: Settings) -> Reranker | None:
     r = settings.retrieval
     if r.rerank == "off":
         return None
-    return Reranker(_embedder(RERANK_EMBEDDERS[r.rerank], r.model_cache), MODELS[r.rerank], r.rerank_depth)
+    model = MODELS[r.rerank]
+    embedder = _embedder(RERANK_EMBEDDERS[r.rerank], r.model_cache) if model.embeds else None
+    return Reranker(embedder, model, r.rerank_depth)
 
 
 @lru_cache(maxsize=2)

@@ -10,7 +10,15 @@ import orjson
 import pytest
 from tiermem.runtime import rerank, turn_window
 from tiermem.runtime.quote_search import search_quotes
-from tiermem.runtime.rerank import FEATURES, MODELS, Reranker, features, fit_linear, reranker_for
+from tiermem.runtime.rerank import (
+    FEATURES,
+    FIRST_FEATURES,
+    MODELS,
+    Reranker,
+    features,
+    fit_linear,
+    reranker_for,
+)
 
 from tiermem.app.locomo import TiermemContext, load_locomo, prepare
 from tiermem.embeddings import MiniLMEmbedder
@@ -77,7 +85,7 @@ def test_fit_ranks_the_positive_passages_first_and_is_deterministic() -> None:
     rng = np.random.default_rng(7)
     xs, ys = [], []
     for _ in range(40):
-        x = rng.normal(size=(10, len(FEATURES)))
+        x = rng.normal(size=(10, len(FIRST_FEATURES)))
         y = np.zeros(10)
         y[int(rng.integers(10))] = 1.0
         x[y == 1, 4] += 3.0  # the cosine feature carries the label
@@ -85,17 +93,19 @@ def test_fit_ranks_the_positive_passages_first_and_is_deterministic() -> None:
         ys.append(y)
     model = fit_linear(xs, ys)
     assert model == fit_linear(xs, ys)
-    assert max(range(len(FEATURES)), key=lambda k: model.weights[k]) == 4
+    assert max(range(len(FIRST_FEATURES)), key=lambda k: model.weights[k]) == 4
     firsts = [int(np.argmax(model.score(x))) for x in xs]
     assert sum(f == int(np.argmax(y)) for f, y in zip(firsts, ys, strict=True)) >= 36
     with pytest.raises(ValueError):
-        fit_linear([np.zeros((3, len(FEATURES)))], [np.zeros(3)])
+        fit_linear([np.zeros((3, len(FIRST_FEATURES)))], [np.zeros(3)])
 
 
 def test_every_mode_has_a_fitted_model() -> None:
     for mode in RERANK_MODES[1:]:
         m = MODELS[mode]
-        assert len(m.weights) == len(m.mean) == len(m.scale) == len(FEATURES)
+        assert len(m.weights) == len(m.mean) == len(m.scale) == len(m.columns)
+        assert set(m.columns) <= set(FEATURES)
+        assert m.embeds == (mode in ("static", "minilm"))
 
 
 def test_the_reranker_lifts_an_answer_the_words_rank_low(
@@ -127,6 +137,7 @@ def test_the_reranker_lifts_an_answer_the_words_rank_low(
         assert sorted(f["text"] for f in reranked) == sorted(texts)  # reordered, nothing added or lost
 
         # The recall hook, same store and budget: the answer is delivered with the reranker only.
+        store.rerank = None  # type: ignore[attr-defined]
         off = store.recall_lines(who, QUESTION, budget=100)
         store.rerank = reranker_for(replace(settings, retrieval=replace(settings.retrieval, rerank="minilm")))  # type: ignore[attr-defined]
         on = store.recall_lines(who, QUESTION, budget=100)
@@ -136,10 +147,13 @@ def test_the_reranker_lifts_an_answer_the_words_rank_low(
         ctx.close()
 
 
-def test_the_setting_is_off_by_default_and_validated(tmp_path: Path) -> None:
+def test_the_setting_is_words_by_default_and_validated(tmp_path: Path) -> None:
     settings = resolve_settings(data_dir=tmp_path, env={})
-    assert settings.retrieval.rerank == "off"
-    assert reranker_for(settings) is None
+    assert settings.retrieval.rerank == "words"
+    default = reranker_for(settings)
+    assert default is not None and default.embedder is None and default.model is MODELS["words"]
+    off = resolve_settings(data_dir=tmp_path, env={"TIERMEM_RETRIEVAL__RERANK": "off"})
+    assert reranker_for(off) is None
     env = {"TIERMEM_RETRIEVAL__RERANK": "minilm", "TIERMEM_RETRIEVAL__RERANK_DEPTH": "20"}
     chosen = resolve_settings(data_dir=tmp_path, env=env).retrieval
     assert (chosen.rerank, chosen.rerank_depth) == ("minilm", 20)

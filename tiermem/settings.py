@@ -166,9 +166,10 @@ AUTO_WEIGHT = -1.0  # retrieval.dense_weight: use the model's measured weight
 # MiniLM's hit@k sweep peaks at 0.4; the static table's end-to-end runs at 0.2 / 0.3 / 0.4
 # delivered most at 0.2 (it beats lexical at 500 tokens there, and not at 0.4).
 MEASURED_DENSE_WEIGHT: Mapping[str, float] = {"all-minilm-l6-v2": 0.4, "all-minilm-l6-v2-static": 0.2}
-# retrieval.rerank: the reranker of the recalled shortlist (runtime.rerank) -> the model giving its cosines.
+# retrieval.rerank: the reranker of the recalled shortlist (runtime.rerank) -> the model giving its cosines
+# ("words" reads no cosine: words and the shortlist's structure only).
 RERANK_EMBEDDERS: Mapping[str, str] = {"static": "all-minilm-l6-v2-static", "minilm": "all-minilm-l6-v2"}
-RERANK_MODES: tuple[str, ...] = ("off", *RERANK_EMBEDDERS)
+RERANK_MODES: tuple[str, ...] = ("off", "words", *RERANK_EMBEDDERS)
 MAX_RERANK_DEPTH = 60  # the recall's shortlist (quote_search.RECALL_QUOTES): nothing deeper exists
 
 
@@ -190,9 +191,10 @@ class RetrievalSettings:
     `candidates` (taken from each side before fusing) is the pool those sweeps
     used. `dense` (cosine alone) is kept for comparison. `rerank` reorders the
     first `rerank_depth` passages of the recalled shortlist with a linear model
-    over lexical and embedding features (runtime.rerank): "static" costs about a
-    millisecond per question, "minilm" about a second (bench/RESULTS.md); off by
-    default, and independent of `mode` (a lexical store can rerank too).
+    (runtime.rerank): "words" over the shortlist's words and structure (no
+    model, under a millisecond per question), "static" adds the static
+    embedding's cosines (about a millisecond warm), "minilm" MiniLM's (about a
+    second); independent of `mode` (a lexical store can rerank too).
     """
 
     mode: RetrievalMode = "lexical"
@@ -200,7 +202,7 @@ class RetrievalSettings:
     dense_weight: float = AUTO_WEIGHT
     candidates: int = 100
     model_cache: str = ""
-    rerank: str = "off"
+    rerank: str = "words"
     rerank_depth: int = 60
 
     def __post_init__(self) -> None:

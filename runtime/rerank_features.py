@@ -1,0 +1,200 @@
+"""What a passage of the recalled shortlist says beyond its search score: the reranker's word features.
+
+The quote search folds everything it knows about a passage into one score;
+the reranker (runtime.rerank) looks again at the shortlist's head with
+features the score does not separate, all read from the shortlist itself and
+the passages around each one in its episode, without any model:
+
+- `named_self` / `named_other`: the question names someone, and the passage
+  is theirs / someone else's;
+- `when_dated`: a "when" question, and the passage states a date (a resolved
+  relative date or a derived date note);
+- `prev_asks` / `prev_other`: the turn before it ends with a question mark /
+  is another speaker's (an answer is the turn after a question);
+- `next_asks`: the turn after it is a question (a statement someone asks about);
+- `day_mass`: how much of the shortlist's best (the first DAY_WINDOW) was said
+  the same day, besides the passage itself (the turns of one conversation
+  about the question's topic sit together);
+- `image`: it carries a shared picture's description;
+- `content` / `content_share`: log(1 + its distinct content words) and their
+  share of its distinct words: words that are not stop words, small talk ("thanks", "awesome",
+  "hey") or the speakers' names. "Thanks, Mel! Your kind words mean a lot."
+  matches a question about kindness and says nothing.
+
+Measured on LoCoMo dev (leave-one-conversation-out, bench/RESULTS.md), three
+more added nothing and were left out: the share of the question's term groups
+a passage or the turn before it holds (the search score has it already), and
+a number or a capitalised word inside a sentence. A passage's word set is
+taken once and kept with its prepared episode, so what a reranking costs per
+passage is a few set operations.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+import weakref
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+from tiermem.runtime.episode_search import _WORD
+from tiermem.runtime.episode_text import TEXTS, Prepared
+from tiermem.runtime.hotstore import database_key
+
+from tiermem.text import STOP_WORDS, wordset
+
+WORD_FEATURES = (
+    "named_self",
+    "named_other",
+    "when_dated",
+    "prev_asks",
+    "prev_other",
+    "next_asks",
+    "day_mass",
+    "image",
+    "content",
+    "content_share",
+)
+DAY_WINDOW = 20  # the best passages whose days count for `day_mass`
+# Small talk: words that carry no fact whatever the conversation is about.
+SMALL_TALK = wordset(
+    """hey hi hello yo thanks thank thx wow whoa oh omg yeah yes yep yup yay ok okay cool awesome great
+    amazing nice good glad sounds sound hear heard sorry congrats congratulations lol haha really totally
+    absolutely definitely sure lovely super stoked happy proud fantastic wonderful incredible exciting
+    excited dear buddy man bro mate pal lately ah aw aww wish luck keep up things thing going let know
+    hope hoping cheers care take bye see soon talk later chat catch again long time been meet mean means
+    lot much"""
+)
+_NAMES = re.compile(r"\b[A-Z][a-z]+")
+_ASKS_WHEN = re.compile(r"^\s*(?:when|how long|what (?:year|month|date|day|time))\b", re.I)
+_IMAGE = " [image:"
+
+Said = tuple[str, str]  # (speaker, text)
+
+
+class Around(NamedTuple):
+    """What a passage is in its episode, whatever the question: its words and its neighbours."""
+
+    words: frozenset[str]  # its distinct words (lowered), caption included
+    before: Said | None
+    prev_asks: bool  # the turn before it ends with a question mark
+    prev_other: bool  # ...and is another speaker's
+    next_asks: bool  # the turn after it ends with a question mark
+    image: bool  # it carries a shared picture's description
+    content: dict[frozenset[str], int]  # the speakers' names met -> its content words with them
+
+
+class _Episode(NamedTuple):
+    entry: weakref.ref[Prepared]
+    positions: dict[tuple[str, int], int]  # (event id, part) -> passage
+    facts: list[Around | None]  # per passage, when first asked
+
+
+# Kept only while the prepared episode itself is: when runtime.episode_text lets an episode go (a
+# new version, an erasure), what was kept of its passages' words and texts goes with it.
+_EPISODES: dict[int, _Episode] = {}
+
+
+def _forget(ref: weakref.ref[Prepared]) -> None:
+    for key, kept in list(_EPISODES.items()):
+        if kept.entry is ref:
+            del _EPISODES[key]
+
+
+def _episode(entry: Prepared) -> _Episode:
+    """What the reranker keeps per prepared episode, while the episode is kept (runtime.episode_text)."""
+    kept = _EPISODES.get(id(entry))
+    if kept is None or kept.entry() is not entry:
+        if len(_EPISODES) > 4096:
+            _EPISODES.clear()
+        index = {(p.event_id, p.part): j for j, p in enumerate(entry.passages)}
+        ref = weakref.ref(entry, _forget)
+        kept = _EPISODES[id(entry)] = _Episode(ref, index, [None] * len(entry.passages))
+    return kept
+
+
+def _words(entry: Prepared, j: int) -> frozenset[str]:
+    """Passage j's word set, kept with the prepared episode (the slot the search's duplicate check
+    fills with the same words)."""
+    key = entry.keys[j]
+    if key is None:
+        key = entry.keys[j] = frozenset(_WORD.findall(entry.passages[j].text.lower()))
+    return key
+
+
+def _facts(entry: Prepared, j: int) -> Around:
+    ps = entry.passages
+    p = ps[j]
+    before = (ps[j - 1].speaker, ps[j - 1].text) if j > 0 else None
+    return Around(
+        words=_words(entry, j),
+        before=before,
+        prev_asks=before is not None and before[1].rstrip().endswith("?"),
+        prev_other=before is not None and before[0].lower() != p.speaker.lower(),
+        next_asks=j + 1 < len(ps) and ps[j + 1].text.rstrip().endswith("?"),
+        image=_IMAGE in p.text,
+        content={},
+    )
+
+
+def surroundings(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list[Around]:
+    """Each passage's words and neighbours, from the prepared episodes (kept by runtime.episode_text:
+    the search has just read them); worked out once per passage and kept with its episode."""
+    ids = list(dict.fromkeys(str(item["episode_id"]) for item in head))
+    entries = dict(zip(ids, TEXTS.prepared(conn, database_key(conn), ids), strict=True))
+    out = []
+    for item in head:
+        entry = entries[str(item["episode_id"])]
+        kept = _episode(entry)
+        at = kept.positions.get((item["event_id"], int(item["part"] or 0)), 0)
+        facts = kept.facts[at]
+        if facts is None:
+            facts = kept.facts[at] = _facts(entry, at)
+        out.append(facts)
+    return out
+
+
+def word_features(
+    query: str, head: Sequence[dict[str, Any]], around: Sequence[Around]
+) -> NDArray[np.float64]:
+    """The `WORD_FEATURES` of each passage of `head` (search results, best first), one row each;
+    `around`: each passage's words and neighbours (`surroundings`)."""
+    n = len(head)
+    if not n:
+        return np.zeros((0, len(WORD_FEATURES)))
+    named = {w.lower() for w in _NAMES.findall(query)}
+    asks_when = _ASKS_WHEN.search(query) is not None
+    speakers = {str(item.get("speaker") or "").lower() for item in head} - {""}
+    scores = np.array([float(item["score"]) for item in head])
+    top = float(scores.max()) or 1.0
+    days: dict[str, float] = {}
+    for item, s in zip(head[:DAY_WINDOW], scores[:DAY_WINDOW].tolist(), strict=False):
+        days[item["date"]] = days.get(item["date"], 0.0) + s / top
+    names = frozenset(s[:k] for s in speakers for k in range(3, len(s) + 1))  # "mel" for Melanie
+    no_content = STOP_WORDS | SMALL_TALK | names
+
+    rows = []
+    for i, (item, at) in enumerate(zip(head, around, strict=True)):
+        content = at.content.get(names, -1)
+        if content < 0:
+            content = at.content[names] = len(at.words - no_content)
+        speaker = str(item.get("speaker") or "").lower()
+        own_day = scores[i] / top if i < DAY_WINDOW else 0.0
+        rows.append(
+            [
+                float(bool(named) and speaker in named),
+                float(bool(named) and speaker not in named),
+                float(asks_when and bool(item.get("anchors") or item.get("notes"))),
+                float(at.prev_asks),
+                float(at.prev_other),
+                float(at.next_asks),
+                days.get(item["date"], 0.0) - own_day,
+                float(at.image),
+                math.log1p(content),
+                content / max(1, len(at.words)),
+            ]
+        )
+    return np.array(rows, dtype=np.float64)
