@@ -117,12 +117,8 @@ def _episode(entry: Prepared) -> _Episode:
 
 
 def _words(entry: Prepared, j: int) -> frozenset[str]:
-    """Passage j's word set, kept with the prepared episode (the slot the search's duplicate check
-    fills with the same words)."""
-    key = entry.keys[j]
-    if key is None:
-        key = entry.keys[j] = frozenset(_WORD.findall(entry.passages[j].text.lower()))
-    return key
+    """Passage j's word set (computed once: it is kept in the passage's facts)."""
+    return frozenset(_WORD.findall(entry.passages[j].text.lower()))
 
 
 def _facts(entry: Prepared, j: int) -> Around:
