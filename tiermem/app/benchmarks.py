@@ -8,6 +8,7 @@ from typing import Any
 from tiermem.app.api import Memory
 from tiermem.app.cli import add_json_flag, command
 from tiermem.output import emit_json
+from tiermem.settings import RERANK_MODES
 
 LOCOMO_EXAMPLES = """  tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500
   tiermem bench locomo --data ../shared/bench/locomo_dev.json --budget 500 --json
@@ -27,6 +28,7 @@ def _locomo(args: argparse.Namespace, memory: Memory) -> int:
         notes=not args.no_notes,
         recall_share=args.recall_share,
         retrieval=args.retrieval,
+        rerank=args.rerank,
     )
     if args.json:
         emit_json(result)
@@ -64,5 +66,11 @@ def register(sub: Any) -> None:
         choices=("lexical", "dense", "hybrid"),
         default=None,
         help="retrieval.mode for the run (default: the setting's default; docs/retrieval.md)",
+    )
+    p.add_argument(
+        "--rerank",
+        choices=RERANK_MODES,
+        default=None,
+        help="retrieval.rerank for the run (default: the setting's default, words; docs/retrieval.md)",
     )
     add_json_flag(p)

@@ -559,13 +559,15 @@ def run_locomo(
     notes: bool = True,
     recall_share: float | None = None,
     retrieval: RetrievalMode | None = None,
+    rerank: str | None = None,
 ) -> dict[str, Any]:
     """The whole protocol in a temporary data root; returns {"tiermem": M, "baseline": M, ...}.
 
     `captions=False` ingests the turns without their images' captions (for both
     systems), `notes=False` compresses without derived notes: what each adds is
     measured with the same harness.
-    `retrieval` overrides `retrieval.mode` (lexical, dense, hybrid) for the run.
+    `retrieval` overrides `retrieval.mode` (lexical, dense, hybrid) for the run,
+    `rerank` overrides `retrieval.rerank` (off, words, static, minilm).
     """
     convs = load_locomo(data)[:limit_conversations]
     if not captions:
@@ -585,6 +587,8 @@ def run_locomo(
             settings = replace(settings, runtime=replace(settings.runtime, recall_share=recall_share))
         if retrieval is not None:
             settings = replace(settings, retrieval=replace(settings.retrieval, mode=retrieval))
+        if rerank is not None:
+            settings = replace(settings, retrieval=replace(settings.retrieval, rerank=rerank))
         steps = prepare(settings, convs, captions=captions)
 
         ours: list[tuple[str, dict[str, float], float]] = []
@@ -616,6 +620,7 @@ def run_locomo(
         "per_category": per_category(mine, bm25_m),
         "budget": budget,
         "retrieval": settings.retrieval.mode,
+        "rerank": settings.retrieval.rerank,
         "conversations": len(convs),
         "captions": captions,
         "derived_notes": notes,
