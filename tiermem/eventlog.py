@@ -26,13 +26,13 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tiermem import durable_files
+from tiermem import durable_files, steady_append
+from tiermem.appended import AppendBatchResult, AppendResult
 from tiermem.durable_files import fsync_path, write_atomic
 from tiermem.errors import StorageError, ValidationError, os_reason
 from tiermem.eventlog_index import IndexFollower, Tail
@@ -52,29 +52,6 @@ __all__ = ["INDEX_NAME", "AppendBatchResult", "AppendResult", "Checkpoints", "Ev
 # An erased event's line is replaced by a tombstone holding only its id, type and
 # ts plus this mark, so line positions (and every checkpoint) stay valid.
 ERASED_MARK = "_erased"
-
-
-@dataclass(frozen=True)
-class AppendResult:
-    event_id: str
-    stream: str
-    segment: str  # "<stream>/date=YYYY-MM-DD/<stem>"
-    line: int  # 0-based line number in the segment; -1 for a duplicate
-    duplicate: bool = False
-
-
-@dataclass
-class AppendBatchResult:
-    results: list[AppendResult] = field(default_factory=list)
-    rejected: list[tuple[int, ValidationError]] = field(default_factory=list)
-
-    @property
-    def accepted(self) -> int:
-        return sum(1 for r in self.results if not r.duplicate)
-
-    @property
-    def duplicates(self) -> int:
-        return sum(1 for r in self.results if r.duplicate)
 
 
 def partition_of(event: Mapping[str, Any]) -> str:
@@ -139,6 +116,9 @@ class _StreamWriter:
         self.lag_raw = b""
         self.listed: frozenset[str] | None = frozenset()
         self.checked: dict[str, bytes] = {}  # partition -> the lag record its marks were checked under
+        # Where the last append left this writer, if the next may skip the protocol (`tiermem.steady_append`).
+        self.steady: steady_append.Steady | None = None
+        self.dir_fds: dict[str, int] = {}  # partition -> its folder, opened for `steady`'s look
         # The id index as this stream's writes use it (under `thread_lock`, whichever thread
         # writes): with one connection per thread, each of a group's successive leaders found
         # its page cache stale (another connection had written) and read the pages again.
@@ -149,10 +129,23 @@ class _StreamWriter:
             self._conn = open_index(self.log.root)
         return self._conn
 
+    def partition_dir(self, partition: str) -> int:
+        fd = self.dir_fds.get(partition)
+        if fd is None:
+            fd = self.dir_fds[partition] = os.open(self.root / partition, os.O_RDONLY | os.O_DIRECTORY)
+        return fd
+
+    def forget_partition_dir(self, partition: str) -> None:
+        fd = self.dir_fds.pop(partition, None)
+        if fd is not None:
+            os.close(fd)
+
     def close(self) -> None:
-        for fd in self.fds.values():
+        self.steady = None
+        for fd in [*self.fds.values(), *self.dir_fds.values()]:
             os.close(fd)
         self.fds.clear()
+        self.dir_fds.clear()
         os.close(self.lock_fd)
         if self._conn is not None:
             self._conn.close()
@@ -220,6 +213,7 @@ class _StreamWriter:
         return stem, fd, st
 
     def _drop(self, partition: str) -> None:
+        self.steady = None
         fd = self.fds.pop(partition, None)
         self.checked.pop(partition, None)
         self.inos.pop(partition, None)
@@ -386,7 +380,13 @@ class EventLog(IndexFollower):
         if w.sync is not None:
             return group_commit(w.group, w.sync, events, lambda evs: self._write_group(w, evs))
         with w.thread_lock:
-            return self._append_flocked(w, events)
+            if len(events) != 1:
+                return self._append_flocked(w, events)
+            fcntl.flock(w.lock_fd, fcntl.LOCK_EX)  # one record (the usual call): the fewest steps
+            try:
+                return [self._append_one_locked(w, events[0])]
+            finally:
+                fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
 
     def _append_flocked(self, w: _StreamWriter, events: list[dict[str, Any]]) -> list[AppendResult]:
         fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
@@ -487,6 +487,9 @@ class EventLog(IndexFollower):
     ) -> AppendResult:
         """`_append_lines_locked` for one event (the usual call): the same steps, none of the batch's
         bookkeeping, which on this path cost about as much as the steps themselves."""
+        steady = steady_append.append_steady(self, w, event, sync=sync)
+        if steady is not None:
+            return steady
         eid = event["event_id"]
         ids = [eid]
         conn = w.index()
@@ -502,6 +505,7 @@ class EventLog(IndexFollower):
                 tailed = self._tailed_segments(w, [segment])
                 written = self._write_durably([(segment, fd, st, line, [0])], sync=sync)
                 self._index_written(w, conn, written, ids, tailed)
+                steady_append.remember(self, w, segment, partition)
                 return AppendResult(eid, w.stream, segment, written[0][3])
         if sync and self.settings.fsync != "none":
             self._sync_originals(w, conn, ids)
