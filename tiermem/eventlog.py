@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from tiermem import durable_files, steady_append
+from tiermem import durable_files, heldio, steady_append
 from tiermem.appended import AppendBatchResult, AppendResult
 from tiermem.durable_files import fsync_path, write_atomic
 from tiermem.errors import StorageError, ValidationError, os_reason
@@ -382,18 +382,18 @@ class EventLog(IndexFollower):
         with w.thread_lock:
             if len(events) != 1:
                 return self._append_flocked(w, events)
-            fcntl.flock(w.lock_fd, fcntl.LOCK_EX)  # one record (the usual call): the fewest steps
+            heldio.lock(w.lock_fd)  # one record (the usual call): the fewest steps
             try:
                 return [self._append_one_locked(w, events[0])]
             finally:
-                fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
+                heldio.unlock(w.lock_fd)
 
     def _append_flocked(self, w: _StreamWriter, events: list[dict[str, Any]]) -> list[AppendResult]:
-        fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
+        heldio.lock(w.lock_fd)
         try:
             return self._append_locked(w, events)
         finally:
-            fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
+            heldio.unlock(w.lock_fd)
 
     def _write_group(
         self, w: _StreamWriter, events: list[dict[str, Any]]
@@ -405,7 +405,7 @@ class EventLog(IndexFollower):
         segments as they are (see `_reconcile`).
         """
         with w.thread_lock:
-            fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
+            heldio.lock(w.lock_fd)
             try:
                 results = self._append_locked(w, events, sync=False)
                 points = []
@@ -419,7 +419,7 @@ class EventLog(IndexFollower):
                 for segment in sorted(segments):
                     partition, stem = segment.split("/")[1:]
                     if w.active.get(partition) == stem:
-                        fd = os.dup(w.fds[partition])
+                        fd = heldio.dup_now(w.fds[partition])
                     else:
                         found = self._open_to_sync(segment)
                         if found is None:
@@ -433,7 +433,7 @@ class EventLog(IndexFollower):
                     points.append(SyncPoint(segment, fd, end, ino))
                 return results, points
             finally:
-                fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
+                heldio.unlock(w.lock_fd)
 
     def append_encoded(
         self, stream: str, ids: list[str], partitions: list[str], lines: list[bytes]
@@ -466,6 +466,9 @@ class EventLog(IndexFollower):
     ) -> list[AppendResult]:
         if len(events) == 1:
             return [self._append_one_locked(w, events[0], sync=sync)]
+        steady = steady_append.append_steady_many(self, w, events, sync=sync)
+        if steady is not None:
+            return steady
         ids = [ev["event_id"] for ev in events]
         written, duplicates = self._append_lines_locked(
             w,
@@ -480,6 +483,8 @@ class EventLog(IndexFollower):
         for segment, first_line, keep in written:
             for k, i in enumerate(keep):
                 results[i] = AppendResult(ids[i], w.stream, segment, first_line + k)
+        if len(written) == 1 and not duplicates:
+            steady_append.remember(self, w, written[0][0], written[0][0].split("/")[1])
         return [r for r in results if r is not None]
 
     def _append_one_locked(
