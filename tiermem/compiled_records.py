@@ -2,7 +2,7 @@
 
 A record the compiled check settles comes out exactly as the Python fast path
 (`tiermem.events._fast_interaction`) leaves it: the same keys in the same order,
-the same values (`tests/test_compiled_records.py` compares them over generated
+the same values (`tests/test_log_compiled_records.py` compares them over generated
 records). Whatever it does not settle (None) goes on to the Python paths, which
 decide, and name the field of a refusal. Optional: a build without a C
 compiler leaves it out, and `validate` runs the Python paths alone.

@@ -192,6 +192,10 @@ class IndexFollower:
                 done.add(segment)
         if done:
             self._lag_list().remove(done)
+            # Go on with the list as it now is: a segment unlisted here that this writer is about
+            # to append to must be listed again before its first unindexed line (with the list
+            # read before, the writer took it for listed and held its ids in memory unlisted).
+            w.lag_raw, w.listed = self._lag_list().snapshot()
         if listed is None:
             # Every segment was just caught up (stream lock held): the record can be rebuilt,
             # so later appends stop reading every segment.
