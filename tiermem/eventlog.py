@@ -123,11 +123,25 @@ class _StreamWriter:
         # writes): with one connection per thread, each of a group's successive leaders found
         # its page cache stale (another connection had written) and read the pages again.
         self._conn: sqlite3.Connection | None = None
+        self._snap: sqlite3.Connection | None = None  # the one-step appends' read snapshot of it
 
     def index(self) -> sqlite3.Connection:
         if self._conn is None:
             self._conn = open_index(self.log.root)
         return self._conn
+
+    def snapshot(self) -> sqlite3.Cursor:
+        """A cursor in a read transaction of its own on the id index, begun afresh (`steady_append`)."""
+        if self._snap is None:
+            self._snap = open_index(self.log.root)
+        self.end_snapshot()
+        self._snap.execute("BEGIN")  # deferred: the snapshot is taken at the first lookup
+        return self._snap.cursor()
+
+    def end_snapshot(self) -> None:
+        self.steady = None
+        if self._snap is not None and self._snap.in_transaction:
+            self._snap.execute("ROLLBACK")
 
     def partition_dir(self, partition: str) -> int:
         fd = self.dir_fds.get(partition)
@@ -141,7 +155,9 @@ class _StreamWriter:
             os.close(fd)
 
     def close(self) -> None:
-        self.steady = None
+        self.end_snapshot()
+        if self._snap is not None:
+            self._snap.close()
         for fd in [*self.fds.values(), *self.dir_fds.values()]:
             os.close(fd)
         self.fds.clear()
@@ -213,7 +229,7 @@ class _StreamWriter:
         return stem, fd, st
 
     def _drop(self, partition: str) -> None:
-        self.steady = None
+        self.end_snapshot()
         fd = self.fds.pop(partition, None)
         self.checked.pop(partition, None)
         self.inos.pop(partition, None)

@@ -25,6 +25,16 @@ since:
   nothing is torn, and it is below the size at which segments roll over;
 - the id is neither in the index nor in any of this writer's tails.
 
+While those hold, no id can have entered the index that this writer does not
+hold in its own tail: lines reach a segment only through a writer, which lists
+its segment before it holds ids in memory (the list would have moved) or, with
+a damaged or full list, indexes them as it writes (the list names more than
+this segment then); a line in this very segment changes its size. So the id
+lookups of one steady run share one read transaction of the index, begun when
+the state is kept (no lock calls per lookup); it ends with the run, which lasts
+at most until the tail is due for the index (`TAIL_FLUSH_IDS`), so it never
+holds back the index's checkpoints for long.
+
 Then it writes, syncs and adds the id to the tail, which is what the full path
 would have done. Anything else (a duplicate included) returns None, having
 changed nothing, and the caller takes the full path under the same locks.
@@ -90,14 +100,14 @@ class Steady:
         self.fd = fd
         self.tail = tail
         self.lag = lag  # the lag list's page, mapped
-        self.cursor = cursor  # one cursor of the writer's index connection, kept
+        self.cursor = cursor  # in the run's read transaction of the index
         self.max_bytes = max_bytes
 
 
 def remember(log: EventLog, w: _StreamWriter, segment: str, partition: str) -> None:
     """After the full path appended one record to `segment` (locks held): keep its state if the
     next append may skip the protocol, else forget any state kept before."""
-    w.steady = None
+    w.end_snapshot()
     tail = w.tails.get(segment)
     listed = w.listed
     lag = log._lag_list().mapped()
@@ -120,7 +130,7 @@ def remember(log: EventLog, w: _StreamWriter, segment: str, partition: str) -> N
         w.fds[partition],
         tail,
         lag,
-        w.index().cursor(),
+        w.snapshot(),
         log.settings.segment_max_bytes,
     )
 
@@ -129,21 +139,21 @@ def append_steady(
     log: EventLog, w: _StreamWriter, event: dict[str, Any], *, sync: bool
 ) -> AppendResult | None:
     """Append one validated event as the full path would, if nothing has moved since the last
-    append (both locks held); None, with nothing changed, when the full path must decide."""
+    append (both locks held); None, with nothing changed but the kept state dropped, when the
+    full path must decide."""
     s = w.steady
-    if s is None or not str(event["ts"]).startswith(s.day):
+    if s is None:
         return None
-    found = _unmoved(log, w, s, 1)
+    found = _unmoved(log, w, s, 1) if str(event["ts"]).startswith(s.day) else None
     if found is None:
-        return None
+        return _leave(w)
     tail, end, first_line = found
     eid = event["event_id"]
-    # All rows fetched, so the statement ends and holds no read snapshot of the index open.
     if s.cursor.execute(_LOOKUP, (eid,)).fetchall():
-        return None
+        return _leave(w)
     for held in w.tails.values():
         if eid in held.ids:
-            return None
+            return _leave(w)
     line = orjson.dumps(event) + b"\n"
     _write(log, w, s, line, end, sync)
     _written(log, s, tail, end + len(line), first_line + 1)
@@ -156,31 +166,37 @@ def append_steady_many(
 ) -> list[AppendResult] | None:
     """`append_steady` for several events (a group of callers' records): one lookup, one write."""
     s = w.steady
-    if s is None or len(events) > _MANY:
+    if s is None:
         return None
     day = s.day
-    for event in events:
-        if not str(event["ts"]).startswith(day):
-            return None
     ids = [event["event_id"] for event in events]
-    if len(set(ids)) != len(ids):
-        return None
+    if (
+        len(events) > _MANY
+        or not all(str(event["ts"]).startswith(day) for event in events)
+        or len(set(ids)) != len(ids)
+    ):
+        return _leave(w)
     found = _unmoved(log, w, s, len(ids))
     if found is None:
-        return None
+        return _leave(w)
     tail, end, first_line = found
     marks = ",".join("?" * len(ids))
     if s.cursor.execute(f"SELECT 1 FROM event_ids WHERE event_id IN ({marks}) LIMIT 1", ids).fetchall():
-        return None
+        return _leave(w)
     for held in w.tails.values():
         if not held.ids.isdisjoint(ids):
-            return None
+            return _leave(w)
     payload = b"".join([orjson.dumps(event) + b"\n" for event in events])
     _write(log, w, s, payload, end, sync)
     _written(log, s, tail, end + len(payload), first_line + len(ids))
     tail.ids.update(ids)
     stream, segment = w.stream, s.segment
     return [AppendResult(eid, stream, segment, first_line + k) for k, eid in enumerate(ids)]
+
+
+def _leave(w: _StreamWriter) -> None:
+    """The full path decides this append: the kept state and its read transaction go."""
+    w.end_snapshot()
 
 
 def _unmoved(log: EventLog, w: _StreamWriter, s: Steady, adding: int) -> tuple[Tail, int, int] | None:
@@ -224,7 +240,7 @@ def _write(log: EventLog, w: _StreamWriter, s: Steady, line: bytes, end: int, sy
         # Another process's fsync may have recorded a size that counts the cut bytes.
         forget_synced(log.root / w.stream / ".sync")
         log.forget_segment(segment)
-        w.steady = None
+        _leave(w)
         raise StorageError(
             f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
         ) from exc
@@ -232,7 +248,7 @@ def _write(log: EventLog, w: _StreamWriter, s: Steady, line: bytes, end: int, sy
         try:
             os.fsync(s.fd)
         except OSError as exc:
-            w.steady = None
+            _leave(w)
             raise StorageError(
                 f"syncing {segment}.jsonl to disk: {os_reason(exc)}; the records of this write may not be durable"
             ) from exc
