@@ -21,15 +21,17 @@ since:
   unlists a segment before it marks it), and this segment's lines past the
   indexed offset are this writer's own tail;
 - the file under the segment's name is the inode this writer holds, exactly as
-  long as this writer left it: nobody rewrote it, nobody else wrote to it,
-  nothing is torn, and it is below the size at which segments roll over;
+  long as this writer left it, or longer by whole lines other processes
+  appended, which it takes into its tail (`IndexFollower.absorb`): nobody
+  rewrote it, nothing is torn, and it is below the size at which segments roll
+  over;
 - the id is neither in the index nor in any of this writer's tails.
 
 While those hold, no id can have entered the index that this writer does not
 hold in its own tail: lines reach a segment only through a writer, which lists
 its segment before it holds ids in memory (the list would have moved) or, with
 a damaged or full list, indexes them as it writes (the list names more than
-this segment then); a line in this very segment changes its size. So the id
+this segment then); a line in this very segment is taken into the tail. So the id
 lookups of one steady run share one read transaction of the index, begun when
 the state is kept (no lock calls per lookup); it ends with the run, which lasts
 at most until the tail is due for the index (`TAIL_FLUSH_IDS`), so it never
@@ -210,6 +212,8 @@ def _unmoved(log: EventLog, w: _StreamWriter, s: Steady, adding: int) -> tuple[T
     if st is None:  # sealed, or the folder itself went: the full path sees to it
         w.forget_partition_dir(s.partition)
         return None
+    if st[1] != tail.end and not log.absorb(segment, s.fd, tail, st[0], st[1]):
+        return None  # written by another process, other than in whole lines after this tail
     end = tail.end
     counted = log._line_counts.get(segment)
     if (
