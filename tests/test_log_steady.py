@@ -200,3 +200,46 @@ def test_a_writer_killed_in_one_step_appends_loses_no_acknowledged_record(
     data = b"".join(p.read_bytes() for p in segment_files(settings.data_dir))
     counts = Counter(orjson.loads(x)["event_id"] for x in data.split(b"\n") if x.endswith(b"}"))
     assert set(acked) <= set(counts) and max(counts.values()) == 1
+
+
+# Sends the same ids as the other copies of itself, in its own order; prints how many it stored.
+RACER = """
+import random, sys
+from tiermem.eventlog import EventLog
+from tiermem.settings import resolve_settings
+settings = resolve_settings(data_dir=sys.argv[1], env={}, fsync=sys.argv[3])
+ids = [f"s-{k}" for k in range(150)]
+random.Random(int(sys.argv[2])).shuffle(ids)
+stored = 0
+with EventLog(settings) as log:
+    for eid in ids:
+        r = log.append({"type": "interaction", "agent_id": "s", "event_id": eid,
+                        "ts": "2026-03-01T10:00:00.000Z", "user_message": "m", "agent_response": "r"})
+        stored += not r.duplicate
+print(stored)
+"""
+
+
+@pytest.mark.parametrize("fsync", ["always", "group"])
+def test_processes_sending_the_same_ids_at_once_store_each_once(
+    settings: Settings, tmp_path: Path, fsync: str
+) -> None:
+    # Each appends after the others' lines in one segment, which it takes into its own tail.
+    script = tmp_path / "racer.py"
+    script.write_text(RACER)
+    procs = [
+        subprocess.Popen(
+            [str(PYTHON), str(script), str(settings.data_dir), str(seed), fsync],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+        )
+        for seed in range(3)
+    ]
+    stored = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        stored.append(int(out))
+    assert sum(stored) == 150
+    counts = Counter(x for lines in _day_lines(settings).values() for x in lines)
+    assert counts == Counter({f"s-{k}": 1 for k in range(150)})
