@@ -47,7 +47,8 @@ from __future__ import annotations
 import mmap
 import os
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import orjson
 
@@ -56,9 +57,41 @@ from tiermem.appended import AppendResult
 from tiermem.errors import StorageError, os_reason
 from tiermem.eventlog_index import TAIL_FLUSH_IDS, Tail
 from tiermem.groupcommit import forget_synced
+from tiermem.idindex import LagList
+from tiermem.settings import Settings
 
-if TYPE_CHECKING:
-    from tiermem.eventlog import EventLog, _StreamWriter
+
+class _StreamWriter(Protocol):
+    """What this module uses of the event log's per-stream writer."""
+
+    stream: str
+    steady: Steady | None
+    tails: dict[str, Tail]
+    listed: frozenset[str] | None
+    lag_raw: bytes
+    checked: dict[str, bytes]
+    active: dict[str, str]
+    paths: dict[str, tuple[str, str, str]]
+    fds: dict[str, int]
+
+    def partition_dir(self, partition: str) -> int: ...
+    def forget_partition_dir(self, partition: str) -> None: ...
+    def snapshot(self) -> sqlite3.Cursor: ...
+    def end_snapshot(self) -> None: ...
+
+
+class EventLog(Protocol):
+    """What this module uses of the event log (`tiermem.eventlog.EventLog`)."""
+
+    settings: Settings
+    root: Path
+    _line_counts: dict[str, tuple[int, int, int]]
+    _indexed_to: dict[str, tuple[int, int]]
+
+    def _lag_list(self) -> LagList: ...
+    def forget_segment(self, segment: str) -> None: ...
+    def absorb(self, segment: str, fd: int, tail: Tail, ino: int, size: int) -> bool: ...
+
 
 _LOOKUP = "SELECT 1 FROM event_ids WHERE event_id = ?"
 _MANY = 500  # at most this many ids in one lookup (SQLite's limit on a statement's variables is higher)
@@ -148,14 +181,17 @@ def append_steady(
         return None
     found = _unmoved(log, w, s, 1) if str(event["ts"]).startswith(s.day) else None
     if found is None:
-        return _leave(w)
+        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        return None
     tail, end, first_line = found
     eid = event["event_id"]
     if s.cursor.execute(_LOOKUP, (eid,)).fetchall():
-        return _leave(w)
+        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        return None
     for held in w.tails.values():
         if eid in held.ids:
-            return _leave(w)
+            w.end_snapshot()  # the full path decides: the kept state and its transaction go
+            return None
     line = orjson.dumps(event) + b"\n"
     _write(log, w, s, line, end, sync)
     _written(log, s, tail, end + len(line), first_line + 1)
@@ -177,28 +213,27 @@ def append_steady_many(
         or not all(str(event["ts"]).startswith(day) for event in events)
         or len(set(ids)) != len(ids)
     ):
-        return _leave(w)
+        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        return None
     found = _unmoved(log, w, s, len(ids))
     if found is None:
-        return _leave(w)
+        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        return None
     tail, end, first_line = found
     marks = ",".join("?" * len(ids))
     if s.cursor.execute(f"SELECT 1 FROM event_ids WHERE event_id IN ({marks}) LIMIT 1", ids).fetchall():
-        return _leave(w)
+        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        return None
     for held in w.tails.values():
         if not held.ids.isdisjoint(ids):
-            return _leave(w)
+            w.end_snapshot()  # the full path decides: the kept state and its transaction go
+            return None
     payload = b"".join([orjson.dumps(event) + b"\n" for event in events])
     _write(log, w, s, payload, end, sync)
     _written(log, s, tail, end + len(payload), first_line + len(ids))
     tail.ids.update(ids)
     stream, segment = w.stream, s.segment
     return [AppendResult(eid, stream, segment, first_line + k) for k, eid in enumerate(ids)]
-
-
-def _leave(w: _StreamWriter) -> None:
-    """The full path decides this append: the kept state and its read transaction go."""
-    w.end_snapshot()
 
 
 def _unmoved(log: EventLog, w: _StreamWriter, s: Steady, adding: int) -> tuple[Tail, int, int] | None:
@@ -244,7 +279,7 @@ def _write(log: EventLog, w: _StreamWriter, s: Steady, line: bytes, end: int, sy
         # Another process's fsync may have recorded a size that counts the cut bytes.
         forget_synced(log.root / w.stream / ".sync")
         log.forget_segment(segment)
-        _leave(w)
+        w.end_snapshot()
         raise StorageError(
             f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
         ) from exc
@@ -252,7 +287,7 @@ def _write(log: EventLog, w: _StreamWriter, s: Steady, line: bytes, end: int, sy
         try:
             os.fsync(s.fd)
         except OSError as exc:
-            _leave(w)
+            w.end_snapshot()
             raise StorageError(
                 f"syncing {segment}.jsonl to disk: {os_reason(exc)}; the records of this write may not be durable"
             ) from exc
