@@ -1,6 +1,6 @@
 /* One ordinary interaction record checked and normalised in C: the fast path of `validate`.
  *
- * `check_interaction(record, max_field_chars, min_year, max_year, version)` takes
+ * `check_interaction(max_field_chars, min_year, max_year, version, record)` takes
  * the dict a caller passes to `EventLog.append` and returns the event the Python
  * fast path (`tiermem.events._fast_interaction`) returns for it: the same keys in
  * the same order (`event_id` first, then `type`, `schema_version`, the record's
@@ -251,7 +251,8 @@ static PyObject *check_interaction(PyObject *self, PyObject *args) {
     Py_ssize_t limit;
     int min_year, max_year;
     long version;
-    if (!PyArg_ParseTuple(args, "O!niil", &PyDict_Type, &rec, &limit, &min_year, &max_year, &version)) return NULL;
+    /* The record last, so that a caller can bind the limits once (functools.partial). */
+    if (!PyArg_ParseTuple(args, "niilO!", &limit, &min_year, &max_year, &version, &PyDict_Type, &rec)) return NULL;
     PyObject *eid = NULL, *answer = NULL;
     int has_level = 0, has_length = 0, has_tools = 0;
     if (!settle(rec, limit, min_year, max_year, version, &eid, &answer, &has_level, &has_length, &has_tools)) {
@@ -294,7 +295,7 @@ fail:
 
 static PyMethodDef METHODS[] = {
     {"check_interaction", check_interaction, METH_VARARGS,
-     "check_interaction(record, max_field_chars, min_year, max_year, version) -> event or None"},
+     "check_interaction(max_field_chars, min_year, max_year, version, record) -> event or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,7 +10,9 @@ compiler leaves it out, and `validate` runs the Python paths alone.
 
 from __future__ import annotations
 
+import functools
 import importlib
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -51,5 +53,17 @@ def check_interaction(record: dict[str, Any], limits: LimitSettings) -> dict[str
         _last = (limits, args)
     if args is None:
         return None
-    event: dict[str, Any] | None = _records.check_interaction(record, *args)
+    event: dict[str, Any] | None = _records.check_interaction(*args, record)
     return event
+
+
+def bound(limits: LimitSettings) -> Callable[[dict[str, Any]], dict[str, Any] | None] | None:
+    """`check_interaction` with these limits bound, called with no Python frame in between (for
+    the append path, which checks one record per call); None when it cannot be used."""
+    args = _arguments(limits)
+    if _records is None or args is None:
+        return None
+    checker: Callable[[dict[str, Any]], dict[str, Any] | None] = functools.partial(
+        _records.check_interaction, *args
+    )
+    return checker

@@ -194,7 +194,10 @@ def append_steady(
             return None
     line = orjson.dumps(event) + b"\n"
     _write(log, w, s, line, end, sync)
-    _written(log, s, tail, end + len(line), first_line + 1)
+    end += len(line)  # as `_written`, without the call
+    log._line_counts[s.segment] = (tail.ino, end, first_line + 1)
+    tail.end = end
+    log._indexed_to[s.segment] = (tail.ino, end)
     tail.ids.add(eid)
     return AppendResult(eid, w.stream, s.segment, first_line)
 
