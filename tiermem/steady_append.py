@@ -33,13 +33,15 @@ its segment before it holds ids in memory (the list would have moved) or, with
 a damaged or full list, indexes them as it writes (the list names more than
 this segment then); a line in this very segment is taken into the tail. So the id
 lookups of one steady run share one read transaction of the index, begun when
-the state is kept (no lock calls per lookup); it ends with the run, which lasts
+the state is kept (its snapshot taken at the run's first lookup; no lock calls
+per lookup after that); it ends with the run, which lasts
 at most until the tail is due for the index (`TAIL_FLUSH_IDS`), so it never
 holds back the index's checkpoints for long.
 
 Then it writes, syncs and adds the id to the tail, which is what the full path
-would have done. Anything else (a duplicate included) returns None, having
-changed nothing, and the caller takes the full path under the same locks.
+would have done. Anything else (a duplicate included) returns None, with the
+kept state dropped and nothing else changed, and the caller takes the full path
+under the same locks.
 """
 
 from __future__ import annotations
