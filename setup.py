@@ -35,4 +35,10 @@ if __name__ == "__main__":
     # The bulk ingest's compiled pass. Optional: without a C compiler the build goes on and
     # ingest runs its Arrow and Python passes alone (same results, more CPU per record).
     SCAN = Extension("tiermem.ingest._scan", ["ingest/_scan.c"], optional=True, extra_compile_args=["-O2"])
-    setup(packages=sorted(LAYOUT), package_dir=LAYOUT, ext_modules=[SCAN])
+    # The append path's check of an ordinary interaction: optional in the same way (without it,
+    # `validate` runs its Python fast path, with the same results).
+    RECORDS = Extension("tiermem._records", ["tiermem/_records.c"], optional=True, extra_compile_args=["-O2"])
+    # Short system calls that keep the interpreter lock (optional too: `tiermem.heldio` falls back
+    # to the ordinary calls).
+    HELDIO = Extension("tiermem._heldio", ["tiermem/_heldio.c"], optional=True, extra_compile_args=["-O2"])
+    setup(packages=sorted(LAYOUT), package_dir=LAYOUT, ext_modules=[SCAN, RECORDS, HELDIO])

@@ -1,13 +1,14 @@
 """Durable appends before/after in one run: a base commit and the working tree, interleaved.
 
-    .venv/bin/python bench/log_append_ab.py --base main --rounds 3 [--n 2000]
+    .venv/bin/python bench/log_append_ab.py --base main --rounds 3 [--n 2000] [--only-one]
 
 Each round measures the disk's references first (raw 400 B append + fsync one at a
 time; 500 records per fsync), then runs `bench_log_append.py --part` once with the
 base commit's packages and once with this tree's (the order alternates by round),
 each in its own process: one caller with fsync each, 8 one-record callers as
 threads and as processes (group commit), and the CPU of one one-record group with
-the fsync left out. The base is exported with `git archive` and mapped the way the
+the fsync left out (`--only-one`: the one caller's rows alone, in quicker rounds, to
+catch the moments this shared disk flushes fast). The base is exported with `git archive` and mapped the way the
 editable install maps this tree (see `read_paths_ab.export_base`); both sides run
 this tree's benchmark code. Prints one line per side and round with the ratios to
 the round's references, and writes bench/results/log_append_ab.json.
@@ -31,9 +32,15 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "data"
 
 
-def run_side(package: Path | None, n: int) -> dict[str, Any]:
+def run_side(package: Path | None, n: int, only_one: bool = False) -> dict[str, Any]:
     env = dict(os.environ)
-    cmd = [sys.executable, str(HERE / "bench_log_append.py"), "--part", str(n)]
+    cmd = [
+        sys.executable,
+        str(HERE / "bench_log_append.py"),
+        "--part",
+        str(n),
+        *(["--only-one"] if only_one else []),
+    ]
     if package is not None:
         # No site processing: the editable install's finder would map tiermem to this tree.
         site = next(p for p in sys.path if p.endswith("site-packages"))
@@ -49,7 +56,17 @@ def _fmt(x: float | None) -> str:
 
 
 def line(side: str, r: dict[str, Any], raw: float, ceiling: float) -> str:
-    one, t8, p8 = r["one"], r["threads8"], r["processes8"]
+    one = r["one"]
+    head = (
+        f"  {side:4s} one caller {one['rate']:6,.0f}/s ({one['ratio']:.2f} of raw {one['raw_rate']:,.0f}/s "
+        f"interleaved; block pairs: median {one['pair_ratio_median']:.2f}, on the fast disk "
+        f"{_fmt(one['fast_pair_ratio_median'])} of {one['fast_pairs']}; "
+        f"CPU {one['cpu_us']:.0f} vs raw {one['raw_cpu_us']:.0f} us) p99 {one['p99_ms']:.2f} ms | "
+        f"one append CPU {r['one_cpu_us']:.1f} us ({r['one_cpu_pause_us']:.0f} with 0.2 ms pauses) | load {r['load']}"
+    )
+    if "threads8" not in r:
+        return head
+    t8, p8 = r["threads8"], r["processes8"]
     return (
         f"  {side:4s} one caller {one['rate']:6,.0f}/s ({one['ratio']:.2f} of raw {one['raw_rate']:,.0f}/s "
         f"interleaved; block pairs: median {one['pair_ratio_median']:.2f}, on the fast disk "
@@ -69,6 +86,7 @@ def main() -> None:
     ap.add_argument("--base", default="main")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--only-one", action="store_true")
     args = ap.parse_args()
     DATA.mkdir(exist_ok=True)
     rounds: list[dict[str, Any]] = []
@@ -95,10 +113,10 @@ def main() -> None:
             }
             order = ("base", "head") if k % 2 == 0 else ("head", "base")
             for side in order:
-                row[side] = run_side(package if side == "base" else None, args.n)
+                row[side] = run_side(package if side == "base" else None, args.n, args.only_one)
                 print(line(side, row[side], raw, ceiling), flush=True)
             rounds.append(row)
-    out = HERE / "results" / "log_append_ab.json"
+    out = HERE / "results" / ("log_append_ab_one.json" if args.only_one else "log_append_ab.json")
     out.write_text(json.dumps({"base": args.base, "rounds": rounds}, indent=1))
     print(f"wrote {out}")
 

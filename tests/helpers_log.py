@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ import orjson
 import pytest
 
 from tiermem.app.cli import main
+from tiermem.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -72,3 +75,47 @@ def run_cli(capsys: pytest.CaptureFixture[str], data_dir: Path, args: Sequence[s
     code = main(["--data-dir", str(data_dir), *args])
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+# Another process: appends the ids it is sent, one per line ("ok" once acknowledged), keeping
+# them in memory (its segment listed); an empty line lets it close.
+HOLDER = """
+import sys
+from tiermem.eventlog import EventLog
+from tiermem.settings import resolve_settings
+settings = resolve_settings(data_dir=sys.argv[1], env={}, fsync="always")
+with EventLog(settings) as log:
+    for line in sys.stdin:
+        if not line.strip():
+            break
+        eid, day = line.split()
+        log.append({"type": "interaction", "agent_id": "o", "event_id": eid,
+                    "ts": f"2026-03-{day}T11:00:00.000Z", "user_message": "m", "agent_response": "r"})
+        print("ok", flush=True)
+"""
+
+
+class OtherWriter:
+    """Another writer process (`HOLDER`), for tests of what one process sees of another's appends."""
+
+    def __init__(self, tmp_path: Path, settings: Settings) -> None:
+        script = tmp_path / "holder.py"
+        script.write_text(HOLDER)
+        self.proc = subprocess.Popen(
+            [str(PYTHON), str(script), str(settings.data_dir)],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+
+    def append(self, eid: str, day: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{eid} {day}\n".encode())
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline() == b"ok\n"
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"\n")
+        self.proc.stdin.flush()
+        assert self.proc.wait(timeout=60) == 0

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import orjson
-from helpers_log import PYTHON, REPO, interaction, segment_files
+from helpers_log import PYTHON, REPO, OtherWriter, interaction, segment_files
 from tiermem.log.seal import StreamLock, seal
 
 from tiermem.eventlog import EventLog, sealing_mark
@@ -265,3 +265,24 @@ def test_threads_writing_two_streams_keep_every_held_tail_listed(settings: Setti
             assert listed is not None
             held = {s for w in log._writers.values() for s, tail in w.tails.items() if tail.ids}
             assert held and held <= listed
+
+
+def test_a_writer_that_unlists_a_segment_it_then_appends_to_lists_it_again(
+    settings: Settings, tmp_path: Path
+) -> None:
+    # This process lists its day's segment; another process's first append to that day catches
+    # the segment up, unlists it and appends to it, holding its id in memory: the segment must be
+    # listed again, or a check from a third segment never reads that id.
+    with EventLog(replace(settings, fsync="always")) as log:
+        for k in range(3):
+            log.append(interaction(k, event_id=f"p-{k}", ts="2026-03-01T10:00:00.000Z"))
+        other = OtherWriter(tmp_path, settings)
+        try:
+            other.append("c-0", "01")
+            assert any("date=2026-03-01" in s for s in _listed(settings) or ())
+            again = log.append(interaction(5, event_id="c-0", ts="2026-03-02T10:00:00.000Z"))
+            assert again.duplicate
+        finally:
+            other.close()
+    lines = [x for p in segment_files(settings.data_dir) for x in p.read_bytes().split(b"\n") if x]
+    assert Counter(orjson.loads(x)["event_id"] for x in lines)["c-0"] == 1

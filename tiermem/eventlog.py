@@ -26,13 +26,13 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tiermem import durable_files
+from tiermem import compiled_records, durable_files, heldio, steady_append
+from tiermem.appended import AppendBatchResult, AppendResult
 from tiermem.durable_files import fsync_path, write_atomic
 from tiermem.errors import StorageError, ValidationError, os_reason
 from tiermem.eventlog_index import IndexFollower, Tail
@@ -52,29 +52,6 @@ __all__ = ["INDEX_NAME", "AppendBatchResult", "AppendResult", "Checkpoints", "Ev
 # An erased event's line is replaced by a tombstone holding only its id, type and
 # ts plus this mark, so line positions (and every checkpoint) stay valid.
 ERASED_MARK = "_erased"
-
-
-@dataclass(frozen=True)
-class AppendResult:
-    event_id: str
-    stream: str
-    segment: str  # "<stream>/date=YYYY-MM-DD/<stem>"
-    line: int  # 0-based line number in the segment; -1 for a duplicate
-    duplicate: bool = False
-
-
-@dataclass
-class AppendBatchResult:
-    results: list[AppendResult] = field(default_factory=list)
-    rejected: list[tuple[int, ValidationError]] = field(default_factory=list)
-
-    @property
-    def accepted(self) -> int:
-        return sum(1 for r in self.results if not r.duplicate)
-
-    @property
-    def duplicates(self) -> int:
-        return sum(1 for r in self.results if r.duplicate)
 
 
 def partition_of(event: Mapping[str, Any]) -> str:
@@ -139,20 +116,52 @@ class _StreamWriter:
         self.lag_raw = b""
         self.listed: frozenset[str] | None = frozenset()
         self.checked: dict[str, bytes] = {}  # partition -> the lag record its marks were checked under
+        # Where the last append left this writer, if the next may skip the protocol (`tiermem.steady_append`).
+        self.steady: steady_append.Steady | None = None
+        self.dir_fds: dict[str, int] = {}  # partition -> its folder, opened for `steady`'s look
         # The id index as this stream's writes use it (under `thread_lock`, whichever thread
         # writes): with one connection per thread, each of a group's successive leaders found
         # its page cache stale (another connection had written) and read the pages again.
         self._conn: sqlite3.Connection | None = None
+        self._snap: sqlite3.Connection | None = None  # the one-step appends' read snapshot of it
 
     def index(self) -> sqlite3.Connection:
         if self._conn is None:
             self._conn = open_index(self.log.root)
         return self._conn
 
+    def snapshot(self) -> sqlite3.Cursor:
+        """A cursor in a read transaction of its own on the id index, begun afresh (`steady_append`)."""
+        if self._snap is None:
+            self._snap = open_index(self.log.root)
+        self.end_snapshot()
+        self._snap.execute("BEGIN")  # deferred: the snapshot is taken at the first lookup
+        return self._snap.cursor()
+
+    def end_snapshot(self) -> None:
+        self.steady = None
+        if self._snap is not None and self._snap.in_transaction:
+            self._snap.execute("ROLLBACK")
+
+    def partition_dir(self, partition: str) -> int:
+        fd = self.dir_fds.get(partition)
+        if fd is None:
+            fd = self.dir_fds[partition] = os.open(self.root / partition, os.O_RDONLY | os.O_DIRECTORY)
+        return fd
+
+    def forget_partition_dir(self, partition: str) -> None:
+        fd = self.dir_fds.pop(partition, None)
+        if fd is not None:
+            os.close(fd)
+
     def close(self) -> None:
-        for fd in self.fds.values():
+        self.end_snapshot()
+        if self._snap is not None:
+            self._snap.close()
+        for fd in [*self.fds.values(), *self.dir_fds.values()]:
             os.close(fd)
         self.fds.clear()
+        self.dir_fds.clear()
         os.close(self.lock_fd)
         if self._conn is not None:
             self._conn.close()
@@ -220,6 +229,7 @@ class _StreamWriter:
         return stem, fd, st
 
     def _drop(self, partition: str) -> None:
+        self.end_snapshot()
         fd = self.fds.pop(partition, None)
         self.checked.pop(partition, None)
         self.inos.pop(partition, None)
@@ -267,6 +277,7 @@ class EventLog(IndexFollower):
         self._indexed_to: dict[str, tuple[int, int]] = {}
         self._reindexed = 0  # how many times lines missing from the index were indexed
         self._lag: LagList | None = None  # the id index's lag list, opened by the first writer
+        self._check_fast = compiled_records.bound(settings.limits)  # None without the compiled check
         self._lag_lock = threading.Lock()
 
     # ------------------------------------------------------------- lifecycle
@@ -346,11 +357,21 @@ class EventLog(IndexFollower):
         (the trust boundary of `ingest`, `append`, `record_turn`); tiermem's own
         commands and jobs write as INTERNAL.
         """
-        try:
-            event = self.check(record, writer)
-        except ValidationError as exc:
-            self.reject(record, exc)
-            raise
+        event = None
+        # What `check` returns, with no Python in between (a caller's record is also weighed there).
+        if (
+            self._check_fast is not None
+            and writer != CALLER
+            and type(record) is dict
+            and record.get("type") == "interaction"
+        ):
+            event = self._check_fast(record)
+        if event is None:
+            try:
+                event = self.check(record, writer)
+            except ValidationError as exc:
+                self.reject(record, exc)
+                raise
         return self._append_stream(stream_of(event["type"]), [event])[0]
 
     def append_many(
@@ -386,14 +407,23 @@ class EventLog(IndexFollower):
         if w.sync is not None:
             return group_commit(w.group, w.sync, events, lambda evs: self._write_group(w, evs))
         with w.thread_lock:
-            return self._append_flocked(w, events)
+            if len(events) != 1:
+                return self._append_flocked(w, events)
+            # One record (the usual call): the fewest steps, the one-step append first.
+            if not heldio.flock_now(w.lock_fd, fcntl.LOCK_EX):
+                fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
+            try:
+                done = steady_append.append_steady(self, w, events[0], sync=True)
+                return [done if done is not None else self._append_one_locked(w, events[0])]
+            finally:
+                heldio.flock_now(w.lock_fd, fcntl.LOCK_UN)
 
     def _append_flocked(self, w: _StreamWriter, events: list[dict[str, Any]]) -> list[AppendResult]:
-        fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
+        heldio.lock(w.lock_fd)
         try:
             return self._append_locked(w, events)
         finally:
-            fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
+            heldio.unlock(w.lock_fd)
 
     def _write_group(
         self, w: _StreamWriter, events: list[dict[str, Any]]
@@ -405,7 +435,7 @@ class EventLog(IndexFollower):
         segments as they are (see `_reconcile`).
         """
         with w.thread_lock:
-            fcntl.flock(w.lock_fd, fcntl.LOCK_EX)
+            heldio.lock(w.lock_fd)
             try:
                 results = self._append_locked(w, events, sync=False)
                 points = []
@@ -419,7 +449,7 @@ class EventLog(IndexFollower):
                 for segment in sorted(segments):
                     partition, stem = segment.split("/")[1:]
                     if w.active.get(partition) == stem:
-                        fd = os.dup(w.fds[partition])
+                        fd = heldio.dup_now(w.fds[partition])
                     else:
                         found = self._open_to_sync(segment)
                         if found is None:
@@ -433,7 +463,7 @@ class EventLog(IndexFollower):
                     points.append(SyncPoint(segment, fd, end, ino))
                 return results, points
             finally:
-                fcntl.flock(w.lock_fd, fcntl.LOCK_UN)
+                heldio.unlock(w.lock_fd)
 
     def append_encoded(
         self, stream: str, ids: list[str], partitions: list[str], lines: list[bytes]
@@ -466,6 +496,9 @@ class EventLog(IndexFollower):
     ) -> list[AppendResult]:
         if len(events) == 1:
             return [self._append_one_locked(w, events[0], sync=sync)]
+        steady = steady_append.append_steady_many(self, w, events, sync=sync)
+        if steady is not None:
+            return steady
         ids = [ev["event_id"] for ev in events]
         written, duplicates = self._append_lines_locked(
             w,
@@ -480,6 +513,8 @@ class EventLog(IndexFollower):
         for segment, first_line, keep in written:
             for k, i in enumerate(keep):
                 results[i] = AppendResult(ids[i], w.stream, segment, first_line + k)
+        if len(written) == 1 and not duplicates:
+            steady_append.remember(self, w, written[0][0], written[0][0].split("/")[1])
         return [r for r in results if r is not None]
 
     def _append_one_locked(
@@ -487,6 +522,9 @@ class EventLog(IndexFollower):
     ) -> AppendResult:
         """`_append_lines_locked` for one event (the usual call): the same steps, none of the batch's
         bookkeeping, which on this path cost about as much as the steps themselves."""
+        steady = steady_append.append_steady(self, w, event, sync=sync)
+        if steady is not None:
+            return steady
         eid = event["event_id"]
         ids = [eid]
         conn = w.index()
@@ -502,6 +540,7 @@ class EventLog(IndexFollower):
                 tailed = self._tailed_segments(w, [segment])
                 written = self._write_durably([(segment, fd, st, line, [0])], sync=sync)
                 self._index_written(w, conn, written, ids, tailed)
+                steady_append.remember(self, w, segment, partition)
                 return AppendResult(eid, w.stream, segment, written[0][3])
         if sync and self.settings.fsync != "none":
             self._sync_originals(w, conn, ids)

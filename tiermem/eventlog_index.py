@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from tiermem.durable_files import quarantine_torn_tail
+from tiermem.durable_files import line_event_id, quarantine_torn_tail
 from tiermem.errors import StorageError, os_reason
 from tiermem.groupcommit import forget_synced
 from tiermem.idindex import (
@@ -182,6 +182,8 @@ class IndexFollower:
                 tail = w.tails.get(segment)
                 if tail is not None and (st.st_ino, st.st_size) == (tail.ino, tail.end):
                     continue  # exactly as this writer left it: its tail holds the rest
+                if tail is not None and self.absorb(segment, w.fds[partition], tail, st.st_ino, st.st_size):
+                    continue  # other processes' whole lines after it: now in its tail too
                 if st.st_ino == w.inos[partition]:  # (replaced: `segment_for` reopens it)
                     # Another process wrote since: index what the file holds, then this
                     # append's reconciliation finds nothing left to do.
@@ -192,6 +194,10 @@ class IndexFollower:
                 done.add(segment)
         if done:
             self._lag_list().remove(done)
+            # Go on with the list as it now is: a segment unlisted here that this writer is about
+            # to append to must be listed again before its first unindexed line (with the list
+            # read before, the writer took it for listed and held its ids in memory unlisted).
+            w.lag_raw, w.listed = self._lag_list().snapshot()
         if listed is None:
             # Every segment was just caught up (stream lock held): the record can be rebuilt,
             # so later appends stop reading every segment.
@@ -243,6 +249,33 @@ class IndexFollower:
             st = os.fstat(fd)
         self._reconcile(segment, fd, st, tail)
         return st
+
+    def absorb(self, segment: str, fd: int, tail: Tail, ino: int, size: int) -> bool:
+        """Take the whole lines other processes appended after this writer's tail into the tail
+        (stream lock held); False, with nothing changed, when the bytes past it are not that.
+
+        The tail then holds every id from where the index stops to the file's end, as if this
+        writer had written them: its checks see them in memory, and they reach the index with
+        the tail (at `TAIL_FLUSH_IDS`, at close, by a seal), as those writers' own tails do.
+        Cheaper than indexing them at each append (a read, a transaction, the tail dropped),
+        which is what several processes appending to one segment otherwise paid every time.
+        """
+        if ino != tail.ino or size <= tail.end:
+            return False
+        data = os.pread(fd, size - tail.end, tail.end)
+        if len(data) != size - tail.end or not data.endswith(b"\n"):
+            return False  # torn or shorter than it said: the full reconciliation sees to it
+        ids = [line_event_id(line) for line in data[:-1].split(b"\n")]
+        if None in ids or len(tail.ids) + len(ids) >= TAIL_FLUSH_IDS:
+            return False
+        counted = self._line_counts.get(segment)
+        if counted is None or counted[:2] != (ino, tail.end):
+            return False
+        tail.ids.update(ids)  # type: ignore[arg-type]  # no None: checked above
+        tail.end = size
+        self._line_counts[segment] = (ino, size, counted[2] + len(ids))
+        self._indexed_to[segment] = (ino, size)
+        return True
 
     def _tailed_segments(self, w: _StreamWriter, segments: list[str]) -> set[str]:
         """The segments whose lines about to be written may stay unindexed (stream lock held).

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tiermem.attachments import check_attachments
+from tiermem.compiled_records import check_interaction
 from tiermem.errors import ValidationError
 from tiermem.ids import format_ts, new_event_id, parse_ts, utcnow
 from tiermem.registry import (
@@ -326,7 +327,9 @@ def validate(
     [], `memory_level` = "global").
     """
     if type(record) is dict and record.get("type") == "interaction":
-        fast = _fast_interaction(record, now, limits)
+        fast = check_interaction(record, limits)  # compiled, when built
+        if fast is None:
+            fast = _fast_interaction(record, now, limits)
         if fast is not None:
             return fast
     return validate_full(record, now=now, writer=writer, limits=limits)

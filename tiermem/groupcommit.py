@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tiermem import heldio
 from tiermem.errors import StorageError, os_reason
 
 # The shared record: which segment (a hash of its name, and its inode, since an
@@ -123,7 +124,7 @@ class SharedSync:
         return key
 
     def _read(self) -> list[Any]:
-        raw = os.pread(self.fd, _SLOT.size, 0)
+        raw = heldio.pread_now(self.fd, _SLOT.size, 0)
         if len(raw) != _SLOT.size:
             return [b"", 0, 0, 0, b"", 0, 0, 0, 0]
         return list(_SLOT.unpack(raw))
@@ -143,7 +144,7 @@ class SharedSync:
             # off by another process (`forget_synced`) makes an older record wrong.
             remote = False
             with self.lock:
-                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                heldio.lock(self.fd)
                 try:
                     rec = self._read()
                     if rec[0] == key and rec[1] == ino and rec[2] >= end:
@@ -169,14 +170,14 @@ class SharedSync:
                     if flight is None and not remote:
                         # Everything written before this moment is below `size` and is
                         # flushed by the fsync that follows, whoever wrote it.
-                        size = os.fstat(point.fd).st_size
+                        size = heldio.size_of(point.fd)
                         generation = rec[3]
                         self._announce(rec, key, ino, size)
                         alone = rec[8] == self._me and rec[7] in (0, self._pid)
                         mine = _Flight(key, ino, size, alone)  # from here on, `_land` ends it
                         self._flights.append(mine)
                 finally:
-                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+                    heldio.unlock(self.fd)
             if remote:
                 fcntl.lockf(self.fd, fcntl.LOCK_SH, 1, _FLIGHT_AT)  # until that fsync is over
                 fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
@@ -245,11 +246,11 @@ class SharedSync:
                 last = self._announcing and not self._flights
                 self._announcing = self._announcing and not last
                 try:
-                    fcntl.flock(self.fd, fcntl.LOCK_EX)
+                    heldio.lock(self.fd)
                     try:
                         self._record(mine, generation, synced, last)
                     finally:
-                        fcntl.flock(self.fd, fcntl.LOCK_UN)
+                        heldio.unlock(self.fd)
                 finally:
                     if last:
                         fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _FLIGHT_AT)
@@ -406,7 +407,7 @@ def _commit(batch: list[GroupRequest], sync: SharedSync, write: WriteFn, queue: 
             pos += len(r.events)
     finally:
         for point in points:
-            os.close(point.fd)
+            heldio.close_now(point.fd)
         for r in batch[1:]:
             r.done = True
             r.wake.release()

@@ -23,6 +23,7 @@ gone (sealed: the seal indexed it first).
 from __future__ import annotations
 
 import fcntl
+import mmap
 import os
 import sqlite3
 import struct
@@ -175,9 +176,23 @@ class LagList:
         # flock belongs to the open file description, which this process's threads share: it
         # keeps other processes out, this keeps the threads from interleaving their changes.
         self._threads = threading.Lock()
+        self._map: mmap.mmap | None = None
 
     def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
         os.close(self.fd)
+
+    def mapped(self) -> mmap.mmap | None:
+        """The record's page mapped read-only, once it has been written (None before): a look at
+        it costs no system call. Another process's change shows as soon as it is written; a look in
+        the middle of one sees the old bytes or bytes that are not the old record, as a read would."""
+        if self._map is None:
+            try:
+                self._map = mmap.mmap(self.fd, _LAG_SIZE, prot=mmap.PROT_READ)
+            except (OSError, ValueError):  # shorter than a page: never written yet
+                return None
+        return self._map
 
     def read(self) -> frozenset[str] | None:
         """The listed segments; None if the record is damaged (then any segment may lag)."""

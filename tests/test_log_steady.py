@@ -1,0 +1,245 @@
+"""The one-step append to a writer's own segment behaves exactly as the full protocol.
+
+A writer that appends again to the segment it last appended to skips the
+protocol when nothing has moved. These tests make things move between appends
+(another process writing to the same segment or holding ids in memory in
+another, a file replaced under its name, another day, a duplicate) and check
+that every answer, line number and stored byte is what the full path gives;
+and that a writer killed with SIGKILL in the middle of one-step appends loses
+no acknowledged record.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from helpers_log import PYTHON, REPO, OtherWriter, interaction, segment_files
+
+from tiermem import steady_append
+from tiermem.eventlog import AppendResult, EventLog
+from tiermem.settings import Settings, resolve_settings
+
+
+@pytest.fixture
+def steady_count(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """How many appends took the one-step path (wrapped, not changed)."""
+    count = [0]
+    real = steady_append.append_steady
+
+    def counted(*args: Any, **kwargs: Any) -> AppendResult | None:
+        out = real(*args, **kwargs)
+        count[0] += out is not None
+        return out
+
+    monkeypatch.setattr(steady_append, "append_steady", counted)
+    yield count
+
+
+def _ops(log: EventLog, settings: Settings, tmp_path: Path) -> list[tuple[Any, ...]]:
+    """A run of appends with things moving between them; (duplicate, day, line) of each answer."""
+    out: list[tuple[Any, ...]] = []
+
+    def put(i: int, eid: str, day: int = 1) -> None:
+        r = log.append(interaction(i, event_id=eid, ts=f"2026-03-0{day}T10:00:00.000Z"))
+        out.append((r.duplicate, r.segment.split("/")[1] if r.segment else "", r.line))
+
+    for k in range(5):
+        put(k, f"p-{k}")
+    put(9, "p-2")  # a duplicate held in the writer's own tail
+    # Another process appends to the same segment, between this writer's appends. Its first
+    # append unlists and lists the segment again; its second moves nothing but the file's size.
+    other = OtherWriter(tmp_path, settings)
+    try:
+        other.append("c-0", "01")
+        put(11, "p-5")
+        other.append("c-1", "01")
+        put(12, "p-6")  # after its line
+        put(10, "c-1")  # its id: a duplicate
+    finally:
+        other.close()
+    put(13, "p-7", day=2)  # another day, then back
+    put(14, "p-8")
+    put(15, "p-7")  # a duplicate from the other day's tail
+    # The file replaced under its name (as an erasure does): its first two lines kept.
+    (seg,) = [p for p in segment_files(settings.data_dir) if "date=2026-03-01" in str(p)]
+    kept = b"".join(x + b"\n" for x in seg.read_bytes().split(b"\n")[:2])
+    tmp = seg.with_name(".tmp")
+    tmp.write_bytes(kept)
+    os.replace(tmp, seg)
+    put(16, "p-9")
+    put(17, "p-10")
+    return out
+
+
+def _day_lines(settings: Settings) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for path in segment_files(settings.data_dir):
+        lines = [orjson.loads(x)["event_id"] for x in path.read_bytes().split(b"\n") if x]
+        out.setdefault(path.parent.name, []).extend(lines)
+    return out
+
+
+def test_answers_and_bytes_are_those_of_the_full_path_whatever_moves_between_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steady_count: list[int]
+) -> None:
+    runs = {}
+    for name in ("steady", "full"):
+        settings = resolve_settings(data_dir=tmp_path / name, env={}, fsync="always")
+        if name == "full":  # the writer never keeps a state to skip from
+            monkeypatch.setattr(steady_append, "remember", lambda *a, **k: None)
+        with EventLog(settings) as log:
+            runs[name] = (_ops(log, settings, tmp_path), _day_lines(settings))
+    assert runs["steady"] == runs["full"]
+    answers, lines = runs["steady"]
+    assert [a[0] for a in answers] == [False] * 5 + [
+        True,
+        False,
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+        False,
+    ]
+    assert [a[2] for a in answers[6:8]] == [6, 8]  # after the other process's lines
+    assert lines["date=2026-03-01"] == ["p-0", "p-1", "p-9", "p-10"]  # the replaced file, then the new lines
+    assert lines["date=2026-03-02"] == ["p-7"]
+    # The one step for the appends after the second (the first two list the segment), until the
+    # other day's segment is listed too.
+    assert steady_count[0] >= 3
+
+
+def test_ids_another_process_holds_in_memory_are_duplicates_for_a_writer_in_one_step(
+    settings: Settings, tmp_path: Path, steady_count: list[int]
+) -> None:
+    with EventLog(replace(settings, fsync="always")) as log:
+        for k in range(3):
+            assert not log.append(interaction(k, event_id=f"p-{k}", ts="2026-03-02T10:00:00.000Z")).duplicate
+        taken = steady_count[0]
+        assert taken >= 1
+        other = OtherWriter(tmp_path, settings)
+        try:
+            other.append("h-0", "04")  # held in its memory, its segment listed
+            # This writer's own day: the lag list moved, so the full path runs and reads the other's tail.
+            again = log.append(interaction(7, event_id="h-0", ts="2026-03-02T10:00:00.000Z"))
+            assert again.duplicate
+            assert steady_count[0] == taken
+        finally:
+            other.close()
+        for k in range(3, 6):
+            assert not log.append(interaction(k, event_id=f"p-{k}", ts="2026-03-02T10:00:00.000Z")).duplicate
+        assert steady_count[0] > taken  # and back to one step once things are still again
+    counts = Counter(x for lines in _day_lines(settings).values() for x in lines)
+    assert max(counts.values()) == 1 and counts["h-0"] == 1
+
+
+# Appends with fsync "always", printing each id once acknowledged and, once, that the
+# one-step path was taken; killed with SIGKILL mid-run.
+KILLED = """
+import sys
+from tiermem import steady_append
+from tiermem.eventlog import EventLog
+from tiermem.settings import resolve_settings
+
+real = steady_append.append_steady
+said = []
+def counted(*args, **kwargs):
+    out = real(*args, **kwargs)
+    if out is not None and not said:
+        said.append(1)
+        sys.stdout.write("steady\\n")
+    return out
+steady_append.append_steady = counted
+settings = resolve_settings(data_dir=sys.argv[1], env={}, fsync="always")
+with EventLog(settings) as log:
+    k = 0
+    while True:
+        eid = f"k-{k}"
+        log.append({"type": "interaction", "agent_id": "k", "event_id": eid,
+                    "ts": "2026-03-01T10:00:00.000Z", "user_message": "m" * (1 + k % 50),
+                    "agent_response": "r" * (k % 300)})
+        sys.stdout.write(eid + "\\n")
+        sys.stdout.flush()
+        k += 1
+"""
+
+
+def test_a_writer_killed_in_one_step_appends_loses_no_acknowledged_record(
+    settings: Settings, tmp_path: Path
+) -> None:
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    proc = subprocess.Popen(
+        [str(PYTHON), str(script), str(settings.data_dir)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    said = [proc.stdout.readline().decode().strip() for _ in range(300)]
+    proc.send_signal(signal.SIGKILL)
+    said += [x for x in proc.stdout.read().decode().split("\n") if x]
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    assert "steady" in said
+    acked = [x for x in said if x != "steady"]
+    assert len(acked) >= 299
+    with EventLog(replace(settings, fsync="always")) as log:
+        again = log.append_many(
+            [interaction(i, event_id=eid, ts="2026-03-01T10:00:00.000Z") for i, eid in enumerate(acked)]
+        )
+        assert again.duplicates == len(acked) and again.accepted == 0
+    data = b"".join(p.read_bytes() for p in segment_files(settings.data_dir))
+    counts = Counter(orjson.loads(x)["event_id"] for x in data.split(b"\n") if x.endswith(b"}"))
+    assert set(acked) <= set(counts) and max(counts.values()) == 1
+
+
+# Sends the same ids as the other copies of itself, in its own order; prints how many it stored.
+RACER = """
+import random, sys
+from tiermem.eventlog import EventLog
+from tiermem.settings import resolve_settings
+settings = resolve_settings(data_dir=sys.argv[1], env={}, fsync=sys.argv[3])
+ids = [f"s-{k}" for k in range(150)]
+random.Random(int(sys.argv[2])).shuffle(ids)
+stored = 0
+with EventLog(settings) as log:
+    for eid in ids:
+        r = log.append({"type": "interaction", "agent_id": "s", "event_id": eid,
+                        "ts": "2026-03-01T10:00:00.000Z", "user_message": "m", "agent_response": "r"})
+        stored += not r.duplicate
+print(stored)
+"""
+
+
+@pytest.mark.parametrize("fsync", ["always", "group"])
+def test_processes_sending_the_same_ids_at_once_store_each_once(
+    settings: Settings, tmp_path: Path, fsync: str
+) -> None:
+    # Each appends after the others' lines in one segment, which it takes into its own tail.
+    script = tmp_path / "racer.py"
+    script.write_text(RACER)
+    procs = [
+        subprocess.Popen(
+            [str(PYTHON), str(script), str(settings.data_dir), str(seed), fsync],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+        )
+        for seed in range(3)
+    ]
+    stored = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        stored.append(int(out))
+    assert sum(stored) == 150
+    counts = Counter(x for lines in _day_lines(settings).values() for x in lines)
+    assert counts == Counter({f"s-{k}": 1 for k in range(150)})

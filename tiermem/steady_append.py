@@ -1,0 +1,298 @@
+"""One record appended to the segment this writer is already extending: the usual append, in one step.
+
+An append walks the whole protocol of `tiermem.eventlog`: read the lag list,
+catch up every listed tail that is not this writer's, look at the segment it
+is about to extend (rolled over, sealed, rewritten, written by another
+process, torn), check the id, write, account for the id. For a writer that
+appends to the same segment again, nearly every step finds what it found last
+time, and each step is a few Python calls. A caller that waits through a flush
+between appends finds the interpreter's caches cold each time, which makes
+those calls cost several times their warm price: that overhead, not the
+syscalls, is what the caller adds to the disk's own flush.
+
+So the writer remembers the state in which the full protocol last ended
+(`Steady`), and the next append checks, with a look at the lag list's mapped
+page and one `stat` (relative to the partition's folder), that nothing has moved
+since:
+
+- the lag list is byte for byte the record the full path last read (every
+  change moves its generation on), and it names this segment alone: so no
+  other tail needs catching up, no seal has begun on this segment (a seal
+  unlists a segment before it marks it), and this segment's lines past the
+  indexed offset are this writer's own tail;
+- the file under the segment's name is the inode this writer holds, exactly as
+  long as this writer left it, or longer by whole lines other processes
+  appended, which it takes into its tail (`IndexFollower.absorb`): nobody
+  rewrote it, nothing is torn, and it is below the size at which segments roll
+  over;
+- the id is neither in the index nor in any of this writer's tails.
+
+While those hold, no id can have entered the index that this writer does not
+hold in its own tail: lines reach a segment only through a writer, which lists
+its segment before it holds ids in memory (the list would have moved) or, with
+a damaged or full list, indexes them as it writes (the list names more than
+this segment then); a line in this very segment is taken into the tail. So the id
+lookups of one steady run share one read transaction of the index, begun when
+the state is kept (its snapshot taken at the run's first lookup; no lock calls
+per lookup after that); it ends with the run, which lasts
+at most until the tail is due for the index (`TAIL_FLUSH_IDS`), so it never
+holds back the index's checkpoints for long.
+
+Then it writes, syncs and adds the id to the tail, which is what the full path
+would have done. Anything else (a duplicate included) returns None, with the
+kept state dropped and nothing else changed, and the caller takes the full path
+under the same locks.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from tiermem import durable_files, heldio
+from tiermem.appended import AppendResult
+from tiermem.errors import StorageError, os_reason
+from tiermem.eventlog_index import TAIL_FLUSH_IDS, Tail
+from tiermem.groupcommit import forget_synced
+from tiermem.idindex import LagList
+from tiermem.settings import Settings
+
+
+class _StreamWriter(Protocol):
+    """What this module uses of the event log's per-stream writer."""
+
+    stream: str
+    steady: Steady | None
+    tails: dict[str, Tail]
+    listed: frozenset[str] | None
+    lag_raw: bytes
+    checked: dict[str, bytes]
+    active: dict[str, str]
+    paths: dict[str, tuple[str, str, str]]
+    fds: dict[str, int]
+
+    def partition_dir(self, partition: str) -> int: ...
+    def forget_partition_dir(self, partition: str) -> None: ...
+    def snapshot(self) -> sqlite3.Cursor: ...
+    def end_snapshot(self) -> None: ...
+
+
+class EventLog(Protocol):
+    """What this module uses of the event log (`tiermem.eventlog.EventLog`)."""
+
+    settings: Settings
+    root: Path
+    _line_counts: dict[str, tuple[int, int, int]]
+    _indexed_to: dict[str, tuple[int, int]]
+
+    def _lag_list(self) -> LagList: ...
+    def forget_segment(self, segment: str) -> None: ...
+    def absorb(self, segment: str, fd: int, tail: Tail, ino: int, size: int) -> bool: ...
+
+
+_LOOKUP = "SELECT 1 FROM event_ids WHERE event_id = ?"
+_MANY = 500  # at most this many ids in one lookup (SQLite's limit on a statement's variables is higher)
+
+
+class Steady:
+    """Where the full protocol left a writer's last append: valid while nothing in it has moved."""
+
+    __slots__ = (
+        "cursor",
+        "day",
+        "dir_fd",
+        "fd",
+        "lag",
+        "max_bytes",
+        "name",
+        "partition",
+        "raw",
+        "segment",
+        "tail",
+    )
+
+    def __init__(
+        self,
+        raw: bytes,
+        partition: str,
+        segment: str,
+        dir_fd: int,
+        fd: int,
+        tail: Tail,
+        lag: mmap.mmap,
+        cursor: sqlite3.Cursor,
+        max_bytes: int,
+    ) -> None:
+        self.raw = raw  # the lag list's record, as the full path read it
+        self.partition = partition
+        self.day = partition[len("date=") :]  # what an event's `ts` starts with
+        self.segment = segment
+        self.dir_fd = dir_fd  # the partition's folder, held open by the writer
+        self.name = segment.rsplit("/", 1)[1] + ".jsonl"
+        self.fd = fd
+        self.tail = tail
+        self.lag = lag  # the lag list's page, mapped
+        self.cursor = cursor  # in the run's read transaction of the index
+        self.max_bytes = max_bytes
+
+
+def remember(log: EventLog, w: _StreamWriter, segment: str, partition: str) -> None:
+    """After the full path appended one record to `segment` (locks held): keep its state if the
+    next append may skip the protocol, else forget any state kept before."""
+    w.end_snapshot()
+    tail = w.tails.get(segment)
+    listed = w.listed
+    lag = log._lag_list().mapped()
+    if (
+        tail is None
+        or lag is None
+        or listed is None
+        or len(listed) != 1
+        or segment not in listed
+        # The seal marks were checked under this very lag record (see `segment_for`).
+        or w.checked.get(partition) is not w.lag_raw
+        or w.active.get(partition) != segment.rsplit("/", 1)[1]
+    ):
+        return
+    w.steady = Steady(
+        w.lag_raw,
+        partition,
+        segment,
+        w.partition_dir(partition),
+        w.fds[partition],
+        tail,
+        lag,
+        w.snapshot(),
+        log.settings.segment_max_bytes,
+    )
+
+
+def append_steady(
+    log: EventLog, w: _StreamWriter, event: dict[str, Any], *, sync: bool
+) -> AppendResult | None:
+    """Append one validated event as the full path would, if nothing has moved since the last
+    append (both locks held); None, with nothing changed but the kept state dropped, when the
+    full path must decide."""
+    s = w.steady
+    if s is None:
+        return None
+    found = _unmoved(log, w, s, 1) if str(event["ts"]).startswith(s.day) else None
+    if found is None:
+        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        return None
+    tail, end, first_line = found
+    eid = event["event_id"]
+    if s.cursor.execute(_LOOKUP, (eid,)).fetchall():
+        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        return None
+    for held in w.tails.values():
+        if eid in held.ids:
+            w.end_snapshot()  # the full path decides: the kept state and its transaction go
+            return None
+    line = orjson.dumps(event) + b"\n"
+    _write(log, w, s, line, end, sync)
+    end += len(line)  # as `_written`, without the call
+    log._line_counts[s.segment] = (tail.ino, end, first_line + 1)
+    tail.end = end
+    log._indexed_to[s.segment] = (tail.ino, end)
+    tail.ids.add(eid)
+    return AppendResult(eid, w.stream, s.segment, first_line)
+
+
+def append_steady_many(
+    log: EventLog, w: _StreamWriter, events: list[dict[str, Any]], *, sync: bool
+) -> list[AppendResult] | None:
+    """`append_steady` for several events (a group of callers' records): one lookup, one write."""
+    s = w.steady
+    if s is None:
+        return None
+    day = s.day
+    ids = [event["event_id"] for event in events]
+    if (
+        len(events) > _MANY
+        or not all(str(event["ts"]).startswith(day) for event in events)
+        or len(set(ids)) != len(ids)
+    ):
+        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        return None
+    found = _unmoved(log, w, s, len(ids))
+    if found is None:
+        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        return None
+    tail, end, first_line = found
+    marks = ",".join("?" * len(ids))
+    if s.cursor.execute(f"SELECT 1 FROM event_ids WHERE event_id IN ({marks}) LIMIT 1", ids).fetchall():
+        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        return None
+    for held in w.tails.values():
+        if not held.ids.isdisjoint(ids):
+            w.end_snapshot()  # the full path decides: the kept state and its transaction go
+            return None
+    payload = b"".join([orjson.dumps(event) + b"\n" for event in events])
+    _write(log, w, s, payload, end, sync)
+    _written(log, s, tail, end + len(payload), first_line + len(ids))
+    tail.ids.update(ids)
+    stream, segment = w.stream, s.segment
+    return [AppendResult(eid, stream, segment, first_line + k) for k, eid in enumerate(ids)]
+
+
+def _unmoved(log: EventLog, w: _StreamWriter, s: Steady, adding: int) -> tuple[Tail, int, int] | None:
+    """(the tail, the file's size, its lines) if nothing has moved since `s` was kept and the tail
+    can take `adding` more ids without being due for the index."""
+    tail = s.tail
+    segment = s.segment
+    if w.tails.get(segment) is not tail or len(tail.ids) + adding >= TAIL_FLUSH_IDS or s.lag[:] != s.raw:
+        return None
+    st = heldio.stat_at(s.dir_fd, s.name)
+    if st is None:  # sealed, or the folder itself went: the full path sees to it
+        w.forget_partition_dir(s.partition)
+        return None
+    if st[1] != tail.end and not log.absorb(segment, s.fd, tail, st[0], st[1]):
+        return None  # written by another process, other than in whole lines after this tail
+    end = tail.end
+    counted = log._line_counts.get(segment)
+    if (
+        st[0] != tail.ino
+        or st[1] != end
+        or end >= s.max_bytes
+        or counted is None
+        or counted[:2] != (tail.ino, end)
+    ):
+        return None
+    return tail, end, counted[2]
+
+
+def _written(log: EventLog, s: Steady, tail: Tail, end: int, lines: int) -> None:
+    """What the full path's `_index_written` notes after a write to a listed segment."""
+    log._line_counts[s.segment] = (tail.ino, end, lines)
+    tail.end = end
+    log._indexed_to[s.segment] = (tail.ino, end)
+
+
+def _write(log: EventLog, w: _StreamWriter, s: Steady, line: bytes, end: int, sync: bool) -> None:
+    """The line written at `end` and, unless told otherwise, synced; on failure, as `_write_durably`."""
+    segment = s.segment
+    try:
+        heldio.write_all(s.fd, line)
+    except OSError as exc:
+        durable_files.cut_to_whole_lines(s.fd, end)
+        # Another process's fsync may have recorded a size that counts the cut bytes.
+        forget_synced(log.root / w.stream / ".sync")
+        log.forget_segment(segment)
+        w.end_snapshot()
+        raise StorageError(
+            f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
+        ) from exc
+    if sync and log.settings.fsync != "none":
+        try:
+            os.fsync(s.fd)
+        except OSError as exc:
+            w.end_snapshot()
+            raise StorageError(
+                f"syncing {segment}.jsonl to disk: {os_reason(exc)}; the records of this write may not be durable"
+            ) from exc
