@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     lines = []
     for name in (
-        "off",
+        *(["off"] if "off" in result else []),  # absent with --skip-off
         *[k for k in result if isinstance(result[k], dict) and "hit_search_order" in result[k]],
     ):
         budgets = result[name] if name == "off" else result[name].get("budgets", {})
