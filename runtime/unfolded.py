@@ -28,6 +28,7 @@ from typing import Any
 
 from tiermem.runtime.episode_search import query_terms
 from tiermem.runtime.hotstore import database_key, item_clause
+from tiermem.runtime.unfolded_rows import newest_unfolded
 from tiermem.runtime.visibility import Principal
 
 SCAN_LIMIT = 400
@@ -111,14 +112,9 @@ def search_unfolded(
     if participant:
         where += " AND lower(w.user) = lower(?)"
         params.append(participant)
-    # The scan reads the index only (texts are fetched for turns not yet seen, and for the results).
-    rows = conn.execute(
-        "SELECT w.event_id, w.ts, w.user, w.item_id FROM wm_items w"
-        f" WHERE w.kind = 'interaction' AND {where}"
-        " AND NOT EXISTS (SELECT 1 FROM folded_turns t WHERE t.event_id = w.event_id)"
-        " ORDER BY w.ts DESC, w.item_id DESC LIMIT ?",
-        (*params, SCAN_LIMIT),
-    ).fetchall()
+    # The scan reads the index only (texts are fetched for turns not yet seen, and for the results);
+    # its rows are kept until a turn or a fold changes.
+    rows = newest_unfolded(conn, where, params, SCAN_LIMIT)
     db = database_key(conn)
     _TURNS.add(conn, db, [r[3] for r in rows if r[0] not in exclude])
     numbers = {
