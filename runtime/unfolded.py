@@ -21,6 +21,7 @@ the results' texts are read.
 
 from __future__ import annotations
 
+import heapq
 import re
 import sqlite3
 from array import array
@@ -127,10 +128,12 @@ def search_unfolded(
     for term in terms:
         for n in _TURNS.holding(db, term, among):
             hits[n] = hits.get(n, 0) + 1
-    scored = [(-h, numbers[n], rows[numbers[n]]) for n, h in hits.items()]
-    scored.sort(key=lambda s: (s[0], s[1]))
-    best = scored[:limit]
-    texts = _texts(conn, [row[3] for _, _, row in best])
+    # Most hits, then newest: (-hits, rank) orders every turn (ranks are distinct), so the best few
+    # are taken without sorting them all (a query of common words hits nearly every scanned turn).
+    best = [
+        (neg, rows[rank]) for neg, rank in heapq.nsmallest(limit, [(-h, numbers[n]) for n, h in hits.items()])
+    ]
+    texts = _texts(conn, [row[3] for _, row in best])
     return [
         {
             "event_id": row[0],
@@ -140,7 +143,7 @@ def search_unfolded(
             "agent_response": texts[row[3]][1],
             "score": float(-neg),
         }
-        for neg, _, row in best
+        for neg, row in best
     ]
 
 
