@@ -324,6 +324,18 @@ ADDED_INDEXES = (
     "CREATE TRIGGER IF NOT EXISTS notes_changed_au AFTER UPDATE ON notes BEGIN"
     " INSERT INTO meta (key, value) VALUES ('notes_changed', '1')"
     " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
+    # Deletes and updates of turns and folds (inserts move the newest rowid): runtime.unfolded_rows.
+    *(
+        f"CREATE TRIGGER IF NOT EXISTS turns_changed_{name} AFTER {what} ON {table} BEGIN"
+        " INSERT INTO meta (key, value) VALUES ('turns_changed', '1')"
+        " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END"
+        for name, what, table in (
+            ("wd", "DELETE", "wm_items"),
+            ("wu", "UPDATE", "wm_items"),
+            ("fd", "DELETE", "folded_turns"),
+            ("fu", "UPDATE", "folded_turns"),
+        )
+    ),
 )
 
 
@@ -438,6 +450,8 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             _drop_all(conn)
         for statement in _split_statements(SCHEMA):
             conn.execute(statement)
+        for statement in ADDED_INDEXES:
+            conn.execute(statement)  # what a new store needs beyond SCHEMA (a no-op for what it holds)
         conn.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )

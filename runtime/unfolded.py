@@ -21,6 +21,7 @@ the results' texts are read.
 
 from __future__ import annotations
 
+import heapq
 import re
 import sqlite3
 from array import array
@@ -28,6 +29,7 @@ from typing import Any
 
 from tiermem.runtime.episode_search import query_terms
 from tiermem.runtime.hotstore import database_key, item_clause
+from tiermem.runtime.unfolded_rows import newest_unfolded
 from tiermem.runtime.visibility import Principal
 
 SCAN_LIMIT = 400
@@ -111,14 +113,9 @@ def search_unfolded(
     if participant:
         where += " AND lower(w.user) = lower(?)"
         params.append(participant)
-    # The scan reads the index only (texts are fetched for turns not yet seen, and for the results).
-    rows = conn.execute(
-        "SELECT w.event_id, w.ts, w.user, w.item_id FROM wm_items w"
-        f" WHERE w.kind = 'interaction' AND {where}"
-        " AND NOT EXISTS (SELECT 1 FROM folded_turns t WHERE t.event_id = w.event_id)"
-        " ORDER BY w.ts DESC, w.item_id DESC LIMIT ?",
-        (*params, SCAN_LIMIT),
-    ).fetchall()
+    # The scan reads the index only (texts are fetched for turns not yet seen, and for the results);
+    # its rows are kept until a turn or a fold changes.
+    rows = newest_unfolded(conn, where, params, SCAN_LIMIT)
     db = database_key(conn)
     _TURNS.add(conn, db, [r[3] for r in rows if r[0] not in exclude])
     numbers = {
@@ -131,10 +128,12 @@ def search_unfolded(
     for term in terms:
         for n in _TURNS.holding(db, term, among):
             hits[n] = hits.get(n, 0) + 1
-    scored = [(-h, numbers[n], rows[numbers[n]]) for n, h in hits.items()]
-    scored.sort(key=lambda s: (s[0], s[1]))
-    best = scored[:limit]
-    texts = _texts(conn, [row[3] for _, _, row in best])
+    # Most hits, then newest: (-hits, rank) orders every turn (ranks are distinct), so the best few
+    # are taken without sorting them all (a query of common words hits nearly every scanned turn).
+    best = [
+        (neg, rows[rank]) for neg, rank in heapq.nsmallest(limit, [(-h, numbers[n]) for n, h in hits.items()])
+    ]
+    texts = _texts(conn, [row[3] for _, row in best])
     return [
         {
             "event_id": row[0],
@@ -144,7 +143,7 @@ def search_unfolded(
             "agent_response": texts[row[3]][1],
             "score": float(-neg),
         }
-        for neg, _, row in best
+        for neg, row in best
     ]
 
 
