@@ -35,7 +35,7 @@ import math
 import re
 import sqlite3
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -98,10 +98,16 @@ class _Episode(NamedTuple):
 _EPISODES: dict[int, _Episode] = {}
 
 
-def _forget(ref: weakref.ref[Prepared]) -> None:
-    for key, kept in list(_EPISODES.items()):
-        if kept.entry is ref:
+def _forgetter(key: int) -> Callable[[weakref.ref[Prepared]], None]:
+    """What drops episode `key`'s kept facts when its prepared episode goes (one lookup: a whole
+    cache of episodes let go at once must not cost a scan of all the others for each)."""
+
+    def forget(ref: weakref.ref[Prepared]) -> None:
+        kept = _EPISODES.get(key)
+        if kept is not None and kept.entry is ref:
             del _EPISODES[key]
+
+    return forget
 
 
 def _episode(entry: Prepared) -> _Episode:
@@ -111,7 +117,7 @@ def _episode(entry: Prepared) -> _Episode:
         if len(_EPISODES) > 4096:
             _EPISODES.clear()
         index = {(p.event_id, p.part): j for j, p in enumerate(entry.passages)}
-        ref = weakref.ref(entry, _forget)
+        ref = weakref.ref(entry, _forgetter(id(entry)))
         kept = _EPISODES[id(entry)] = _Episode(ref, index, [None] * len(entry.passages))
     return kept
 
@@ -145,7 +151,12 @@ def surroundings(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> li
     for item in head:
         entry = entries[str(item["episode_id"])]
         kept = _episode(entry)
-        at = kept.positions.get((item["event_id"], int(item["part"] or 0)), 0)
+        at = kept.positions.get((item["event_id"], int(item["part"] or 0)))
+        if at is None:
+            # The episode was read again since the search and no longer holds this passage (erased
+            # or replaced meanwhile): the passage keeps its place, with no word features to add.
+            out.append(Around(frozenset(), None, False, False, False, False, {}))
+            continue
         facts = kept.facts[at]
         if facts is None:
             facts = kept.facts[at] = _facts(entry, at)

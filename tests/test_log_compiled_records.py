@@ -191,3 +191,59 @@ def test_records_the_compiled_check_leaves_alone_go_on_to_the_python_paths() -> 
     # Years the Python path compares as strings of another length: never settled here.
     wide = LimitSettings(min_year=1970, max_year=10_000)
     assert compiled_records.check_interaction(interaction(1, event_id="a"), wide) is None
+
+
+def test_a_null_schema_version_is_refused_by_every_path() -> None:
+    from tiermem.errors import ValidationError
+
+    rec = interaction(1, event_id="n-1", ts="2026-03-01T10:00:00.000Z")
+    rec["schema_version"] = None
+    assert compiled_records.check_interaction(rec, LIMITS) is None
+    assert _fast_interaction(dict(rec), None, LIMITS) is None
+    with pytest.raises(ValidationError, match="schema_version"):
+        validate(dict(rec))
+
+
+def test_what_the_record_becomes_during_the_check_never_reaches_the_event() -> None:
+    # A collection during the check's allocations may run a finalizer that changes the record
+    # (or frees a value it held): the event must hold only values that were checked.
+    import gc
+
+    from tiermem import _records  # type: ignore[attr-defined]
+
+    rec: dict[str, Any] | None = None
+
+    class Changer:
+        cycle: Any = None
+
+        def __del__(self) -> None:
+            if rec is not None:
+                rec["user_message"] = "bad\x00nul"
+                rec["agent_response"] = "".join(["x", "y"])
+
+    accepted = 0
+    try:
+        for trial in range(600):
+            rec = {
+                "type": "interaction",
+                "event_id": "e1",
+                "ts": "2026-03-01T10:00:00.000Z",
+                "agent_id": "a",
+                "user_message": "hello",
+                "agent_response": "r" * (1 + trial % 5) + str(trial),
+            }
+            changer = Changer()
+            changer.cycle = [changer]  # garbage with a finalizer, collected at the next pass
+            del changer
+            gc.set_threshold(1 + trial % 7)
+            out = _records.check_interaction(262144, 1970, 2199, 1, rec)
+            gc.set_threshold(700)
+            rec = None
+            gc.collect()
+            if out is not None:
+                assert "\x00" not in out["user_message"]
+                assert out["response_length"] == len(out["agent_response"])
+                accepted += 1
+    finally:
+        gc.set_threshold(700)
+    assert accepted  # the check did settle these records

@@ -243,3 +243,49 @@ def test_processes_sending_the_same_ids_at_once_store_each_once(
     assert sum(stored) == 150
     counts = Counter(x for lines in _day_lines(settings).values() for x in lines)
     assert counts == Counter({f"s-{k}": 1 for k in range(150)})
+
+
+def test_ids_a_bulk_write_sent_to_the_index_are_duplicates_for_the_next_one_step_append(
+    tmp_path: Path, steady_count: list[int]
+) -> None:
+    # A bulk write on the same log pushes the writer's tail (its own ids with it) to the index
+    # while a one-step state is kept: the next append of one of those ids must be refused.
+    from tiermem.events import validate
+
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    log = EventLog(settings)
+    try:
+        ts = "2026-03-01T10:00:00.000Z"
+        for k in range(3):
+            log.append(interaction(k, event_id=f"a-{k}", ts=ts))
+        assert steady_count[0] >= 1  # the one-step path was in use
+        events = [validate(interaction(k, event_id=f"b-{k}", ts=ts)) for k in range(4100)]
+        log.append_encoded(
+            "interactions",
+            [e["event_id"] for e in events],
+            ["date=2026-03-01"] * len(events),
+            [orjson.dumps(e) + b"\n" for e in events],
+        )
+        assert log.append(interaction(7, event_id="b-5", ts=ts)).duplicate
+        assert log.append(interaction(8, event_id="a-1", ts=ts)).duplicate
+        assert not log.append(interaction(9, event_id="c-1", ts=ts)).duplicate
+    finally:
+        log.close()
+    assert Counter(i for ids in _day_lines(settings).values() for i in ids)["b-5"] == 1
+
+
+def test_a_writer_idle_after_a_one_step_append_holds_no_read_transaction_on_the_index(
+    tmp_path: Path, steady_count: list[int]
+) -> None:
+    # A read transaction kept open between appends would pin the index's write-ahead log (no
+    # checkpoint could reset it) for as long as the writer stays idle.
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    log = EventLog(settings)
+    try:
+        for k in range(4):
+            log.append(interaction(k, event_id=f"a-{k}", ts="2026-03-01T10:00:00.000Z"))
+        assert steady_count[0] >= 2
+        conns = [c for w in log._writers.values() for c in (w._conn, w._snap) if c is not None]
+        assert conns and not any(c.in_transaction for c in conns)
+    finally:
+        log.close()

@@ -136,3 +136,45 @@ def test_an_episode_that_cites_one_turn_twice_is_kept_whole() -> None:
     del entry, kept
     gc.collect()
     assert len(rerank_features._EPISODES) == before - 1
+
+
+def test_a_passage_gone_from_its_episode_since_the_search_gets_no_word_features(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Between the search and the reranker the episode was read again (its cache was full) and no
+    # longer holds the passage (erased meanwhile): the reranker must not fail the call.
+    class Empty:
+        passages: tuple[Any, ...] = ()
+
+    class Texts:
+        def prepared(self, conn: Any, key: Any, ids: list[str]) -> list[Any]:
+            return [Empty() for _ in ids]
+
+    monkeypatch.setattr(rerank_features, "TEXTS", Texts())
+    monkeypatch.setattr(rerank_features, "database_key", lambda conn: "k")
+    head = [_item("gone", "Ava", 1.0, episode_id="e1", event_id="t1", part=0)]
+    (around,) = rerank_features.surroundings(None, head)  # type: ignore[arg-type]
+    assert around.words == frozenset() and around.before is None and not around.prev_asks
+    assert word_features("What did Ava say?", head, [around]).shape == (1, len(WORD_FEATURES))
+
+
+def test_what_is_kept_of_many_episodes_goes_with_them_at_once() -> None:
+    @dataclass
+    class Passage:
+        event_id: str
+        part: int
+        speaker: str
+        text: str
+
+    class Episode:
+        def __init__(self, i: int) -> None:
+            self.passages = [Passage(f"t{i}", 0, "Ava", "hello")]
+
+    before = len(rerank_features._EPISODES)
+    entries = [Episode(i) for i in range(50)]
+    for entry in entries:
+        rerank_features._episode(entry)  # type: ignore[arg-type]
+    assert len(rerank_features._EPISODES) == before + 50
+    del entries, entry
+    gc.collect()
+    assert len(rerank_features._EPISODES) == before

@@ -91,3 +91,27 @@ def test_the_id_quoted_in_a_later_records_field_is_not_taken_for_the_first_copy(
         assert agent.record_turn("eve", "first words", "ok", event_id="q-1").event_id == "q-1"
         with pytest.raises(EventIdConflictError):
             agent.record_turn("eve", "later words", "ok", event_id="q-1")
+
+
+def test_one_sealed_event_is_found_by_its_id_as_the_whole_read_gives_it(settings: Settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The first copy in a sealed day is decoded from its row group alone: every row, in a file of
+    # several row groups, must come back exactly as reading the whole segment gives it.
+    import pyarrow.parquet as pq
+
+    from tiermem.sealed import parquet_event, parquet_events
+
+    with Memory(settings) as mem:
+        for i in range(10):
+            mem.agent(AGENT).record_turn("eve", f"turn {i} {CANARY}", "ok", event_id=f"s-{i}", ts=OLD_TS)
+        mem.forget(event="s-4", reason="test")
+        assert mem.seal().sealed_segments
+    (sealed,) = settings.log_dir.rglob("*.parquet")
+    regrouped = tmp_path / sealed.parent.parent.name / sealed.parent.name / sealed.name
+    regrouped.parent.mkdir(parents=True)
+    pq.write_table(pq.read_table(sealed), regrouped, row_group_size=3)
+    assert pq.ParquetFile(regrouped).num_row_groups == 4
+    whole = {e["event_id"]: e for e in parquet_events(regrouped, keep_erased=True)}
+    assert len(whole) == 10
+    for event_id, event in whole.items():
+        assert parquet_event(regrouped, event_id) == event
+    assert parquet_event(regrouped, "s-99") is None

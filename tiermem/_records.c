@@ -161,9 +161,29 @@ static int field_of(PyObject *name) {
     return code == NULL ? 0 : (int)PyLong_AsLong(code);
 }
 
-/* The record checked; 1 if it is settled here. Borrowed references to the fields the output needs. */
-static int settle(PyObject *rec, Py_ssize_t limit, int min_year, int max_year, long version, PyObject **eid,
-                  PyObject **answer, int *has_level, int *has_length, int *has_tools) {
+/* The fields a settled record holds, at most one each of the known ones. */
+#define MAX_KEPT 32
+
+typedef struct {
+    PyObject *key;   /* owned */
+    PyObject *value; /* owned: the value itself, or the checked copy of a usage dict or tools list */
+    int field;
+} Kept;
+
+static void release(Kept *kept, int n) {
+    for (int i = 0; i < n; i++) {
+        Py_DECREF(kept[i].key);
+        Py_DECREF(kept[i].value);
+    }
+}
+
+/* The record checked; 1 if it is settled here (0: the Python paths decide; an error may be set).
+ * Every field the output needs is taken into `kept` with a reference of its own as it is checked,
+ * and the output is built from `kept` alone: the record is read once, so nothing that runs during
+ * an allocation (a collection, a finalizer) can change what was checked or free what is used.
+ * Mutable values (usage, tools) are copied first and the copy is what is checked and stored. */
+static int settle(PyObject *rec, Py_ssize_t limit, int min_year, int max_year, long version, Kept *kept,
+                  int *n_kept, PyObject **eid, PyObject **answer, int *has_level, int *has_length, int *has_tools) {
     Py_ssize_t pos = 0;
     PyObject *k, *v, *ts = NULL, *agent = NULL, *message = NULL, *length = NULL;
     long long n;
@@ -172,9 +192,25 @@ static int settle(PyObject *rec, Py_ssize_t limit, int min_year, int max_year, l
         int f = field_of(k);
         if (f == 0) return 0; /* an unknown field goes to `extra`: the Python paths */
         if (v == Py_None) {
-            if (f == F_TYPE) return 0;
+            if (f == F_TYPE || f == F_SCHEMA_VERSION) return 0; /* the full path refuses a null version */
             continue; /* a known field left null is skipped */
         }
+        if (*n_kept >= MAX_KEPT) return 0;
+        PyObject *value = v;
+        if (f == F_USAGE) {
+            if (!PyDict_CheckExact(v)) return 0;
+            value = PyDict_Copy(v);
+        } else if (f == F_TOOLS_USED) {
+            if (!PyList_CheckExact(v)) return 0;
+            value = PyList_GetSlice(v, 0, PyList_GET_SIZE(v));
+        } else {
+            Py_INCREF(value);
+        }
+        if (value == NULL) return 0;
+        Py_INCREF(k);
+        kept[*n_kept] = (Kept){k, value, f};
+        (*n_kept)++;
+        v = value;
         switch (f) {
         case F_TYPE:
             if (!PyUnicode_CheckExact(v) || PyUnicode_CompareWithASCIIString(v, "interaction") != 0) return 0;
@@ -246,41 +282,23 @@ static int put(PyObject *out, PyObject *key, PyObject *value) {
     return rc;
 }
 
-static PyObject *check_interaction(PyObject *self, PyObject *args) {
-    PyObject *rec;
-    Py_ssize_t limit;
-    int min_year, max_year;
-    long version;
-    /* The record last, so that a caller can bind the limits once (functools.partial). */
-    if (!PyArg_ParseTuple(args, "niilO!", &limit, &min_year, &max_year, &version, &PyDict_Type, &rec)) return NULL;
-    PyObject *eid = NULL, *answer = NULL;
-    int has_level = 0, has_length = 0, has_tools = 0;
-    if (!settle(rec, limit, min_year, max_year, version, &eid, &answer, &has_level, &has_length, &has_tools)) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
+static PyObject *build(Kept *kept, int n_kept, long version, PyObject *eid, PyObject *answer, int has_level,
+                       int has_length, int has_tools) {
     PyObject *out = PyDict_New();
     if (out == NULL) return NULL;
     if (PyDict_SetItem(out, S_EVENT_ID, eid) < 0 || PyDict_SetItem(out, S_TYPE, S_INTERACTION) < 0 ||
         put(out, S_SCHEMA_VERSION, PyLong_FromLong(version)) < 0)
         goto fail;
-    Py_ssize_t pos = 0;
-    PyObject *k, *v;
-    while (PyDict_Next(rec, &pos, &k, &v)) {
-        if (v == Py_None) continue;
-        int f = field_of(k);
-        int rc;
+    for (int i = 0; i < n_kept; i++) {
+        int f = kept[i].field, rc;
+        PyObject *v = kept[i].value;
         if (f == F_TYPE || f == F_EVENT_ID || f == F_SCHEMA_VERSION) continue;
         if (f == F_LATENCY_MS && PyLong_CheckExact(v)) {
             double x = PyLong_AsDouble(v); /* float(value), as the Python path stores it */
             if (x == -1.0 && PyErr_Occurred()) goto fail;
-            rc = put(out, k, PyFloat_FromDouble(x));
-        } else if (f == F_USAGE) {
-            rc = put(out, k, PyDict_Copy(v));
-        } else if (f == F_TOOLS_USED) {
-            rc = put(out, k, PyList_GetSlice(v, 0, PyList_GET_SIZE(v)));
+            rc = put(out, kept[i].key, PyFloat_FromDouble(x));
         } else {
-            rc = PyDict_SetItem(out, k, v);
+            rc = PyDict_SetItem(out, kept[i].key, v);
         }
         if (rc < 0) goto fail;
     }
@@ -291,6 +309,27 @@ static PyObject *check_interaction(PyObject *self, PyObject *args) {
 fail:
     Py_DECREF(out);
     return NULL;
+}
+
+static PyObject *check_interaction(PyObject *self, PyObject *args) {
+    PyObject *rec;
+    Py_ssize_t limit;
+    int min_year, max_year;
+    long version;
+    /* The record last, so that a caller can bind the limits once (functools.partial). */
+    if (!PyArg_ParseTuple(args, "niilO!", &limit, &min_year, &max_year, &version, &PyDict_Type, &rec)) return NULL;
+    Kept kept[MAX_KEPT];
+    int n_kept = 0;
+    PyObject *eid = NULL, *answer = NULL, *out = NULL;
+    int has_level = 0, has_length = 0, has_tools = 0;
+    if (settle(rec, limit, min_year, max_year, version, kept, &n_kept, &eid, &answer, &has_level, &has_length,
+               &has_tools)) {
+        out = build(kept, n_kept, version, eid, answer, has_level, has_length, has_tools);
+    } else if (!PyErr_Occurred()) {
+        out = Py_NewRef(Py_None);
+    }
+    release(kept, n_kept);
+    return out;
 }
 
 static PyMethodDef METHODS[] = {

@@ -131,11 +131,15 @@ class _StreamWriter:
         return self._conn
 
     def snapshot(self) -> sqlite3.Cursor:
-        """A cursor in a read transaction of its own on the id index, begun afresh (`steady_append`)."""
+        """A cursor of its own on the id index for the one-step appends' lookups (`steady_append`).
+
+        Each lookup is its own read (no transaction is begun): a read transaction held from
+        one append to the next would pin the index's write-ahead log for as long as the
+        writer stays idle, and every other process's commits would grow it meanwhile.
+        """
         if self._snap is None:
             self._snap = open_index(self.log.root)
         self.end_snapshot()
-        self._snap.execute("BEGIN")  # deferred: the snapshot is taken at the first lookup
         return self._snap.cursor()
 
     def end_snapshot(self) -> None:
@@ -556,6 +560,9 @@ class EventLog(IndexFollower):
         sync: bool = True,
     ) -> tuple[list[tuple[str, int, list[int]]], list[int]]:
         """Write the non-duplicate events (stream lock held): ([(segment, first line, indexes)], duplicates)."""
+        # Whatever a one-step append kept no longer describes the writer once the full path has
+        # written (its tail may go to the index, its ids with it): `remember` decides afresh.
+        w.end_snapshot()
         by_partition: dict[str, list[int]] = {}
         for i, partition in enumerate(partitions):
             by_partition.setdefault(partition, []).append(i)

@@ -552,7 +552,8 @@ def _fast_value(name: str, value: Any, limits: LimitSettings) -> Any:
     """A field that is not a string, normalised as the full path would; None when that path must decide."""
     if value is None:
         # A known field left null is skipped; an unknown one is kept in `extra`, even when null.
-        return _SKIP if name in _FAST_KINDS else None
+        # A null schema version is refused by the full path ("expected 1"): it decides.
+        return _SKIP if name in _FAST_KINDS and name != "schema_version" else None
     kind = _FAST_KINDS.get(name)
     if kind is INT:
         if type(value) is not int or not -_INT64 <= value < _INT64:

@@ -80,12 +80,12 @@ def _find_line(data: mmap.mmap, size: int, event_id: str) -> dict[str, Any] | No
 def _in_parquet(path: Path, event_id: str) -> dict[str, Any] | None:
     if not path.exists():
         return None
-    from tiermem.sealed import parquet_events  # pyarrow only for sealed data
+    from tiermem.sealed import parquet_event  # pyarrow only for sealed data
 
-    for event in parquet_events(path, keep_erased=True):
-        if event.get("event_id") == event_id:
-            return ERASED if event.get(ERASED_MARK) else event
-    return None
+    event = parquet_event(path, event_id)
+    if event is None:
+        return None
+    return ERASED if event.get(ERASED_MARK) else event
 
 
 def same_turn(stored: dict[str, Any] | None, sent: dict[str, Any]) -> bool:

@@ -68,10 +68,17 @@ def unlock(fd: int) -> None:
     flock_now(fd, fcntl.LOCK_UN)  # never waits
 
 
+# Writes up to this size keep the lock: a record or a small group goes into the page cache in
+# microseconds. A larger one may wait (the kernel throttles writers when dirty pages pile up),
+# and a wait with the interpreter lock held would stop every other thread of the process.
+HELD_WRITE_MAX = 64 * 1024
+
+
 def write_all(fd: int, data: bytes) -> None:
-    """Write all of `data` (a write into the page cache: the lock is kept)."""
-    n = write_now(fd, data)
+    """Write all of `data`: with the lock kept when it is small (see `HELD_WRITE_MAX`)."""
+    write = write_now if len(data) <= HELD_WRITE_MAX else os.write
+    n = write(fd, data)
     if n != len(data):  # a short write: the rest, as many times as it takes
         view = memoryview(data)[n:]
         while view:
-            view = view[write_now(fd, view) :]
+            view = view[write(fd, view) :]

@@ -31,7 +31,33 @@ def _decode(kind: str, value: Any) -> Any:
 
 def parquet_events(path: Path, *, keep_erased: bool = False) -> Iterator[dict[str, Any]]:
     """Rows of a sealed segment back as event dicts, identical to what the JSONL line gave."""
-    table = pq.read_table(path)
+    yield from _table_events(pq.read_table(path), path, keep_erased=keep_erased)
+
+
+def parquet_event(path: Path, event_id: str) -> dict[str, Any] | None:
+    """The one row of `event_id` in a sealed segment (erased or not), or None.
+
+    Only the id column is read whole; the row itself is decoded from its row
+    group alone, so finding one event in a sealed day of a million costs a
+    column scan, not a million dicts.
+    """
+    import pyarrow.compute as pc
+
+    segment = pq.ParquetFile(path)
+    hits = pc.indices_nonzero(pc.equal(segment.read(columns=["event_id"]).column("event_id"), event_id))
+    if not len(hits):
+        return None
+    row = int(hits[0].as_py())
+    for group in range(segment.num_row_groups):
+        rows = segment.metadata.row_group(group).num_rows
+        if row < rows:
+            table = segment.read_row_group(group).slice(row, 1)
+            return next(_table_events(table, path, keep_erased=True), None)
+        row -= rows
+    return None
+
+
+def _table_events(table: Any, path: Path, *, keep_erased: bool) -> Iterator[dict[str, Any]]:
     stream = path.parent.parent.name
     kinds = {**stream_fields(stream), ERASED_MARK: BOOL} if stream in STREAMS else {}
     names = table.column_names

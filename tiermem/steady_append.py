@@ -31,12 +31,11 @@ While those hold, no id can have entered the index that this writer does not
 hold in its own tail: lines reach a segment only through a writer, which lists
 its segment before it holds ids in memory (the list would have moved) or, with
 a damaged or full list, indexes them as it writes (the list names more than
-this segment then); a line in this very segment is taken into the tail. So the id
-lookups of one steady run share one read transaction of the index, begun when
-the state is kept (its snapshot taken at the run's first lookup; no lock calls
-per lookup after that); it ends with the run, which lasts
-at most until the tail is due for the index (`TAIL_FLUSH_IDS`), so it never
-holds back the index's checkpoints for long.
+this segment then); a line in this very segment is taken into the tail. The id
+lookup is one autocommit read of the index on a connection of the writer's
+own: no read transaction is held from one append to the next, since a writer
+idle after its last append would otherwise hold back the index's checkpoints
+and let its write-ahead log grow with every other process's commits.
 
 Then it writes, syncs and adds the id to the tail, which is what the full path
 would have done. Anything else (a duplicate included) returns None, with the
@@ -137,7 +136,7 @@ class Steady:
         self.fd = fd
         self.tail = tail
         self.lag = lag  # the lag list's page, mapped
-        self.cursor = cursor  # in the run's read transaction of the index
+        self.cursor = cursor  # on the index, for the lookups (each its own read)
         self.max_bytes = max_bytes
 
 
@@ -183,16 +182,16 @@ def append_steady(
         return None
     found = _unmoved(log, w, s, 1) if str(event["ts"]).startswith(s.day) else None
     if found is None:
-        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        w.end_snapshot()  # the full path decides: the kept state goes
         return None
     tail, end, first_line = found
     eid = event["event_id"]
     if s.cursor.execute(_LOOKUP, (eid,)).fetchall():
-        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        w.end_snapshot()  # the full path decides: the kept state goes
         return None
     for held in w.tails.values():
         if eid in held.ids:
-            w.end_snapshot()  # the full path decides: the kept state and its transaction go
+            w.end_snapshot()  # the full path decides: the kept state goes
             return None
     line = orjson.dumps(event) + b"\n"
     _write(log, w, s, line, end, sync)
@@ -218,20 +217,20 @@ def append_steady_many(
         or not all(str(event["ts"]).startswith(day) for event in events)
         or len(set(ids)) != len(ids)
     ):
-        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        w.end_snapshot()  # the full path decides: the kept state goes
         return None
     found = _unmoved(log, w, s, len(ids))
     if found is None:
-        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        w.end_snapshot()  # the full path decides: the kept state goes
         return None
     tail, end, first_line = found
     marks = ",".join("?" * len(ids))
     if s.cursor.execute(f"SELECT 1 FROM event_ids WHERE event_id IN ({marks}) LIMIT 1", ids).fetchall():
-        w.end_snapshot()  # the full path decides: the kept state and its transaction go
+        w.end_snapshot()  # the full path decides: the kept state goes
         return None
     for held in w.tails.values():
         if not held.ids.isdisjoint(ids):
-            w.end_snapshot()  # the full path decides: the kept state and its transaction go
+            w.end_snapshot()  # the full path decides: the kept state goes
             return None
     payload = b"".join([orjson.dumps(event) + b"\n" for event in events])
     _write(log, w, s, payload, end, sync)
