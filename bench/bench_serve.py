@@ -309,6 +309,16 @@ def main() -> int:
             load_after = os.getloadavg()[0]
         finally:
             server.stop(timeout=60)
+        if any(str(code).startswith("5") for code in result.get("errors", {})):
+            # A server error is a defect, not noise: show what the server said about it.
+            log = server.log()
+            at = log.find("Traceback")
+            print(
+                f"server errors {result['errors']}; the server's log:\n{log[at - 2000 if at > 2000 else 0 :]}"[
+                    :20000
+                ],
+                file=sys.stderr,
+            )
         fsync_after = fsync_rate(Path(tmp))
         with Memory(settings) as mem:
             rows = mem.query(
