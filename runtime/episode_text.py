@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from tiermem.runtime.hotstore import erasure_mark
 from tiermem.runtime.passage_columns import JoinedTexts, PassageColumns, WordNumbers, dedup_words
 
 from tiermem.attachments import split_described
@@ -290,6 +291,7 @@ class EpisodeTexts:
         # The databases with long episodes prepared (indexed): where ranking them per word pays
         # (runtime.fts_ranks).
         self.long_dbs: set[str] = set()
+        self.erased: dict[str, int] = {}  # database -> its erasure mark when its entries were read
 
     @property
     def passages(self) -> int:
@@ -310,6 +312,12 @@ class EpisodeTexts:
         """
         if self.passages > MAX_PASSAGES or self.heads.size > MAX_PASSAGES or self.chars > MAX_CHARS:
             self.clear()  # before looking: every episode asked for is then prepared again
+        # An erasure since this store's entries were read: everything goes (erasures are rare), so
+        # that no erased text stays in this process, served or not.
+        mark = erasure_mark(conn)
+        if self.erased.get(db, mark) != mark:
+            self.clear()
+        self.erased[db] = mark
         stale = {
             e
             for e, name in zip(episode_ids, names or (), strict=False)

@@ -376,6 +376,19 @@ def change_count(conn: sqlite3.Connection, counter: str) -> tuple[int, str]:
     return int(cookie), str(row[0]) if row else "0"
 
 
+def erasure_mark(conn: Any) -> int:
+    """How far the store's erasures have gone (they are only ever added): a per-process cache of
+    texts read before a larger mark drops them, so that erased words do not stay in memory even
+    where no search would serve them any more."""
+    if isinstance(conn, sqlite3.Connection):
+        row = conn.execute("SELECT max(rowid) FROM erasures").fetchone()
+    elif getattr(conn, "episode_index", None) is not None:  # another backend (PostgreSQL)
+        row = conn.execute("SELECT count(*) FROM erasures").fetchone()
+    else:  # no store behind it (a stand-in that serves episodes only): nothing was erased
+        return 0
+    return int(row[0] or 0)
+
+
 def database_key(conn: Any) -> str:
     """Which store a connection reads, for the per-process caches keyed by it (several may be open).
 

@@ -28,7 +28,7 @@ from array import array
 from typing import Any
 
 from tiermem.runtime.episode_search import query_terms
-from tiermem.runtime.hotstore import database_key, item_clause
+from tiermem.runtime.hotstore import database_key, erasure_mark, item_clause
 from tiermem.runtime.unfolded_rows import newest_unfolded
 from tiermem.runtime.visibility import Principal
 
@@ -58,9 +58,14 @@ class _TurnWords:
         self.by_word: dict[tuple[str, str], array[int]] = {}  # (database, word) -> turn numbers
         self.by_head: dict[tuple[str, str], set[str]] = {}  # (database, first PREFIX_MIN letters) -> words
         self.postings = 0
+        self.erased: dict[str, int] = {}  # database -> its erasure mark when its turns were read
 
     def add(self, conn: sqlite3.Connection, db: str, item_ids: list[str]) -> None:
         """Index the turns among `item_ids` not met yet (their texts read in one pass)."""
+        mark = erasure_mark(conn)  # an erasure since: every word goes, the erased turn's with them
+        if self.erased.get(db, mark) != mark:
+            self.clear()
+        self.erased[db] = mark
         missing = [i for i in item_ids if (db, i) not in self.turns]
         if not missing:
             return
