@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -86,6 +87,20 @@ WORDS = [
 ODD = ["café", "naïve", "foo_bar", "don't", "paint_job", "x2", "ÉCOLE", "straße", "paintérique"]
 
 
+class EpisodeRows:
+    """What `EpisodeTexts.prepared` asks of a connection, answered from `rows` (episode id, quotes,
+    name, summary, start); the ids of each read are kept in `read`."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = list(rows)
+        self.read: list[list[str]] = []
+
+    def execute(self, sql: str, ids: list[str]) -> Any:
+        self.read.append(list(ids))
+        found = [r for r in self.rows if r[0] in ids]
+        return SimpleNamespace(fetchall=lambda: found)
+
+
 def _text(rng: random.Random, n: int) -> str:
     words = [rng.choice(WORDS if rng.random() > 0.1 else ODD) for _ in range(n)]
     out, sentence = [], []
@@ -128,15 +143,7 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
     said = "2023-05-08T13:56:00Z"
     rows = [(f"ep{i}", raw.decode(), f"Name {i}", _text(rng, 12), said) for i, raw in enumerate(raws)]
 
-    class Conn:  # what `prepared` asks of a connection: quotes, name, summary of the missing episodes
-        def execute(self, sql: str, ids: list[str]) -> Any:
-            class Cursor:
-                def fetchall(self) -> list[tuple[str, str, str, str, str]]:
-                    return [r for r in rows if r[0] in ids]
-
-            return Cursor()
-
-    entries = texts.prepared(Conn(), "db", [r[0] for r in rows])  # type: ignore[arg-type]
+    entries = texts.prepared(EpisodeRows(rows), "db", [r[0] for r in rows])  # type: ignore[arg-type]
     assert {e.start >= 0 for e in entries} == {True, False}  # long episodes indexed, short ones not
     # A long episode's relative dates are resolved when it is prepared, against its start: those
     # of the text itself (a short one's when a search first shows them).
@@ -184,7 +191,7 @@ def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
         "",
         said,
     )
-    again = texts.prepared(Conn(), "db", ["ep3", "ep1"], ["renamed", None])  # type: ignore[arg-type]
+    again = texts.prepared(EpisodeRows(rows), "db", ["ep3", "ep1"], ["renamed", None])  # type: ignore[arg-type]
     assert list(again[0].lowered) == ["quite different words"] and again[1] is entries[1]
     assert texts.head_counts(again, [("renamed",), ("name",)]).tolist() == [[1, 0], [0, 1]]
     twice = [again[1], again[0], again[1]]
@@ -573,27 +580,18 @@ def test_prepared_episodes_are_dropped_before_looking_when_the_cache_is_full(
         )
         for i in range(6)
     }
-    read: list[list[str]] = []
-
-    class Conn:
-        def execute(self, sql: str, ids: list[str]) -> Any:
-            read.append(list(ids))
-
-            class Cursor:
-                def fetchall(self) -> list[tuple[str, str, str, str, str]]:
-                    return [rows[i] for i in ids]
-
-            return Cursor()
+    conn = EpisodeRows(list(rows.values()))
+    read = conn.read
 
     texts = EpisodeTexts()
-    first = texts.prepared(Conn(), "db", ["ep0", "ep1"])  # type: ignore[arg-type]
+    first = texts.prepared(conn, "db", ["ep0", "ep1"])  # type: ignore[arg-type]
     monkeypatch.setattr(episode_text, "MAX_PASSAGES", texts.passages - 1)
-    again = texts.prepared(Conn(), "db", ["ep1", "ep2"])  # type: ignore[arg-type]
+    again = texts.prepared(conn, "db", ["ep1", "ep2"])  # type: ignore[arg-type]
     assert read[-1] == ["ep1", "ep2"]  # ep1 read again: the drop came first
     assert again[0] is not first[1] and list(again[0].lowered) == list(first[1].lowered)
     assert texts.head_counts(again, [("name",), ("2",)]).tolist() == [[1, 0], [1, 1]]
     monkeypatch.setattr(episode_text, "MAX_PASSAGES", 10**6)
-    assert texts.prepared(Conn(), "db", ["ep2", "ep1"]) == [again[1], again[0]]  # type: ignore[arg-type]
+    assert texts.prepared(conn, "db", ["ep2", "ep1"]) == [again[1], again[0]]  # type: ignore[arg-type]
     assert len(read) == 2
 
 
@@ -623,28 +621,20 @@ def test_a_large_preparation_ends_with_one_full_collection(monkeypatch: pytest.M
         for i in range(12)
     ]
 
-    class Conn:
-        def execute(self, sql: str, ids: list[str]) -> Any:
-            class Cursor:
-                def fetchall(self) -> list[tuple[Any, ...]]:
-                    return [r for r in rows if r[0] in ids]
-
-            return Cursor()
-
     collected: list[int] = []
     monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
     texts = EpisodeTexts()
-    first = texts.prepared(Conn(), "db", ["ep0", "ep1"])  # type: ignore[arg-type]
+    first = texts.prepared(EpisodeRows(rows), "db", ["ep0", "ep1"])  # type: ignore[arg-type]
     monkeypatch.setattr(episode_text, "SETTLE_PASSAGES", sum(e.passages.n for e in first) + 1)
     assert collected == []  # two episodes: below the bound
-    texts.prepared(Conn(), "db", [f"ep{i}" for i in range(2, 8)])  # type: ignore[arg-type]
+    texts.prepared(EpisodeRows(rows), "db", [f"ep{i}" for i in range(2, 8)])  # type: ignore[arg-type]
     assert collected == [1]
-    texts.prepared(Conn(), "db", [f"ep{i}" for i in range(8)])  # type: ignore[arg-type]
+    texts.prepared(EpisodeRows(rows), "db", [f"ep{i}" for i in range(8)])  # type: ignore[arg-type]
     assert collected == [1]  # nothing new prepared
     was = gc.isenabled()
     gc.disable()
     try:
-        texts.prepared(Conn(), "db", [f"ep{i}" for i in range(8, 12)])  # type: ignore[arg-type]
+        texts.prepared(EpisodeRows(rows), "db", [f"ep{i}" for i in range(8, 12)])  # type: ignore[arg-type]
     finally:
         if was:
             gc.enable()
@@ -662,16 +652,8 @@ def test_one_search_numbers_every_word_set_in_one_vocabulary() -> None:
         for i, n in enumerate([400, 8, 300, 5])
     ]
 
-    class Conn:
-        def execute(self, sql: str, ids: list[str]) -> Any:
-            class Cursor:
-                def fetchall(self) -> list[tuple[Any, ...]]:
-                    return [r for r in rows if r[0] in ids]
-
-            return Cursor()
-
     texts = EpisodeTexts()
-    entries = texts.prepared(Conn(), "db", [r[0] for r in rows])  # type: ignore[arg-type]
+    entries = texts.prepared(EpisodeRows(rows), "db", [r[0] for r in rows])  # type: ignore[arg-type]
     assert {e.start >= 0 for e in entries} == {True, False}
     started = texts.numbers
     before = [texts.dedup(e, started) for e in entries]
