@@ -109,24 +109,24 @@ def test_the_words_reranker_needs_no_embedder_and_a_cosine_model_does() -> None:
     assert Reranker(None, MODELS["words"], 10).reorder(None, "q", one) == one  # type: ignore[arg-type]
 
 
+@dataclass
+class _Passage:
+    event_id: str
+    part: int
+    speaker: str
+    text: str
+
+
+class _Episode:
+    """A prepared episode as the reranker's features read it: its passages."""
+
+    def __init__(self, passages: list[_Passage]) -> None:
+        self.passages = passages
+
+
 def test_an_episode_that_cites_one_turn_twice_is_kept_whole() -> None:
     # The same turn quoted twice in an episode: two passages, one (event id, part).
-    @dataclass
-    class Passage:
-        event_id: str
-        part: int
-        speaker: str
-        text: str
-
-    class Episode:
-        def __init__(self) -> None:
-            self.passages = [
-                Passage("t1", 0, "Ava", "Is it raining?"),
-                Passage("t1", 0, "Ava", "Is it raining?"),
-            ]
-            self.keys: list[frozenset[str] | None] = [None, None]
-
-    entry = Episode()
+    entry = _Episode([_Passage("t1", 0, "Ava", "Is it raining?"), _Passage("t1", 0, "Ava", "Is it raining?")])
     kept = rerank_features._episode(entry)  # type: ignore[arg-type]
     assert len(kept.facts) == 2 and kept.positions[("t1", 0)] == 1
     facts = rerank_features._facts(entry, 1)  # type: ignore[arg-type]
@@ -159,19 +159,8 @@ def test_a_passage_gone_from_its_episode_since_the_search_gets_no_word_features(
 
 
 def test_what_is_kept_of_many_episodes_goes_with_them_at_once() -> None:
-    @dataclass
-    class Passage:
-        event_id: str
-        part: int
-        speaker: str
-        text: str
-
-    class Episode:
-        def __init__(self, i: int) -> None:
-            self.passages = [Passage(f"t{i}", 0, "Ava", "hello")]
-
     before = len(rerank_features._EPISODES)
-    entries = [Episode(i) for i in range(50)]
+    entries = [_Episode([_Passage(f"t{i}", 0, "Ava", "hello")]) for i in range(50)]
     for entry in entries:
         rerank_features._episode(entry)  # type: ignore[arg-type]
     assert len(rerank_features._EPISODES) == before + 50
