@@ -33,6 +33,14 @@ from tiermem.runtime.passages import PASSAGE_CHARS, Passage, split_text
 DEDUP_WORD = re.compile(r"[a-z0-9]+")
 
 
+def _position(j: int, n: int) -> int:
+    """Index `j` of a sequence of `n` as a list reads it (negative from the end), or IndexError."""
+    at = j + n if j < 0 else j
+    if not 0 <= at < n:
+        raise IndexError(j)
+    return at
+
+
 class JoinedTexts(Sequence[str]):
     """Texts kept as one string and their boundaries: text j is `joined[at[j]:at[j + 1]]`."""
 
@@ -55,11 +63,7 @@ class JoinedTexts(Sequence[str]):
     def __getitem__(self, j: int | slice) -> str | list[str]:
         if isinstance(j, slice):
             return [self[k] for k in range(*j.indices(len(self)))]
-        n = len(self)
-        if j < 0:
-            j += n
-        if not 0 <= j < n:
-            raise IndexError(j)
+        j = _position(j, len(self))
         return self.joined[self.at[j] : self.at[j + 1]]
 
     def __iter__(self) -> Iterator[str]:
@@ -112,11 +116,7 @@ class PassageColumns(Sequence[Passage]):
     def __getitem__(self, j: int | slice) -> Passage | list[Passage]:
         if isinstance(j, slice):
             return [self[k] for k in range(*j.indices(len(self)))]
-        n = len(self)
-        if j < 0:
-            j += n
-        if not 0 <= j < n:
-            raise IndexError(j)
+        j = _position(j, len(self))
         q = int(self.quote[j])
         return Passage(
             idx=j,
