@@ -155,7 +155,8 @@ def _exact_check(line: bytes) -> None:
         json.loads(line, object_pairs_hook=_no_duplicates, parse_int=_int64)
     except _Duplicate as dup:
         key = str(dup.args[0])
-        shown = key if len(key) <= 60 else key[:57] + "..."
+        # The field names the key; an empty key is named as written, so the field is never blank.
+        shown = (key if len(key) <= 60 else key[:57] + "...") or '""'
         raise ValidationError(
             shown, "duplicate key in one object (which value was meant is ambiguous)"
         ) from None

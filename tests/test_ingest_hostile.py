@@ -222,3 +222,15 @@ def test_fuzzed_files_never_raise_and_account_for_every_line(
         assert all(r["reason"] and r["field"] and 1 <= r["line"] <= len(lines) for r in rejects)
         rejected_lines = {r["line"] for r in rejects}
         assert len(rejected_lines) == len(rejects) and not rejected_lines & good_lines
+
+
+def test_a_repeated_empty_key_is_named_in_the_reject(tmp_path: Path) -> None:
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    src = tmp_path / "f.jsonl"
+    src.write_bytes(
+        b'{"event_id":"x1","type":"interaction","agent_id":"a","ts":"2026-02-01T00:00:00Z",'
+        b'"user_message":"hi","agent_response":"yo","metadata":{"":null,"":"z"}}\n'
+    )
+    info = ingest_file(settings, src, progress=False, workers=0)
+    (reject,) = rejects_of(settings, str(src))
+    assert info.rejected == 1 and reject["field"] == '""' and "duplicate key" in reject["reason"]
