@@ -406,8 +406,27 @@ def _commit(batch: list[GroupRequest], sync: SharedSync, write: WriteFn, queue: 
             r.results = results[pos : pos + len(r.events)]
             pos += len(r.events)
     finally:
-        for point in points:
+        try:
+            _close_points(points, batch)
+        finally:
+            # Whatever failed above, every follower wakes (with the group's error, if any):
+            # a follower left asleep would wait for ever.
+            for r in batch[1:]:
+                r.done = True
+                r.wake.release()
+
+
+def _close_points(points: list[SyncPoint], batch: list[GroupRequest]) -> None:
+    """Close the group's descriptors, every one even if one fails; a failure reaches every caller
+    of the group that has no error yet (its records were synced, but the call did not end cleanly)."""
+    failed: OSError | None = None
+    for point in points:
+        try:
             heldio.close_now(point.fd)
-        for r in batch[1:]:
-            r.done = True
-            r.wake.release()
+        except OSError as exc:
+            failed = failed or exc
+    if failed is not None:
+        error = StorageError(f"closing a synced segment of this write: {os_reason(failed)}")
+        for r in batch:
+            if r.error is None:
+                r.error = error
