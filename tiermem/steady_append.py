@@ -16,10 +16,17 @@ page and one `stat` (relative to the partition's folder), that nothing has moved
 since:
 
 - the lag list is byte for byte the record the full path last read (every
-  change moves its generation on), and it names this segment alone: so no
-  other tail needs catching up, no seal has begun on this segment (a seal
-  unlists a segment before it marks it), and this segment's lines past the
-  indexed offset are this writer's own tail;
+  change moves its generation on), and it names this segment: so no seal has
+  begun on this segment (a seal unlists a segment before it marks it), and this
+  segment's lines past the indexed offset are this writer's own tail;
+- every other segment it names is as the full path left it: the same inode,
+  exactly as long (one more `stat` each). Those are the tails a writer of this
+  process still holds (the day before's segment after midnight, another stream's
+  segment), and while their files have not grown, what the full path read of
+  them still holds: the ids past the index's offset are in this writer's tails,
+  or the index covers the file to its end. A list that named this segment alone
+  would make the one step stop at a writer's first midnight or first event in
+  another stream, until a seal or a restart emptied it;
 - the file under the segment's name is the inode this writer holds, exactly as
   long as this writer left it, or longer by whole lines other processes
   appended, which it takes into its tail (`IndexFollower.absorb`): nobody
@@ -58,7 +65,7 @@ from tiermem.appended import AppendResult
 from tiermem.errors import StorageError, os_reason
 from tiermem.eventlog_index import TAIL_FLUSH_IDS, Tail
 from tiermem.groupcommit import forget_synced
-from tiermem.idindex import LagList
+from tiermem.idindex import LagList, indexed_offset
 from tiermem.settings import Settings
 
 
@@ -75,6 +82,7 @@ class _StreamWriter(Protocol):
     paths: dict[str, tuple[str, str, str]]
     fds: dict[str, int]
 
+    def index(self) -> sqlite3.Connection: ...
     def partition_dir(self, partition: str) -> int: ...
     def forget_partition_dir(self, partition: str) -> None: ...
     def snapshot(self) -> sqlite3.Cursor: ...
@@ -96,6 +104,9 @@ class EventLog(Protocol):
 
 _LOOKUP = "SELECT 1 FROM event_ids WHERE event_id = ?"
 _MANY = 500  # at most this many ids in one lookup (SQLite's limit on a statement's variables is higher)
+# At most this many other listed segments are looked at per one-step append (one `stat` each);
+# with more, the full path runs.
+_OTHERS_MAX = 8
 
 
 class Steady:
@@ -109,6 +120,7 @@ class Steady:
         "lag",
         "max_bytes",
         "name",
+        "others",
         "partition",
         "raw",
         "segment",
@@ -126,6 +138,7 @@ class Steady:
         lag: mmap.mmap,
         cursor: sqlite3.Cursor,
         max_bytes: int,
+        others: tuple[tuple[str, tuple[int, int]], ...],
     ) -> None:
         self.raw = raw  # the lag list's record, as the full path read it
         self.partition = partition
@@ -138,6 +151,8 @@ class Steady:
         self.lag = lag  # the lag list's page, mapped
         self.cursor = cursor  # on the index, for the lookups (each its own read)
         self.max_bytes = max_bytes
+        # The other listed segments: (path, (inode, size)) as the full path left them.
+        self.others = others
 
 
 def remember(log: EventLog, w: _StreamWriter, segment: str, partition: str) -> None:
@@ -151,24 +166,53 @@ def remember(log: EventLog, w: _StreamWriter, segment: str, partition: str) -> N
         tail is None
         or lag is None
         or listed is None
-        or len(listed) != 1
+        or len(listed) > _OTHERS_MAX + 1
         or segment not in listed
         # The seal marks were checked under this very lag record (see `segment_for`).
         or w.checked.get(partition) is not w.lag_raw
         or w.active.get(partition) != segment.rsplit("/", 1)[1]
     ):
         return
+    dir_fd = w.partition_dir(partition)
+    others = _others_as_left(log, w, dir_fd, listed - {segment})
+    if others is None:
+        return
     w.steady = Steady(
         w.lag_raw,
         partition,
         segment,
-        w.partition_dir(partition),
+        dir_fd,
         w.fds[partition],
         tail,
         lag,
         w.snapshot(),
         log.settings.segment_max_bytes,
+        others,
     )
+
+
+def _others_as_left(
+    log: EventLog, w: _StreamWriter, dir_fd: int, segments: frozenset[str]
+) -> tuple[tuple[str, tuple[int, int]], ...] | None:
+    """(path, (inode, size)) of each other listed segment whose lines past the index's offset
+    this writer's checks already see: the writer's own tail of it (this stream's lock is held,
+    so only another process can have grown it since), or the index to the file's end (the full
+    path just caught it up). None when one of them is neither: the full path decides each time.
+    """
+    out = []
+    for other in sorted(segments):
+        path = str(log.root / f"{other}.jsonl")
+        st = heldio.stat_at(dir_fd, path)  # an absolute path: the folder is not used
+        if st is None:
+            return None  # sealed meanwhile: the list changes with the next change to it
+        tail = w.tails.get(other)
+        if tail is not None:
+            if (tail.ino, tail.end) != st:
+                return None
+        elif indexed_offset(w.index(), other) != st[1]:
+            return None
+        out.append((path, st))
+    return tuple(out)
 
 
 def append_steady(
@@ -247,6 +291,9 @@ def _unmoved(log: EventLog, w: _StreamWriter, s: Steady, adding: int) -> tuple[T
     segment = s.segment
     if w.tails.get(segment) is not tail or len(tail.ids) + adding >= TAIL_FLUSH_IDS or s.lag[:] != s.raw:
         return None
+    for path, left in s.others:
+        if heldio.stat_at(s.dir_fd, path) != left:  # grown, replaced or gone since: not as left
+            return None
     st = heldio.stat_at(s.dir_fd, s.name)
     if st is None:  # sealed, or the folder itself went: the full path sees to it
         w.forget_partition_dir(s.partition)
