@@ -632,5 +632,7 @@ def test_a_close_failing_after_the_sync_still_wakes_every_follower_with_the_erro
         th.join(timeout=60)  # a follower left asleep never returns: fail, do not hang
     assert not any(th.is_alive() for th in group), "a follower was never woken"
     assert outcome["first"] == "ok" and len(opened) == 1
-    assert {outcome[f"f{i}"] for i in range(3)} == {"closing a synced segment of this write: input/output error"}
+    assert {outcome[f"f{i}"] for i in range(3)} == {
+        "closing a synced segment of this write: input/output error"
+    }
     assert not queue.leader and not queue.waiting

@@ -48,15 +48,23 @@ Then it writes, syncs and adds the id to the tail, which is what the full path
 would have done. Anything else (a duplicate included) returns None, with the
 kept state dropped and nothing else changed, and the caller takes the full path
 under the same locks.
+
+With the compiled module (`_steady.c`) the looks, the lookup, the write and the
+flush of one event are one call: a caller that sleeps through each flush finds
+the interpreter's caches cold at every append, and each Python step between the
+lock and the flush then costs several times its warm price. When that call
+finds anything not as it was left, nothing is done and the Python steps below
+decide, as without the module.
 """
 
 from __future__ import annotations
 
+import importlib
 import mmap
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import orjson
 
@@ -65,8 +73,14 @@ from tiermem.appended import AppendResult
 from tiermem.errors import StorageError, os_reason
 from tiermem.eventlog_index import TAIL_FLUSH_IDS, Tail
 from tiermem.groupcommit import forget_synced
-from tiermem.idindex import LagList, indexed_offset
+from tiermem.idindex import INDEX_NAME, LagList, indexed_offset
 from tiermem.settings import Settings
+
+_steady: Any
+try:
+    _steady = importlib.import_module("tiermem._steady")
+except ImportError:  # built without a C compiler or without SQLite's header
+    _steady = None
 
 
 class _StreamWriter(Protocol):
@@ -81,6 +95,7 @@ class _StreamWriter(Protocol):
     active: dict[str, str]
     paths: dict[str, tuple[str, str, str]]
     fds: dict[str, int]
+    fast_index: Any  # the compiled lookup's connection (`_steady.Index`), opened on first use
 
     def index(self) -> sqlite3.Connection: ...
     def partition_dir(self, partition: str) -> int: ...
@@ -115,6 +130,7 @@ class Steady:
     __slots__ = (
         "cursor",
         "day",
+        "fast",
         "dir_fd",
         "fd",
         "lag",
@@ -125,6 +141,7 @@ class Steady:
         "raw",
         "segment",
         "tail",
+        "tail_sets",
     )
 
     def __init__(
@@ -139,6 +156,8 @@ class Steady:
         cursor: sqlite3.Cursor,
         max_bytes: int,
         others: tuple[tuple[str, tuple[int, int]], ...],
+        fast: Any,
+        tail_sets: tuple[set[str], ...],
     ) -> None:
         self.raw = raw  # the lag list's record, as the full path read it
         self.partition = partition
@@ -153,6 +172,10 @@ class Steady:
         self.max_bytes = max_bytes
         # The other listed segments: (path, (inode, size)) as the full path left them.
         self.others = others
+        self.fast = fast  # the compiled lookup's connection, or None: the Python steps alone
+        # The id sets of the writer's tails: new tails appear only on the full path, which keeps
+        # a new state (or none) after it.
+        self.tail_sets = tail_sets
 
 
 def remember(log: EventLog, w: _StreamWriter, segment: str, partition: str) -> None:
@@ -188,7 +211,20 @@ def remember(log: EventLog, w: _StreamWriter, segment: str, partition: str) -> N
         w.snapshot(),
         log.settings.segment_max_bytes,
         others,
+        _fast_index(log, w),
+        tuple(t.ids for t in w.tails.values()),
     )
+
+
+def _fast_index(log: EventLog, w: _StreamWriter) -> Any:
+    if _steady is None:
+        return None
+    if w.fast_index is None:
+        try:
+            w.fast_index = _steady.Index(str(log.root / INDEX_NAME))
+        except OSError:
+            return None  # the Python steps do without it
+    return w.fast_index
 
 
 def _others_as_left(
@@ -224,6 +260,10 @@ def append_steady(
     s = w.steady
     if s is None:
         return None
+    if s.fast is not None:
+        done = _append_compiled(log, w, s, event, sync)
+        if done is not None:
+            return done
     found = _unmoved(log, w, s, 1) if str(event["ts"]).startswith(s.day) else None
     if found is None:
         w.end_snapshot()  # the full path decides: the kept state goes
@@ -245,6 +285,58 @@ def append_steady(
     log._indexed_to[s.segment] = (tail.ino, end)
     tail.ids.add(eid)
     return AppendResult(eid, w.stream, s.segment, first_line)
+
+
+def _append_compiled(
+    log: EventLog, w: _StreamWriter, s: Steady, event: dict[str, Any], sync: bool
+) -> AppendResult | None:
+    """`append_steady` in one compiled call; None when it found something moved (nothing done)."""
+    tail = s.tail
+    segment = s.segment
+    end = tail.end
+    counted = log._line_counts.get(segment)
+    eid = event["event_id"]
+    if (
+        counted is None
+        or counted[0] != tail.ino
+        or counted[1] != end
+        or w.tails.get(segment) is not tail
+        or len(tail.ids) + 1 >= TAIL_FLUSH_IDS
+        or not str(event["ts"]).startswith(s.day)
+        or type(eid) is not str
+    ):
+        return None
+    try:
+        n = _steady.append_one(
+            s.fast,
+            s.lag,
+            s.raw,
+            s.others,
+            s.dir_fd,
+            s.name,
+            tail.ino,
+            end,
+            s.max_bytes,
+            eid,
+            s.tail_sets,
+            orjson.dumps,
+            event,
+            s.fd,
+            os.fsync if sync and log.settings.fsync != "none" else None,
+        )
+    except OSError as exc:  # the flush's (the write's is answered below)
+        _sync_failed(w, s, exc)
+    if type(n) is not int:
+        _write_failed(log, w, s, end, OSError(n[1], os.strerror(n[1])))
+    if n < 0:
+        return None
+    first_line = counted[2]
+    end += n
+    log._line_counts[segment] = (tail.ino, end, first_line + 1)
+    tail.end = end
+    log._indexed_to[segment] = (tail.ino, end)
+    tail.ids.add(eid)
+    return AppendResult(eid, w.stream, segment, first_line)
 
 
 def append_steady_many(
@@ -322,23 +414,31 @@ def _written(log: EventLog, s: Steady, tail: Tail, end: int, lines: int) -> None
 
 def _write(log: EventLog, w: _StreamWriter, s: Steady, line: bytes, end: int, sync: bool) -> None:
     """The line written at `end` and, unless told otherwise, synced; on failure, as `_write_durably`."""
-    segment = s.segment
     try:
         heldio.write_all(s.fd, line)
     except OSError as exc:
-        durable_files.cut_to_whole_lines(s.fd, end)
-        # Another process's fsync may have recorded a size that counts the cut bytes.
-        forget_synced(log.root / w.stream / ".sync")
-        log.forget_segment(segment)
-        w.end_snapshot()
-        raise StorageError(
-            f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
-        ) from exc
+        _write_failed(log, w, s, end, exc)
     if sync and log.settings.fsync != "none":
         try:
             os.fsync(s.fd)
         except OSError as exc:
-            w.end_snapshot()
-            raise StorageError(
-                f"syncing {segment}.jsonl to disk: {os_reason(exc)}; the records of this write may not be durable"
-            ) from exc
+            _sync_failed(w, s, exc)
+
+
+def _write_failed(log: EventLog, w: _StreamWriter, s: Steady, end: int, exc: OSError) -> NoReturn:
+    segment = s.segment
+    durable_files.cut_to_whole_lines(s.fd, end)
+    # Another process's fsync may have recorded a size that counts the cut bytes.
+    forget_synced(log.root / w.stream / ".sync")
+    log.forget_segment(segment)
+    w.end_snapshot()
+    raise StorageError(
+        f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
+    ) from exc
+
+
+def _sync_failed(w: _StreamWriter, s: Steady, exc: OSError) -> NoReturn:
+    w.end_snapshot()
+    raise StorageError(
+        f"syncing {s.segment}.jsonl to disk: {os_reason(exc)}; the records of this write may not be durable"
+    ) from exc
