@@ -130,8 +130,8 @@ class Steady:
     __slots__ = (
         "cursor",
         "day",
-        "fast",
         "dir_fd",
+        "fast",
         "fd",
         "lag",
         "max_bytes",
