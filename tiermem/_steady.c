@@ -11,7 +11,8 @@
  * the caller's flush function (`os.fsync`, which lets go of the interpreter lock meanwhile).
  *
  * It answers -1 when anything is not as the full path left it (nothing done; the Python
- * path decides), the bytes written when done, or (1, errno) when the write failed, for the
+ * path decides), -2 when only the segment is longer (nothing done; whole lines of other
+ * processes, perhaps), the bytes written when done, or (1, errno) when the write failed, for the
  * caller to clean up as the Python path does; the flush's own error is raised as it is.
  */
 
@@ -114,7 +115,7 @@ static PyObject *failed(int stage, int err) { return Py_BuildValue("(ii)", stage
 
 
 /* append_one(index, lag, raw, others, dir_fd, name, ino, end, max_bytes, eid, tails, dumps,
- *            event, fd, flush) -> bytes written, -1 (fall back), or (1, errno); flush None: no flush. */
+ *            event, fd, flush) -> bytes written, -1 or -2 (fall back), or (1, errno); flush None: no flush. */
 static PyObject *append_one(PyObject *self, PyObject *args) {
     PyObject *index_obj, *lag, *raw, *others, *eid, *tails, *dumps, *event, *flush;
     int dir_fd, fd;
@@ -144,7 +145,10 @@ static PyObject *append_one(PyObject *self, PyObject *args) {
         if (!PyArg_ParseTuple(other, "s(KL)", &path, &o_ino, &o_size)) return NULL;
         if (stat_is(dir_fd, path, o_ino, o_size) != 1) return PyLong_FromLong(-1);
     }
-    if (stat_is(dir_fd, name, ino, end) != 1) return PyLong_FromLong(-1);
+    struct stat own;
+    if (fstatat(dir_fd, name, &own, 0) != 0 || (unsigned long long)own.st_ino != ino) return PyLong_FromLong(-1);
+    /* Longer: other processes' lines, perhaps, which the caller may take into its tail and ask again. */
+    if ((long long)own.st_size != end) return PyLong_FromLong((long long)own.st_size > end ? -2 : -1);
 
     /* The id: in neither the index nor any of the writer's tails. */
     Py_ssize_t eid_len;

@@ -31,6 +31,7 @@ import hashlib
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -392,6 +393,11 @@ def _commit(batch: list[GroupRequest], sync: SharedSync, write: WriteFn, queue: 
     points: list[SyncPoint] = []
     try:
         try:
+            # The write stage keeps the interpreter lock (a compiled one-step append, short system
+            # calls), so callers of this process that are ready to run would only get it back at
+            # this group's fsync, and each would then lead a group of its own: one fsync per record.
+            # Let go of it once here, and they queue now, to be written together as the next group.
+            time.sleep(0)
             results, points = write(combined)
         finally:
             _hand_over(queue)

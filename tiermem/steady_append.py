@@ -288,9 +288,12 @@ def append_steady(
 
 
 def _append_compiled(
-    log: EventLog, w: _StreamWriter, s: Steady, event: dict[str, Any], sync: bool
+    log: EventLog, w: _StreamWriter, s: Steady, event: dict[str, Any], sync: bool, again: bool = True
 ) -> AppendResult | None:
-    """`append_steady` in one compiled call; None when it found something moved (nothing done)."""
+    """`append_steady` in one compiled call; None when it found something moved (nothing done).
+
+    Only longer: with several processes appending to one segment, the usual case; their whole
+    lines go into the tail (`IndexFollower.absorb`) and the call is made once more."""
     tail = s.tail
     segment = s.segment
     end = tail.end
@@ -329,6 +332,8 @@ def _append_compiled(
     if type(n) is not int:
         _write_failed(log, w, s, end, OSError(n[1], os.strerror(n[1])))
     if n < 0:
+        if n == -2 and again and log.absorb(segment, s.fd, tail, tail.ino, heldio.size_of(s.fd)):
+            return _append_compiled(log, w, s, event, sync, again=False)
         return None
     first_line = counted[2]
     end += n
