@@ -397,7 +397,10 @@ def _commit(batch: list[GroupRequest], sync: SharedSync, write: WriteFn, queue: 
             # calls), so callers of this process that are ready to run would only get it back at
             # this group's fsync, and each would then lead a group of its own: one fsync per record.
             # Let go of it once here, and they queue now, to be written together as the next group.
-            time.sleep(0)
+            # Not in a process of one thread: nobody would take it, and on a busy machine the
+            # call may cost a trip through the scheduler (measured: ~25 us per record).
+            if threading.active_count() > 1:
+                time.sleep(0)
             results, points = write(combined)
         finally:
             _hand_over(queue)
