@@ -92,13 +92,15 @@ def test_answers_and_bytes_are_those_of_the_full_path_whatever_moves_between_app
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steady_count: list[int]
 ) -> None:
     runs = {}
-    for name in ("steady", "full"):
+    for name in ("steady", "python", "full"):
         settings = resolve_settings(data_dir=tmp_path / name, env={}, fsync="always")
+        if name == "python":  # the one step in Python alone, as without the compiled module
+            monkeypatch.setattr(steady_append, "_steady", None)
         if name == "full":  # the writer never keeps a state to skip from
             monkeypatch.setattr(steady_append, "remember", lambda *a, **k: None)
         with EventLog(settings) as log:
             runs[name] = (_ops(log, settings, tmp_path), _day_lines(settings))
-    assert runs["steady"] == runs["full"]
+    assert runs["steady"] == runs["full"] == runs["python"]
     answers, lines = runs["steady"]
     assert [a[0] for a in answers] == [False] * 5 + [
         True,
@@ -350,3 +352,27 @@ def test_another_stream_s_segment_grown_by_another_process_sends_the_writer_to_t
             other.close()
     counts = Counter(x for lines in _day_lines(settings).values() for x in lines)
     assert "z-1" not in counts and max(counts.values()) == 1
+
+
+@pytest.mark.skipif(steady_append._steady is None, reason="built without the compiled one step")
+def test_one_step_appends_are_the_compiled_call_when_it_is_built(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answers: list[Any] = []
+    real = steady_append._steady.append_one
+
+    def counted(*args: Any) -> Any:
+        answers.append(real(*args))
+        return answers[-1]
+
+    monkeypatch.setattr(steady_append._steady, "append_one", counted)
+    with EventLog(replace(settings, fsync="always")) as log:
+        results = [
+            log.append(interaction(k, event_id=f"p-{k}", ts="2026-03-01T10:00:00.000Z")) for k in range(10)
+        ]
+        again = log.append(interaction(3, event_id="p-3", ts="2026-03-01T10:00:00.000Z"))
+    written = [a for a in answers if isinstance(a, int) and a > 0]
+    assert len(written) >= 8 and [r.line for r in results] == list(range(10))
+    assert again.duplicate and answers[-1] == -1  # found in the tail: the Python path answered
+    lines = [orjson.loads(x) for x in segment_files(settings.data_dir)[0].read_bytes().splitlines()]
+    assert [x["event_id"] for x in lines] == [f"p-{k}" for k in range(10)]
