@@ -183,9 +183,9 @@ static PyObject *append_one(PyObject *self, PyObject *args) {
     int err = 0;
     while (done < total) {
         ssize_t w = write(fd, line + done, (size_t)(total - done));
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            err = errno;
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            err = w < 0 ? errno : EIO; /* nothing written and no error: do not loop on it */
             break;
         }
         done += w;
