@@ -41,4 +41,13 @@ if __name__ == "__main__":
     # Short system calls that keep the interpreter lock (optional too: `tiermem.heldio` falls back
     # to the ordinary calls).
     HELDIO = Extension("tiermem._heldio", ["tiermem/_heldio.c"], optional=True, extra_compile_args=["-O2"])
-    setup(packages=sorted(LAYOUT), package_dir=LAYOUT, ext_modules=[SCAN, RECORDS, HELDIO])
+    # The one-step append in one call, the id lookup through SQLite's own interface (optional too:
+    # without it, or without SQLite's header, `tiermem.steady_append` runs its Python path).
+    STEADY = Extension(
+        "tiermem._steady",
+        ["tiermem/_steady.c"],
+        optional=True,
+        extra_compile_args=["-O2"],
+        libraries=["sqlite3"],
+    )
+    setup(packages=sorted(LAYOUT), package_dir=LAYOUT, ext_modules=[SCAN, RECORDS, HELDIO, STEADY])

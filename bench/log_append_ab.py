@@ -32,6 +32,24 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "data"
 
 
+def build_extensions(package: Path) -> list[str]:
+    """Build the base's compiled modules (`git archive` has only their sources) beside its
+    package, as the editable install does for this tree: without them the base would run its
+    Python fallbacks and the comparison would credit this tree with the compiled code too."""
+    tree = package.parent / "tree"
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+    )
+    built = []
+    for so in sorted((tree / "tiermem").glob("*.so")):
+        (package / "tiermem" / so.name).write_bytes(so.read_bytes())
+        built.append(so.name.split(".")[0])
+    return built
+
+
 def run_side(package: Path | None, n: int, only_one: bool = False) -> dict[str, Any]:
     env = dict(os.environ)
     cmd = [
@@ -92,6 +110,9 @@ def main() -> None:
     rounds: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         package = export_base(args.base, Path(tmp))
+        print(
+            f"base {args.base}: compiled modules {', '.join(build_extensions(package)) or 'none'}", flush=True
+        )
         for k in range(args.rounds):
             with tempfile.TemporaryDirectory(dir=DATA) as ref:
                 raw, p50, _p99 = fsync_rate(Path(ref) / "f", n=1000)

@@ -88,9 +88,13 @@ with EventLog(settings) as log:
     for line in sys.stdin:
         if not line.strip():
             break
-        eid, day = line.split()
-        log.append({"type": "interaction", "agent_id": "o", "event_id": eid,
-                    "ts": f"2026-03-{day}T11:00:00.000Z", "user_message": "m", "agent_response": "r"})
+        eid, day, *kind = line.split()
+        if kind:  # another stream's event
+            log.append({"type": "session_ended", "agent_id": "o", "session_id": "s", "event_id": eid,
+                        "ts": f"2026-03-{day}T11:00:00.000Z"})
+        else:
+            log.append({"type": "interaction", "agent_id": "o", "event_id": eid,
+                        "ts": f"2026-03-{day}T11:00:00.000Z", "user_message": "m", "agent_response": "r"})
         print("ok", flush=True)
 """
 
@@ -108,9 +112,10 @@ class OtherWriter:
             stdout=subprocess.PIPE,
         )
 
-    def append(self, eid: str, day: str) -> None:
+    def append(self, eid: str, day: str, *, session: bool = False) -> None:
+        """Append an interaction (or, with `session`, a `session_ended` of the sessions stream)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"{eid} {day}\n".encode())
+        self.proc.stdin.write(f"{eid} {day}{' session' if session else ''}\n".encode())
         self.proc.stdin.flush()
         assert self.proc.stdout.readline() == b"ok\n"
 

@@ -576,3 +576,63 @@ def test_a_duplicate_is_answered_only_once_its_first_copy_is_durable(
             assert result.duplicate
         monkeypatch.undo()
         assert first.stat().st_ino in synced, mode
+
+
+def test_a_close_failing_after_the_sync_still_wakes_every_follower_with_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiermem import heldio
+
+    queue = GroupQueue()
+    first_entered, release_first = threading.Event(), threading.Event()
+    calls = 0
+    opened: list[int] = []
+
+    def write(events: list[dict[str, Any]]) -> tuple[list[Any], list[SyncPoint]]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            first_entered.set()
+            release_first.wait()
+            return ["ok"], []
+        fd = os.open(tmp_path / "seg.jsonl", os.O_RDWR | os.O_CREAT, 0o644)
+        opened.append(fd)
+        return ["ok"] * len(events), [SyncPoint("interactions/date=2026-03-01/seg", fd, 0, 0)]
+
+    class Synced:
+        def make_durable(self, point: SyncPoint) -> bool:
+            return False  # already durable: only the close is left
+
+    real_close = heldio.close_now
+
+    def failing_close(fd: int) -> None:
+        real_close(fd)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(heldio, "close_now", failing_close)
+    outcome: dict[str, str] = {}
+
+    def caller(name: str) -> None:
+        try:
+            group_commit(queue, cast(SharedSync, Synced()), [{"id": name}], write)
+            outcome[name] = "ok"
+        except StorageError as exc:
+            outcome[name] = str(exc)
+
+    leader = threading.Thread(target=caller, args=("first",))
+    leader.start()
+    first_entered.wait()
+    group = [threading.Thread(target=caller, args=(f"f{i}",)) for i in range(3)]
+    for th in group:
+        th.start()
+    _until(lambda: len(queue.waiting) == 3)
+    release_first.set()
+    leader.join()
+    for th in group:
+        th.join(timeout=60)  # a follower left asleep never returns: fail, do not hang
+    assert not any(th.is_alive() for th in group), "a follower was never woken"
+    assert outcome["first"] == "ok" and len(opened) == 1
+    assert {outcome[f"f{i}"] for i in range(3)} == {
+        "closing a synced segment of this write: input/output error"
+    }
+    assert not queue.leader and not queue.waiting

@@ -92,13 +92,15 @@ def test_answers_and_bytes_are_those_of_the_full_path_whatever_moves_between_app
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steady_count: list[int]
 ) -> None:
     runs = {}
-    for name in ("steady", "full"):
+    for name in ("steady", "python", "full"):
         settings = resolve_settings(data_dir=tmp_path / name, env={}, fsync="always")
+        if name == "python":  # the one step in Python alone, as without the compiled module
+            monkeypatch.setattr(steady_append, "_steady", None)
         if name == "full":  # the writer never keeps a state to skip from
             monkeypatch.setattr(steady_append, "remember", lambda *a, **k: None)
         with EventLog(settings) as log:
             runs[name] = (_ops(log, settings, tmp_path), _day_lines(settings))
-    assert runs["steady"] == runs["full"]
+    assert runs["steady"] == runs["full"] == runs["python"]
     answers, lines = runs["steady"]
     assert [a[0] for a in answers] == [False] * 5 + [
         True,
@@ -114,8 +116,7 @@ def test_answers_and_bytes_are_those_of_the_full_path_whatever_moves_between_app
     assert [a[2] for a in answers[6:8]] == [6, 8]  # after the other process's lines
     assert lines["date=2026-03-01"] == ["p-0", "p-1", "p-9", "p-10"]  # the replaced file, then the new lines
     assert lines["date=2026-03-02"] == ["p-7"]
-    # The one step for the appends after the second (the first two list the segment), until the
-    # other day's segment is listed too.
+    # The one step for the appends after the second (the first two list the segment).
     assert steady_count[0] >= 3
 
 
@@ -289,3 +290,89 @@ def test_a_writer_idle_after_a_one_step_append_holds_no_read_transaction_on_the_
         assert conns and not any(c.in_transaction for c in conns)
     finally:
         log.close()
+
+
+def test_the_one_step_goes_on_after_the_writer_s_first_midnight_and_its_first_other_stream(
+    settings: Settings, steady_count: list[int]
+) -> None:
+    # The events carry their own times (this test's clock): day 1, then day 2, then a session
+    # event (another stream), then day 2 again. Each change lists one more segment.
+    def run(day: int, first: int) -> int:
+        before = steady_count[0]
+        for k in range(first, first + 20):
+            r = log.append(interaction(k, event_id=f"d{day}-{k}", ts=f"2026-03-0{day}T10:00:00.000Z"))
+            assert not r.duplicate
+        return steady_count[0] - before
+
+    with EventLog(replace(settings, fsync="always")) as log:
+        assert run(1, 0) >= 18
+        assert run(2, 0) >= 18  # was 0: the day before's segment stays listed
+        log.append(
+            {
+                "type": "session_ended",
+                "agent_id": "a",
+                "session_id": "s",
+                "event_id": "se-0",
+                "ts": "2026-03-02T10:00:01.000Z",
+            }
+        )
+        assert run(2, 20) >= 18  # was 0: the session's segment stays listed
+        assert len(log._lag_list().read() or ()) == 3
+        # Ids in the other listed segments are still duplicates for an append in one step.
+        taken = steady_count[0]
+        assert log.append(interaction(1, event_id="d1-3", ts="2026-03-02T10:00:00.000Z")).duplicate
+        assert log.append(interaction(1, event_id="se-0", ts="2026-03-02T10:00:00.000Z")).duplicate
+        assert steady_count[0] == taken  # the lookups sent both to the full path
+        assert run(2, 40) >= 18
+    counts = Counter(x for lines in _day_lines(settings).values() for x in lines)
+    assert max(counts.values()) == 1 and "se-0" not in counts and len(counts) == 80
+
+
+def test_another_stream_s_segment_grown_by_another_process_sends_the_writer_to_the_full_path(
+    settings: Settings, tmp_path: Path, steady_count: list[int]
+) -> None:
+    # The other process's second session event changes nothing in the lag list (its segment is
+    # listed already), only that segment's length: its id is held in that process's memory alone.
+    with EventLog(replace(settings, fsync="always")) as log:
+        for k in range(3):
+            log.append(interaction(k, event_id=f"p-{k}", ts="2026-03-02T10:00:00.000Z"))
+        other = OtherWriter(tmp_path, settings)
+        try:
+            other.append("z-0", "02", session=True)  # lists its segment: the list moves
+            for k in range(3, 6):
+                log.append(interaction(k, event_id=f"p-{k}", ts="2026-03-02T10:00:00.000Z"))
+            taken = steady_count[0]
+            log.append(interaction(6, event_id="p-6", ts="2026-03-02T10:00:00.000Z"))
+            assert steady_count[0] == taken + 1  # in one step, the other's segment listed beside
+            other.append("z-1", "02", session=True)
+            again = log.append(interaction(7, event_id="z-1", ts="2026-03-02T10:00:00.000Z"))
+            assert again.duplicate
+            assert steady_count[0] == taken + 1
+        finally:
+            other.close()
+    counts = Counter(x for lines in _day_lines(settings).values() for x in lines)
+    assert "z-1" not in counts and max(counts.values()) == 1
+
+
+@pytest.mark.skipif(steady_append._steady is None, reason="built without the compiled one step")
+def test_one_step_appends_are_the_compiled_call_when_it_is_built(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answers: list[Any] = []
+    real = steady_append._steady.append_one
+
+    def counted(*args: Any) -> Any:
+        answers.append(real(*args))
+        return answers[-1]
+
+    monkeypatch.setattr(steady_append._steady, "append_one", counted)
+    with EventLog(replace(settings, fsync="always")) as log:
+        results = [
+            log.append(interaction(k, event_id=f"p-{k}", ts="2026-03-01T10:00:00.000Z")) for k in range(10)
+        ]
+        again = log.append(interaction(3, event_id="p-3", ts="2026-03-01T10:00:00.000Z"))
+    written = [a for a in answers if isinstance(a, int) and a > 0]
+    assert len(written) >= 8 and [r.line for r in results] == list(range(10))
+    assert again.duplicate and answers[-1] == -1  # found in the tail: the Python path answered
+    lines = [orjson.loads(x) for x in segment_files(settings.data_dir)[0].read_bytes().splitlines()]
+    assert [x["event_id"] for x in lines] == [f"p-{k}" for k in range(10)]

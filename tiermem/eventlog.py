@@ -124,6 +124,7 @@ class _StreamWriter:
         # its page cache stale (another connection had written) and read the pages again.
         self._conn: sqlite3.Connection | None = None
         self._snap: sqlite3.Connection | None = None  # the one-step appends' read snapshot of it
+        self.fast_index: Any = None  # the compiled one-step append's connection to it
 
     def index(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -162,6 +163,8 @@ class _StreamWriter:
         self.end_snapshot()
         if self._snap is not None:
             self._snap.close()
+        if self.fast_index is not None:
+            self.fast_index.close()
         for fd in [*self.fds.values(), *self.dir_fds.values()]:
             os.close(fd)
         self.fds.clear()

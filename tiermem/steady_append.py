@@ -16,10 +16,17 @@ page and one `stat` (relative to the partition's folder), that nothing has moved
 since:
 
 - the lag list is byte for byte the record the full path last read (every
-  change moves its generation on), and it names this segment alone: so no
-  other tail needs catching up, no seal has begun on this segment (a seal
-  unlists a segment before it marks it), and this segment's lines past the
-  indexed offset are this writer's own tail;
+  change moves its generation on), and it names this segment: so no seal has
+  begun on this segment (a seal unlists a segment before it marks it), and this
+  segment's lines past the indexed offset are this writer's own tail;
+- every other segment it names is as the full path left it: the same inode,
+  exactly as long (one more `stat` each). Those are the tails a writer of this
+  process still holds (the day before's segment after midnight, another stream's
+  segment), and while their files have not grown, what the full path read of
+  them still holds: the ids past the index's offset are in this writer's tails,
+  or the index covers the file to its end. A list that named this segment alone
+  would make the one step stop at a writer's first midnight or first event in
+  another stream, until a seal or a restart emptied it;
 - the file under the segment's name is the inode this writer holds, exactly as
   long as this writer left it, or longer by whole lines other processes
   appended, which it takes into its tail (`IndexFollower.absorb`): nobody
@@ -41,15 +48,23 @@ Then it writes, syncs and adds the id to the tail, which is what the full path
 would have done. Anything else (a duplicate included) returns None, with the
 kept state dropped and nothing else changed, and the caller takes the full path
 under the same locks.
+
+With the compiled module (`_steady.c`) the looks, the lookup, the write and the
+flush of one event are one call: a caller that sleeps through each flush finds
+the interpreter's caches cold at every append, and each Python step between the
+lock and the flush then costs several times its warm price. When that call
+finds anything not as it was left, nothing is done and the Python steps below
+decide, as without the module.
 """
 
 from __future__ import annotations
 
+import importlib
 import mmap
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import orjson
 
@@ -58,8 +73,14 @@ from tiermem.appended import AppendResult
 from tiermem.errors import StorageError, os_reason
 from tiermem.eventlog_index import TAIL_FLUSH_IDS, Tail
 from tiermem.groupcommit import forget_synced
-from tiermem.idindex import LagList
+from tiermem.idindex import INDEX_NAME, LagList, indexed_offset
 from tiermem.settings import Settings
+
+_steady: Any
+try:
+    _steady = importlib.import_module("tiermem._steady")
+except ImportError:  # built without a C compiler or without SQLite's header
+    _steady = None
 
 
 class _StreamWriter(Protocol):
@@ -74,7 +95,9 @@ class _StreamWriter(Protocol):
     active: dict[str, str]
     paths: dict[str, tuple[str, str, str]]
     fds: dict[str, int]
+    fast_index: Any  # the compiled lookup's connection (`_steady.Index`), opened on first use
 
+    def index(self) -> sqlite3.Connection: ...
     def partition_dir(self, partition: str) -> int: ...
     def forget_partition_dir(self, partition: str) -> None: ...
     def snapshot(self) -> sqlite3.Cursor: ...
@@ -96,6 +119,9 @@ class EventLog(Protocol):
 
 _LOOKUP = "SELECT 1 FROM event_ids WHERE event_id = ?"
 _MANY = 500  # at most this many ids in one lookup (SQLite's limit on a statement's variables is higher)
+# At most this many other listed segments are looked at per one-step append (one `stat` each);
+# with more, the full path runs.
+_OTHERS_MAX = 8
 
 
 class Steady:
@@ -105,14 +131,17 @@ class Steady:
         "cursor",
         "day",
         "dir_fd",
+        "fast",
         "fd",
         "lag",
         "max_bytes",
         "name",
+        "others",
         "partition",
         "raw",
         "segment",
         "tail",
+        "tail_sets",
     )
 
     def __init__(
@@ -126,6 +155,9 @@ class Steady:
         lag: mmap.mmap,
         cursor: sqlite3.Cursor,
         max_bytes: int,
+        others: tuple[tuple[str, tuple[int, int]], ...],
+        fast: Any,
+        tail_sets: tuple[set[str], ...],
     ) -> None:
         self.raw = raw  # the lag list's record, as the full path read it
         self.partition = partition
@@ -138,6 +170,12 @@ class Steady:
         self.lag = lag  # the lag list's page, mapped
         self.cursor = cursor  # on the index, for the lookups (each its own read)
         self.max_bytes = max_bytes
+        # The other listed segments: (path, (inode, size)) as the full path left them.
+        self.others = others
+        self.fast = fast  # the compiled lookup's connection, or None: the Python steps alone
+        # The id sets of the writer's tails: new tails appear only on the full path, which keeps
+        # a new state (or none) after it.
+        self.tail_sets = tail_sets
 
 
 def remember(log: EventLog, w: _StreamWriter, segment: str, partition: str) -> None:
@@ -151,24 +189,66 @@ def remember(log: EventLog, w: _StreamWriter, segment: str, partition: str) -> N
         tail is None
         or lag is None
         or listed is None
-        or len(listed) != 1
+        or len(listed) > _OTHERS_MAX + 1
         or segment not in listed
         # The seal marks were checked under this very lag record (see `segment_for`).
         or w.checked.get(partition) is not w.lag_raw
         or w.active.get(partition) != segment.rsplit("/", 1)[1]
     ):
         return
+    dir_fd = w.partition_dir(partition)
+    others = _others_as_left(log, w, dir_fd, listed - {segment})
+    if others is None:
+        return
     w.steady = Steady(
         w.lag_raw,
         partition,
         segment,
-        w.partition_dir(partition),
+        dir_fd,
         w.fds[partition],
         tail,
         lag,
         w.snapshot(),
         log.settings.segment_max_bytes,
+        others,
+        _fast_index(log, w),
+        tuple(t.ids for t in w.tails.values()),
     )
+
+
+def _fast_index(log: EventLog, w: _StreamWriter) -> Any:
+    if _steady is None:
+        return None
+    if w.fast_index is None:
+        try:
+            w.fast_index = _steady.Index(str(log.root / INDEX_NAME))
+        except OSError:
+            return None  # the Python steps do without it
+    return w.fast_index
+
+
+def _others_as_left(
+    log: EventLog, w: _StreamWriter, dir_fd: int, segments: frozenset[str]
+) -> tuple[tuple[str, tuple[int, int]], ...] | None:
+    """(path, (inode, size)) of each other listed segment whose lines past the index's offset
+    this writer's checks already see: the writer's own tail of it (this stream's lock is held,
+    so only another process can have grown it since), or the index to the file's end (the full
+    path just caught it up). None when one of them is neither: the full path decides each time.
+    """
+    out = []
+    for other in sorted(segments):
+        path = str(log.root / f"{other}.jsonl")
+        st = heldio.stat_at(dir_fd, path)  # an absolute path: the folder is not used
+        if st is None:
+            return None  # sealed meanwhile: the list changes with the next change to it
+        tail = w.tails.get(other)
+        if tail is not None:
+            if (tail.ino, tail.end) != st:
+                return None
+        elif indexed_offset(w.index(), other) != st[1]:
+            return None
+        out.append((path, st))
+    return tuple(out)
 
 
 def append_steady(
@@ -180,6 +260,10 @@ def append_steady(
     s = w.steady
     if s is None:
         return None
+    if s.fast is not None:
+        done = _append_compiled(log, w, s, event, sync)
+        if done is not None:
+            return done
     found = _unmoved(log, w, s, 1) if str(event["ts"]).startswith(s.day) else None
     if found is None:
         w.end_snapshot()  # the full path decides: the kept state goes
@@ -201,6 +285,63 @@ def append_steady(
     log._indexed_to[s.segment] = (tail.ino, end)
     tail.ids.add(eid)
     return AppendResult(eid, w.stream, s.segment, first_line)
+
+
+def _append_compiled(
+    log: EventLog, w: _StreamWriter, s: Steady, event: dict[str, Any], sync: bool, again: bool = True
+) -> AppendResult | None:
+    """`append_steady` in one compiled call; None when it found something moved (nothing done).
+
+    Only longer: with several processes appending to one segment, the usual case; their whole
+    lines go into the tail (`IndexFollower.absorb`) and the call is made once more."""
+    tail = s.tail
+    segment = s.segment
+    end = tail.end
+    counted = log._line_counts.get(segment)
+    eid = event["event_id"]
+    if (
+        counted is None
+        or counted[0] != tail.ino
+        or counted[1] != end
+        or w.tails.get(segment) is not tail
+        or len(tail.ids) + 1 >= TAIL_FLUSH_IDS
+        or not str(event["ts"]).startswith(s.day)
+        or type(eid) is not str
+    ):
+        return None
+    try:
+        n = _steady.append_one(
+            s.fast,
+            s.lag,
+            s.raw,
+            s.others,
+            s.dir_fd,
+            s.name,
+            tail.ino,
+            end,
+            s.max_bytes,
+            eid,
+            s.tail_sets,
+            orjson.dumps,
+            event,
+            s.fd,
+            os.fsync if sync and log.settings.fsync != "none" else None,
+        )
+    except OSError as exc:  # the flush's (the write's is answered below)
+        _sync_failed(w, s, exc)
+    if type(n) is not int:
+        _write_failed(log, w, s, end, OSError(n[1], os.strerror(n[1])))
+    if n < 0:
+        if n == -2 and again and log.absorb(segment, s.fd, tail, tail.ino, heldio.size_of(s.fd)):
+            return _append_compiled(log, w, s, event, sync, again=False)
+        return None
+    first_line = counted[2]
+    end += n
+    log._line_counts[segment] = (tail.ino, end, first_line + 1)
+    tail.end = end
+    log._indexed_to[segment] = (tail.ino, end)
+    tail.ids.add(eid)
+    return AppendResult(eid, w.stream, segment, first_line)
 
 
 def append_steady_many(
@@ -247,6 +388,9 @@ def _unmoved(log: EventLog, w: _StreamWriter, s: Steady, adding: int) -> tuple[T
     segment = s.segment
     if w.tails.get(segment) is not tail or len(tail.ids) + adding >= TAIL_FLUSH_IDS or s.lag[:] != s.raw:
         return None
+    for path, left in s.others:
+        if heldio.stat_at(s.dir_fd, path) != left:  # grown, replaced or gone since: not as left
+            return None
     st = heldio.stat_at(s.dir_fd, s.name)
     if st is None:  # sealed, or the folder itself went: the full path sees to it
         w.forget_partition_dir(s.partition)
@@ -275,23 +419,31 @@ def _written(log: EventLog, s: Steady, tail: Tail, end: int, lines: int) -> None
 
 def _write(log: EventLog, w: _StreamWriter, s: Steady, line: bytes, end: int, sync: bool) -> None:
     """The line written at `end` and, unless told otherwise, synced; on failure, as `_write_durably`."""
-    segment = s.segment
     try:
         heldio.write_all(s.fd, line)
     except OSError as exc:
-        durable_files.cut_to_whole_lines(s.fd, end)
-        # Another process's fsync may have recorded a size that counts the cut bytes.
-        forget_synced(log.root / w.stream / ".sync")
-        log.forget_segment(segment)
-        w.end_snapshot()
-        raise StorageError(
-            f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
-        ) from exc
+        _write_failed(log, w, s, end, exc)
     if sync and log.settings.fsync != "none":
         try:
             os.fsync(s.fd)
         except OSError as exc:
-            w.end_snapshot()
-            raise StorageError(
-                f"syncing {segment}.jsonl to disk: {os_reason(exc)}; the records of this write may not be durable"
-            ) from exc
+            _sync_failed(w, s, exc)
+
+
+def _write_failed(log: EventLog, w: _StreamWriter, s: Steady, end: int, exc: OSError) -> NoReturn:
+    segment = s.segment
+    durable_files.cut_to_whole_lines(s.fd, end)
+    # Another process's fsync may have recorded a size that counts the cut bytes.
+    forget_synced(log.root / w.stream / ".sync")
+    log.forget_segment(segment)
+    w.end_snapshot()
+    raise StorageError(
+        f"writing {segment}.jsonl: {os_reason(exc)} (the log keeps whole records only and stays readable)"
+    ) from exc
+
+
+def _sync_failed(w: _StreamWriter, s: Steady, exc: OSError) -> NoReturn:
+    w.end_snapshot()
+    raise StorageError(
+        f"syncing {s.segment}.jsonl to disk: {os_reason(exc)}; the records of this write may not be durable"
+    ) from exc
