@@ -376,3 +376,16 @@ def test_one_step_appends_are_the_compiled_call_when_it_is_built(
     assert again.duplicate and answers[-1] == -1  # found in the tail: the Python path answered
     lines = [orjson.loads(x) for x in segment_files(settings.data_dir)[0].read_bytes().splitlines()]
     assert [x["event_id"] for x in lines] == [f"p-{k}" for k in range(10)]
+
+
+def test_the_compiled_call_is_taken_only_beside_python_s_own_copy_of_sqlite() -> None:
+    import _sqlite3
+    import types
+
+    # A second copy of SQLite in the process would keep its own record of the locks on
+    # the id index (closing a descriptor in one copy drops the other's): the check must
+    # say "same" only when the symbol resolves to one address from both sides.
+    assert steady_append._one_sqlite(types.SimpleNamespace(__file__=_sqlite3.__file__))
+    records = pytest.importorskip("tiermem._records")  # a compiled module with no SQLite in it
+    assert not steady_append._one_sqlite(records)
+    assert not steady_append._one_sqlite(types.SimpleNamespace(__file__="/nonexistent/lib.so"))

@@ -59,6 +59,7 @@ decide, as without the module.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import mmap
 import os
@@ -76,10 +77,32 @@ from tiermem.groupcommit import forget_synced
 from tiermem.idindex import INDEX_NAME, LagList, indexed_offset
 from tiermem.settings import Settings
 
+
+def _one_sqlite(module: Any) -> bool:
+    """True when `module` and Python's `sqlite3` call the same copy of SQLite.
+
+    Each copy of SQLite in a process keeps its own record of the POSIX locks it holds on
+    a database file, and closing a descriptor in one copy drops the locks the other one
+    holds: another process could then write the id index under a reader. A Python with
+    SQLite linked in statically would give the compiled lookup such a second copy, so the
+    compiled call is only used when one symbol resolves to one address from both sides.
+    """
+    import _sqlite3
+
+    try:
+        ours = ctypes.cast(ctypes.CDLL(module.__file__).sqlite3_libversion, ctypes.c_void_p).value
+        theirs = ctypes.cast(ctypes.CDLL(_sqlite3.__file__).sqlite3_libversion, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return False
+    return ours is not None and ours == theirs
+
+
 _steady: Any
 try:
     _steady = importlib.import_module("tiermem._steady")
 except ImportError:  # built without a C compiler or without SQLite's header
+    _steady = None
+if _steady is not None and not _one_sqlite(_steady):
     _steady = None
 
 
