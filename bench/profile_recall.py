@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(10, args.n + 10):
                 call(i)
             prof.disable()
-            pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+            pstats.Stats(prof).sort_stats(os.environ.get("PROF_SORT", "tottime")).print_stats(
+                int(os.environ.get("PROF_N", "30"))
+            )
             return 0
         stages: dict[str, list[float]] = {}
         _instrument(m, stages)

@@ -590,6 +590,7 @@ def search_quotes(
     participant: str | None = None,
     limit: int = 40,
     dense: DenseSearch | None = None,
+    placed: list[tuple[Prepared, int]] | None = None,
 ) -> list[dict[str, Any]]:
     """The agent's remembered turns best matching `query`, across episodes, best first.
 
@@ -604,7 +605,8 @@ def search_quotes(
     A newer restatement ranks above the older one; near-identical passages are
     kept once. Each result carries its date and the relative dates it
     contains resolved against that date, so `render_quote_block` can state
-    when it was said compactly.
+    when it was said compactly. `placed`, when given, receives each result's
+    prepared episode and place in it (what the reranker reads around it).
     """
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]
@@ -633,11 +635,13 @@ def search_quotes(
         scored = _fused([(s, found.item(i)) for i, s in enumerate(found.scores.tolist())], dense)
         _restatements_first(scored, asked.weights)
         scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
-        return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit)
+        return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit, placed)
     scores = _restated(found, asked.weights)
     while True:
         order = _best_first(found, scores, enough)
-        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in order), limit)
+        if placed is not None:
+            placed.clear()  # a deeper pass starts the results again
+        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in order), limit, placed)
         if len(out) >= limit or (len(order) == len(scores) and found.complete):
             return out
         enough *= 4  # many near-duplicates among the best: look further down
@@ -690,9 +694,11 @@ def _keyed(text: str) -> tuple[frozenset[str], tuple[str, ...]]:
     return key, _prefix(key)
 
 
-def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
+def _distinct(
+    ranked: Any, limit: int, placed: list[tuple[Prepared, int]] | None = None
+) -> list[dict[str, Any]]:
     """The first `limit` of (score, item, (word set, its `_prefix`)) best first, near-identical passages
-    kept once (only kept sets that share a prefix word are compared)."""
+    kept once (only kept sets that share a prefix word are compared); `placed` receives their passages."""
     out: list[dict[str, Any]] = []
     keys: list[frozenset[str]] = []
     by_word: dict[str, list[int]] = {}
@@ -705,6 +711,8 @@ def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
         keys.append(key)
         at = item.pop("at")
         passage = item.pop("_passage", None)
+        if placed is not None and passage is not None:
+            placed.append(passage)
         # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
         item["anchors"] = [] if item["notes"] else _anchors(item["text"], at, passage, item["ts"])
         item.pop("boost")
@@ -753,7 +761,9 @@ def recall_lines(
     measured is what the agent reads. Lines are (text, cited event ids).
     With `rerank` (retrieval.rerank), the shortlist's head is reordered first.
     """
-    found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES, dense=dense)
+    placed: list[tuple[Prepared, int]] = []
+    found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES, dense=dense, placed=placed)
     if rerank is not None:
-        found = rerank.reorder(conn, query, found)
+        # Each result's prepared episode goes along: the reranker reads its neighbours there.
+        found = rerank.reorder(conn, query, found, placed if len(placed) == len(found) else None)
     return render_quote_block(found, budget, query)
