@@ -47,6 +47,8 @@ from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.note_cache import episode_notes
 from tiermem.runtime.notes import Note, note_words, shown_notes
 from tiermem.runtime.packing import render_quote_block
+from tiermem.runtime.passage_blocks import Factors as BlockFactors
+from tiermem.runtime.passage_blocks import around, block_plan, counts_at
 from tiermem.runtime.passage_bounds import Factors, Passages, survivors
 from tiermem.runtime.passage_columns import WordNumbers, dedup_set
 from tiermem.runtime.query_terms import query_term_groups
@@ -409,17 +411,20 @@ def _add_notes(
 
 
 def _neighbours(
-    entries: list[Prepared], own: np.ndarray, first: np.ndarray, last: np.ndarray, idx: np.ndarray
+    own: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    idx: np.ndarray,
+    asking: np.ndarray,
+    whole: np.ndarray,
 ) -> np.ndarray:
     """The share of its neighbours' match passage `idx` gets: NEIGHBOUR_WEIGHT of the better neighbour
-    within its episode, ANSWER_WEIGHT of the one before when that one ends with a question and the
-    passage is a whole turn (a long reply's first part is not lifted by the question before it:
-    on generated long-reply conversations that cost answers at 500 tokens)."""
+    within its episode, ANSWER_WEIGHT of the one before when that one ends with a question (`asking`)
+    and the passage is a whole turn (`whole`; a long reply's first part is not lifted by the question
+    before it: on generated long-reply conversations that cost answers at 500 tokens)."""
     before_at, after_at = np.maximum(idx - 1, 0), np.minimum(idx + 1, len(own) - 1)
     before = np.where(first[idx], 0.0, own[before_at])
     after = np.where(last[idx], 0.0, own[after_at])
-    asking = np.concatenate([e.found(_ENDS_ASKING) for e in entries])
-    whole = np.concatenate([e.whole_turn for e in entries])
     answers = ~first[idx] & asking[before_at] & whole[idx]
     near = np.maximum(np.where(answers, ANSWER_WEIGHT, NEIGHBOUR_WEIGHT) * before, NEIGHBOUR_WEIGHT * after)
     return np.maximum(
@@ -472,17 +477,24 @@ def _score_passages(
     episode = np.repeat(np.arange(len(entries), dtype=np.int64), sizes)
     firsts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     local = np.arange(len(episode), dtype=np.int64) - firsts[episode]
-    counts = TEXTS.term_counts(entries, asked.groups, asked.rx)
+    # With blocks (runtime.passage_blocks), only the passages that can be among the best are counted;
+    # `counts` then holds only what captions and notes change (applied to what is counted).
+    blocks = block_plan(entries, sizes, firsts, {e for e, _ in notes}, keep if asked.groups else None)
+    counts = TEXTS.term_counts(entries, asked.groups, asked.rx) if blocks is None else np.zeros((1, n_groups))
     # Each passage weighed by its whole turn's words (prepared with the episode; notes add to them).
     turn_words = np.concatenate([e.turn_words for e in entries])
     says_when = np.zeros(len(episode), dtype=bool)
     if asked.asks_when and len(episode):
         says_when = np.concatenate([e.found(_SAYS_WHEN) for e in entries])
-    _weigh_captions(entries, firsts, asked, counts)
-    _add_notes(entries, firsts, notes, asked, counts, turn_words, says_when)
-    own = bm25_rows(counts, turn_words, weights, AVG_QUOTE_WORDS)
+    changes = (counts, counts) if blocks is None else (np.zeros((len(episode), n_groups)),) * 2
+    if blocks is not None and notes:
+        changes = (changes[0], np.zeros((len(episode), n_groups)))
+    _weigh_captions(entries, firsts, asked, changes[0])
+    _add_notes(entries, firsts, notes, asked, changes[1], turn_words, says_when)
     first = local == 0
     last = local == sizes[episode] - 1
+    asking = np.concatenate([e.found(_ENDS_ASKING) for e in entries])
+    whole = np.concatenate([e.whole_turn for e in entries])
     heads, head_seen, boosts, importance = _headers(rows, entries, asked)
     boost, gain = np.array(boosts), np.array(importance)
     named = np.zeros(len(episode), dtype=bool)
@@ -490,8 +502,50 @@ def _score_passages(
         for speaker, at in e.speakers.items() if asked.named else ():
             if speaker in asked.named:
                 named[firsts[k] + at] = True
-    hit = counts > 0
     most = np.where(named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
+
+    def exact(
+        idx: np.ndarray, near: np.ndarray, counted: np.ndarray, own: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The exact scores of passages `idx` (ascending); `near` (ascending) holds them and the passages
+        one and two places from each, `counted` (and `own`, if known) their term counts (and BM25)."""
+        if own is None:
+            own = bm25_rows(counted, turn_words[near], weights, AVG_QUOTE_WORDS)
+        pos, hit, at = np.searchsorted(near, idx), counted > 0, episode[idx]
+        beside = _neighbours(own, first[near], last[near], pos, asking[near], whole[near])
+        seen = hit[pos] | head_seen[at]
+        seen |= hit[np.maximum(pos - 1, 0)] & ~first[idx, None]
+        seen |= hit[np.minimum(pos + 1, len(near) - 1)] & ~last[idx, None]
+        coverage = np.zeros(len(idx))
+        for k, w in enumerate(weights):
+            coverage = coverage + np.where(seen[:, k], w, 0.0)
+        coverage = coverage / total_weight
+        scores = (own[pos] + beside + HEAD_WEIGHT * heads[at]) * (COVERAGE_FLOOR + coverage) * boost[at]
+        if asked.named:
+            scores = np.where(named[idx], scores * QUOTE_SPEAKER_BOOST, scores)
+        if asked.asks_when:
+            scores = np.where(says_when[idx], scores * WHEN_BOOST, scores)
+        return scores + gain[at]
+
+    if blocks is not None:
+
+        def count(near: np.ndarray) -> np.ndarray:
+            """Term counts of passages `near` (ascending), with what captions and notes change, in that order."""
+            got = (
+                counts_at(TEXTS.words, entries, episode, local, near, asked.groups, asked.rx)
+                + changes[0][near]
+            )
+            return got + changes[1][near] if changes[1] is not changes[0] else got
+
+        parts = (heads, head_seen, boost, gain, most, whole & np.r_[False, asking[:-1]] & ~first)
+        share = BlockFactors(HEAD_WEIGHT, COVERAGE_FLOOR, ANSWER_WEIGHT, max(NEIGHBOUR_WEIGHT, FAR_WEIGHT))
+        bm25 = lambda c, length: bm25_rows(c, length, weights, AVG_QUOTE_WORDS)  # noqa: E731
+        high = blocks.bounds(TEXTS.blocks, TEXTS.words, asked.groups, weights, turn_words, parts, bm25, share)
+        idx, scores, kept = blocks.scored(high, keep or 0, count, exact)
+        found = _Scored(rows, entries, scores, kept, episode[idx], local[idx], boosts, notes, near)
+        found.complete = len(idx) == len(episode)
+        return found
+    own = bm25_rows(counts, turn_words, weights, AVG_QUOTE_WORDS)
     factors = Factors(
         head_share=HEAD_WEIGHT,
         floor=COVERAGE_FLOOR,
@@ -501,7 +555,7 @@ def _score_passages(
     )
     bound = Passages(
         own=own,
-        hit_weight=hit @ np.array(weights, dtype=np.float64),
+        hit_weight=(counts > 0) @ np.array(weights, dtype=np.float64),
         total_weight=total_weight,
         head=heads[episode],
         boost=boost[episode],
@@ -510,22 +564,8 @@ def _score_passages(
     )
     chosen = survivors(bound, factors, keep)
     idx = np.arange(len(episode)) if chosen is None else chosen
-    beside = _neighbours(entries, own, first, last, idx)
-    at = episode[idx]
-    seen = hit[idx] | head_seen[at]
-    seen |= hit[np.maximum(idx - 1, 0)] & ~first[idx, None]
-    seen |= hit[np.minimum(idx + 1, len(episode) - 1)] & ~last[idx, None]
-    coverage = np.zeros(len(idx))
-    for k, w in enumerate(weights):
-        coverage = coverage + np.where(seen[:, k], w, 0.0)
-    coverage = coverage / total_weight
-    scores = (own[idx] + beside + HEAD_WEIGHT * heads[at]) * (COVERAGE_FLOOR + coverage) * boost[at]
-    if asked.named:
-        scores = np.where(named[idx], scores * QUOTE_SPEAKER_BOOST, scores)
-    if asked.asks_when:
-        scores = np.where(says_when[idx], scores * WHEN_BOOST, scores)
-    scores = scores + gain[at]
-    found = _Scored(rows, entries, scores, counts[idx], at, local[idx], boosts, notes, near)
+    scores = exact(idx, np.arange(len(episode)), counts, own)
+    found = _Scored(rows, entries, scores, counts[idx], episode[idx], local[idx], boosts, notes, near)
     found.complete = chosen is None
     return found
 
