@@ -39,18 +39,18 @@ from tiermem.runtime.episode_search import (
     _candidate_rows,
     _frequencies,
     _names_in,
-    _term_counts,
     bm25_rows,
 )
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.note_cache import episode_notes
-from tiermem.runtime.notes import Note, note_words, shown_notes
+from tiermem.runtime.notes import Note, shown_notes
 from tiermem.runtime.packing import render_quote_block
+from tiermem.runtime.passage_blocks import Blocks, block_plan, counts_at
 from tiermem.runtime.passage_blocks import Factors as BlockFactors
-from tiermem.runtime.passage_blocks import around, block_plan, counts_at
 from tiermem.runtime.passage_bounds import Factors, Passages, survivors
 from tiermem.runtime.passage_columns import WordNumbers, dedup_set
+from tiermem.runtime.passage_parts import Parts, Weights, add_notes, named_passages, weigh_captions
 from tiermem.runtime.query_terms import query_term_groups
 from tiermem.runtime.time_query import (
     TimeWindow,
@@ -373,43 +373,6 @@ class _Scored:
         return dedup_set(ids, at, int(self.local[i]), DUPLICATE_JACCARD)
 
 
-def _weigh_captions(entries: list[Prepared], firsts: np.ndarray, asked: _Asked, counts: np.ndarray) -> None:
-    """Counts of what the passages' attachment descriptions add, scaled down to CAPTION_WEIGHT."""
-    n_groups = len(asked.groups)
-    for k, e in enumerate(entries):
-        for j, described in e.described:
-            extra = _term_counts(described, asked.rx, n_groups, asked.forms)
-            if any(extra):
-                counts[int(firsts[k]) + j] -= (1.0 - CAPTION_WEIGHT) * np.array(extra, dtype=np.float64)
-
-
-def _add_notes(
-    entries: list[Prepared],
-    firsts: np.ndarray,
-    notes: dict[tuple[str, str], list[Note]],
-    asked: _Asked,
-    counts: np.ndarray,
-    turn_words: np.ndarray,
-    says_when: np.ndarray,
-) -> None:
-    """Notes derived from a turn (absolute dates) are scored as part of it: their words add counts
-    (and length, to every passage of the turn: a passage is weighed by its whole turn's words)."""
-    noted = {event_id for event_id, _ in notes}
-    if not noted:
-        return
-    for k, e in enumerate(entries):
-        if e.event_ids.isdisjoint(noted):
-            continue
-        p = e.passages
-        for j in range(len(p)):
-            extra = note_words(notes.get((p.event_id(j), p.speaker(j)), []), p.text(j)).lower()
-            if extra:
-                i = int(firsts[k]) + j
-                counts[i] += _term_counts(extra, asked.rx, len(asked.groups))
-                turn_words[int(firsts[k]) + np.flatnonzero(e.quote_of == e.quote_of[j])] += extra.count(" ")
-                says_when[i] |= _SAYS_WHEN.search(extra) is not None
-
-
 def _neighbours(
     own: np.ndarray,
     first: np.ndarray,
@@ -472,13 +435,12 @@ def _score_passages(
     if not entries:
         nothing = np.zeros(0, dtype=np.int64)
         return _Scored(rows, entries, np.zeros(0), np.zeros((0, n_groups)), nothing, nothing, [], notes, near)
-    total_weight = sum(weights) or 1.0
     sizes = np.array([e.passages.n for e in entries], dtype=np.int64)
     episode = np.repeat(np.arange(len(entries), dtype=np.int64), sizes)
     firsts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     local = np.arange(len(episode), dtype=np.int64) - firsts[episode]
     # With blocks (runtime.passage_blocks), only the passages that can be among the best are counted;
-    # `counts` then holds only what captions and notes change (applied to what is counted).
+    # `counts` then holds only what captions (and, apart, notes) change, applied to what is counted.
     blocks = block_plan(entries, sizes, firsts, {e for e, _ in notes}, keep if asked.groups else None)
     counts = TEXTS.term_counts(entries, asked.groups, asked.rx) if blocks is None else np.zeros((1, n_groups))
     # Each passage weighed by its whole turn's words (prepared with the episode; notes add to them).
@@ -489,59 +451,30 @@ def _score_passages(
     changes = (counts, counts) if blocks is None else (np.zeros((len(episode), n_groups)),) * 2
     if blocks is not None and notes:
         changes = (changes[0], np.zeros((len(episode), n_groups)))
-    _weigh_captions(entries, firsts, asked, changes[0])
-    _add_notes(entries, firsts, notes, asked, changes[1], turn_words, says_when)
-    first = local == 0
-    last = local == sizes[episode] - 1
-    asking = np.concatenate([e.found(_ENDS_ASKING) for e in entries])
-    whole = np.concatenate([e.whole_turn for e in entries])
+    weigh_captions(entries, firsts, asked, changes[0], CAPTION_WEIGHT)
+    add_notes(entries, firsts, notes, asked, changes[1], (turn_words, says_when), _SAYS_WHEN)
     heads, head_seen, boosts, importance = _headers(rows, entries, asked)
-    boost, gain = np.array(boosts), np.array(importance)
-    named = np.zeros(len(episode), dtype=bool)
-    for k, e in enumerate(entries):
-        for speaker, at in e.speakers.items() if asked.named else ():
-            if speaker in asked.named:
-                named[firsts[k] + at] = True
-    most = np.where(named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
-
-    def exact(
-        idx: np.ndarray, near: np.ndarray, counted: np.ndarray, own: np.ndarray | None = None
-    ) -> np.ndarray:
-        """The exact scores of passages `idx` (ascending); `near` (ascending) holds them and the passages
-        one and two places from each, `counted` (and `own`, if known) their term counts (and BM25)."""
-        if own is None:
-            own = bm25_rows(counted, turn_words[near], weights, AVG_QUOTE_WORDS)
-        pos, hit, at = np.searchsorted(near, idx), counted > 0, episode[idx]
-        beside = _neighbours(own, first[near], last[near], pos, asking[near], whole[near])
-        seen = hit[pos] | head_seen[at]
-        seen |= hit[np.maximum(pos - 1, 0)] & ~first[idx, None]
-        seen |= hit[np.minimum(pos + 1, len(near) - 1)] & ~last[idx, None]
-        coverage = np.zeros(len(idx))
-        for k, w in enumerate(weights):
-            coverage = coverage + np.where(seen[:, k], w, 0.0)
-        coverage = coverage / total_weight
-        scores = (own[pos] + beside + HEAD_WEIGHT * heads[at]) * (COVERAGE_FLOOR + coverage) * boost[at]
-        if asked.named:
-            scores = np.where(named[idx], scores * QUOTE_SPEAKER_BOOST, scores)
-        if asked.asks_when:
-            scores = np.where(says_when[idx], scores * WHEN_BOOST, scores)
-        return scores + gain[at]
-
+    parts = Parts(
+        weights=weights,
+        named=bool(asked.named),
+        asks_when=asked.asks_when,
+        episode=episode,
+        first=local == 0,
+        last=local == sizes[episode] - 1,
+        turn_words=turn_words,
+        says_when=says_when,
+        asking=np.concatenate([e.found(_ENDS_ASKING) for e in entries]),
+        whole=np.concatenate([e.whole_turn for e in entries]),
+        by_named=named_passages(entries, firsts, asked.named, len(episode)),
+        heads=heads,
+        head_seen=head_seen,
+        boost=np.array(boosts),
+        gain=np.array(importance),
+        k=Weights(HEAD_WEIGHT, COVERAGE_FLOOR, QUOTE_SPEAKER_BOOST, WHEN_BOOST),
+    )
+    most = np.where(parts.by_named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
     if blocks is not None:
-
-        def count(near: np.ndarray) -> np.ndarray:
-            """Term counts of passages `near` (ascending), with what captions and notes change, in that order."""
-            got = (
-                counts_at(TEXTS.words, entries, episode, local, near, asked.groups, asked.rx)
-                + changes[0][near]
-            )
-            return got + changes[1][near] if changes[1] is not changes[0] else got
-
-        parts = (heads, head_seen, boost, gain, most, whole & np.r_[False, asking[:-1]] & ~first)
-        share = BlockFactors(HEAD_WEIGHT, COVERAGE_FLOOR, ANSWER_WEIGHT, max(NEIGHBOUR_WEIGHT, FAR_WEIGHT))
-        bm25 = lambda c, length: bm25_rows(c, length, weights, AVG_QUOTE_WORDS)  # noqa: E731
-        high = blocks.bounds(TEXTS.blocks, TEXTS.words, asked.groups, weights, turn_words, parts, bm25, share)
-        idx, scores, kept = blocks.scored(high, keep or 0, count, exact)
+        idx, scores, kept = _blocked(blocks, parts, most, asked, (entries, local, changes), keep or 0)
         found = _Scored(rows, entries, scores, kept, episode[idx], local[idx], boosts, notes, near)
         found.complete = len(idx) == len(episode)
         return found
@@ -556,18 +489,53 @@ def _score_passages(
     bound = Passages(
         own=own,
         hit_weight=(counts > 0) @ np.array(weights, dtype=np.float64),
-        total_weight=total_weight,
+        total_weight=sum(weights) or 1.0,
         head=heads[episode],
-        boost=boost[episode],
-        importance=gain[episode],
+        boost=parts.boost[episode],
+        importance=parts.gain[episode],
         most_boost=most,
     )
     chosen = survivors(bound, factors, keep)
     idx = np.arange(len(episode)) if chosen is None else chosen
-    scores = exact(idx, np.arange(len(episode)), counts, own)
+    scores = parts.exact(idx, np.arange(len(episode)), counts, own, _neighbours)
     found = _Scored(rows, entries, scores, counts[idx], episode[idx], local[idx], boosts, notes, near)
     found.complete = chosen is None
     return found
+
+
+def _blocked(
+    blocks: Blocks, parts: Parts, most: np.ndarray, asked: _Asked, have: tuple[Any, ...], keep: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(passages, their exact scores, their counts): those of the blocks that can hold one of the
+    best `keep` (runtime.passage_blocks). `have`: (candidates, each passage's place in its episode,
+    what captions and notes change in the counts)."""
+    entries, local, (captions, noted) = have
+    weights = asked.weights
+
+    def count(near: np.ndarray) -> np.ndarray:
+        """Term counts of passages `near` (ascending) with what captions, then notes, change."""
+        got = (
+            counts_at(TEXTS.words, entries, parts.episode, local, near, asked.groups, asked.rx)
+            + captions[near]
+        )
+        return got + noted[near] if noted is not captions else got
+
+    def exact(idx: np.ndarray, near: np.ndarray, counted: np.ndarray) -> np.ndarray:
+        own = bm25_rows(counted, parts.turn_words[near], weights, AVG_QUOTE_WORDS)
+        return parts.exact(idx, near, counted, own, _neighbours)
+
+    answers = parts.whole & np.r_[False, parts.asking[:-1]] & ~parts.first  # may take the turn before whole
+    high = blocks.bounds(
+        TEXTS.blocks,
+        TEXTS.words,
+        asked.groups,
+        weights,
+        parts.turn_words,
+        (parts.heads, parts.head_seen, parts.boost, parts.gain, most, answers),
+        lambda c, length: bm25_rows(c, length, weights, AVG_QUOTE_WORDS),
+        BlockFactors(HEAD_WEIGHT, COVERAGE_FLOOR, ANSWER_WEIGHT, max(NEIGHBOUR_WEIGHT, FAR_WEIGHT)),
+    )
+    return blocks.scored(high, keep, count, exact)
 
 
 def _best_indices(scores: np.ndarray, n: int) -> list[int]:

@@ -28,7 +28,7 @@ from tiermem.runtime import turn_window
 from tiermem.runtime.episode_search import _bm25, _candidate_rows, _frequencies, _term_counts, search_episodes
 from tiermem.runtime.episode_text import EpisodeTexts, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
-from tiermem.runtime.notes import notes_for
+from tiermem.runtime.notes import note_words, notes_for
 from tiermem.runtime.passages import episode_passages
 from tiermem.runtime.projector import project
 
@@ -230,7 +230,7 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
         n = len(groups)
         total_weight = sum(weights) or 1.0
         texts = [
-            f"{p.text} {qs.note_words(notes.get((p.event_id, p.speaker), []), p.text)}".lower()
+            f"{p.text} {note_words(notes.get((p.event_id, p.speaker), []), p.text)}".lower()
             for p in passages
         ]
         counts = [said_counts(t, asked, n) for t in texts]
