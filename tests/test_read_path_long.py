@@ -230,8 +230,7 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
         n = len(groups)
         total_weight = sum(weights) or 1.0
         texts = [
-            f"{p.text} {note_words(notes.get((p.event_id, p.speaker), []), p.text)}".lower()
-            for p in passages
+            f"{p.text} {note_words(notes.get((p.event_id, p.speaker), []), p.text)}".lower() for p in passages
         ]
         counts = [said_counts(t, asked, n) for t in texts]
         turn_words: dict[int, int] = {}
