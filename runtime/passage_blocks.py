@@ -30,10 +30,10 @@ question's bound of every passage in a block (`Blocks.bounds`):
 * every speaker / "when" boost the block's passages can get, the episode's
   time boost and importance.
 
-The exact scores of the passages of the best-bounded blocks (twice the
+The exact scores of the passages of the best-bounded blocks (DEPTH times the
 search's depth of them) give a threshold: their `keep`-th best is at most the
 `keep`-th best of all. Every block whose bound reaches it is scored exactly,
-with the first ones (`Blocks.chosen`): so every passage that can be among the
+with the first ones (`Blocks.scored`): so every passage that can be among the
 best `keep` is scored exactly, by the same operations as when every passage
 is scored, and the result, order and ties included, is that of scoring every
 passage. Bounds are widened by a relative 1e-9 against rounding. Blocks of
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 BLOCK = 4  # passages per block: 2-4 leave the fewest passages (bench/bound_ceiling.py)
 MIN_PASSAGES = 2_000  # fewer candidate passages than this: score them all
-DEPTH = 2  # the first exact pass scores the best-bounded blocks' passages, DEPTH x `keep` of them
+DEPTH = 3  # the first pass: the best-bounded blocks' passages, DEPTH x `keep` (2, 3, 5 measured)
 SLACK = 1e-9  # relative widening of the bounds, against rounding
 MAX_FORMS = 20_000  # kept forms' maxima; past this all are dropped (each is a few arrays of numbers)
 
@@ -82,9 +82,10 @@ class BlockIndex:
         if kept is not None and kept[0] == words.size:
             return kept[1], kept[2]
         wids = words.matching(form)
-        pids = np.concatenate([np.frombuffer(words.postings[w], dtype=np.int64) for w in wids] or [[]])
-        counts = np.concatenate([np.frombuffer(words.counts[w], dtype=np.int64) for w in wids] or [[]])
-        pids, counts = pids.astype(np.int64), counts.astype(np.int64)
+        nothing = np.zeros(0, dtype=np.int64)
+        # Copies: no view of the index's arrays stays (an array with a view cannot grow).
+        pids = np.concatenate([np.frombuffer(words.postings[w], dtype=np.int64) for w in wids] or [nothing])
+        counts = np.concatenate([np.frombuffer(words.counts[w], dtype=np.int64) for w in wids] or [nothing])
         if len(wids) > 1:  # several words: summed per passage first
             order = np.argsort(pids, kind="stable")
             pids, counts = pids[order], counts[order]
@@ -95,7 +96,7 @@ class BlockIndex:
             starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]])
             found, top = blocks[starts], np.maximum.reduceat(counts, starts)
         else:
-            found, top = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            found, top = nothing, nothing
         if len(self._maxima) >= MAX_FORMS:
             self._maxima.clear()
         self._maxima[form] = (words.size, found, top)
