@@ -341,6 +341,8 @@ class _Scored:
     _starts: dict[int, datetime] = field(default_factory=dict)  # per candidate: its start, parsed
     # The near-duplicate check's vocabulary when the search started (EpisodeTexts.dedup).
     numbers: WordNumbers = field(default_factory=lambda: TEXTS.numbers)
+    asked: tuple[str, ...] = ()  # the question's forms: filed under last (`dedup_key`)
+    _late: frozenset[int] | None = None
 
     def item(self, i: int) -> dict[str, Any]:
         """Passage `i` as a result item (before the final touches of `search_quotes`)."""
@@ -370,7 +372,12 @@ class _Scored:
         """Passage `i`'s word set and its prefix for `_distinct`, from the words taken when its episode
         was prepared (numbered: runtime.passage_columns)."""
         ids, at = TEXTS.dedup(self.entries[int(self.episode[i])], self.numbers)
-        return dedup_set(ids, at, int(self.local[i]), DUPLICATE_JACCARD)
+        if self._late is None:
+            # The question's own words are in nearly every result: first in the filing order, they
+            # would make every result meet every other; any one order per search keeps the check exact.
+            got = (self.numbers.numbers.get(f) for f in self.asked)
+            self._late = frozenset(n for n in got if n is not None)
+        return dedup_set(ids, at, int(self.local[i]), DUPLICATE_JACCARD, self._late)
 
 
 def _neighbours(
@@ -639,6 +646,7 @@ def search_quotes(
     notes = episode_notes(conn, who, [str(r[0]) for r in rows], [e.event_ids for e in entries])
     enough = 4 * limit + RESTATEMENT_POOL
     found = _score_passages(rows, entries, asked, near, notes, None if dense else enough)
+    found.asked = asked.forms
     if dense is not None:
         scored = _fused([(s, found.item(i)) for i, s in enumerate(found.scores.tolist())], dense)
         _restatements_first(scored, asked.weights)
@@ -655,6 +663,7 @@ def search_quotes(
         enough *= 4  # many near-duplicates among the best: look further down
         if not found.complete:  # ...past what the bound kept: score again for the new depth
             found = _score_passages(rows, entries, asked, near, notes, enough)
+            found.asked = asked.forms
             scores = _restated(found, asked.weights)
 
 
