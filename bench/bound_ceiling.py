@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def recorded(passages: Any, factors: Any, keep: int | None) -> Any:
         chosen = survivors(passages, factors, keep)
-        bounded.append(1.0 if chosen is None else len(chosen) / len(passages.own))
+        if keep is not None:  # the search's own (not this script's scoring of every passage)
+            bounded.append(1.0 if chosen is None else len(chosen) / len(passages.own))
         return chosen
 
     blocked: list[float] = []  # what the search's own block bound keeps (runtime.passage_blocks)
