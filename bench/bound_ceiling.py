@@ -106,6 +106,24 @@ def _kept_share(
     return float(np.bincount(group)[upper >= best].sum() / n)
 
 
+def _report(
+    truth: list[float], bounded: list[float], blocked: list[float], shares: dict[int, list[float]]
+) -> None:
+    print(f"{len(truth)} questions of four words on the long conversation; share of the candidate passages")
+    print("group                 p50     p90     max")
+    print(
+        f"{'exact (the result)':20} {np.median(truth):6.3f}  {np.percentile(truth, 90):6.3f}  {max(truth):6.3f}"
+    )
+    for name, kept in (("passage bound", bounded), (f"blocks of {passage_blocks.BLOCK} (search)", blocked)):
+        b = np.array(kept[: len(truth)])
+        if len(b):  # what the search itself kept, with its real threshold
+            print(f"{name:20} {np.median(b):6.3f}  {np.percentile(b, 90):6.3f}  {b.max():6.3f}")
+    for s in shares:
+        v = np.array(shares[s])
+        name = "whole episodes" if s == WHOLE else f"blocks of {s}"
+        print(f"{name:20} {np.median(v):6.3f}  {np.percentile(v, 90):6.3f}  {v.max():6.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", required=True, help="the --root of bench_read_paths.py")
@@ -171,19 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             qs._score_passages = real  # type: ignore[assignment]
             qs.survivors = survivors  # type: ignore[assignment]
             passage_blocks.Blocks.scored = scored  # type: ignore[method-assign]
-    print(f"{len(truth)} questions of four words on the long conversation; share of the candidate passages")
-    print("group                 p50     p90     max")
-    print(
-        f"{'exact (the result)':20} {np.median(truth):6.3f}  {np.percentile(truth, 90):6.3f}  {max(truth):6.3f}"
-    )
-    for name, kept in (("passage bound", bounded), (f"blocks of {passage_blocks.BLOCK} (search)", blocked)):
-        b = np.array(kept[: len(truth)])
-        if len(b):  # what the search itself kept, with its real threshold
-            print(f"{name:20} {np.median(b):6.3f}  {np.percentile(b, 90):6.3f}  {b.max():6.3f}")
-    for s in sizes:
-        v = np.array(shares[s])
-        name = "whole episodes" if s == WHOLE else f"blocks of {s}"
-        print(f"{name:20} {np.median(v):6.3f}  {np.percentile(v, 90):6.3f}  {v.max():6.3f}")
+    _report(truth, bounded, blocked, shares)
     return 0
 
 
