@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -155,3 +156,33 @@ def test_every_passage_scores_within_its_blocks_bound(
             assert np.all(scores <= high[block]), query
             checked += len(idx)
     assert checked > 5000
+
+
+def test_block_maxima_follow_the_erasure_mark(tmp_path: Path) -> None:
+    """The blocks and their kept maxima live with the prepared episodes: the first read after an erasure
+    starts them again (nothing kept from before it), aligned with the passage index."""
+    from tiermem.runtime.episode_text import TEXTS
+
+    from tiermem import Memory
+
+    filler = " ".join(f"filler{k} about the garden and the pot" for k in range(120))  # long: indexed
+    mem = Memory.open(tmp_path / "data", env={}, compressor={"min_unprocessed": 1, "keep_recent": 0})
+    try:
+        bot = mem.agent("a1")
+        said = [
+            bot.record_turn("alice", f"I hid key {i}. {filler}", f"Noted {i}.", ts=f"2024-03-01T1{i}:00:00Z")
+            for i in range(4)
+        ]
+        mem.compress()
+        mem.refresh()
+        bot.call_tool("recall_memory", {"query": "garden pot"}, user="alice")
+        before = TEXTS.blocks
+        before.maxima(TEXTS.words, "garden")
+        assert before._maxima and len(before.block_of) == TEXTS.words.size > 0
+        mem.forget(event=said[1].event_id, reason="test")
+        mem.refresh()
+        bot.call_tool("recall_memory", {"query": "filler7"}, user="alice")
+        assert TEXTS.blocks is not before and "garden" not in TEXTS.blocks._maxima
+        assert len(TEXTS.blocks.block_of) == TEXTS.words.size
+    finally:
+        mem.close()
