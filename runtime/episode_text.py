@@ -77,6 +77,7 @@ class Prepared:
     speakers: dict[str, np.ndarray]  # each speaker (lowered) -> their passages
     start: int  # its first passage's id in the index (-1: not indexed)
     block: int = -1  # its first block's id (runtime.passage_blocks; -1: not indexed)
+    block_by: BlockIndex | None = None  # the block numbering it is in
     name: str | None = None  # the episode's name when it was prepared
     head: int = -1  # its header's (name and summary) id in the index
     head_spaces: int = 0  # spaces in the lowered header (its length in words is this + 1)
@@ -290,7 +291,7 @@ class EpisodeTexts:
         # thousands of passages.
         self.heads = WordIndex()
         # The indexed passages' blocks and, per query form, each block's largest count (runtime.passage_blocks).
-        self.blocks = BlockIndex()
+        self.blocks = BlockIndex(self.words)
         self.chars = 0
         # The databases with long episodes prepared (indexed): where ranking them per word pays
         # (runtime.fts_ranks).
@@ -367,7 +368,7 @@ class EpisodeTexts:
         self.chars += len(raw or "")
         words = [dedup_words(t, c.keys()) for t, c in zip(lowered, counted, strict=True)]
         entry = self._prepared(quotes, passages, lowered, quote_spaces, ids, start, words)
-        entry.block = self.blocks.add(len(counted))
+        entry.block, entry.block_by = self.blocks.add(len(counted)), self.blocks
         return entry
 
     def _prepared(

@@ -63,7 +63,8 @@ class BlockIndex:
     """Each indexed passage's block (an episode's blocks are numbered together when it is prepared) and,
     per query form, each block's largest count of the words it matches."""
 
-    def __init__(self) -> None:
+    def __init__(self, words: WordIndex) -> None:
+        self.words = words  # the passage index whose passages are numbered here
         self.block_of = array("q")  # per indexed passage (its id in the word index): its block
         self.blocks = 0
         self._maxima: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
@@ -75,9 +76,10 @@ class BlockIndex:
         self.blocks += -(-n // BLOCK)
         return first
 
-    def maxima(self, words: WordIndex, form: str) -> tuple[np.ndarray, np.ndarray]:
+    def maxima(self, form: str) -> tuple[np.ndarray, np.ndarray]:
         """(the blocks holding a word `form` matches, ascending; in each, the largest count in one passage
         of all those words together). Kept while the index holds the same passages."""
+        words = self.words
         kept = self._maxima.get(form)
         if kept is not None and kept[0] == words.size:
             return kept[1], kept[2]
@@ -113,27 +115,41 @@ class Factors(NamedTuple):
 
 
 def block_plan(
-    entries: Sequence[Prepared], sizes: np.ndarray, firsts: np.ndarray, noted: set[str], keep: int | None
+    index: BlockIndex,
+    entries: Sequence[Prepared],
+    sizes: np.ndarray,
+    firsts: np.ndarray,
+    noted: set[str],
+    keep: int | None,
 ) -> Blocks | None:
-    """The search's blocks, when bounding them can pay (None: count and score every passage).
+    """The search's blocks in `index`, when bounding them can pay (None: count and score every passage).
 
     `noted`: the turns with notes (their episodes' blocks are always scored). Not below MIN_PASSAGES,
-    nor without a depth, nor with an episode asked for twice, nor without an indexed episode.
+    nor without a depth, nor with an episode asked for twice, nor without an indexed episode, nor
+    with one numbered in another index (everything prepared was dropped meanwhile).
     """
     n = int(sizes.sum())
     if keep is None or n < MIN_PASSAGES or n <= DEPTH * keep or len({id(e) for e in entries}) < len(entries):
         return None
+    if any(e.block >= 0 and e.block_by is not index for e in entries):
+        return None
     forced = np.array([e.block < 0 or not e.event_ids.isdisjoint(noted) for e in entries], dtype=bool)
-    return None if forced.all() else Blocks(entries, sizes, firsts, forced)
+    return None if forced.all() else Blocks(index, entries, sizes, firsts, forced)
 
 
 class Blocks:
     """One search's candidate passages cut into their episodes' blocks (in candidate order)."""
 
     def __init__(
-        self, entries: Sequence[Prepared], sizes: np.ndarray, firsts: np.ndarray, forced: np.ndarray
+        self,
+        index: BlockIndex,
+        entries: Sequence[Prepared],
+        sizes: np.ndarray,
+        firsts: np.ndarray,
+        forced: np.ndarray,
     ) -> None:
         """`forced`: per candidate, whether its blocks are always scored (short, or with notes)."""
+        self.index = index
         self.entries = entries
         per = -(-sizes // BLOCK)
         self.episode = np.repeat(np.arange(len(entries), dtype=np.int64), per)
@@ -148,8 +164,6 @@ class Blocks:
 
     def bounds(
         self,
-        index: BlockIndex,
-        words: WordIndex,
         groups: Sequence[Sequence[str]],
         weights: Sequence[float],
         lengths: np.ndarray,
@@ -165,7 +179,7 @@ class Blocks:
         `bm25(counts, lengths)`: the search's own BM25 of rows of group counts.
         """
         head, head_seen, boost, importance, most, answers = parts
-        n = len(self.episode)
+        index, n = self.index, len(self.episode)
         row_of = np.full(index.blocks, -1, dtype=np.int64)
         indexed = np.array([e.block for e in self.entries], dtype=np.int64)[self.episode]
         ok = indexed >= 0
@@ -173,7 +187,7 @@ class Blocks:
         counts = np.zeros((n, len(groups)))
         for g, forms in enumerate(groups):
             for form in forms:
-                found, top = index.maxima(words, form)
+                found, top = index.maxima(form)
                 rows = row_of[found]
                 inside = rows >= 0
                 counts[:, g] += np.bincount(rows[inside], weights=top[inside], minlength=n)

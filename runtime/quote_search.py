@@ -448,7 +448,8 @@ def _score_passages(
     local = np.arange(len(episode), dtype=np.int64) - firsts[episode]
     # With blocks (runtime.passage_blocks), only the passages that can be among the best are counted;
     # `counts` then holds only what captions (and, apart, notes) change, applied to what is counted.
-    blocks = block_plan(entries, sizes, firsts, {e for e, _ in notes}, keep if asked.groups else None)
+    plan = (TEXTS.blocks, entries, sizes, firsts, {e for e, _ in notes})
+    blocks = block_plan(*plan, keep if asked.groups else None)
     counts = TEXTS.term_counts(entries, asked.groups, asked.rx) if blocks is None else np.zeros((1, n_groups))
     # Each passage weighed by its whole turn's words (prepared with the episode; notes add to them).
     turn_words = np.concatenate([e.turn_words for e in entries])
@@ -522,7 +523,7 @@ def _blocked(
     def count(near: np.ndarray) -> np.ndarray:
         """Term counts of passages `near` (ascending) with what captions, then notes, change."""
         got = (
-            counts_at(TEXTS.words, entries, parts.episode, local, near, asked.groups, asked.rx)
+            counts_at(blocks.index.words, entries, parts.episode, local, near, asked.groups, asked.rx)
             + captions[near]
         )
         return got + noted[near] if noted is not captions else got
@@ -533,8 +534,6 @@ def _blocked(
 
     answers = parts.whole & np.r_[False, parts.asking[:-1]] & ~parts.first  # may take the turn before whole
     high = blocks.bounds(
-        TEXTS.blocks,
-        TEXTS.words,
         asked.groups,
         weights,
         parts.turn_words,

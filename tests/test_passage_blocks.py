@@ -177,7 +177,7 @@ def test_block_maxima_follow_the_erasure_mark(tmp_path: Path) -> None:
         mem.refresh()
         bot.call_tool("recall_memory", {"query": "garden pot"}, user="alice")
         before = TEXTS.blocks
-        before.maxima(TEXTS.words, "garden")
+        before.maxima("garden")
         assert before._maxima and len(before.block_of) == TEXTS.words.size > 0
         mem.forget(event=said[1].event_id, reason="test")
         mem.refresh()
@@ -186,3 +186,22 @@ def test_block_maxima_follow_the_erasure_mark(tmp_path: Path) -> None:
         assert len(TEXTS.blocks.block_of) == TEXTS.words.size
     finally:
         mem.close()
+
+
+def test_no_blocks_for_an_episode_numbered_in_a_dropped_index() -> None:
+    """An episode prepared before everything was dropped (another thread's erasure) carries block ids of
+    the old numbering: the search then counts every passage rather than read another index's blocks."""
+    from types import SimpleNamespace
+
+    from tiermem.runtime.episode_text import WordIndex
+
+    old, new = passage_blocks.BlockIndex(WordIndex()), passage_blocks.BlockIndex(WordIndex())
+    sizes = np.array([1500, 1500], dtype=np.int64)
+    firsts = np.array([0, 1500], dtype=np.int64)
+
+    def entry(index: passage_blocks.BlockIndex) -> Any:
+        return SimpleNamespace(block=index.add(1500), block_by=index, event_ids=frozenset())
+
+    current = [entry(new), entry(new)]
+    assert passage_blocks.block_plan(new, current, sizes, firsts, set(), 100) is not None
+    assert passage_blocks.block_plan(new, [current[0], entry(old)], sizes, firsts, set(), 100) is None
