@@ -25,7 +25,9 @@ only has a lower bound of it), and each term group's maximum is taken from the
 passages' group counts (a per-word index sums its words' maxima: looser for
 groups of several forms). So these are ceilings: a real search keeps more.
 Every group's bound is checked against its passages' exact scores. Beside
-them, what today's passage bound (runtime.passage_bounds, with its real
+them, what the search itself keeps with its real threshold: the block bound
+(runtime.passage_blocks) on a long conversation, else the passage bound
+(runtime.passage_bounds, with its real
 threshold) keeps in the same searches.
 Prints a table; nothing is written.
 """
@@ -42,8 +44,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runtime as br
 from tiermem.runtime import episode_search as es
+from tiermem.runtime import passage_blocks, turn_window
 from tiermem.runtime import quote_search as qs
-from tiermem.runtime import turn_window
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.tools import call_tool
 
@@ -104,6 +106,24 @@ def _kept_share(
     return float(np.bincount(group)[upper >= best].sum() / n)
 
 
+def _report(
+    truth: list[float], bounded: list[float], blocked: list[float], shares: dict[int, list[float]]
+) -> None:
+    print(f"{len(truth)} questions of four words on the long conversation; share of the candidate passages")
+    print("group                 p50     p90     max")
+    print(
+        f"{'exact (the result)':20} {np.median(truth):6.3f}  {np.percentile(truth, 90):6.3f}  {max(truth):6.3f}"
+    )
+    for name, kept in (("passage bound", bounded), (f"blocks of {passage_blocks.BLOCK} (search)", blocked)):
+        b = np.array(kept[: len(truth)])
+        if len(b):  # what the search itself kept, with its real threshold
+            print(f"{name:20} {np.median(b):6.3f}  {np.percentile(b, 90):6.3f}  {b.max():6.3f}")
+    for s in shares:
+        v = np.array(shares[s])
+        name = "whole episodes" if s == WHOLE else f"blocks of {s}"
+        print(f"{name:20} {np.median(v):6.3f}  {np.percentile(v, 90):6.3f}  {v.max():6.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", required=True, help="the --root of bench_read_paths.py")
@@ -128,8 +148,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def recorded(passages: Any, factors: Any, keep: int | None) -> Any:
         chosen = survivors(passages, factors, keep)
-        bounded.append(1.0 if chosen is None else len(chosen) / len(passages.own))
+        if keep is not None:  # the search's own (not this script's scoring of every passage)
+            bounded.append(1.0 if chosen is None else len(chosen) / len(passages.own))
         return chosen
+
+    blocked: list[float] = []  # what the search's own block bound keeps (runtime.passage_blocks)
+    scored = passage_blocks.Blocks.scored
+
+    def recorded_blocks(self: Any, *args: Any) -> Any:
+        out = scored(self, *args)
+        blocked.append(len(out[0]) / self.n_passages)
+        return out
 
     settings = resolve_settings(data_dir=path, env={}, fsync="none")
     questions = [br.words(4) for _ in range(args.n + 1)]
@@ -139,12 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         call_tool(m, "recall_memory", {"query": questions[0]})  # every episode prepared
         qs._score_passages = scoring  # type: ignore[assignment]
         qs.survivors = recorded  # type: ignore[assignment]
+        passage_blocks.Blocks.scored = recorded_blocks  # type: ignore[method-assign]
         try:
             for q in questions[1:]:
                 seen.clear()
-                del bounded[len(truth) :]
+                del bounded[len(truth) :], blocked[len(truth) :]
                 qs.search_quotes(m.conn, m.principal, q, limit=60)
-                del bounded[len(truth) + 1 :]  # the first scoring's (a deeper second one may follow)
+                del bounded[len(truth) + 1 :], blocked[len(truth) + 1 :]  # the first scoring's only
                 rows, entries, asked, keep = seen["rows"], seen["entries"], seen["asked"], seen["keep"]
                 found = real(rows, entries, asked, seen["near"], seen["notes"], None)
                 n = len(found.scores)
@@ -158,17 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             qs._score_passages = real  # type: ignore[assignment]
             qs.survivors = survivors  # type: ignore[assignment]
-    print(f"{len(truth)} questions of four words on the long conversation; share of the candidate passages")
-    print("group                 p50     p90     max")
-    print(
-        f"{'exact (the result)':20} {np.median(truth):6.3f}  {np.percentile(truth, 90):6.3f}  {max(truth):6.3f}"
-    )
-    b = np.array(bounded[: len(truth)])
-    print(f"{'passages (today)':20} {np.median(b):6.3f}  {np.percentile(b, 90):6.3f}  {b.max():6.3f}")
-    for s in sizes:
-        v = np.array(shares[s])
-        name = "whole episodes" if s == WHOLE else f"blocks of {s}"
-        print(f"{name:20} {np.median(v):6.3f}  {np.percentile(v, 90):6.3f}  {v.max():6.3f}")
+            passage_blocks.Blocks.scored = scored  # type: ignore[method-assign]
+    _report(truth, bounded, blocked, shares)
     return 0
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runtime as br
-from tiermem.runtime import episode_search, quote_search, store_reads
+from tiermem.runtime import episode_search, passage_blocks, quote_search, store_reads
 from tiermem.runtime.context import assemble_context
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.tools import call_tool
@@ -65,6 +65,8 @@ def _instrument(m: AgentMemory, stages: dict[str, list[float]]) -> None:
     _timed(stages, quote_search, "_score_passages", "  quotes: passage scoring")
     _timed(stages, quote_search, "render_quote_block", "  quotes: rendering")
     _timed(stages, quote_search, "episode_notes", "  quotes: notes lookup")
+    _timed(stages, passage_blocks.Blocks, "bounds", "  quotes: block bounds")
+    _timed(stages, passage_blocks.Blocks, "scored", "  quotes: blocks counted and scored")
     _timed(stages, quote_search, "_restated", "  quotes: restatements")
     _timed(stages, quote_search, "_distinct", "  quotes: result order and items")
     _timed(stages, quote_search.TEXTS, "term_counts", "term counts (both searches)")
@@ -117,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(10, args.n + 10):
                 call(i)
             prof.disable()
-            pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+            pstats.Stats(prof).sort_stats(os.environ.get("PROF_SORT", "tottime")).print_stats(
+                int(os.environ.get("PROF_N", "30"))
+            )
             return 0
         stages: dict[str, list[float]] = {}
         _instrument(m, stages)

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import orjson
 from tiermem.runtime.hotstore import erasure_mark
+from tiermem.runtime.passage_blocks import BlockIndex
 from tiermem.runtime.passage_columns import JoinedTexts, PassageColumns, WordNumbers, dedup_words
 
 from tiermem.attachments import split_described
@@ -75,6 +76,8 @@ class Prepared:
     event_ids: frozenset[str]  # the turns its quotes cite
     speakers: dict[str, np.ndarray]  # each speaker (lowered) -> their passages
     start: int  # its first passage's id in the index (-1: not indexed)
+    block: int = -1  # its first block's id (runtime.passage_blocks; -1: not indexed)
+    block_by: BlockIndex | None = None  # the block numbering it is in
     name: str | None = None  # the episode's name when it was prepared
     head: int = -1  # its header's (name and summary) id in the index
     head_spaces: int = 0  # spaces in the lowered header (its length in words is this + 1)
@@ -287,6 +290,8 @@ class EpisodeTexts:
         # Every episode's name and summary: apart, so a header's counts do not walk the postings of
         # thousands of passages.
         self.heads = WordIndex()
+        # The indexed passages' blocks and, per query form, each block's largest count (runtime.passage_blocks).
+        self.blocks = BlockIndex(self.words)
         self.chars = 0
         # The databases with long episodes prepared (indexed): where ranking them per word pays
         # (runtime.fts_ranks).
@@ -362,7 +367,9 @@ class EpisodeTexts:
             self.words.add_counted(counts)
         self.chars += len(raw or "")
         words = [dedup_words(t, c.keys()) for t, c in zip(lowered, counted, strict=True)]
-        return self._prepared(quotes, passages, lowered, quote_spaces, ids, start, words)
+        entry = self._prepared(quotes, passages, lowered, quote_spaces, ids, start, words)
+        entry.block, entry.block_by = self.blocks.add(len(counted)), self.blocks
+        return entry
 
     def _prepared(
         self,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import accumulate, pairwise
+from itertools import accumulate, islice, pairwise
 from typing import Any, overload
 
 import numpy as np
@@ -183,10 +183,16 @@ def dedup_words(lowered: str, indexed: Iterable[str] | None) -> Iterable[str]:
     return set(DEDUP_WORD.findall(lowered))
 
 
-def dedup_set(ids: np.ndarray, at: np.ndarray, j: int, keep: float) -> tuple[frozenset[int], tuple[int, ...]]:
-    """Passage j's word set and its prefix for the near-duplicate check: its `len - int(keep x len) + 2`
-    last-met words (the order of `WordNumbers`), last met first."""
-    mine = ids[int(at[j]) : int(at[j + 1])]
-    n = len(mine)
-    length = n - int(keep * n) + 2
-    return frozenset(mine.tolist()), tuple(mine[::-1][:length].tolist())
+def dedup_set(
+    ids: np.ndarray, at: np.ndarray, j: int, keep: float, late: frozenset[int] = frozenset()
+) -> tuple[frozenset[int], tuple[int, ...]]:
+    """Passage j's word set and its prefix for the near-duplicate check: its first `len - int(keep x len)
+    + 2` words in one order, last met first (the order of `WordNumbers`) but the words `late` after all
+    others (a search's own words: any one order for all the sets a check compares will do)."""
+    order = ids[int(at[j]) : int(at[j + 1])][::-1].tolist()
+    length = len(order) - int(keep * len(order)) + 2
+    if late and not late.isdisjoint(order):
+        prefix = list(islice((w for w in order if w not in late), length))
+        prefix += [w for w in order if w in late][: length - len(prefix)]
+        return frozenset(order), tuple(prefix)
+    return frozenset(order), tuple(order[:length])

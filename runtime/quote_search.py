@@ -39,16 +39,18 @@ from tiermem.runtime.episode_search import (
     _candidate_rows,
     _frequencies,
     _names_in,
-    _term_counts,
     bm25_rows,
 )
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.note_cache import episode_notes
-from tiermem.runtime.notes import Note, note_words, shown_notes
+from tiermem.runtime.notes import Note, shown_notes
 from tiermem.runtime.packing import render_quote_block
+from tiermem.runtime.passage_blocks import Blocks, block_plan, counts_at
+from tiermem.runtime.passage_blocks import Factors as BlockFactors
 from tiermem.runtime.passage_bounds import Factors, Passages, survivors
 from tiermem.runtime.passage_columns import WordNumbers, dedup_set
+from tiermem.runtime.passage_parts import Parts, Weights, add_notes, named_passages, weigh_captions
 from tiermem.runtime.query_terms import query_term_groups
 from tiermem.runtime.time_query import (
     TimeWindow,
@@ -339,6 +341,8 @@ class _Scored:
     _starts: dict[int, datetime] = field(default_factory=dict)  # per candidate: its start, parsed
     # The near-duplicate check's vocabulary when the search started (EpisodeTexts.dedup).
     numbers: WordNumbers = field(default_factory=lambda: TEXTS.numbers)
+    asked: tuple[str, ...] = ()  # the question's forms: filed under last (`dedup_key`)
+    _late: frozenset[int] | None = None
 
     def item(self, i: int) -> dict[str, Any]:
         """Passage `i` as a result item (before the final touches of `search_quotes`)."""
@@ -368,58 +372,29 @@ class _Scored:
         """Passage `i`'s word set and its prefix for `_distinct`, from the words taken when its episode
         was prepared (numbered: runtime.passage_columns)."""
         ids, at = TEXTS.dedup(self.entries[int(self.episode[i])], self.numbers)
-        return dedup_set(ids, at, int(self.local[i]), DUPLICATE_JACCARD)
-
-
-def _weigh_captions(entries: list[Prepared], firsts: np.ndarray, asked: _Asked, counts: np.ndarray) -> None:
-    """Counts of what the passages' attachment descriptions add, scaled down to CAPTION_WEIGHT."""
-    n_groups = len(asked.groups)
-    for k, e in enumerate(entries):
-        for j, described in e.described:
-            extra = _term_counts(described, asked.rx, n_groups, asked.forms)
-            if any(extra):
-                counts[int(firsts[k]) + j] -= (1.0 - CAPTION_WEIGHT) * np.array(extra, dtype=np.float64)
-
-
-def _add_notes(
-    entries: list[Prepared],
-    firsts: np.ndarray,
-    notes: dict[tuple[str, str], list[Note]],
-    asked: _Asked,
-    counts: np.ndarray,
-    turn_words: np.ndarray,
-    says_when: np.ndarray,
-) -> None:
-    """Notes derived from a turn (absolute dates) are scored as part of it: their words add counts
-    (and length, to every passage of the turn: a passage is weighed by its whole turn's words)."""
-    noted = {event_id for event_id, _ in notes}
-    if not noted:
-        return
-    for k, e in enumerate(entries):
-        if e.event_ids.isdisjoint(noted):
-            continue
-        p = e.passages
-        for j in range(len(p)):
-            extra = note_words(notes.get((p.event_id(j), p.speaker(j)), []), p.text(j)).lower()
-            if extra:
-                i = int(firsts[k]) + j
-                counts[i] += _term_counts(extra, asked.rx, len(asked.groups))
-                turn_words[int(firsts[k]) + np.flatnonzero(e.quote_of == e.quote_of[j])] += extra.count(" ")
-                says_when[i] |= _SAYS_WHEN.search(extra) is not None
+        if self._late is None:
+            # The question's own words are in nearly every result: first in the filing order, they
+            # would make every result meet every other; any one order per search keeps the check exact.
+            got = (self.numbers.numbers.get(f) for f in self.asked)
+            self._late = frozenset(n for n in got if n is not None)
+        return dedup_set(ids, at, int(self.local[i]), DUPLICATE_JACCARD, self._late)
 
 
 def _neighbours(
-    entries: list[Prepared], own: np.ndarray, first: np.ndarray, last: np.ndarray, idx: np.ndarray
+    own: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    idx: np.ndarray,
+    asking: np.ndarray,
+    whole: np.ndarray,
 ) -> np.ndarray:
     """The share of its neighbours' match passage `idx` gets: NEIGHBOUR_WEIGHT of the better neighbour
-    within its episode, ANSWER_WEIGHT of the one before when that one ends with a question and the
-    passage is a whole turn (a long reply's first part is not lifted by the question before it:
-    on generated long-reply conversations that cost answers at 500 tokens)."""
+    within its episode, ANSWER_WEIGHT of the one before when that one ends with a question (`asking`)
+    and the passage is a whole turn (`whole`; a long reply's first part is not lifted by the question
+    before it: on generated long-reply conversations that cost answers at 500 tokens)."""
     before_at, after_at = np.maximum(idx - 1, 0), np.minimum(idx + 1, len(own) - 1)
     before = np.where(first[idx], 0.0, own[before_at])
     after = np.where(last[idx], 0.0, own[after_at])
-    asking = np.concatenate([e.found(_ENDS_ASKING) for e in entries])
-    whole = np.concatenate([e.whole_turn for e in entries])
     answers = ~first[idx] & asking[before_at] & whole[idx]
     near = np.maximum(np.where(answers, ANSWER_WEIGHT, NEIGHBOUR_WEIGHT) * before, NEIGHBOUR_WEIGHT * after)
     return np.maximum(
@@ -467,31 +442,51 @@ def _score_passages(
     if not entries:
         nothing = np.zeros(0, dtype=np.int64)
         return _Scored(rows, entries, np.zeros(0), np.zeros((0, n_groups)), nothing, nothing, [], notes, near)
-    total_weight = sum(weights) or 1.0
     sizes = np.array([e.passages.n for e in entries], dtype=np.int64)
     episode = np.repeat(np.arange(len(entries), dtype=np.int64), sizes)
     firsts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     local = np.arange(len(episode), dtype=np.int64) - firsts[episode]
-    counts = TEXTS.term_counts(entries, asked.groups, asked.rx)
+    # With blocks (runtime.passage_blocks), only the passages that can be among the best are counted;
+    # `counts` then holds only what captions (and, apart, notes) change, applied to what is counted.
+    plan = (TEXTS.blocks, entries, sizes, firsts, {e for e, _ in notes})
+    blocks = block_plan(*plan, keep if asked.groups else None)
+    counts = TEXTS.term_counts(entries, asked.groups, asked.rx) if blocks is None else np.zeros((1, n_groups))
     # Each passage weighed by its whole turn's words (prepared with the episode; notes add to them).
     turn_words = np.concatenate([e.turn_words for e in entries])
     says_when = np.zeros(len(episode), dtype=bool)
     if asked.asks_when and len(episode):
         says_when = np.concatenate([e.found(_SAYS_WHEN) for e in entries])
-    _weigh_captions(entries, firsts, asked, counts)
-    _add_notes(entries, firsts, notes, asked, counts, turn_words, says_when)
-    own = bm25_rows(counts, turn_words, weights, AVG_QUOTE_WORDS)
-    first = local == 0
-    last = local == sizes[episode] - 1
+    changes = (counts, counts) if blocks is None else (np.zeros((len(episode), n_groups)),) * 2
+    if blocks is not None and notes:
+        changes = (changes[0], np.zeros((len(episode), n_groups)))
+    weigh_captions(entries, firsts, asked, changes[0], CAPTION_WEIGHT)
+    add_notes(entries, firsts, notes, asked, changes[1], (turn_words, says_when), _SAYS_WHEN)
     heads, head_seen, boosts, importance = _headers(rows, entries, asked)
-    boost, gain = np.array(boosts), np.array(importance)
-    named = np.zeros(len(episode), dtype=bool)
-    for k, e in enumerate(entries):
-        for speaker, at in e.speakers.items() if asked.named else ():
-            if speaker in asked.named:
-                named[firsts[k] + at] = True
-    hit = counts > 0
-    most = np.where(named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
+    parts = Parts(
+        weights=weights,
+        named=bool(asked.named),
+        asks_when=asked.asks_when,
+        episode=episode,
+        first=local == 0,
+        last=local == sizes[episode] - 1,
+        turn_words=turn_words,
+        says_when=says_when,
+        asking=np.concatenate([e.found(_ENDS_ASKING) for e in entries]),
+        whole=np.concatenate([e.whole_turn for e in entries]),
+        by_named=named_passages(entries, firsts, asked.named, len(episode)),
+        heads=heads,
+        head_seen=head_seen,
+        boost=np.array(boosts),
+        gain=np.array(importance),
+        k=Weights(HEAD_WEIGHT, COVERAGE_FLOOR, QUOTE_SPEAKER_BOOST, WHEN_BOOST),
+    )
+    most = np.where(parts.by_named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
+    if blocks is not None:
+        idx, scores, kept = _blocked(blocks, parts, most, asked, (entries, local, changes), keep or 0)
+        found = _Scored(rows, entries, scores, kept, episode[idx], local[idx], boosts, notes, near)
+        found.complete = len(idx) == len(episode)
+        return found
+    own = bm25_rows(counts, turn_words, weights, AVG_QUOTE_WORDS)
     factors = Factors(
         head_share=HEAD_WEIGHT,
         floor=COVERAGE_FLOOR,
@@ -501,33 +496,52 @@ def _score_passages(
     )
     bound = Passages(
         own=own,
-        hit_weight=hit @ np.array(weights, dtype=np.float64),
-        total_weight=total_weight,
+        hit_weight=(counts > 0) @ np.array(weights, dtype=np.float64),
+        total_weight=sum(weights) or 1.0,
         head=heads[episode],
-        boost=boost[episode],
-        importance=gain[episode],
+        boost=parts.boost[episode],
+        importance=parts.gain[episode],
         most_boost=most,
     )
     chosen = survivors(bound, factors, keep)
     idx = np.arange(len(episode)) if chosen is None else chosen
-    beside = _neighbours(entries, own, first, last, idx)
-    at = episode[idx]
-    seen = hit[idx] | head_seen[at]
-    seen |= hit[np.maximum(idx - 1, 0)] & ~first[idx, None]
-    seen |= hit[np.minimum(idx + 1, len(episode) - 1)] & ~last[idx, None]
-    coverage = np.zeros(len(idx))
-    for k, w in enumerate(weights):
-        coverage = coverage + np.where(seen[:, k], w, 0.0)
-    coverage = coverage / total_weight
-    scores = (own[idx] + beside + HEAD_WEIGHT * heads[at]) * (COVERAGE_FLOOR + coverage) * boost[at]
-    if asked.named:
-        scores = np.where(named[idx], scores * QUOTE_SPEAKER_BOOST, scores)
-    if asked.asks_when:
-        scores = np.where(says_when[idx], scores * WHEN_BOOST, scores)
-    scores = scores + gain[at]
-    found = _Scored(rows, entries, scores, counts[idx], at, local[idx], boosts, notes, near)
+    scores = parts.exact(idx, np.arange(len(episode)), counts, own, _neighbours)
+    found = _Scored(rows, entries, scores, counts[idx], episode[idx], local[idx], boosts, notes, near)
     found.complete = chosen is None
     return found
+
+
+def _blocked(
+    blocks: Blocks, parts: Parts, most: np.ndarray, asked: _Asked, have: tuple[Any, ...], keep: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(passages, their exact scores, their counts): those of the blocks that can hold one of the
+    best `keep` (runtime.passage_blocks). `have`: (candidates, each passage's place in its episode,
+    what captions and notes change in the counts)."""
+    entries, local, (captions, noted) = have
+    weights = asked.weights
+
+    def count(near: np.ndarray) -> np.ndarray:
+        """Term counts of passages `near` (ascending) with what captions, then notes, change."""
+        got = (
+            counts_at(blocks.index.words, entries, parts.episode, local, near, asked.groups, asked.rx)
+            + captions[near]
+        )
+        return got + noted[near] if noted is not captions else got
+
+    def exact(idx: np.ndarray, near: np.ndarray, counted: np.ndarray) -> np.ndarray:
+        own = bm25_rows(counted, parts.turn_words[near], weights, AVG_QUOTE_WORDS)
+        return parts.exact(idx, near, counted, own, _neighbours)
+
+    answers = parts.whole & np.r_[False, parts.asking[:-1]] & ~parts.first  # may take the turn before whole
+    high = blocks.bounds(
+        asked.groups,
+        weights,
+        parts.turn_words,
+        (parts.heads, parts.head_seen, parts.boost, parts.gain, most, answers),
+        lambda c, length: bm25_rows(c, length, weights, AVG_QUOTE_WORDS),
+        BlockFactors(HEAD_WEIGHT, COVERAGE_FLOOR, ANSWER_WEIGHT, max(NEIGHBOUR_WEIGHT, FAR_WEIGHT)),
+    )
+    return blocks.scored(high, keep, count, exact)
 
 
 def _best_indices(scores: np.ndarray, n: int) -> list[int]:
@@ -590,6 +604,7 @@ def search_quotes(
     participant: str | None = None,
     limit: int = 40,
     dense: DenseSearch | None = None,
+    placed: list[tuple[Prepared, int]] | None = None,
 ) -> list[dict[str, Any]]:
     """The agent's remembered turns best matching `query`, across episodes, best first.
 
@@ -604,7 +619,8 @@ def search_quotes(
     A newer restatement ranks above the older one; near-identical passages are
     kept once. Each result carries its date and the relative dates it
     contains resolved against that date, so `render_quote_block` can state
-    when it was said compactly.
+    when it was said compactly. `placed`, when given, receives each result's
+    prepared episode and place in it (what the reranker reads around it).
     """
     groups = query_term_groups(query)
     terms = [f for g in groups for f in g]
@@ -629,20 +645,24 @@ def search_quotes(
     notes = episode_notes(conn, who, [str(r[0]) for r in rows], [e.event_ids for e in entries])
     enough = 4 * limit + RESTATEMENT_POOL
     found = _score_passages(rows, entries, asked, near, notes, None if dense else enough)
+    found.asked = asked.forms
     if dense is not None:
         scored = _fused([(s, found.item(i)) for i, s in enumerate(found.scores.tolist())], dense)
         _restatements_first(scored, asked.weights)
         scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
-        return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit)
+        return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit, placed)
     scores = _restated(found, asked.weights)
     while True:
         order = _best_first(found, scores, enough)
-        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in order), limit)
+        if placed is not None:
+            placed.clear()  # a deeper pass starts the results again
+        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in order), limit, placed)
         if len(out) >= limit or (len(order) == len(scores) and found.complete):
             return out
         enough *= 4  # many near-duplicates among the best: look further down
         if not found.complete:  # ...past what the bound kept: score again for the new depth
             found = _score_passages(rows, entries, asked, near, notes, enough)
+            found.asked = asked.forms
             scores = _restated(found, asked.weights)
 
 
@@ -690,9 +710,11 @@ def _keyed(text: str) -> tuple[frozenset[str], tuple[str, ...]]:
     return key, _prefix(key)
 
 
-def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
+def _distinct(
+    ranked: Any, limit: int, placed: list[tuple[Prepared, int]] | None = None
+) -> list[dict[str, Any]]:
     """The first `limit` of (score, item, (word set, its `_prefix`)) best first, near-identical passages
-    kept once (only kept sets that share a prefix word are compared)."""
+    kept once (only kept sets that share a prefix word are compared); `placed` receives their passages."""
     out: list[dict[str, Any]] = []
     keys: list[frozenset[str]] = []
     by_word: dict[str, list[int]] = {}
@@ -705,6 +727,8 @@ def _distinct(ranked: Any, limit: int) -> list[dict[str, Any]]:
         keys.append(key)
         at = item.pop("at")
         passage = item.pop("_passage", None)
+        if placed is not None and passage is not None:
+            placed.append(passage)
         # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
         item["anchors"] = [] if item["notes"] else _anchors(item["text"], at, passage, item["ts"])
         item.pop("boost")
@@ -753,7 +777,9 @@ def recall_lines(
     measured is what the agent reads. Lines are (text, cited event ids).
     With `rerank` (retrieval.rerank), the shortlist's head is reordered first.
     """
-    found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES, dense=dense)
+    placed: list[tuple[Prepared, int]] = []
+    found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES, dense=dense, placed=placed)
     if rerank is not None:
-        found = rerank.reorder(conn, query, found)
+        # Each result's prepared episode goes along: the reranker reads its neighbours there.
+        found = rerank.reorder(conn, query, found, placed if len(placed) == len(found) else None)
     return render_quote_block(found, budget, query)

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from tiermem.runtime.rerank_features import WORD_FEATURES, Around, surroundings, word_features
+from tiermem.runtime.rerank_features import WORD_FEATURES, Around, Placed, surroundings, word_features
 from tiermem.runtime.vectors import embedding_text
 
 from tiermem.embeddings import Embedder, load_embedder
@@ -341,6 +341,7 @@ def features(
     head: Sequence[dict[str, Any]],
     embed: Callable[[Sequence[str]], NDArray[np.float32]] | None = None,
     columns: Sequence[str] = FEATURES,
+    placed: Sequence[Placed] | None = None,
 ) -> NDArray[np.float64]:
     """The `columns` (of `FEATURES`) of each passage of `head` (search results, best first), one row each.
 
@@ -359,7 +360,7 @@ def features(
         "length": np.array([math.log1p(len(item["text"])) for item in head]),
     }
     wanted = set(columns)
-    around = surroundings(conn, head) if wanted - set(SEARCH_FEATURES) else []
+    around = surroundings(conn, head, placed) if wanted - set(SEARCH_FEATURES) else []
     if wanted & set(COSINE_FEATURES):
         if embedder is None and embed is None:
             raise ValueError("cosine features need an embedder")
@@ -410,7 +411,11 @@ class Reranker:
         return np.stack([have[t] for t in texts])
 
     def reorder(
-        self, conn: sqlite3.Connection, query: str, found: list[dict[str, Any]]
+        self,
+        conn: sqlite3.Connection,
+        query: str,
+        found: list[dict[str, Any]],
+        placed: Sequence[Placed] | None = None,
     ) -> list[dict[str, Any]]:
         """The shortlist with its head sorted by value: the model's probability that a passage is the
         evidence, per character^per_char of the budget it takes (the packing fills a budget best
@@ -419,7 +424,7 @@ class Reranker:
         if len(head) < 2:
             return found
         embed = self.embed if self.model.embeds else None
-        x = features(conn, self.embedder, query, head, embed, self.model.columns)
+        x = features(conn, self.embedder, query, head, embed, self.model.columns, placed)
         chars = np.array([len(item["text"]) for item in head], dtype=np.float64)
         order = np.argsort(-self.model.value(x, chars), kind="stable")
         return [head[int(i)] for i in order] + found[self.depth :]

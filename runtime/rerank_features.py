@@ -43,6 +43,7 @@ from numpy.typing import NDArray
 from tiermem.runtime.episode_search import _WORD
 from tiermem.runtime.episode_text import TEXTS, Prepared
 from tiermem.runtime.hotstore import database_key
+from tiermem.runtime.passage_columns import PassageColumns
 
 from tiermem.text import STOP_WORDS, wordset
 
@@ -87,10 +88,24 @@ class Around(NamedTuple):
     content: dict[frozenset[str], int]  # the speakers' names met -> its content words with them
 
 
-class _Episode(NamedTuple):
-    entry: weakref.ref[Prepared]
-    positions: dict[tuple[str, int], int]  # (event id, part) -> passage
-    facts: list[Around | None]  # per passage, when first asked
+class _Episode:
+    """What the reranker keeps of one prepared episode: its passages' facts, worked out when first asked."""
+
+    __slots__ = ("_positions", "entry", "facts")
+
+    def __init__(self, entry: weakref.ref[Prepared], n: int) -> None:
+        self.entry = entry
+        self.facts: list[Around | None] = [None] * n  # per passage
+        self._positions: dict[tuple[str, int], int] | None = None
+
+    @property
+    def positions(self) -> dict[tuple[str, int], int]:
+        """(event id, part) -> passage: built only for results that do not carry their passage's place."""
+        if self._positions is None:
+            entry = self.entry()
+            ps = entry.passages if entry is not None else ()
+            self._positions = {(e, part): j for j in range(len(ps)) for _, _, e, part in [_said(ps, j)]}
+        return self._positions
 
 
 # Kept only while the prepared episode itself is: when runtime.episode_text lets an episode go (a
@@ -116,51 +131,77 @@ def _episode(entry: Prepared) -> _Episode:
     if kept is None or kept.entry() is not entry:
         if len(_EPISODES) > 4096:
             _EPISODES.clear()
-        index = {(p.event_id, p.part): j for j, p in enumerate(entry.passages)}
         ref = weakref.ref(entry, _forgetter(id(entry)))
-        kept = _EPISODES[id(entry)] = _Episode(ref, index, [None] * len(entry.passages))
+        kept = _EPISODES[id(entry)] = _Episode(ref, len(entry.passages))
     return kept
 
 
-def _words(entry: Prepared, j: int) -> frozenset[str]:
-    """Passage j's word set (computed once: it is kept in the passage's facts)."""
-    return frozenset(_WORD.findall(entry.passages[j].text.lower()))
+def _said(ps: Sequence[Any], j: int) -> tuple[str, str, str, int]:
+    """Passage j's (speaker, text, event id, part), read from the columns without building a `Passage`."""
+    if isinstance(ps, PassageColumns):
+        return ps.speaker(j), ps.text(j), ps.event_id(j), ps.part[j]
+    p = ps[j]
+    return p.speaker, p.text, p.event_id, p.part
 
 
 def _facts(entry: Prepared, j: int) -> Around:
     ps = entry.passages
-    p = ps[j]
-    before = (ps[j - 1].speaker, ps[j - 1].text) if j > 0 else None
+    speaker, text, _, _ = _said(ps, j)
+    before = _said(ps, j - 1)[:2] if j > 0 else None
     return Around(
-        words=_words(entry, j),
+        words=frozenset(_WORD.findall(text.lower())),
         before=before,
         prev_asks=before is not None and before[1].rstrip().endswith("?"),
-        prev_other=before is not None and before[0].lower() != p.speaker.lower(),
-        next_asks=j + 1 < len(ps) and ps[j + 1].text.rstrip().endswith("?"),
-        image=_IMAGE in p.text,
+        prev_other=before is not None and before[0].lower() != speaker.lower(),
+        next_asks=j + 1 < len(ps) and _said(ps, j + 1)[1].rstrip().endswith("?"),
+        image=_IMAGE in text,
         content={},
     )
 
 
-def surroundings(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list[Around]:
-    """Each passage's words and neighbours, from the prepared episodes (kept by runtime.episode_text:
-    the search has just read them); worked out once per passage and kept with its episode."""
-    ids = list(dict.fromkeys(str(item["episode_id"]) for item in head))
-    entries = dict(zip(ids, TEXTS.prepared(conn, database_key(conn), ids), strict=True))
+# A result's passage: its prepared episode and its place there, as the search that found it had them.
+Placed = tuple[Prepared, int]
+
+
+def surroundings(
+    conn: sqlite3.Connection, head: Sequence[dict[str, Any]], placed: Sequence[Placed] | None = None
+) -> list[Around]:
+    """Each passage's words and neighbours, from the prepared episodes; worked out once per passage
+    and kept with its episode.
+
+    `placed` (one per item of `head`): each result's prepared episode and place, carried from the
+    search that just found it (checked against the store's erasure mark by that search), so
+    nothing is asked of the store again. Without it, the episodes are asked of runtime.episode_text.
+    """
+    if placed is not None and len(placed) >= len(head):
+        pairs: list[Placed | None] = list(placed[: len(head)])
+    else:
+        pairs = _looked_up(conn, head)
     out = []
-    for item in head:
-        entry = entries[str(item["episode_id"])]
-        kept = _episode(entry)
-        at = kept.positions.get((item["event_id"], int(item["part"] or 0)))
-        if at is None:
+    for pair in pairs:
+        if pair is None:
             # The episode was read again since the search and no longer holds this passage (erased
             # or replaced meanwhile): the passage keeps its place, with no word features to add.
             out.append(Around(frozenset(), None, False, False, False, False, {}))
             continue
+        entry, at = pair
+        kept = _episode(entry)
         facts = kept.facts[at]
         if facts is None:
             facts = kept.facts[at] = _facts(entry, at)
         out.append(facts)
+    return out
+
+
+def _looked_up(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list[Placed | None]:
+    """Each item's prepared episode and place, asked of runtime.episode_text (None: no longer there)."""
+    ids = list(dict.fromkeys(str(item["episode_id"]) for item in head))
+    entries = dict(zip(ids, TEXTS.prepared(conn, database_key(conn), ids), strict=True))
+    out: list[Placed | None] = []
+    for item in head:
+        entry = entries[str(item["episode_id"])]
+        at = _episode(entry).positions.get((item["event_id"], int(item["part"] or 0)))
+        out.append(None if at is None else (entry, at))
     return out
 
 

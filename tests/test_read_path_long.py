@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from helpers_runtime import append, episode
@@ -28,7 +29,7 @@ from tiermem.runtime import turn_window
 from tiermem.runtime.episode_search import _bm25, _candidate_rows, _frequencies, _term_counts, search_episodes
 from tiermem.runtime.episode_text import EpisodeTexts, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
-from tiermem.runtime.notes import notes_for
+from tiermem.runtime.notes import note_words, notes_for
 from tiermem.runtime.passages import episode_passages
 from tiermem.runtime.projector import project
 
@@ -230,8 +231,7 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
         n = len(groups)
         total_weight = sum(weights) or 1.0
         texts = [
-            f"{p.text} {qs.note_words(notes.get((p.event_id, p.speaker), []), p.text)}".lower()
-            for p in passages
+            f"{p.text} {note_words(notes.get((p.event_id, p.speaker), []), p.text)}".lower() for p in passages
         ]
         counts = [said_counts(t, asked, n) for t in texts]
         turn_words: dict[int, int] = {}
@@ -668,3 +668,25 @@ def test_one_search_numbers_every_word_set_in_one_vocabulary() -> None:
         for j, text in enumerate(e.passages.texts):
             assert {word_of[n] for n in ids[at[j] : at[j + 1]].tolist()} == qs._dedup_key(text)
         assert e.dedup_by is texts.numbers
+
+
+def test_near_identical_sets_share_a_filing_word_whatever_words_are_filed_last() -> None:
+    """Prefix filing stays exact when a search's own words go last: any two sets near-identical enough
+    to be dropped share a word of their prefixes (else `_distinct` would keep both)."""
+    rng = random.Random(4)
+    near = 0
+    for _ in range(300):
+        base = rng.sample(range(200), rng.randint(3, 80))
+        other = list(base)
+        for _ in range(rng.randint(0, max(1, len(base) // 12))):  # a few words changed
+            other[rng.randrange(len(other))] = rng.randrange(200, 260)
+        late = frozenset(rng.sample(base, min(len(base), rng.randint(0, 6))))
+        sets = [np.array(sorted(set(s)), dtype=np.int64) for s in (base, other)]
+        ids = np.concatenate(sets)
+        at = np.array([0, len(sets[0]), len(ids)], dtype=np.int64)
+        (a, pa), (b, pb) = (pc.dedup_set(ids, at, j, qs.DUPLICATE_JACCARD, late) for j in (0, 1))
+        assert a == frozenset(sets[0].tolist()) and b == frozenset(sets[1].tolist())
+        if qs._near_identical(a, b):
+            near += 1
+            assert set(pa) & set(pb), (sorted(a), sorted(b), late)
+    assert near > 100
