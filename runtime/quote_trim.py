@@ -8,10 +8,10 @@ each recalled turn the sentences made only of filler words — stop words,
 small talk ("thanks", "awesome", "hey": runtime.rerank_features.SMALL_TALK)
 and the speakers' names — unless the sentence shares a word with the
 question (a question about what makes someone happy keeps "I'm so happy!").
-A turn whose sentences are all filler, or that is one
-sentence, is shown whole: it ranked for a reason and nothing else would be
-left of it. Every content word of a turn stays, so a line still states what
-its turn said; only its length changes.
+A turn whose sentences are all filler, or that is one sentence, is shown
+whole: it ranked for a reason and nothing else would be left of it. Every
+content word of a turn stays, so a line still states what its turn said;
+only its length changes.
 
 The passage's relative dates are resolved from the whole turn before this
 (runtime.quote_search), so a left-out sentence cannot take a date's
