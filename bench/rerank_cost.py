@@ -10,7 +10,9 @@ shortlist (`search_quotes`, 60 passages) is computed once, then
 `Reranker.reorder` is timed on it: CPU time of this process and wall time,
 p50 / p99, with the load average; first as the passages are met (their
 words and neighbours, or vectors, worked out), then for the same questions
-again (one reranker kept across them, as a store keeps it).
+again (one reranker kept across them, as a store keeps it). `trim`: the
+packing's filler-sentence pass (runtime.quote_trim) over the same shortlists,
+which `recall_lines` runs on every recall before it packs the block.
 """
 
 from __future__ import annotations
@@ -29,9 +31,25 @@ import bench_read_paths as brp
 import bench_runtime as br
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.quote_search import RECALL_QUOTES, search_quotes
+from tiermem.runtime.quote_trim import trim_filler
 from tiermem.runtime.rerank import MODELS, Reranker, _embedder
 
 from tiermem.settings import RERANK_EMBEDDERS
+
+
+def _timed(calls: list[Any]) -> dict[str, float]:
+    cpu, wall = [], []
+    for call in calls:
+        c0, w0 = time.process_time(), time.perf_counter()
+        call()
+        cpu.append((time.process_time() - c0) * 1e3)
+        wall.append((time.perf_counter() - w0) * 1e3)
+    return {
+        "cpu_p50_ms": round(br.pct(cpu, 0.5), 3),
+        "cpu_p99_ms": round(br.pct(cpu, 0.99), 3),
+        "wall_p50_ms": round(br.pct(wall, 0.5), 3),
+        "wall_p99_ms": round(br.pct(wall, 0.99), 3),
+    }
 
 
 def run(root: Path, modes: list[str], n: int) -> dict[str, Any]:
@@ -52,19 +70,20 @@ def run(root: Path, modes: list[str], n: int) -> dict[str, Any]:
             # "first": each passage's words and neighbours worked out as it is first met (and a
             # static reranker's vectors computed); "again": the same questions once more.
             for name in ("first", "again"):
-                cpu, wall = [], []
-                for q, found in zip(queries, shortlists, strict=True):
-                    c0, w0 = time.process_time(), time.perf_counter()
-                    reranker.reorder(conn, q, found)
-                    cpu.append((time.process_time() - c0) * 1e3)
-                    wall.append((time.perf_counter() - w0) * 1e3)
-                out[mode][name] = {
-                    "cpu_p50_ms": round(br.pct(cpu, 0.5), 3),
-                    "cpu_p99_ms": round(br.pct(cpu, 0.99), 3),
-                    "wall_p50_ms": round(br.pct(wall, 0.5), 3),
-                    "wall_p99_ms": round(br.pct(wall, 0.99), 3),
-                }
+                out[mode][name] = _timed(
+                    [
+                        lambda q=q, found=found, r=reranker: r.reorder(conn, q, found)
+                        for q, found in zip(queries, shortlists, strict=True)
+                    ]
+                )
             print(f"{mode}: {out[mode]}", file=sys.stderr, flush=True)
+        out["trim"] = _timed(
+            [
+                lambda q=q, found=found: trim_filler(found, q)
+                for q, found in zip(queries, shortlists, strict=True)
+            ]
+        )
+        print(f"trim: {out['trim']}", file=sys.stderr, flush=True)
     out["load_after"] = round(os.getloadavg()[0], 2)
     return out
 

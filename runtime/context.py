@@ -343,12 +343,17 @@ def _candidates(
 
 
 def _turn_line(turn: Mapping[str, Any]) -> str:
-    """A turn no episode covers yet, as one memory-context line citing its event id."""
+    """A turn no episode covers yet, as one memory-context line citing its event id.
+
+    A side with nothing said is left out (a turn of one speaker only, as a
+    conversation imported turn by turn records them): "/ you: " with nothing
+    after it is room another line could use.
+    """
     who = as_data(turn["user"] or "user")
-    return (
-        f"[{turn['event_id']}] {str(turn['ts'])[:10]} {who}: {as_data(turn['user_message'])}"
-        f" / you: {as_data(turn['agent_response'])}"
-    )
+    said = as_data(turn["user_message"] or "")
+    answered = as_data(turn["agent_response"] or "")
+    parts = [f"{who}: {said}" if said or not answered else "", f"you: {answered}" if answered else ""]
+    return f"[{turn['event_id']}] {str(turn['ts'])[:10]} " + " / ".join(p for p in parts if p)
 
 
 def _retrieve(
