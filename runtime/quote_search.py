@@ -58,6 +58,7 @@ from tiermem.runtime.time_query import (
     time_window,
 )
 from tiermem.runtime.turn_window import FAR_WEIGHT, further_neighbours
+from tiermem.runtime.unfolded_passages import stand_ins
 from tiermem.runtime.vectors import VectorIndex
 from tiermem.runtime.visibility import Principal
 
@@ -627,6 +628,9 @@ def search_quotes(
     entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
     notes = episode_notes(conn, who, [str(r[0]) for r in rows], [e.event_ids for e in entries])
+    if dense is None or dense.mode != "dense":  # the turns no episode covers yet, scored alike
+        more_rows, more = stand_ins(conn, who, participant)
+        rows, entries = [*rows, *more_rows], [*entries, *more]
     enough = 4 * limit + RESTATEMENT_POOL
     found = _score_passages(rows, entries, asked, near, notes, None if dense else enough)
     if dense is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import orjson
 import pytest
@@ -18,12 +19,13 @@ from helpers_runtime import append, episode, interaction, quotes, small_talk_day
 from tiermem.compressor.job import run_compress
 from tiermem.compressor.offline_scorer import OfflineScorer
 from tiermem.compressor.scoring import Interaction
-from tiermem.runtime import query_terms
+from tiermem.runtime import query_terms, unfolded_passages
 from tiermem.runtime import quote_search as qs
-from tiermem.runtime.episode_text import TermMatcher
+from tiermem.runtime.episode_text import TEXTS, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.projector import project
 
+from tiermem import Memory
 from tiermem.settings import Settings
 
 
@@ -174,3 +176,120 @@ def test_an_answer_after_a_question_shared_with_an_image_is_quoted() -> None:
     assert scores["r"] == scores["s"] == 1
     quoted = {q.event_id for q in scorer.episode(group, scores).key_quotes}
     assert "r" in quoted and "s" not in quoted
+
+
+# ------------------------------------------------- turns no episode covers yet (working memory)
+
+NEWS = [
+    ("James", "What did you get up to this weekend?"),
+    ("John", "Yesterday I adopted a tortoise, we named her Shelly."),
+    ("James", "What a lovely name for a tortoise."),
+]
+
+
+def _two_days(agent: str, user: str, later: list[tuple[str, str]], prefix: str) -> list[dict[str, object]]:
+    """A first day that gets folded into an episode, then a day that stays in working memory."""
+    out = []
+    for k, (who, text) in enumerate(TALK + LATER + later):
+        day = 0 if k < len(TALK) else 1 if k < len(TALK) + len(LATER) else 2
+        mine = who == "John"
+        out.append(
+            interaction(
+                agent,
+                "" if mine else text.replace("James", user),
+                text if mine else "",
+                user=user,
+                session_id=f"{prefix}{day}",
+                ts=(START + timedelta(days=day, seconds=k)).isoformat(),
+                event_id=f"{prefix}{k}",
+                metadata={"agent_name": "John"},
+            )
+        )
+    return out
+
+
+def _unfolded(m: AgentMemory) -> set[str]:
+    return {
+        str(r[0])
+        for r in m.conn.execute(
+            "SELECT event_id FROM wm_items w WHERE NOT EXISTS"
+            " (SELECT 1 FROM folded_turns t WHERE t.event_id = w.event_id)"
+        )
+    }
+
+
+def test_a_turn_in_working_memory_is_recalled_dated_under_its_speaker(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    append(settings, *_two_days("friend", "James", NEWS, "n"))
+    run_compress(settings, progress=False)
+    project(settings)
+    adopted = f"n{len(TALK) + len(LATER) + 1}"
+    with open_memory(settings, "friend", user="James") as m:
+        assert adopted in _unfolded(m)  # no episode covers it: episode search cannot return it
+        question = "What did John adopt last weekend?"
+        lines = qs.recall_lines(m.conn, m.principal, question, budget=60)
+        said = [text for text, ids in lines if adopted in ids]
+        # Quoted as the compressor quotes the agent (its display name, taken from its episodes),
+        # under its own day, its relative date resolved.
+        assert said == [
+            "John: Yesterday I adopted a tortoise, we named her Shelly. (Yesterday = 15 August 2023)"
+        ]
+        assert ("16 August 2023:", ()) in lines
+        # Without the stand-ins the turn is out of the recall's reach.
+        monkeypatch.setattr(unfolded_passages, "TURNS", 0)
+        assert all(adopted not in ids for _, ids in qs.recall_lines(m.conn, m.principal, question, budget=60))
+
+
+def test_another_users_turns_in_working_memory_stay_theirs(settings: Settings) -> None:
+    canary = [("James", "My locker code is CANARYZEBRA, keep it safe."), ("John", "Kept, safely.")]
+    append(
+        settings,
+        *_two_days("friend", "James", canary, "j"),
+        *_two_days("friend", "Ada", [("Ada", "My locker has a broken hinge."), ("John", "Oh no.")], "a"),
+    )
+    run_compress(settings, progress=False)
+    project(settings)
+    question = "What is the code of the locker CANARYZEBRA?"
+    with open_memory(settings, "friend", user="Ada") as m:
+        assert any(i.startswith("j") for i in _unfolded(m))  # James's newest turns are unfolded too
+        rows, entries = unfolded_passages.stand_ins(m.conn, m.principal)
+        assert rows and all("CANARYZEBRA" not in t for e in entries for t in e.passages.texts)
+        lines = qs.recall_lines(m.conn, m.principal, question, budget=500)
+        assert lines and all("CANARYZEBRA" not in text for text, _ in lines)
+        assert all(not i.startswith("j") for _, ids in lines for i in ids)
+    with open_memory(settings, "friend", user="James") as m:
+        lines = qs.recall_lines(m.conn, m.principal, question, budget=500)
+        assert any("CANARYZEBRA" in text for text, _ in lines)
+    with open_memory(settings, "friend") as m:  # no user: agent-level memory only
+        lines = qs.recall_lines(m.conn, m.principal, question, budget=500)
+        assert all("CANARYZEBRA" not in text for text, _ in lines)
+
+
+def test_recall_memory_lists_an_unfolded_turn_once_and_forgets_it_when_erased(tmp_path: Path) -> None:
+    mem = Memory.open(tmp_path / "data", env={}, compressor={"min_unprocessed": 1, "keep_recent": 0})
+    try:
+        bot = mem.agent("a1")
+        for i in range(3):
+            bot.record_turn(
+                "alice", f"We talked about the garden, part {i}.", "Nice.", ts=f"2024-03-01T1{i}:00:00Z"
+            )
+        mem.compress()
+        mem.refresh()
+        loose = bot.record_turn(
+            "alice", "The spare LOOSECANARY key is under the red pot.", "Noted.", ts="2024-03-02T10:00:00Z"
+        ).event_id
+        mem.refresh()
+
+        def recall() -> dict[str, object]:
+            return bot.call_tool("recall_memory", {"query": "where is the spare key"}, user="alice")
+
+        out = recall()
+        cited = [i for t in out["turns"] for i in t["event_ids"]]  # type: ignore[attr-defined]
+        assert cited.count(loose) == 1  # found by both stages, listed once
+        mem.forget(event=loose, reason="test")
+        mem.refresh()
+        assert "LOOSECANARY" not in str(recall())
+        assert not any("LOOSECANARY" in t for e in TEXTS.entries.values() for t in e.passages.texts)
+    finally:
+        mem.close()
