@@ -10,10 +10,11 @@ of every conversation: 14 of 1,033 questions had every gold turn there and
 were delivered nothing at any budget.
 
 So the newest unfolded turns the reader may see (the same scan and the same
-visibility clause as the unfolded-turn search) are grouped by day into
-stand-in episodes, one quote per side of a turn, exactly as the compressor
-would quote them (the user's side under the user's name, the agent's under
-the display name its episodes give it), and scored with the same BM25,
+visibility clause as the unfolded-turn search) are grouped by the ten minutes
+they were said in (a chat's consecutive turns) into stand-in episodes, one
+quote per side of a turn, exactly as the compressor would quote them (the
+user's side under the user's name, the agent's under the display name its
+episodes give it), and scored with the same BM25,
 neighbour shares and boosts as any episode's passages. A stand-in has no name
 or summary (its header scores nothing) and no importance.
 
@@ -22,7 +23,9 @@ text is fixed by those turns (a turn's text never changes; an erasure clears
 every prepared text, runtime.episode_text), so it is prepared once and kept
 with the episodes' prepared text, where the reranker finds it too. A new
 turn, or a fold that takes turns into an episode, makes another set of turns,
-hence another stand-in; the old one is simply never asked for again.
+hence another stand-in; the old one is simply never asked for again. The turn
+just recorded changes only its own ten minutes: a recall after every turn
+prepares those few turns again, not the whole day.
 """
 
 from __future__ import annotations
@@ -40,15 +43,14 @@ from tiermem.runtime.visibility import Principal
 # The newest unfolded turns scored as passages: a compressed agent has one session or two here; an
 # agent never compressed is bounded like the unfolded-turn search (whose scan this shares).
 TURNS = 120
+# Turns are grouped by the first SPAN characters of their time (ISO 8601: the same ten minutes of
+# one day). A new turn changes only its own group, and the oldest turn leaving the scan only the
+# oldest group, so only that group is prepared again (a day of long replies is not).
+SPAN = len("2023-05-08T13:5")
 PREFIX = "wm:"
 # (database, agent) -> the agent's display name in its quotes ("" when no episode shows it yet).
 _NAMES: dict[tuple[str, str], str] = {}
 _MAX_NAMES = 4096
-
-
-def is_stand_in(episode_id: object) -> bool:
-    """Whether a result's episode id names a stand-in of unfolded turns, not a stored episode."""
-    return isinstance(episode_id, str) and episode_id.startswith(PREFIX)
 
 
 def agent_name(conn: sqlite3.Connection, who: Principal) -> str:
@@ -120,7 +122,8 @@ def stand_ins(
     conn: sqlite3.Connection, who: Principal, participant: str | None = None, turns: int | None = None
 ) -> tuple[list[tuple[Any, ...]], list[Prepared]]:
     """Candidate rows (the quote search's columns) and prepared entries for the newest `turns`
-    (default TURNS) unfolded turns `who` may see, one stand-in episode per day, oldest day first."""
+    (default TURNS) unfolded turns `who` may see: one stand-in episode per ten minutes of turns,
+    oldest first."""
     turns = TURNS if turns is None else turns
     if turns <= 0:
         return [], []
@@ -131,16 +134,16 @@ def stand_ins(
     newest = newest_unfolded(conn, where, params, turns)
     if not newest:
         return [], []
-    days: dict[str, list[tuple[Any, ...]]] = {}
+    spans: dict[str, list[tuple[Any, ...]]] = {}
     for row in reversed(newest):  # oldest first: the order the turns were said
-        days.setdefault(str(row[1])[:10], []).append(row)
+        spans.setdefault(str(row[1])[:SPAN], []).append(row)
     db = database_key(conn)
     TEXTS.prepared(conn, db, [])  # the prepared texts' bounds and erasure mark checked first
     rows: list[tuple[Any, ...]] = []
     entries: list[Prepared] = []
     missing: dict[str, list[tuple[Any, ...]]] = {}
     keys: list[tuple[str, list[tuple[Any, ...]]]] = []
-    for day_rows in days.values():
+    for day_rows in spans.values():
         digest = hashlib.blake2b("\n".join(str(r[0]) for r in day_rows).encode(), digest_size=12).hexdigest()
         episode_id = PREFIX + digest
         keys.append((episode_id, day_rows))
