@@ -67,6 +67,7 @@ from tiermem.fusion import weighted_fusion
 from tiermem.ids import parse_ts
 
 if TYPE_CHECKING:
+    from tiermem.runtime.query_expansion import QueryExpansion
     from tiermem.runtime.rerank import Reranker
 
 
@@ -591,6 +592,7 @@ def search_quotes(
     participant: str | None = None,
     limit: int = 40,
     dense: DenseSearch | None = None,
+    expand: QueryExpansion | None = None,
 ) -> list[dict[str, Any]]:
     """The agent's remembered turns best matching `query`, across episodes, best first.
 
@@ -608,6 +610,8 @@ def search_quotes(
     when it was said compactly.
     """
     groups = query_term_groups(query)
+    if expand is not None:  # retrieval.expand: each word's nearest words count as it
+        groups = expand.expand(query, groups)
     terms = [f for g in groups for f in g]
     single: dict[str, str] = {}
     overall = _frequencies(conn, terms, single)
@@ -750,6 +754,7 @@ def recall_lines(
     budget: int | None = None,
     dense: DenseSearch | None = None,
     rerank: Reranker | None = None,
+    expand: QueryExpansion | None = None,
 ) -> list[tuple[str, tuple[str, ...]]]:
     """What `recall_memory` should show for `query`: the best remembered turns as a dated block.
 
@@ -757,7 +762,7 @@ def recall_lines(
     measured is what the agent reads. Lines are (text, cited event ids).
     With `rerank` (retrieval.rerank), the shortlist's head is reordered first.
     """
-    found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES, dense=dense)
+    found = search_quotes(conn, who, query, participant, RECALL_QUOTES, dense, expand)
     if rerank is not None:
         found = rerank.reorder(conn, query, found)
     return render_quote_block(found, budget, query)
