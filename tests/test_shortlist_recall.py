@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import orjson
 import pytest
 from helpers_runtime import append, episode, interaction, quotes, small_talk_days
@@ -24,6 +26,7 @@ from tiermem.runtime import quote_search as qs
 from tiermem.runtime.episode_text import TEXTS, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.projector import project
+from tiermem.runtime.query_expansion import QueryExpansion
 
 from tiermem import Memory
 from tiermem.settings import Settings
@@ -293,3 +296,82 @@ def test_recall_memory_lists_an_unfolded_turn_once_and_forgets_it_when_erased(tm
         assert not any("LOOSECANARY" in t for e in TEXTS.entries.values() for t in e.passages.texts)
     finally:
         mem.close()
+
+
+# ------------------------------------------------- query expansion (retrieval.expand, opt-in)
+
+
+class _TokenTable:
+    """A static model's shape (a token table and its vocabulary) with hand-set vectors."""
+
+    name = "table"
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.tokenizer = SimpleNamespace(vocab={w: i for i, w in enumerate(vectors)})
+        self.table = np.array(list(vectors.values()), dtype=np.float32)
+
+
+WORDS = _TokenTable(
+    {
+        "kids": [1.0, 0.0, 0.0],
+        "kid": [0.99, 0.05, 0.0],  # a form of "kids": the group has it already
+        "children": [0.95, 0.2, 0.0],
+        "teenagers": [0.6, 0.8, 0.0],  # below MIN_COSINE
+        "garden": [0.0, 0.0, 1.0],
+        "melanie": [0.9, 0.0, 0.1],  # near "kids", but a name is never expanded
+    }
+)
+
+
+def test_a_word_brings_its_near_words_but_not_its_forms_nor_the_far_ones() -> None:
+    expansion = QueryExpansion(WORDS)  # type: ignore[arg-type]
+    assert expansion.neighbours("kids") == ("melanie", "children")  # nearest first
+    assert expansion.neighbours("garden") == ()
+    assert expansion.neighbours("unknown") == ()
+    question = "What do Melanie's kids like?"
+    plain = query_terms.query_term_groups(question)
+    groups = dict(zip([g[0] for g in plain], expansion.expand(question, plain), strict=True))
+    assert groups["melanie"] == ("melanie",)
+    assert {"children", "melanie"} <= set(groups["kids"])
+
+
+def test_an_answer_sharing_no_word_with_the_question_is_found_through_a_near_word(
+    settings: Settings,
+) -> None:
+    events = [
+        episode(
+            "mum",
+            "family",
+            "A talk about family.",
+            key_quotes=quotes(("c1", "Ann", "My children painted the fence blue.")),
+            participants=["bea"],
+            start_ts="2023-05-01T10:00:00Z",
+            end_ts="2023-05-01T11:00:00Z",
+        ),
+        episode(
+            "mum",
+            "errands",
+            "A talk about errands.",
+            key_quotes=quotes(("e1", "Ann", "We painted it.")),
+            participants=["bea"],
+            start_ts="2023-05-02T10:00:00Z",
+            end_ts="2023-05-02T11:00:00Z",
+        ),
+    ]
+    append(settings, *events)
+    project(settings)
+    question = "What did the kids paint?"
+    with open_memory(settings, "mum", user="bea") as m:
+        plain = qs.search_quotes(m.conn, m.principal, question, limit=5)
+        assert [f["event_id"] for f in plain][:1] == ["e1"]  # "kids" is not said: the shorter turn wins
+        found = qs.search_quotes(m.conn, m.principal, question, limit=5, expand=QueryExpansion(WORDS))  # type: ignore[arg-type]
+        assert [f["event_id"] for f in found][:1] == ["c1"]
+
+
+def test_the_expansion_setting_is_checked() -> None:
+    from tiermem.errors import ConfigError
+    from tiermem.settings import RetrievalSettings
+
+    assert RetrievalSettings().expand == "off"  # the model is an optional package: off by default
+    with pytest.raises(ConfigError, match=r"retrieval\.expand"):
+        RetrievalSettings(expand="wordnet")
