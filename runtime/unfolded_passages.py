@@ -48,37 +48,39 @@ TURNS = 120
 # oldest group, so only that group is prepared again (a day of long replies is not).
 SPAN = len("2023-05-08T13:5")
 PREFIX = "wm:"
-# (database, agent) -> the agent's display name in its quotes ("" when no episode shows it yet).
-_NAMES: dict[tuple[str, str], str] = {}
+# (database, agent) -> (the newest episode's rowid then, the agent's display name in its quotes).
+_NAMES: dict[tuple[str, str], tuple[Any, str]] = {}
+NAME_EPISODES = 20  # the newest episodes looked at for the agent's display name
 _MAX_NAMES = 4096
 
 
 def agent_name(conn: sqlite3.Connection, who: Principal) -> str:
-    """The name the agent's own turns are quoted under, from an episode this reader may see.
+    """The name the agent's own turns are quoted under, from the newest episodes this reader may see.
 
-    The compressor quotes the agent's side under its display name
+    The compressor quotes the agent's side of a turn under its display name
     (`metadata.agent_name`, else the agent id), which working-memory rows do
-    not keep: the newest visible episode that quotes one of the agent's
-    answers says it. Kept per agent once found.
+    not keep: a quote of one of the newest NAME_EPISODES episodes whose text
+    is the agent's side of its turn says it. Kept per agent until an episode
+    is added (the agent id when none says it yet).
     """
+    version = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0]
     key = (database_key(conn), who.agent_id)
-    found = _NAMES.get(key)
-    if found:
-        return found
+    kept = _NAMES.get(key)
+    if kept is not None and kept[0] == version:
+        return kept[1]
     where, params = item_clause(who, "e")
     row = conn.execute(
-        "SELECT q.value ->> 'speaker' FROM episodes e, json_each(e.key_quotes) q"
-        " JOIN wm_items w ON w.event_id = q.value ->> 'event_id'"
-        f" WHERE {where} AND coalesce(w.user_message, '') = '' AND coalesce(w.agent_response, '') != ''"
-        " ORDER BY e.start_ts DESC LIMIT 1",
-        params,
+        "SELECT q.value ->> 'speaker' FROM"
+        f" (SELECT e.key_quotes FROM episodes e WHERE {where} ORDER BY e.end_ts DESC LIMIT ?) x,"
+        " json_each(x.key_quotes) q JOIN wm_items w ON w.event_id = q.value ->> 'event_id'"
+        " WHERE w.agent_response != '' AND w.agent_response = q.value ->> 'text' LIMIT 1",
+        [*params, NAME_EPISODES],
     ).fetchone()
-    name = str(row[0]) if row and row[0] else ""
-    if name:
-        if len(_NAMES) >= _MAX_NAMES:
-            _NAMES.clear()
-        _NAMES[key] = name
-    return name or who.agent_id
+    name = str(row[0]) if row and row[0] else who.agent_id
+    if len(_NAMES) >= _MAX_NAMES:
+        _NAMES.clear()
+    _NAMES[key] = (version, name)
+    return name
 
 
 def _prepare(db: str, episode_id: str, raw: str, said: str) -> Prepared:
