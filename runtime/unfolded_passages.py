@@ -48,7 +48,7 @@ TURNS = 120
 # oldest group, so only that group is prepared again (a day of long replies is not).
 SPAN = len("2023-05-08T13:5")
 PREFIX = "wm:"
-# (database, agent) -> (the newest episode's rowid then, the agent's display name in its quotes).
+# (database, agent) -> (its newest episode's end then, the agent's display name in its quotes).
 _NAMES: dict[tuple[str, str], tuple[Any, str]] = {}
 NAME_EPISODES = 20  # the newest episodes looked at for the agent's display name
 _MAX_NAMES = 4096
@@ -60,27 +60,53 @@ def agent_name(conn: sqlite3.Connection, who: Principal) -> str:
     The compressor quotes the agent's side of a turn under its display name
     (`metadata.agent_name`, else the agent id), which working-memory rows do
     not keep: a quote of one of the newest NAME_EPISODES episodes whose text
-    is the agent's side of its turn says it. Kept per agent until an episode
-    is added (the agent id when none says it yet).
+    is the agent's side of its turn says it. Kept per agent until a newer
+    episode of it is added (the agent id when none says it yet).
     """
-    version = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0]
+    version = conn.execute("SELECT max(end_ts) FROM episodes WHERE agent_id = ?", [who.agent_id]).fetchone()[
+        0
+    ]
     key = (database_key(conn), who.agent_id)
     kept = _NAMES.get(key)
     if kept is not None and kept[0] == version:
         return kept[1]
     where, params = item_clause(who, "e")
-    row = conn.execute(
-        "SELECT q.value ->> 'speaker' FROM"
-        f" (SELECT e.key_quotes FROM episodes e WHERE {where} ORDER BY e.end_ts DESC LIMIT ?) x,"
-        " json_each(x.key_quotes) q JOIN wm_items w ON w.event_id = q.value ->> 'event_id'"
-        " WHERE w.agent_response != '' AND w.agent_response = q.value ->> 'text' LIMIT 1",
+    # Plain SQL and the JSON read here: the same on every engine the store runs on.
+    said: dict[str, list[tuple[str, str]]] = {}
+    for (raw,) in conn.execute(
+        f"SELECT e.key_quotes FROM episodes e WHERE {where} ORDER BY e.end_ts DESC LIMIT ?",
         [*params, NAME_EPISODES],
-    ).fetchone()
-    name = str(row[0]) if row and row[0] else who.agent_id
+    ):
+        for q in orjson.loads(raw or "[]"):
+            if isinstance(q, dict) and q.get("event_id") and q.get("speaker"):
+                said.setdefault(str(q["event_id"]), []).append((str(q.get("text") or ""), str(q["speaker"])))
+    responses = _responses(conn, list(said))
+    name = next(
+        (
+            speaker
+            for event_id, quoted in said.items()
+            for text, speaker in quoted
+            if text and text == responses.get(event_id)
+        ),
+        who.agent_id,
+    )
     if len(_NAMES) >= _MAX_NAMES:
         _NAMES.clear()
     _NAMES[key] = (version, name)
     return name
+
+
+def _responses(conn: sqlite3.Connection, event_ids: list[str]) -> dict[str, str]:
+    """The agent's side of each of these turns (event id -> its text)."""
+    out: dict[str, str] = {}
+    for start in range(0, len(event_ids), 500):
+        chunk = event_ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        for event_id, response in conn.execute(
+            f"SELECT event_id, agent_response FROM wm_items WHERE event_id IN ({marks})", chunk
+        ):
+            out[str(event_id)] = response or ""
+    return out
 
 
 def _prepare(db: str, episode_id: str, raw: str, said: str) -> Prepared:

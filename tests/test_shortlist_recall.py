@@ -24,6 +24,7 @@ from tiermem.compressor.scoring import Interaction
 from tiermem.runtime import query_terms, unfolded_passages
 from tiermem.runtime import quote_search as qs
 from tiermem.runtime.episode_text import TEXTS, TermMatcher
+from tiermem.runtime.hotstore import database_key
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.projector import project
 from tiermem.runtime.query_expansion import QueryExpansion
@@ -375,3 +376,28 @@ def test_the_expansion_setting_is_checked() -> None:
     assert RetrievalSettings().expand == "off"  # the model is an optional package: off by default
     with pytest.raises(ConfigError, match=r"retrieval\.expand"):
         RetrievalSettings(expand="wordnet")
+
+
+def test_a_new_turn_prepares_only_its_own_ten_minutes_again(settings: Settings) -> None:
+    def turn(k: int, minute: int, text: str) -> dict[str, object]:
+        at = START + timedelta(minutes=minute, seconds=k)
+        return interaction("notes", text, "Noted.", user="James", ts=at.isoformat(), event_id=f"w{k}")
+
+    append(settings, turn(0, 0, "The boat is moored at pier four."), turn(1, 30, "The boat needs new sails."))
+    project(settings)
+
+    def stand_in_ids(m: AgentMemory) -> list[str]:
+        return [str(r[0]) for r in unfolded_passages.stand_ins(m.conn, m.principal)[0]]
+
+    with open_memory(settings, "notes", user="James") as m:
+        before = stand_in_ids(m)
+        assert len(before) == 2  # two ten-minute spans, oldest first
+        kept = TEXTS.entries[(database_key(m.conn), before[0])]
+    append(settings, turn(2, 31, "The boat's sails arrive on Monday."))
+    project(settings)
+    with open_memory(settings, "notes", user="James") as m:
+        after = stand_in_ids(m)
+        assert after[0] == before[0] and after[1] != before[1]  # only the span the turn joined changed
+        assert TEXTS.entries[(database_key(m.conn), after[0])] is kept  # not prepared again
+        lines = qs.recall_lines(m.conn, m.principal, "When do the sails arrive?", budget=60)
+        assert any("Monday" in text for text, _ in lines)
