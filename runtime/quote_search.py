@@ -632,7 +632,8 @@ def search_quotes(
     entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
     notes = episode_notes(conn, who, [str(r[0]) for r in rows], [e.event_ids for e in entries])
-    if dense is None or dense.mode != "dense":  # the turns no episode covers yet, scored alike
+    stored = len(rows)  # the candidates from here on stand in for the turns no episode covers yet
+    if dense is None or dense.mode != "dense":  # ...scored alike, kept when they or a neighbour match
         more_rows, more = stand_ins(conn, who, participant)
         rows, entries = [*rows, *more_rows], [*entries, *more]
     enough = 4 * limit + RESTATEMENT_POOL
@@ -645,7 +646,8 @@ def search_quotes(
     scores = _restated(found, asked.weights)
     while True:
         order = _best_first(found, scores, enough)
-        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in order), limit)
+        kept = ((i, score) for i, score in order if score > 0 or found.episode[i] < stored)
+        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in kept), limit)
         if len(out) >= limit or (len(order) == len(scores) and found.complete):
             return out
         enough *= 4  # many near-duplicates among the best: look further down
