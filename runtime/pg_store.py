@@ -35,6 +35,7 @@ from tiermem.runtime import pg_hotstore, sqlite_apply
 from tiermem.runtime.hotstore import item_clause
 from tiermem.runtime.pg_hotstore import PgConnection
 from tiermem.runtime.pg_vectors import PgVectorIndex
+from tiermem.runtime.query_expansion import expansion_for
 from tiermem.runtime.quote_search import DenseSearch
 from tiermem.runtime.rerank import reranker_for
 from tiermem.runtime.sqlite_store import dense_search
@@ -297,6 +298,7 @@ class PostgresHotStore(SharedReads):
     def open(cls, settings: Settings) -> PostgresHotStore:
         store = cls.connect(str(settings.hot_url), dense=pg_dense_search(settings))
         store.rerank = reranker_for(settings)
+        store.expand = expansion_for(settings)
         return store
 
     @classmethod

@@ -60,6 +60,7 @@ from tiermem.runtime.time_query import (
     time_window,
 )
 from tiermem.runtime.turn_window import FAR_WEIGHT, further_neighbours
+from tiermem.runtime.unfolded_passages import stand_ins
 from tiermem.runtime.vectors import VectorIndex
 from tiermem.runtime.visibility import Principal
 
@@ -68,6 +69,7 @@ from tiermem.fusion import weighted_fusion
 from tiermem.ids import parse_ts
 
 if TYPE_CHECKING:
+    from tiermem.runtime.query_expansion import QueryExpansion
     from tiermem.runtime.rerank import Reranker
 
 
@@ -605,6 +607,7 @@ def search_quotes(
     limit: int = 40,
     dense: DenseSearch | None = None,
     placed: list[tuple[Prepared, int]] | None = None,
+    expand: QueryExpansion | None = None,
 ) -> list[dict[str, Any]]:
     """The agent's remembered turns best matching `query`, across episodes, best first.
 
@@ -623,6 +626,8 @@ def search_quotes(
     prepared episode and place in it (what the reranker reads around it).
     """
     groups = query_term_groups(query)
+    if expand is not None:  # retrieval.expand: each word's nearest words count as it
+        groups = expand.expand(query, groups)
     terms = [f for g in groups for f in g]
     single: dict[str, str] = {}
     overall = _frequencies(conn, terms, single)
@@ -643,6 +648,10 @@ def search_quotes(
     entries = TEXTS.prepared(conn, database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     # Notes derived from a turn (absolute dates) are scored as part of it and shown after it.
     notes = episode_notes(conn, who, [str(r[0]) for r in rows], [e.event_ids for e in entries])
+    stored = len(rows)  # the candidates from here on stand in for the turns no episode covers yet
+    if dense is None or dense.mode != "dense":  # ...scored alike, kept when they or a neighbour match
+        more_rows, more = stand_ins(conn, who, participant)
+        rows, entries = [*rows, *more_rows], [*entries, *more]
     enough = 4 * limit + RESTATEMENT_POOL
     found = _score_passages(rows, entries, asked, near, notes, None if dense else enough)
     found.asked = asked.forms
@@ -656,7 +665,8 @@ def search_quotes(
         order = _best_first(found, scores, enough)
         if placed is not None:
             placed.clear()  # a deeper pass starts the results again
-        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in order), limit, placed)
+        kept = ((i, score) for i, score in order if score > 0 or found.episode[i] < stored)
+        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in kept), limit, placed)
         if len(out) >= limit or (len(order) == len(scores) and found.complete):
             return out
         enough *= 4  # many near-duplicates among the best: look further down
@@ -770,6 +780,7 @@ def recall_lines(
     budget: int | None = None,
     dense: DenseSearch | None = None,
     rerank: Reranker | None = None,
+    expand: QueryExpansion | None = None,
 ) -> list[tuple[str, tuple[str, ...]]]:
     """What `recall_memory` should show for `query`: the best remembered turns as a dated block.
 
@@ -778,7 +789,9 @@ def recall_lines(
     With `rerank` (retrieval.rerank), the shortlist's head is reordered first.
     """
     placed: list[tuple[Prepared, int]] = []
-    found = search_quotes(conn, who, query, participant, limit=RECALL_QUOTES, dense=dense, placed=placed)
+    found = search_quotes(
+        conn, who, query, participant, limit=RECALL_QUOTES, dense=dense, placed=placed, expand=expand
+    )
     if rerank is not None:
         # Each result's prepared episode goes along: the reranker reads its neighbours there.
         found = rerank.reorder(conn, query, found, placed if len(placed) == len(found) else None)

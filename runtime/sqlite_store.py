@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tiermem.runtime import hotstore, sqlite_apply
+from tiermem.runtime.query_expansion import expansion_for
 from tiermem.runtime.quote_search import DenseSearch
 from tiermem.runtime.rerank import reranker_for
 from tiermem.runtime.store import ProjectionInfo
@@ -69,6 +70,7 @@ class SQLiteHotStore(SharedReads):
     def open(cls, settings: Settings) -> SQLiteHotStore:
         store = cls(hotstore.open_hot_store(settings), settings.hot_db, dense_search(settings))
         store.rerank = reranker_for(settings)
+        store.expand = expansion_for(settings)
         return store
 
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any
 from tiermem.runtime import episode_search, levels, quote_search, scopes, unfolded
 from tiermem.runtime.hotstore import fact_clause, item_clause
 from tiermem.runtime.levels import WorkingItem
+from tiermem.runtime.query_expansion import QueryExpansion
 from tiermem.runtime.quote_search import DenseSearch
 from tiermem.runtime.rerank import Reranker
 from tiermem.runtime.scopes import ScoredFact
@@ -32,6 +33,7 @@ class SharedReads:
 
     dense: DenseSearch | None
     rerank: Reranker | None = None  # retrieval.rerank: set by the backend's `open`
+    expand: QueryExpansion | None = None  # retrieval.expand: set by the backend's `open`
 
     @property
     def _reads(self) -> sqlite3.Connection:
@@ -120,7 +122,7 @@ class SharedReads:
         self, who: Principal, query: str, participant: str | None = None, budget: int | None = None
     ) -> list[tuple[str, tuple[str, ...]]]:
         return quote_search.recall_lines(
-            self._reads, who, query, participant, budget, self.dense, self.rerank
+            self._reads, who, query, participant, budget, self.dense, self.rerank, self.expand
         )
 
     def search_turns(

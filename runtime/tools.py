@@ -307,6 +307,7 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
             delivered.append((str(turn["event_id"]), float(turn["score"])))
     # The turns themselves, best match first, one dated line each with the ids they come from:
     # the exact words often answer what a summary cannot ("when", "how much", "what did she say").
+    shown = {event_id for event_id, _ in delivered}
     room = max(0, budget - result.cost())
     header: str | None = None
     for line, ids in memory.store.recall_lines(who, query, participant, budget=room):
@@ -315,6 +316,8 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
             continue
         if quoted.intersection(ids) and not _ANCHORED.search(line):
             continue  # the episode already quotes it, and the line resolves no date the quote leaves open
+        if shown.intersection(ids):
+            continue  # a turn no episode covers yet, already listed above
         result.try_add(caps["quotes"], turn=(line, list(ids)), header=header)
     out = result.render()
     memory.record_retrieval(

@@ -43,7 +43,9 @@ def test_an_old_turn_is_reachable_before_compression_and_through_its_episode_aft
     assert not recall.episodes and [t.event_id for t in recall.turns] == [old]
     assert WORD in recall.turns[0].user_message
     tool = agent.call_tool("recall_memory", {"query": QUERY})
-    assert [i for t in tool["turns"] for i in t["event_ids"]] == [old]
+    # First and once; the remembered-turn lines may add the turns around it (said in the same minutes).
+    cited = [i for t in tool["turns"] for i in t["event_ids"]]
+    assert cited[0] == old and cited.count(old) == 1
     assert tool["text"].count(WORD) == 1
 
     info = mem.compress()

@@ -11,19 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import orjson
 import pytest
 from helpers_runtime import append, episode, interaction, quotes, small_talk_days
 from tiermem.compressor.job import run_compress
 from tiermem.compressor.offline_scorer import OfflineScorer
 from tiermem.compressor.scoring import Interaction
-from tiermem.runtime import query_terms
+from tiermem.runtime import query_terms, unfolded_passages
 from tiermem.runtime import quote_search as qs
-from tiermem.runtime.episode_text import TermMatcher
+from tiermem.runtime.episode_text import TEXTS, TermMatcher
+from tiermem.runtime.hotstore import database_key
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.projector import project
+from tiermem.runtime.query_expansion import QueryExpansion
 
+from tiermem import Memory
 from tiermem.settings import Settings
 
 
@@ -174,3 +180,224 @@ def test_an_answer_after_a_question_shared_with_an_image_is_quoted() -> None:
     assert scores["r"] == scores["s"] == 1
     quoted = {q.event_id for q in scorer.episode(group, scores).key_quotes}
     assert "r" in quoted and "s" not in quoted
+
+
+# ------------------------------------------------- turns no episode covers yet (working memory)
+
+NEWS = [
+    ("James", "What did you get up to this weekend?"),
+    ("John", "Yesterday I adopted a tortoise, we named her Shelly."),
+    ("James", "What a lovely name for a tortoise."),
+]
+
+
+def _two_days(agent: str, user: str, later: list[tuple[str, str]], prefix: str) -> list[dict[str, object]]:
+    """A first day that gets folded into an episode, then a day that stays in working memory."""
+    out = []
+    for k, (who, text) in enumerate(TALK + LATER + later):
+        day = 0 if k < len(TALK) else 1 if k < len(TALK) + len(LATER) else 2
+        mine = who == "John"
+        out.append(
+            interaction(
+                agent,
+                "" if mine else text.replace("James", user),
+                text if mine else "",
+                user=user,
+                session_id=f"{prefix}{day}",
+                ts=(START + timedelta(days=day, seconds=k)).isoformat(),
+                event_id=f"{prefix}{k}",
+                metadata={"agent_name": "John"},
+            )
+        )
+    return out
+
+
+def _unfolded(m: AgentMemory) -> set[str]:
+    return {
+        str(r[0])
+        for r in m.conn.execute(
+            "SELECT event_id FROM wm_items w WHERE NOT EXISTS"
+            " (SELECT 1 FROM folded_turns t WHERE t.event_id = w.event_id)"
+        )
+    }
+
+
+def test_a_turn_in_working_memory_is_recalled_dated_under_its_speaker(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    append(settings, *_two_days("friend", "James", NEWS, "n"))
+    run_compress(settings, progress=False)
+    project(settings)
+    adopted = f"n{len(TALK) + len(LATER) + 1}"
+    with open_memory(settings, "friend", user="James") as m:
+        assert adopted in _unfolded(m)  # no episode covers it: episode search cannot return it
+        question = "What did John adopt last weekend?"
+        lines = qs.recall_lines(m.conn, m.principal, question, budget=60)
+        said = [text for text, ids in lines if adopted in ids]
+        # Quoted as the compressor quotes the agent (its display name, taken from its episodes),
+        # under its own day, its relative date resolved.
+        assert said == [
+            "John: Yesterday I adopted a tortoise, we named her Shelly. (Yesterday = 15 August 2023)"
+        ]
+        assert ("16 August 2023:", ()) in lines
+        # Without the stand-ins the turn is out of the recall's reach.
+        monkeypatch.setattr(unfolded_passages, "TURNS", 0)
+        assert all(adopted not in ids for _, ids in qs.recall_lines(m.conn, m.principal, question, budget=60))
+
+
+def test_another_users_turns_in_working_memory_stay_theirs(settings: Settings) -> None:
+    canary = [("James", "My locker code is CANARYZEBRA, keep it safe."), ("John", "Kept, safely.")]
+    append(
+        settings,
+        *_two_days("friend", "James", canary, "j"),
+        *_two_days("friend", "Ada", [("Ada", "My locker has a broken hinge."), ("John", "Oh no.")], "a"),
+    )
+    run_compress(settings, progress=False)
+    project(settings)
+    question = "What is the code of the locker CANARYZEBRA?"
+    with open_memory(settings, "friend", user="Ada") as m:
+        assert any(i.startswith("j") for i in _unfolded(m))  # James's newest turns are unfolded too
+        rows, entries = unfolded_passages.stand_ins(m.conn, m.principal)
+        assert rows and all("CANARYZEBRA" not in t for e in entries for t in e.passages.texts)
+        lines = qs.recall_lines(m.conn, m.principal, question, budget=500)
+        assert lines and all("CANARYZEBRA" not in text for text, _ in lines)
+        assert all(not i.startswith("j") for _, ids in lines for i in ids)
+    with open_memory(settings, "friend", user="James") as m:
+        lines = qs.recall_lines(m.conn, m.principal, question, budget=500)
+        assert any("CANARYZEBRA" in text for text, _ in lines)
+    with open_memory(settings, "friend") as m:  # no user: agent-level memory only
+        lines = qs.recall_lines(m.conn, m.principal, question, budget=500)
+        assert all("CANARYZEBRA" not in text for text, _ in lines)
+
+
+def test_recall_memory_lists_an_unfolded_turn_once_and_forgets_it_when_erased(tmp_path: Path) -> None:
+    mem = Memory.open(tmp_path / "data", env={}, compressor={"min_unprocessed": 1, "keep_recent": 0})
+    try:
+        bot = mem.agent("a1")
+        for i in range(3):
+            bot.record_turn(
+                "alice", f"We talked about the garden, part {i}.", "Nice.", ts=f"2024-03-01T1{i}:00:00Z"
+            )
+        mem.compress()
+        mem.refresh()
+        loose = bot.record_turn(
+            "alice", "The spare LOOSECANARY key is under the red pot.", "Noted.", ts="2024-03-02T10:00:00Z"
+        ).event_id
+        mem.refresh()
+
+        def recall() -> dict[str, object]:
+            return bot.call_tool("recall_memory", {"query": "where is the spare key"}, user="alice")
+
+        out = recall()
+        cited = [i for t in out["turns"] for i in t["event_ids"]]  # type: ignore[attr-defined]
+        assert cited.count(loose) == 1  # found by both stages, listed once
+        mem.forget(event=loose, reason="test")
+        mem.refresh()
+        assert "LOOSECANARY" not in str(recall())
+        assert not any("LOOSECANARY" in t for e in TEXTS.entries.values() for t in e.passages.texts)
+    finally:
+        mem.close()
+
+
+# ------------------------------------------------- query expansion (retrieval.expand, opt-in)
+
+
+class _TokenTable:
+    """A static model's shape (a token table and its vocabulary) with hand-set vectors."""
+
+    name = "table"
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.tokenizer = SimpleNamespace(vocab={w: i for i, w in enumerate(vectors)})
+        self.table = np.array(list(vectors.values()), dtype=np.float32)
+
+
+WORDS = _TokenTable(
+    {
+        "kids": [1.0, 0.0, 0.0],
+        "kid": [0.99, 0.05, 0.0],  # a form of "kids": the group has it already
+        "children": [0.95, 0.2, 0.0],
+        "teenagers": [0.6, 0.8, 0.0],  # below MIN_COSINE
+        "garden": [0.0, 0.0, 1.0],
+        "melanie": [0.9, 0.0, 0.1],  # near "kids", but a name is never expanded
+    }
+)
+
+
+def test_a_word_brings_its_near_words_but_not_its_forms_nor_the_far_ones() -> None:
+    expansion = QueryExpansion(WORDS)  # type: ignore[arg-type]
+    assert expansion.neighbours("kids") == ("melanie", "children")  # nearest first
+    assert expansion.neighbours("garden") == ()
+    assert expansion.neighbours("unknown") == ()
+    question = "What do Melanie's kids like?"
+    plain = query_terms.query_term_groups(question)
+    groups = dict(zip([g[0] for g in plain], expansion.expand(question, plain), strict=True))
+    assert groups["melanie"] == ("melanie",)
+    assert {"children", "melanie"} <= set(groups["kids"])
+
+
+def test_an_answer_sharing_no_word_with_the_question_is_found_through_a_near_word(
+    settings: Settings,
+) -> None:
+    events = [
+        episode(
+            "mum",
+            "family",
+            "A talk about family.",
+            key_quotes=quotes(("c1", "Ann", "My children painted the fence blue.")),
+            participants=["bea"],
+            start_ts="2023-05-01T10:00:00Z",
+            end_ts="2023-05-01T11:00:00Z",
+        ),
+        episode(
+            "mum",
+            "errands",
+            "A talk about errands.",
+            key_quotes=quotes(("e1", "Ann", "We painted it.")),
+            participants=["bea"],
+            start_ts="2023-05-02T10:00:00Z",
+            end_ts="2023-05-02T11:00:00Z",
+        ),
+    ]
+    append(settings, *events)
+    project(settings)
+    question = "What did the kids paint?"
+    with open_memory(settings, "mum", user="bea") as m:
+        plain = qs.search_quotes(m.conn, m.principal, question, limit=5)
+        assert [f["event_id"] for f in plain][:1] == ["e1"]  # "kids" is not said: the shorter turn wins
+        found = qs.search_quotes(m.conn, m.principal, question, limit=5, expand=QueryExpansion(WORDS))  # type: ignore[arg-type]
+        assert [f["event_id"] for f in found][:1] == ["c1"]
+
+
+def test_the_expansion_setting_is_checked() -> None:
+    from tiermem.errors import ConfigError
+    from tiermem.settings import RetrievalSettings
+
+    assert RetrievalSettings().expand == "off"  # the model is an optional package: off by default
+    with pytest.raises(ConfigError, match=r"retrieval\.expand"):
+        RetrievalSettings(expand="wordnet")
+
+
+def test_a_new_turn_prepares_only_its_own_ten_minutes_again(settings: Settings) -> None:
+    def turn(k: int, minute: int, text: str) -> dict[str, object]:
+        at = START + timedelta(minutes=minute, seconds=k)
+        return interaction("notes", text, "Noted.", user="James", ts=at.isoformat(), event_id=f"w{k}")
+
+    append(settings, turn(0, 0, "The boat is moored at pier four."), turn(1, 30, "The boat needs new sails."))
+    project(settings)
+
+    def stand_in_ids(m: AgentMemory) -> list[str]:
+        return [str(r[0]) for r in unfolded_passages.stand_ins(m.conn, m.principal)[0]]
+
+    with open_memory(settings, "notes", user="James") as m:
+        before = stand_in_ids(m)
+        assert len(before) == 2  # two ten-minute spans, oldest first
+        kept = TEXTS.entries[(database_key(m.conn), before[0])]
+    append(settings, turn(2, 31, "The boat's sails arrive on Monday."))
+    project(settings)
+    with open_memory(settings, "notes", user="James") as m:
+        after = stand_in_ids(m)
+        assert after[0] == before[0] and after[1] != before[1]  # only the span the turn joined changed
+        assert TEXTS.entries[(database_key(m.conn), after[0])] is kept  # not prepared again
+        lines = qs.recall_lines(m.conn, m.principal, "When do the sails arrive?", budget=60)
+        assert any("Monday" in text for text, _ in lines)

@@ -169,6 +169,9 @@ MEASURED_DENSE_WEIGHT: Mapping[str, float] = {"all-minilm-l6-v2": 0.4, "all-mini
 # retrieval.rerank: the reranker of the recalled shortlist (runtime.rerank) -> the model giving its cosines
 # ("words" reads no cosine: words and the shortlist's structure only).
 RERANK_EMBEDDERS: Mapping[str, str] = {"static": "all-minilm-l6-v2-static", "minilm": "all-minilm-l6-v2"}
+# retrieval.expand: a question's words joined by their nearest words (runtime.query_expansion) -> the model
+EXPAND_MODELS: Mapping[str, str] = {"static": "all-minilm-l6-v2-static"}
+EXPAND_MODES = ("off", *EXPAND_MODELS)
 RERANK_MODES: tuple[str, ...] = ("off", "words", *RERANK_EMBEDDERS)
 MAX_RERANK_DEPTH = 60  # the recall's shortlist (quote_search.RECALL_QUOTES): nothing deeper exists
 
@@ -204,6 +207,7 @@ class RetrievalSettings:
     model_cache: str = ""
     rerank: str = "words"
     rerank_depth: int = 60
+    expand: str = "off"
 
     def __post_init__(self) -> None:
         if self.mode not in RETRIEVAL_MODES:
@@ -215,6 +219,8 @@ class RetrievalSettings:
             )
         if self.candidates < 1:
             raise ConfigError(f"retrieval.candidates={self.candidates}: expected at least 1")
+        if self.expand not in EXPAND_MODES:
+            raise ConfigError(f"retrieval.expand={self.expand!r}: expected one of {', '.join(EXPAND_MODES)}")
         if self.rerank not in RERANK_MODES:
             raise ConfigError(f"retrieval.rerank={self.rerank!r}: expected one of {', '.join(RERANK_MODES)}")
         if not 2 <= self.rerank_depth <= MAX_RERANK_DEPTH:
