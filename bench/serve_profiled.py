@@ -44,7 +44,7 @@ def main() -> None:
 
     service.MemoryService.__init__ = init  # type: ignore[method-assign]
     service.MemoryService.close = close  # type: ignore[method-assign]
-    app = application(resolve_settings(data_dir=data_dir, env={}))
+    app = application(resolve_settings(data_dir=data_dir, env={}), server_process=True)
     profiles["loop"].enable()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, server_header=False)
 
