@@ -154,6 +154,19 @@ def _time_collections(trace: Trace) -> None:
     gc.callbacks.append(on_gc)
 
 
+def _thread_cpu() -> list[Any]:
+    """[name, CPU seconds] of each live thread, from /proc (Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: list[Any] = []
+    for thread in threading.enumerate():
+        try:
+            fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        out += (thread.name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
 async def _lateness(trace: Trace) -> None:
     while True:
         t = NOW()
@@ -178,6 +191,7 @@ def serve(data_dir: Path, port: int, out: str) -> None:
     real_close = service.MemoryService.close
 
     def close(self: service.MemoryService) -> None:
+        trace["threads"] = _thread_cpu()
         Path(f"{out}.json").write_text(json.dumps(trace))
         real_close(self)
 
@@ -197,7 +211,7 @@ def serve(data_dir: Path, port: int, out: str) -> None:
     asyncio.run(main())
 
 
-WIDTH = {"turns": 9, "batches": 5, "gc": 5, "lag": 2}
+WIDTH = {"turns": 9, "batches": 5, "gc": 5, "lag": 2, "threads": 2}
 
 
 def _rows(flat: list[Any], width: int) -> list[list[Any]]:
@@ -253,6 +267,8 @@ def report(path: Path) -> None:
                 f"max {1000 * max(pauses):.2f} ms (CPU {1000 * max(g[3] for g in runs):.2f}), "
                 f"total {sum(pauses):.2f} s{walked}"
             )
+    threads = " ".join(f"{name} {1e6 * cpu / len(turns):.0f}" for name, cpu in trace.get("threads", []))
+    print(f"CPU µs per turn by thread (from start-up): {threads}")
     print(
         f"event loop lateness (1 ms sleep), p50 / p99 / max ms: {_ms([x[1] for x in trace['lag']], (0.5, 0.99, 1.0))}"
     )
