@@ -192,6 +192,9 @@ def serve(data_dir: Path, port: int, out: str) -> None:
 
     def close(self: service.MemoryService) -> None:
         trace["threads"] = _thread_cpu()
+        projector = self._memory.projector if self._memory is not None else None
+        if projector is not None:  # what it applied again, and what it passed over
+            trace["projector"] = [projector.state.applied, projector.applied.noted, projector.applied.skipped]
         Path(f"{out}.json").write_text(json.dumps(trace))
         real_close(self)
 
@@ -211,7 +214,7 @@ def serve(data_dir: Path, port: int, out: str) -> None:
     asyncio.run(main())
 
 
-WIDTH = {"turns": 9, "batches": 5, "gc": 5, "lag": 2, "threads": 2}
+WIDTH = {"turns": 9, "batches": 5, "gc": 5, "lag": 2, "threads": 2, "projector": 3}
 
 
 def _rows(flat: list[Any], width: int) -> list[list[Any]]:
@@ -269,6 +272,8 @@ def report(path: Path) -> None:
             )
     threads = " ".join(f"{name} {1e6 * cpu / len(turns):.0f}" for name, cpu in trace.get("threads", []))
     print(f"CPU µs per turn by thread (from start-up): {threads}")
+    for applied, noted, skipped in trace.get("projector", []):
+        print(f"projector: applied {applied:,} events, passed over {skipped:,} of the {noted:,} marked")
     print(
         f"event loop lateness (1 ms sleep), p50 / p99 / max ms: {_ms([x[1] for x in trace['lag']], (0.5, 0.99, 1.0))}"
     )

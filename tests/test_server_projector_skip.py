@@ -94,10 +94,12 @@ def _segment_of(settings: Settings, event_id: str) -> str:
     raise AssertionError(f"{event_id} not in the log")
 
 
-@pytest.mark.parametrize("update_fails", [False, True])
+@pytest.mark.parametrize(("update_fails", "warmed"), [(False, False), (True, False), (False, True)])
 def test_the_servers_turns_reach_the_hot_store_once_whether_its_update_ran_or_not(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, update_fails: bool
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, update_fails: bool, warmed: bool
 ) -> None:
+    # `warmed`: opened as the server's start-up opens it, on a data root with no hot store yet
+    # (the update thread's store must still know which file it writes, or nothing is marked).
     if update_fails:  # the server's own update of the hot store fails: nothing may be passed over
 
         def broken(self: SQLiteHotStore, events: Any) -> Any:
@@ -108,6 +110,9 @@ def test_the_servers_turns_reach_the_hot_store_once_whether_its_update_ran_or_no
     async def serve() -> tuple[int, int]:
         svc = MemoryService(settings)
         try:
+            if warmed:
+                assert not settings.hot_db.exists()
+                await svc.warm()
             projector = await svc.run(lambda: svc.memory.projector)
             assert projector is not None
             projector.start()

@@ -103,6 +103,7 @@ class MemoryService:
         self._updater = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiermem-update")
         self._update_store: HotStore | None = None  # used on the update thread only
         self._update_identity: StoreIdentity | None = None  # the file it writes (None: unknown)
+        self._reopen = 0 if settings.hot_url else 3  # times to reopen it while that is unknown
         self._updated: Future[None] | None = None  # the newest queued update (they run in order)
         # The newest batch with agent-level turns, until its update is queued (then that update).
         self._level_barrier: Future[Future[None] | None] | None = None
@@ -187,6 +188,9 @@ class MemoryService:
         thread's store, and the modules they import: most of a second), so that the first
         requests do not wait for it, and a server can keep it out of the collector's passes."""
         loop = asyncio.get_running_loop()
+        # The hot store's file first (the projector thread may not have created it yet): the
+        # update thread's store must know which file it opened for its marks to count.
+        await loop.run_in_executor(self._executor, self.hot)
         await loop.run_in_executor(self._updater, self._update_store_open)
         await loop.run_in_executor(self._executor, self._turn_log_open)
 
@@ -196,6 +200,11 @@ class MemoryService:
         return self._turn_log
 
     def _update_store_open(self) -> HotStore:  # on the update thread
+        if self._update_store is not None and self._update_identity is None and self._reopen > 0:
+            # Which file it opened was not known (created or replaced meanwhile): without it,
+            # no mark is noted and the projector applies every turn again. Ask again, a few times.
+            self._reopen -= 1
+            self._close_update_store()
         if self._update_store is None:
             self._update_store, self._update_identity = open_identified_store(self.settings)
         return self._update_store
