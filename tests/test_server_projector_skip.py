@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from tiermem.runtime.applied import AppliedLines, open_identified_store
 from tiermem.runtime.memory import TurnToRecord, record_turns
-from tiermem.runtime.projector import project, project_if_free
+from tiermem.runtime.projector import content_digest, project, project_if_free, rebuild
 from tiermem.runtime.sqlite_store import SQLiteHotStore
 
 from tiermem.app.api import Memory
@@ -68,6 +68,18 @@ def test_marked_turns_are_passed_over_and_unmarked_ones_projected(settings: Sett
     info = project_if_free(settings, applied=applied)
     assert info is not None and applied.skipped == 10 and applied.pending() == 0
     assert _hot_turns(settings) == [(f"a-{i:03d}", f"a message {i}") for i in range(20)]
+
+
+def test_turns_another_process_applied_are_passed_over_without_marks(settings: Settings) -> None:
+    # Another server process recorded 20 turns and applied every other one itself; its marks
+    # are its own, so this projector has none: it applies only the 10 the store lacks, and the
+    # store ends as a rebuild from the log makes it.
+    _record(settings, 20, "o", None, apply_some=True)
+    info = project_if_free(settings, applied=AppliedLines())
+    assert info is not None and info.by_type.get("interaction") == 10
+    assert _hot_turns(settings) == [(f"o-{i:03d}", f"o message {i}") for i in range(20)]
+    live = content_digest(settings)
+    assert rebuild(settings).digest == live
 
 
 def test_a_mark_with_another_event_id_or_store_is_not_trusted(settings: Settings) -> None:
