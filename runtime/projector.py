@@ -255,7 +255,11 @@ def _flush(
     pending.clear()
 
 
-def _project_locked(settings: Settings, store: HotStore, skip: _Skip | None = None) -> ProjectionInfo:
+def _project_locked(
+    settings: Settings, store: HotStore, skip: _Skip | None = None, *, look_up: bool = True
+) -> ProjectionInfo:
+    """One pass (the projector lock held). `look_up`: pass over turns the store already holds
+    (`_stored_turns`); a rebuild into an empty store has nothing to look up."""
     started = time.perf_counter()
     info = ProjectionInfo()
     offsets: dict[str, list[int]] = orjson.loads(store.get_meta(OFFSETS_KEY) or "{}")
@@ -265,7 +269,7 @@ def _project_locked(settings: Settings, store: HotStore, skip: _Skip | None = No
             batch: list[dict[str, Any]] = []
             pending: dict[str, list[int]] = {}
 
-            stored = _stored_turns(store) if stream == "interactions" else None
+            stored = _stored_turns(store) if look_up and stream == "interactions" else None
             for segment, lines, nbytes, event in _segment_events(log, stream, offsets, skip, stored):
                 old = offsets.get(segment) or [0, 0, 0]
                 cur = pending.get(segment) or list(old)
@@ -351,7 +355,7 @@ def rebuild(settings: Settings) -> RebuildInfo:
         store = open_store(settings)
         try:
             with store.projector_lease() as _:
-                info = _project_locked(settings, store)
+                info = _project_locked(settings, store, look_up=False)
             counts = store.counts()
             digest = store.digest()
         finally:
