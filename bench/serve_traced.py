@@ -5,8 +5,8 @@
 Runs the same application as `tiermem serve` on 127.0.0.1:PORT and records,
 without a profiler's overhead, where each answered turn spent its time in the
 server: from the request's first byte in the turn layer to its turn joining the
-queue, waiting there for its batch, the batch's work on the memory thread (the
-fsyncs among it apart), and from the batch being durable to the answer being
+queue, waiting there for its batch, the batch's work on the memory thread until
+its turns are durable (the fsyncs among it apart), and from then to the answer being
 sent; beside that every garbage collection's pause and the event loop's lateness
 (a 1 ms sleep measured). At shutdown (SIGTERM) it writes OUT.json, and
 `--report OUT.json` prints the percentiles and what the slowest 1 % of turns
@@ -32,9 +32,9 @@ Trace = dict[str, list[Any]]
 NOW = time.perf_counter
 # The request being answered, whose record its queued turn notes its times in.
 CURRENT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("turn", default=None)
-# A turn's record: [arrival, in the layer before the queue, queue wait, its batch's write, written ->
-# durable, of it in fsync, durable -> settled on the loop, settled -> answer sent, batch size]
-PARTS = ["before queue", "queue wait", "write", "to durable", "of it fsync", "to settled", "to sent"]
+# A turn's record: [arrival, in the layer before the queue, queue wait, its batch until durable, of
+# it in fsync, durable -> settled on the loop, settled -> answer sent, batch size]
+PARTS = ["before queue", "queue wait", "batch to durable", "of it fsync", "to settled", "to sent"]
 
 
 def _time_fsync(local: threading.local) -> None:
@@ -52,7 +52,7 @@ def _time_fsync(local: threading.local) -> None:
 
 
 def _time_batches(service: Any, trace: Trace, local: threading.local) -> None:
-    """A queued turn notes when it was queued, written, durable and settled."""
+    """A queued turn notes when it was queued, its batch began, was durable, and was settled."""
 
     class TracedTurn(service.PendingTurn):  # type: ignore[misc,name-defined]
         def __init__(self, *args: Any) -> None:
@@ -67,35 +67,19 @@ def _time_batches(service: Any, trace: Trace, local: threading.local) -> None:
                 turn.times.update(times)
 
     real_record_batch = service.MemoryService._record_batch
-    real_finish = service.MemoryService._finish
     real_settle = service._settle
 
-    def record_batch(self: Any, batch: list[Any], settle: Any) -> Any:
-        start = NOW()
-        try:
-            return real_record_batch(self, batch, settle)
-        finally:
-            note(batch, start=start, written=NOW(), size=len(batch))
-
-    def finish(self: Any, batch: list[Any], written: Any, *args: Any) -> Any:
+    def record_batch(self: Any, batch: list[Any], on_durable: Any) -> Any:
         start = NOW()
         local.fsync = 0.0
-        real_sync = self._sync.make_durable
 
-        def make_durable(points: Any) -> None:
-            try:
-                real_sync(points)
-            finally:
-                durable = NOW()
-                note(batch, durable=durable, fsync=local.fsync)
-                times = getattr(batch[0], "times", None) or {}
-                trace["batches"] += (times.get("written", start), start, durable, len(batch), local.fsync)
+        def durable(outcomes: Any) -> None:
+            at = NOW()
+            note(batch, start=start, durable=at, fsync=local.fsync, size=len(batch))
+            trace["batches"] += (start, at, len(batch), local.fsync)
+            on_durable(outcomes)
 
-        self._sync.make_durable = make_durable
-        try:
-            return real_finish(self, batch, written, *args)
-        finally:
-            self._sync.make_durable = real_sync
+        return real_record_batch(self, batch, durable)
 
     def settle(batch: list[Any], outcomes: Any) -> None:
         note(batch, settled=NOW())
@@ -104,7 +88,6 @@ def _time_batches(service: Any, trace: Trace, local: threading.local) -> None:
     service.PendingTurn = TracedTurn
     service._settle = settle
     service.MemoryService._record_batch = record_batch
-    service.MemoryService._finish = finish
 
 
 def _time_requests(turn_route: Any, trace: Trace) -> None:
@@ -117,7 +100,7 @@ def _time_requests(turn_route: Any, trace: Trace) -> None:
             await real_call(self, scope, receive, send)
         finally:
             CURRENT.reset(token)
-        if len(times) < 8:  # not a turn answered here (or not recorded)
+        if len(times) < 7:  # not a turn answered here (or not recorded)
             return
         t = times
         trace["turns"].extend(
@@ -125,8 +108,7 @@ def _time_requests(turn_route: Any, trace: Trace) -> None:
                 t["arrived"],
                 t["queued"] - t["arrived"],
                 t["start"] - t["queued"],
-                t["written"] - t["start"],
-                t["durable"] - t["written"],
+                t["durable"] - t["start"],
                 t["fsync"],
                 t["settled"] - t["durable"],
                 NOW() - t["settled"],
@@ -214,7 +196,7 @@ def serve(data_dir: Path, port: int, out: str) -> None:
     asyncio.run(main())
 
 
-WIDTH = {"turns": 9, "batches": 5, "gc": 5, "lag": 2, "threads": 2, "projector": 3}
+WIDTH = {"turns": 8, "batches": 4, "gc": 5, "lag": 2, "threads": 2, "projector": 3}
 
 
 def _rows(flat: list[Any], width: int) -> list[list[Any]]:
@@ -239,27 +221,25 @@ def report(path: Path) -> None:
     if not turns:
         print("no turns traced")
         return
-    total = [sum(t[1:5]) + sum(t[6:8]) for t in turns]
+    total = [sum(t[1:4]) + sum(t[5:7]) for t in turns]
     print(f"{len(turns):,} turns; server-side ms      p50     p90     p99   p99.9")
     print(f"{'total':18} {_ms(total)}")
     for i, name in enumerate(PARTS, start=1):
         print(f"{name:18} {_ms([t[i] for t in turns])}")
     print(
-        f"batch size seen by a turn: p50 {pct([t[8] for t in turns], 0.5)}, p99 {pct([t[8] for t in turns], 0.99)}"
+        f"batch size seen by a turn: p50 {pct([t[7] for t in turns], 0.5)}, p99 {pct([t[7] for t in turns], 0.99)}"
     )
     cut = pct(total, 0.99)
     slow = [t for t, tot in zip(turns, total, strict=True) if tot >= cut]
     print(f"slowest 1 % ({len(slow)} turns, >= {1000 * cut:.1f} ms), mean ms per part:")
     for i, name in enumerate(PARTS, start=1):
         print(f"  {name:16} {1000 * sum(t[i] for t in slow) / len(slow):7.2f}")
-    batches = trace["batches"]  # [written, sync began, durable, size, fsync seconds]
-    waits = [b[1] - b[0] for b in batches]
-    syncs = [b[2] - b[1] for b in batches]
-    fs = [b[4] for b in batches]
-    print(f"{len(batches):,} batches, {sum(1 for f in fs if f > 0):,} with a fsync;    p50     p99     max")
-    print(f"{'written -> sync began':30} {_ms(waits, (0.5, 0.99, 1.0))}")
-    print(f"{'making durable':30} {_ms(syncs, (0.5, 0.99, 1.0))}")
-    print(f"{'of it fsync':30} {_ms(fs, (0.5, 0.99, 1.0))}")
+    batches = trace["batches"]  # [began, durable, size, fsync seconds]
+    to_durable = [b[1] - b[0] for b in batches]
+    fs = [b[3] for b in batches]
+    print(f"{len(batches):,} batches;                p50     p99     max")
+    print(f"{'to durable':24} {_ms(to_durable, (0.5, 0.99, 1.0))}")
+    print(f"{'of it fsync':24} {_ms(fs, (0.5, 0.99, 1.0))}")
     for gen in (0, 1, 2):
         runs = [g for g in trace["gc"] if g[2] == gen]
         if runs:

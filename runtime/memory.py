@@ -29,8 +29,6 @@ from tiermem.runtime.levels import check_level, transition_event
 from tiermem.runtime.store import HotStore, Row, kv_fact_id, open_store
 from tiermem.runtime.visibility import KV_ORDER, Principal
 
-from tiermem.appended import AppendResult
-from tiermem.deferred_sync import Points, release
 from tiermem.errors import EventIdConflictError, LimitExceededError, NotFoundError, ValidationError
 from tiermem.eventlog import EventLog
 from tiermem.events import CALLER, INTERNAL, SCOPES, validate
@@ -486,60 +484,6 @@ def record_turns(
     """
     if not turns:
         return []
-    first, outcomes, events, slots = _built(turns)
-    positions: list[tuple[str, int]] = []
-    if events:
-        events, positions = _kept(first.log, events, first.log.append_validated(events), slots, outcomes)
-    if on_durable is not None:
-        on_durable(outcomes)
-    if events and apply is not None:
-        apply(events, positions)
-    elif events:
-        # One hot store per data root: any of the batch's connections applies them all.
-        first.store.apply_now(events)
-    return outcomes
-
-
-@dataclass
-class WrittenTurns:
-    """A batch of turns in the log, not yet durable (`write_turns`): each turn's outcome, the
-    events written (duplicates left out) and their places in the log, and what to make durable
-    (`tiermem.deferred_sync.Syncer.make_durable`) before the outcomes may be given out."""
-
-    outcomes: list[RecordedTurn | ValidationError]
-    events: list[dict[str, Any]]
-    positions: list[tuple[str, int]]
-    points: Points
-
-
-def write_turns(turns: list[TurnToRecord], log: EventLog | None = None) -> WrittenTurns:
-    """`record_turns` up to the write: validated, written and indexed, each turn's outcome
-    decided, nothing durable yet and nothing applied. The caller makes `points` durable, and only
-    then answers with the outcomes and applies `events`; meanwhile it may write the next batch.
-
-    `log`: the log of the turns' data root to write with (default: the first turn's memory's);
-    a caller that writes batch after batch keeps one, which must outlive the points."""
-    if not turns:
-        return WrittenTurns([], [], [], [])
-    first, outcomes, events, slots = _built(turns)
-    log = log if log is not None else first.log
-    positions: list[tuple[str, int]] = []
-    points: Points = []
-    if events:
-        results, points = log.write_validated(events)
-        try:
-            events, positions = _kept(log, events, results, slots, outcomes)
-        except BaseException:
-            release(points)
-            raise
-    return WrittenTurns(outcomes, events, positions, points)
-
-
-def _built(
-    turns: list[TurnToRecord],
-) -> tuple[AgentMemory, list[RecordedTurn | ValidationError], list[dict[str, Any]], list[int]]:
-    """Each turn built and validated against its own memory: (the first memory, one outcome
-    per turn, the valid events, each event's place in the outcomes)."""
     first = turns[0].memory
     log_dir = (
         first.settings.log_dir
@@ -571,33 +515,31 @@ def _built(
                 tokens=count_tokens(turn.user_message) + count_tokens(turn.agent_response),
             )
         )
-    return first, outcomes, events, slots
-
-
-def _kept(
-    log: EventLog,
-    events: list[dict[str, Any]],
-    results: list[AppendResult],
-    slots: list[int],
-    outcomes: list[RecordedTurn | ValidationError],
-) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]:
-    """The events the log took (not duplicates) and their places; a duplicate that is not the
-    same turn sent again becomes its turn's `EventIdConflictError` in `outcomes`."""
-    # A duplicate (its idempotency key met again) is the log's first copy, which the
-    # projector applies: applying this one could put a turn the log does not hold in the
-    # hot store, in place of the first copy that another process has not applied yet.
-    # And it is answered as stored only when it is that turn sent again.
-    kept = []
     positions: list[tuple[str, int]] = []
-    for ev, res, slot in zip(events, results, slots, strict=True):
-        if not res.duplicate:
-            kept.append(ev)
-            positions.append((res.segment, res.line))
-        elif not same_turn(first_copy(log, res.stream, res.event_id), ev):
-            refused = EventIdConflictError()
-            log.reject(ev, refused)  # kept with its reason, as every refused record is
-            outcomes[slot] = refused
-    return kept, positions
+    if events:
+        results = first.log.append_validated(events)
+        # A duplicate (its idempotency key met again) is the log's first copy, which the
+        # projector applies: applying this one could put a turn the log does not hold in the
+        # hot store, in place of the first copy that another process has not applied yet.
+        # And it is answered as stored only when it is that turn sent again.
+        kept = []
+        for ev, res, slot in zip(events, results, slots, strict=True):
+            if not res.duplicate:
+                kept.append(ev)
+                positions.append((res.segment, res.line))
+            elif not same_turn(first_copy(first.log, res.stream, res.event_id), ev):
+                refused = EventIdConflictError()
+                first.log.reject(ev, refused)  # kept with its reason, as every refused record is
+                outcomes[slot] = refused
+        events = kept
+    if on_durable is not None:
+        on_durable(outcomes)
+    if events and apply is not None:
+        apply(events, positions)
+    elif events:
+        # One hot store per data root: any of the batch's connections applies them all.
+        first.store.apply_now(events)
+    return outcomes
 
 
 def _turn_record(

@@ -406,31 +406,6 @@ class EventLog(IndexFollower):
                 results[i] = res
         return [r for r in results if r is not None]
 
-    def write_validated(
-        self, events: list[dict[str, Any]]
-    ) -> tuple[list[AppendResult], list[tuple[SharedSync | None, SyncPoint]]]:
-        """`append_validated`'s write stage alone (group commit's, whatever the fsync policy):
-        the events are written and indexed, and not yet durable. The caller makes the
-        returned points durable with `tiermem.deferred_sync` before treating the events as
-        stored, so that it may write more while a fsync runs; it owns the points' descriptors."""
-        by_stream: dict[str, list[int]] = {}
-        for i, ev in enumerate(events):
-            by_stream.setdefault(stream_of(ev["type"]), []).append(i)
-        results: list[AppendResult | None] = [None] * len(events)
-        points: list[tuple[SharedSync | None, SyncPoint]] = []
-        try:
-            for stream, idxs in by_stream.items():
-                w = self._writer(stream)
-                done, synced = self._write_group(w, [events[i] for i in idxs])
-                for i, res in zip(idxs, done, strict=True):
-                    results[i] = res
-                points += [(w.sync, point) for point in synced]
-        except BaseException:
-            for _sync, point in points:
-                heldio.close_now(point.fd)
-            raise
-        return [r for r in results if r is not None], points
-
     def _append_stream(self, stream: str, events: list[dict[str, Any]]) -> list[AppendResult]:
         w = self._writer(stream)
         if w.sync is not None:

@@ -35,11 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from tiermem.app.api import AgentMemory, Memory
-from tiermem.deferred_sync import Syncer, release
 from tiermem.errors import ValidationError
-from tiermem.eventlog import EventLog
 from tiermem.runtime.applied import AppliedLines, StoreIdentity, open_identified_store
-from tiermem.runtime.memory import RecordedTurn, TurnToRecord, WrittenTurns, write_turns
+from tiermem.runtime.memory import RecordedTurn, TurnToRecord, record_turns
 from tiermem.runtime.store import HotStore
 from tiermem.settings import Settings
 
@@ -69,13 +67,8 @@ def _wait(update: Future[None] | None) -> None:
         update.result()  # `_update` raises nothing
 
 
-def _settle(batch: list[PendingTurn], outcomes: list[RecordedTurn | ValidationError] | BaseException) -> None:
-    """On the event loop: each waiting request gets its own turn's outcome (or the batch's error)."""
-    if isinstance(outcomes, BaseException):
-        for turn in batch:
-            if not turn.done.done():
-                turn.done.set_exception(outcomes)
-        return
+def _settle(batch: list[PendingTurn], outcomes: list[RecordedTurn | ValidationError]) -> None:
+    """On the event loop: each waiting request gets its own turn's outcome."""
     for turn, outcome in zip(batch, outcomes, strict=True):
         if turn.done.done():  # its client went away; the turn is recorded all the same
             continue
@@ -83,9 +76,6 @@ def _settle(batch: list[PendingTurn], outcomes: list[RecordedTurn | ValidationEr
             turn.done.set_exception(outcome)
         else:
             turn.done.set_result(outcome)
-
-
-Settle = Callable[[list[PendingTurn], list[RecordedTurn | ValidationError] | BaseException], None]
 
 
 class MemoryService:
@@ -105,13 +95,7 @@ class MemoryService:
         self._update_identity: StoreIdentity | None = None  # the file it writes (None: unknown)
         self._reopen = 0 if settings.hot_url else 3  # times to reopen it while that is unknown
         self._updated: Future[None] | None = None  # the newest queued update (they run in order)
-        # The newest batch with agent-level turns, until its update is queued (then that update).
-        self._level_barrier: Future[Future[None] | None] | None = None
-        # A written batch is made durable, answered and queued for the hot store on a thread of
-        # its own, while the memory thread writes the next one (see `_record_batch`).
-        self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiermem-sync")
-        self._sync = Syncer(settings.fsync)
-        self._turn_log: EventLog | None = None  # the log turns are written with (memory thread)
+        self._level_barrier: Future[None] | None = None  # the newest one with agent-level turns
         # The turn queue lives on the event loop (no lock): filled by requests, emptied by one drain task.
         self._turns: list[PendingTurn] = []
         self._draining = False
@@ -184,20 +168,14 @@ class MemoryService:
         return fn(*args, **kwargs)
 
     async def warm(self) -> None:
-        """Open now what the first batch of turns would open (the log it writes with, the update
-        thread's store, and the modules they import: most of a second), so that the first
-        requests do not wait for it, and a server can keep it out of the collector's passes."""
+        """Open now what the first batch of turns would open (the update thread's store and the
+        modules it imports: most of a second), so that the first requests do not wait for it,
+        and a server can keep it out of the collector's passes."""
         loop = asyncio.get_running_loop()
         # The hot store's file first (the projector thread may not have created it yet): the
         # update thread's store must know which file it opened for its marks to count.
         await loop.run_in_executor(self._executor, self.hot)
         await loop.run_in_executor(self._updater, self._update_store_open)
-        await loop.run_in_executor(self._executor, self._turn_log_open)
-
-    def _turn_log_open(self) -> EventLog:  # on the memory thread
-        if self._turn_log is None:
-            self._turn_log = EventLog(self.settings)
-        return self._turn_log
 
     def _update_store_open(self) -> HotStore:  # on the update thread
         if self._update_store is not None and self._update_identity is None and self._reopen > 0:
@@ -210,14 +188,16 @@ class MemoryService:
         return self._update_store
 
     # ------------------------------------------------------------ the hot store's updates
-    def _queue_update(
-        self, events: list[dict[str, Any]], positions: list[tuple[str, int]], applied: AppliedLines | None
-    ) -> Future[None]:
-        """Apply a durable batch to the hot store, in order, on the update thread (the batches
-        reach here in the order they were written: from the sync thread, one at a time)."""
+    def _queue_update(self, events: list[dict[str, Any]], positions: list[tuple[str, int]]) -> None:
+        """On the memory thread: apply a durable batch to the hot store, in order, on the update thread."""
+        projector = self._mem().projector
+        # Noted only while the thread runs to meet the marks (they are bounded all the same).
+        applied = projector.applied if projector is not None and projector.running else None
         update = self._updater.submit(self._update, events, positions, applied)
         self._updated = update
-        return update
+        if any(ev.get("user") is None for ev in events):
+            # Visible to the agent-level handles: the next batch's current level must see it.
+            self._level_barrier = update
 
     def _update(
         self,
@@ -253,23 +233,24 @@ class MemoryService:
 
     async def _drain_turns(self) -> None:
         loop = asyncio.get_running_loop()
-
-        def settle(
-            batch: list[PendingTurn], outcomes: list[RecordedTurn | ValidationError] | BaseException
-        ) -> None:
-            loop.call_soon_threadsafe(_settle, batch, outcomes)
-
         try:
             while self._turns:
                 batch = self._next_batch()
                 self.turn_batches += 1
                 self.turns_recorded += len(batch)
+
+                def durable(
+                    outcomes: list[RecordedTurn | ValidationError], batch: list[PendingTurn] = batch
+                ) -> None:
+                    loop.call_soon_threadsafe(_settle, batch, outcomes)
+
                 try:
                     # Not `run`: a batch does not wait for the hot store's updates of the last ones.
-                    # Returns once the batch is written; it is answered once durable (`_finish`).
-                    await loop.run_in_executor(self._executor, self._record_batch, batch, settle)
+                    await loop.run_in_executor(self._executor, self._record_batch, batch, durable)
                 except Exception as exc:  # a storage error: no turn of this write is acknowledged
-                    _settle(batch, exc)
+                    for turn in batch:
+                        if not turn.done.done():
+                            turn.done.set_exception(exc)
         finally:
             self._draining = False
 
@@ -286,46 +267,19 @@ class MemoryService:
         batch, self._turns = self._turns[:taken], self._turns[taken:]
         return batch
 
-    def _record_batch(self, batch: list[PendingTurn], settle: Settle) -> None:
-        """On the memory thread: the batch validated and written (`write_turns`), then handed to
-        the sync thread, which answers it once durable (`_finish`), while this thread goes on
-        with the next batch: so a batch waits for the fsync running when it was written and
-        its own, never also for the writing of the batches ahead of it.
-
-        Each answer still follows a fsync that covers its own turn (or an error); a read
-        that follows an answer sees the turn, since the answer follows the update's queueing."""
+    def _record_batch(
+        self, batch: list[PendingTurn], on_durable: Callable[[list[RecordedTurn | ValidationError]], None]
+    ) -> list[RecordedTurn | ValidationError]:
+        """On the memory thread: one `record_turns` for the whole batch; each request is answered
+        once the append is durable, and the hot store is updated on the update thread. A read
+        that follows an answer still sees the turn: it waits for that update (`run`)."""
         if self._level_barrier is not None and any("memory_level" not in t.fields for t in batch):
-            _wait(self._level_barrier.result())  # a turn without a level takes the newest visible one
+            _wait(self._level_barrier)  # a turn without a level takes the newest visible one
         turns = []
         for turn in batch:
             fields = turn.fields if turn.user is None else {**turn.fields, "user": turn.user}
             turns.append(TurnToRecord(self.agent(turn.agent_id).runtime, turn.message, turn.response, fields))
-        written = write_turns(turns, self._turn_log_open())
-        projector = self._mem().projector
-        # Noted only while the thread runs to meet the marks (they are bounded all the same).
-        applied = projector.applied if projector is not None and projector.running else None
-        try:
-            finished = self._syncer.submit(self._finish, batch, written, applied, settle)
-        except BaseException:  # (shutting down) nothing of this batch is answered as stored
-            release(written.points)
-            raise
-        if any(ev.get("user") is None for ev in written.events):
-            # Visible to the agent-level handles: the next batch's current level must see it.
-            self._level_barrier = finished
-
-    def _finish(
-        self, batch: list[PendingTurn], written: WrittenTurns, applied: AppliedLines | None, settle: Settle
-    ) -> Future[None] | None:
-        """On the sync thread, batch after batch in the order written: once the batch is durable,
-        its hot-store update queued, then each request answered. Raises nothing."""
-        try:
-            self._sync.make_durable(written.points)
-        except Exception as exc:  # a storage error: no turn of this write is acknowledged
-            settle(batch, exc)
-            return None
-        update = self._queue_update(written.events, written.positions, applied) if written.events else None
-        settle(batch, written.outcomes)
-        return update
+        return record_turns(turns, on_durable, apply=self._queue_update)
 
     def _close_on_thread(self) -> None:
         for handle in self._agents.values():
@@ -335,9 +289,6 @@ class MemoryService:
         if self._hot is not None:
             self._hot.close()
             self._hot = None
-        if self._turn_log is not None:
-            self._turn_log.close()
-            self._turn_log = None
         if self._memory is not None:
             self._memory.close()
             self._memory = None
@@ -348,8 +299,6 @@ class MemoryService:
             self._update_store = None
 
     def close(self) -> None:
-        self._executor.submit(lambda: None).result()  # every batch handed over is written
-        self._syncer.shutdown(wait=True)  # and durable, answered, its update queued
         self._executor.submit(self._close_on_thread).result()
         self._executor.shutdown(wait=True)
         # After the memory thread: no update is queued any more; those queued run first.
