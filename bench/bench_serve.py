@@ -56,13 +56,18 @@ def start_server(
     workers: int = 1,
     profile: str | None = None,
     env: dict[str, str] | None = None,
+    trace: str | None = None,
 ) -> LaunchedServer:
-    """The server under test, by the project's launcher (`--profile`: the profiled server)."""
+    """The server under test, by the project's launcher (`--profile`: the profiled server,
+    `--trace`: the server that times each turn's parts)."""
     port = free_port()
     command = None
     if profile is not None:
         profiled = str(Path(__file__).resolve().parent / "serve_profiled.py")
         command = [python, profiled, str(data_dir), str(port), profile]
+    elif trace is not None:
+        traced = str(Path(__file__).resolve().parent / "serve_traced.py")
+        command = [python, traced, str(data_dir), str(port), trace]
     return launch(
         data_dir, port=port, workers=workers, env=env, python=python, log_path=log_path, command=command
     )
@@ -283,6 +288,12 @@ def main() -> int:
         help="run the server under cProfile (bench/serve_profiled.py): OUT.loop/.memory/.update.prof",
     )
     parser.add_argument(
+        "--trace",
+        metavar="OUT",
+        help="run the server with each turn's time taken apart (bench/serve_traced.py): OUT.json, "
+        "read with `python bench/serve_traced.py --report OUT.json`",
+    )
+    parser.add_argument(
         "--server-env",
         action="append",
         default=[],
@@ -298,7 +309,13 @@ def main() -> int:
         key = KeyStore(settings).create(operator=False, agent_id=AGENT)["key"]
         fsync_before = fsync_rate(Path(tmp))
         server = start_server(
-            data_dir, Path(tmp) / "server.log", args.server_python, args.workers, args.profile
+            data_dir,
+            Path(tmp) / "server.log",
+            args.server_python,
+            args.workers,
+            args.profile,
+            server_env,
+            args.trace,
         )
         load_before = os.getloadavg()[0]
         try:

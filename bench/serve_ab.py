@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/serve_ab.py --baseline /tmp/main-export/.venv/bin/python --rounds 3
     .venv/bin/python bench/serve_ab.py --baseline ... --workers 1 2 --seconds 30 --json out.json
+    .venv/bin/python bench/serve_ab.py --baseline ... --also "no pipeline=/tmp/ablation/.venv/bin/python"
 
 Each round runs the baseline server (the interpreter of another checkout's
 venv, e.g. an export of `main` with `make .venv/.installed`), then this
@@ -60,6 +61,13 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--baseline", required=True, help="the baseline server's interpreter")
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="LABEL=PYTHON",
+        help="another installation's server run in each round too (e.g. an ablation); repeatable",
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[1], help="worker counts of this checkout")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=64)
@@ -73,7 +81,8 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     results = []
     for _ in range(args.rounds):
-        configs = [("baseline", args.baseline, 1)] + [
+        also = [(label, python, 1) for label, python in (item.split("=", 1) for item in args.also)]
+        configs = [("baseline", args.baseline, 1), *also] + [
             (f"this, {w} worker{'s' if w > 1 else ''}", sys.executable, w) for w in args.workers
         ]
         for label, python, workers in configs:

@@ -25,7 +25,7 @@ from tiermem.settings import resolve_settings
 
 def main() -> None:
     data_dir, port, out = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    profiles = {"loop": cProfile.Profile(), "memory": cProfile.Profile(), "update": cProfile.Profile()}
+    profiles = {name: cProfile.Profile() for name in ("loop", "memory", "update")}
     opened = service.MemoryService.__init__
     closed = service.MemoryService.close
 
@@ -44,7 +44,7 @@ def main() -> None:
 
     service.MemoryService.__init__ = init  # type: ignore[method-assign]
     service.MemoryService.close = close  # type: ignore[method-assign]
-    app = application(resolve_settings(data_dir=data_dir, env={}))
+    app = application(resolve_settings(data_dir=data_dir, env={}), server_process=True)
     profiles["loop"].enable()
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, server_header=False)
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,13 +77,18 @@ class RebuildInfo:
 
 
 def _segment_events(
-    log: EventLog, stream: str, offsets: dict[str, list[int]], skip: _Skip | None = None
+    log: EventLog,
+    stream: str,
+    offsets: dict[str, list[int]],
+    skip: _Skip | None = None,
+    stored: Stored | None = None,
 ) -> Iterator[tuple[str, int, int, dict[str, Any] | None]]:
     """Yield (segment, lines_after, bytes_after, event|None) for what is new since `offsets`.
 
     `offsets[segment] = [lines, bytes, inode]` for JSONL, `[lines, -1, mtime_ns]` for Parquet.
     An erased line (a tombstone) advances the position but yields event None, and so
-    does a line this process already applied (`skip`), without being parsed.
+    does a line this process already applied (`skip`), or one whose row the store
+    already holds (`stored`, for turns), without being parsed.
     """
     for partition, stem, path in log.segments(stream):
         segment = f"{stream}/{partition}/{stem}"
@@ -99,18 +105,17 @@ def _segment_events(
             continue
         if st.st_ino == stamp and st.st_size == nbytes:
             continue
-        with open(path, "rb") as fh:
-            if st.st_ino == stamp and st.st_size > nbytes:
-                fh.seek(nbytes)
-                base_lines, base_bytes = lines, nbytes
-                data = fh.read()
-            else:  # new, rewritten (erasure) or replaced: count lines from the start
-                data = fh.read()
-                base_lines, base_bytes = 0, 0
+        data, base_lines, base_bytes = _new_bytes(
+            path, st.st_ino == stamp and st.st_size > nbytes, lines, nbytes
+        )
         end = data.rfind(b"\n") + 1  # a line still being written is not yet visible
         pos = 0
         n = base_lines
+        held: set[str] = set()
+        looked_to = 0  # lines up to this byte offset were looked up in the store (`stored`)
         while pos < end:
+            if stored is not None and pos >= looked_to and n >= lines:
+                held, looked_to = _look_up(stored, data, pos, end)
             nl = data.index(b"\n", pos)
             line = data[pos:nl]
             pos = nl + 1
@@ -122,9 +127,59 @@ def _segment_events(
                     skip.skipped += 1
                 yield segment, n, base_bytes + pos, None  # applied already by this process
                 continue
+            if held and line_event_id(line) in held:
+                yield segment, n, base_bytes + pos, None  # applied already, by another process
+                continue
             event = orjson.loads(line)
             yield segment, n, base_bytes + pos, None if event.get(ERASED_MARK) else upcast(event)
         yield segment, n, base_bytes + end, {"_ino": st.st_ino}
+
+
+def _new_bytes(path: Path, grown: bool, lines: int, nbytes: int) -> tuple[bytes, int, int]:
+    """(the bytes to read, the lines and bytes before them): from where the last pass stopped
+    when the same file has grown, else the whole file (new, rewritten by an erasure, replaced)."""
+    with open(path, "rb") as fh:
+        if grown:
+            fh.seek(nbytes)
+            return fh.read(), lines, nbytes
+        return fh.read(), 0, 0
+
+
+# (event ids) -> those of them whose turn rows the store already holds
+Stored = Callable[[list[str]], set[str]]
+LOOK_UP_LINES = 500  # lines per look-up (SQLite takes up to 32,766 parameters)
+
+
+def _look_up(stored: Stored, data: bytes, pos: int, end: int) -> tuple[set[str], int]:
+    """The ids of the next LOOK_UP_LINES lines from `pos` that the store holds, and where they end."""
+    ids: list[str] = []
+    while pos < end and len(ids) < LOOK_UP_LINES:
+        nl = data.index(b"\n", pos)
+        eid = line_event_id(data[pos:nl])
+        if eid is not None:
+            ids.append(eid)
+        pos = nl + 1
+    return (stored(ids) if ids else set()), pos
+
+
+def _stored_turns(store: HotStore) -> Stored | None:
+    """For a SQLite store: which turns it holds already. Applying such a turn again changes
+    nothing (a turn's row is inserted only if absent, and one an erasure covers is refused
+    and was deleted), so passing over it is the same as applying it, minus the work and the
+    store's write lock: what another server process on this data root recorded and applied
+    itself (its marks are its own) is not applied a second time."""
+    conn = getattr(store, "conn", None)
+    if not isinstance(conn, sqlite3.Connection):
+        return None
+
+    def stored(ids: list[str]) -> set[str]:
+        marks = ",".join("?" * len(ids))
+        rows = conn.execute(
+            f"SELECT item_id FROM wm_items WHERE item_id IN ({marks}) AND kind = 'interaction'", ids
+        )
+        return {str(r[0]) for r in rows}
+
+    return stored
 
 
 def _parquet_events(
@@ -200,7 +255,11 @@ def _flush(
     pending.clear()
 
 
-def _project_locked(settings: Settings, store: HotStore, skip: _Skip | None = None) -> ProjectionInfo:
+def _project_locked(
+    settings: Settings, store: HotStore, skip: _Skip | None = None, *, look_up: bool = True
+) -> ProjectionInfo:
+    """One pass (the projector lock held). `look_up`: pass over turns the store already holds
+    (`_stored_turns`); a rebuild into an empty store has nothing to look up."""
     started = time.perf_counter()
     info = ProjectionInfo()
     offsets: dict[str, list[int]] = orjson.loads(store.get_meta(OFFSETS_KEY) or "{}")
@@ -210,7 +269,8 @@ def _project_locked(settings: Settings, store: HotStore, skip: _Skip | None = No
             batch: list[dict[str, Any]] = []
             pending: dict[str, list[int]] = {}
 
-            for segment, lines, nbytes, event in _segment_events(log, stream, offsets, skip):
+            stored = _stored_turns(store) if look_up and stream == "interactions" else None
+            for segment, lines, nbytes, event in _segment_events(log, stream, offsets, skip, stored):
                 old = offsets.get(segment) or [0, 0, 0]
                 cur = pending.get(segment) or list(old)
                 if event is not None and "_ino" in event:
@@ -295,7 +355,7 @@ def rebuild(settings: Settings) -> RebuildInfo:
         store = open_store(settings)
         try:
             with store.projector_lease() as _:
-                info = _project_locked(settings, store)
+                info = _project_locked(settings, store, look_up=False)
             counts = store.counts()
             digest = store.digest()
         finally:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from tiermem.runtime.applied import AppliedLines, open_identified_store
 from tiermem.runtime.memory import TurnToRecord, record_turns
-from tiermem.runtime.projector import project, project_if_free
+from tiermem.runtime.projector import content_digest, project, project_if_free, rebuild
 from tiermem.runtime.sqlite_store import SQLiteHotStore
 
 from tiermem.app.api import Memory
@@ -70,6 +70,18 @@ def test_marked_turns_are_passed_over_and_unmarked_ones_projected(settings: Sett
     assert _hot_turns(settings) == [(f"a-{i:03d}", f"a message {i}") for i in range(20)]
 
 
+def test_turns_another_process_applied_are_passed_over_without_marks(settings: Settings) -> None:
+    # Another server process recorded 20 turns and applied every other one itself; its marks
+    # are its own, so this projector has none: it applies only the 10 the store lacks, and the
+    # store ends as a rebuild from the log makes it.
+    _record(settings, 20, "o", None, apply_some=True)
+    info = project_if_free(settings, applied=AppliedLines())
+    assert info is not None and info.by_type.get("interaction") == 10
+    assert _hot_turns(settings) == [(f"o-{i:03d}", f"o message {i}") for i in range(20)]
+    live = content_digest(settings)
+    assert rebuild(settings).digest == live
+
+
 def test_a_mark_with_another_event_id_or_store_is_not_trusted(settings: Settings) -> None:
     applied = AppliedLines()
     _record(settings, 4, "b", None, apply_some=False)  # recorded, applied nowhere
@@ -94,10 +106,12 @@ def _segment_of(settings: Settings, event_id: str) -> str:
     raise AssertionError(f"{event_id} not in the log")
 
 
-@pytest.mark.parametrize("update_fails", [False, True])
+@pytest.mark.parametrize(("update_fails", "warmed"), [(False, False), (True, False), (False, True)])
 def test_the_servers_turns_reach_the_hot_store_once_whether_its_update_ran_or_not(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch, update_fails: bool
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, update_fails: bool, warmed: bool
 ) -> None:
+    # `warmed`: opened as the server's start-up opens it, on a data root with no hot store yet
+    # (the update thread's store must still know which file it writes, or nothing is marked).
     if update_fails:  # the server's own update of the hot store fails: nothing may be passed over
 
         def broken(self: SQLiteHotStore, events: Any) -> Any:
@@ -108,6 +122,9 @@ def test_the_servers_turns_reach_the_hot_store_once_whether_its_update_ran_or_no
     async def serve() -> tuple[int, int]:
         svc = MemoryService(settings)
         try:
+            if warmed:
+                assert not settings.hot_db.exists()
+                await svc.warm()
             projector = await svc.run(lambda: svc.memory.projector)
             assert projector is not None
             projector.start()

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tiermem import heldio
 from tiermem.errors import NotFoundError, TiermemError, ValidationError
 from tiermem.ids import format_ts, utcnow
 from tiermem.settings import Settings
@@ -67,6 +68,10 @@ class Principal:
         return self.kind == "operator"
 
 
+# A directory descriptor for `stat_at`, which ignores it for an absolute path (as `fstatat` does).
+ANY_FD = -100
+
+
 def keys_path(settings: Settings) -> Path:
     return settings.data_dir / "server" / "keys.sqlite"
 
@@ -87,6 +92,7 @@ class KeyStore:
 
     def __init__(self, settings: Settings) -> None:
         self._path = keys_path(settings)
+        self._abspath = os.path.abspath(self._path)
         self._ready = False  # schema created (once per store object: verify runs per request)
         self._lock = threading.Lock()
         self._reader: sqlite3.Connection | None = None
@@ -111,23 +117,22 @@ class KeyStore:
     def _version(self) -> tuple[int, int, bytes] | None:
         """(inode, size, SQLite's file change counter) of the key file as it is now; None when
         the counter cannot be relied on (a WAL-mode file does not count its changes there)."""
-        try:
-            st = os.stat(self._path)
-        except FileNotFoundError:
-            st = None
-        if st is None or self._header_ino != st.st_ino:  # first use, or the file removed or replaced
+        # Both system calls keep the interpreter lock: on the event loop, one that lets go of it
+        # while the server's other threads run waits longer to get it back than it takes.
+        st = heldio.stat_at(ANY_FD, self._abspath)  # an absolute path: the folder's fd is not used
+        if st is None or self._header_ino != st[0]:  # first use, or the file removed or replaced
             # The open connection and descriptor would go on reading the old file.
             self._drop_handles()
             if st is None:
                 self._ready = False  # the lookup creates an empty key file, as a fresh store would
                 return None
             self._header_fd = os.open(self._path, os.O_RDONLY)
-            self._header_ino = st.st_ino
+            self._header_ino = st[0]
         assert self._header_fd is not None
-        header = os.pread(self._header_fd, 28, 0)
+        header = heldio.pread_now(self._header_fd, 28, 0)
         if len(header) < 28 or header[18] != 1 or header[19] != 1:  # not the rollback-journal format
             return None
-        return (st.st_ino, st.st_size, header[24:28])
+        return (st[0], st[1], header[24:28])
 
     def _connect(self) -> sqlite3.Connection:
         if not self._ready:

@@ -93,6 +93,7 @@ class MemoryService:
         self._updater = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiermem-update")
         self._update_store: HotStore | None = None  # used on the update thread only
         self._update_identity: StoreIdentity | None = None  # the file it writes (None: unknown)
+        self._reopen = 0 if settings.hot_url else 3  # times to reopen it while that is unknown
         self._updated: Future[None] | None = None  # the newest queued update (they run in order)
         self._level_barrier: Future[None] | None = None  # the newest one with agent-level turns
         # The turn queue lives on the event loop (no lock): filled by requests, emptied by one drain task.
@@ -166,6 +167,26 @@ class MemoryService:
         _wait(self._updated)
         return fn(*args, **kwargs)
 
+    async def warm(self) -> None:
+        """Open now what the first batch of turns would open (the update thread's store and the
+        modules it imports: most of a second), so that the first requests do not wait for it,
+        and a server can keep it out of the collector's passes."""
+        loop = asyncio.get_running_loop()
+        # The hot store's file first (the projector thread may not have created it yet): the
+        # update thread's store must know which file it opened for its marks to count.
+        await loop.run_in_executor(self._executor, self.hot)
+        await loop.run_in_executor(self._updater, self._update_store_open)
+
+    def _update_store_open(self) -> HotStore:  # on the update thread
+        if self._update_store is not None and self._update_identity is None and self._reopen > 0:
+            # Which file it opened was not known (created or replaced meanwhile): without it,
+            # no mark is noted and the projector applies every turn again. Ask again, a few times.
+            self._reopen -= 1
+            self._close_update_store()
+        if self._update_store is None:
+            self._update_store, self._update_identity = open_identified_store(self.settings)
+        return self._update_store
+
     # ------------------------------------------------------------ the hot store's updates
     def _queue_update(self, events: list[dict[str, Any]], positions: list[tuple[str, int]]) -> None:
         """On the memory thread: apply a durable batch to the hot store, in order, on the update thread."""
@@ -191,9 +212,7 @@ class MemoryService:
         the log (`applied`), so that it does not apply them again behind the server.
         """
         try:
-            if self._update_store is None:
-                self._update_store, self._update_identity = open_identified_store(self.settings)
-            self._update_store.apply_now(events)
+            self._update_store_open().apply_now(events)
         except Exception as exc:
             log.error("turns recorded, but the hot store's update failed: %s", exc, exc_info=exc)
             return

@@ -71,11 +71,11 @@ def _worker(
         return
     import uvicorn
 
-    from tiermem.app.server.app import application, freeze_startup, uvicorn_config
+    from tiermem.app.server.app import application, uvicorn_config
 
     sock = listening_socket(host, port)
-    config = uvicorn_config(application(settings, max_body_bytes=max_body_bytes), host, port, log_level)
-    freeze_startup()
+    app = application(settings, max_body_bytes=max_body_bytes, server_process=True)
+    config = uvicorn_config(app, host, port, log_level)
     uvicorn.Server(config).run(sockets=[sock])
 
 
