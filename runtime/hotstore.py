@@ -33,6 +33,7 @@ from typing import Any
 from tiermem.runtime.visibility import Principal, member_pattern
 
 from tiermem.settings import Settings
+from tiermem.sqlite_wal import ensure_wal
 
 # 2: an `owner` on every row a user's data can reach (see visibility); 3: a fact's `revision` and `original`, `folded_turns`, a turn's `topic`;
 # 5: an episode's long columns (key quotes, source ids) stored last
@@ -431,9 +432,9 @@ def connect(path: Path | str, *, create: bool = True) -> sqlite3.Connection:
     # The hot store is rebuildable from the log, so NORMAL (no fsync per commit in WAL) is enough.
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=OFF")
-    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-    if mode != "wal":
-        conn.execute("PRAGMA journal_mode=WAL")
+    # Asked after the file is read and switched with waits: a worker opening the store while
+    # another commits was answered "database is locked" by a switch it did not need.
+    ensure_wal(conn)
     if create:
         _ensure_schema(conn)
     return conn

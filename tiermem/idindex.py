@@ -28,11 +28,11 @@ import os
 import sqlite3
 import struct
 import threading
-import time
 import zlib
 from pathlib import Path
 
 from tiermem.durable_files import line_event_id
+from tiermem.sqlite_wal import into_wal
 
 INDEX_NAME = "_index.sqlite"
 LAG_NAME = "_index.lag"
@@ -48,7 +48,7 @@ _LAG_HEAD = struct.Struct("<IIQ")
 def open_index(log_dir: Path) -> sqlite3.Connection:
     """The event-id index: which ids are in the log, and how far each segment is indexed."""
     conn = sqlite3.connect(log_dir / INDEX_NAME, timeout=60, isolation_level=None, check_same_thread=False)
-    _into_wal(conn)
+    into_wal(conn)
     # The index is rebuildable from the segments (see EventLog._reconcile), so it need not fsync.
     conn.execute("PRAGMA synchronous=OFF")
     conn.execute(
@@ -56,25 +56,6 @@ def open_index(log_dir: Path) -> sqlite3.Connection:
     )
     conn.execute("CREATE TABLE IF NOT EXISTS indexed (segment TEXT PRIMARY KEY, offset INTEGER NOT NULL)")
     return conn
-
-
-def _into_wal(conn: sqlite3.Connection, wait_s: float = 60.0) -> None:
-    """Switch to WAL, waiting out another connection that is creating or switching the file.
-
-    SQLite answers "database is locked" to the switch at once, without the busy timeout,
-    while another connection holds the file: two threads' first appends on a new log met it.
-    """
-    deadline = time.monotonic() + wait_s
-    pause = 0.001
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
 
 
 def index_lookup(conn: sqlite3.Connection, column: str, ids: list[str]) -> set[str]:
