@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from tiermem.runtime import hotstore
+
 from tiermem import sqlite_wal
 
 
