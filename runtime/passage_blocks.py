@@ -80,8 +80,11 @@ class BlockIndex:
         """(the blocks holding a word `form` matches, ascending; in each, the largest count in one passage
         of all those words together). Kept while the index holds the same passages."""
         words = self.words
+        # The size before the postings are read: a thread indexing an episode meanwhile makes the
+        # entry look stale next time instead of passing for the larger index.
+        size = words.size
         kept = self._maxima.get(form)
-        if kept is not None and kept[0] == words.size:
+        if kept is not None and kept[0] == size:
             return kept[1], kept[2]
         wids = words.matching(form)
         nothing = np.zeros(0, dtype=np.int64)
@@ -101,7 +104,7 @@ class BlockIndex:
             found, top = nothing, nothing
         if len(self._maxima) >= MAX_FORMS:
             self._maxima.clear()
-        self._maxima[form] = (words.size, found, top)
+        self._maxima[form] = (size, found, top)
         return found, top
 
 

@@ -45,11 +45,15 @@ _SENTENCE_END = re.compile(r"[.!?]\s+")
 FILLER_CHARS = 80
 
 
+def name_words(speakers: Sequence[str]) -> frozenset[str]:
+    """The words of the speakers' names, whole: a shortened name ("car" of Caroline) is also a word
+    that can be the fact itself, so no prefix counts."""
+    return frozenset(w for s in speakers if s for w in WORD_RE.findall(s.lower()))
+
+
 def filler_words(speakers: Sequence[str]) -> frozenset[str]:
-    """Words that carry no fact: stop words, small talk and the speakers' names (and their
-    first letters from three on: "mel" for Melanie)."""
-    names = {s.lower() for s in speakers if s}
-    return STOP_WORDS | SMALL_TALK | {n[:k] for n in names for k in range(3, len(n) + 1)}
+    """Words that carry no fact: stop words, small talk and the words of the speakers' names."""
+    return STOP_WORDS | SMALL_TALK | name_words(speakers)
 
 
 def _sentences(text: str) -> list[str]:
@@ -84,8 +88,11 @@ def trimmed(said: str, asked: frozenset[str], filler: frozenset[str]) -> str:
 def trim_filler(quotes: Sequence[dict[str, Any]], query: str) -> list[dict[str, Any]]:
     """The quotes with their filler sentences left out (a quote changed is a copy; the caption of
     a shared picture is kept as it was)."""
-    filler = filler_words([str(q.get("speaker") or "") for q in quotes])
-    asked = frozenset(WORD_RE.findall(query.lower())) - filler
+    speakers = [str(q.get("speaker") or "") for q in quotes]
+    filler = filler_words(speakers)
+    # A small-talk word the question uses ("what makes her happy?") keeps its sentence: only stop
+    # words and names (in nearly every sentence of their speaker) are no sign of an answer.
+    asked = frozenset(WORD_RE.findall(query.lower())) - STOP_WORDS - name_words(speakers)
     out = []
     for q in quotes:
         text = str(q["text"])

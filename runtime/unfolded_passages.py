@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 from tiermem.runtime.episode_text import TEXTS, Prepared, _anchor, settle
-from tiermem.runtime.hotstore import database_key, item_clause
+from tiermem.runtime.hotstore import database_key, erasure_mark, item_clause
 from tiermem.runtime.unfolded_rows import newest_unfolded
 from tiermem.runtime.visibility import Principal
 
@@ -48,8 +48,14 @@ TURNS = 120
 # oldest group, so only that group is prepared again (a day of long replies is not).
 SPAN = len("2023-05-08T13:5")
 PREFIX = "wm:"
-# (database, agent) -> (its newest episode's end then, the agent's display name in its quotes).
-_NAMES: dict[tuple[str, str], tuple[Any, str]] = {}
+# (database, agent, the reader's visibility clause and its values) -> ((the agent's newest episode's
+# end, the store's erasure mark) then, the display name): a name is read from the turns one reader
+# may see, so it is kept for that reader only, and an erasure reads it again.
+_NAMES: dict[tuple[Any, ...], tuple[Any, str]] = {}
+# (database, reader) -> the stand-ins its last search used: one that a new turn or a fold replaced is
+# dropped from the prepared texts (it would never be asked for again, yet stay).
+_LIVE: dict[tuple[Any, ...], set[str]] = {}
+_ERASED: dict[str, int] = {}  # database -> its erasure mark when its names were last read
 NAME_EPISODES = 20  # the newest episodes looked at for the agent's display name
 _MAX_NAMES = 4096
 
@@ -63,14 +69,18 @@ def agent_name(conn: sqlite3.Connection, who: Principal) -> str:
     is the agent's side of its turn says it. Kept per agent until a newer
     episode of it is added (the agent id when none says it yet).
     """
-    version = conn.execute("SELECT max(end_ts) FROM episodes WHERE agent_id = ?", [who.agent_id]).fetchone()[
-        0
-    ]
-    key = (database_key(conn), who.agent_id)
+    newest = conn.execute("SELECT max(end_ts) FROM episodes WHERE agent_id = ?", [who.agent_id]).fetchone()[0]
+    db, mark = database_key(conn), erasure_mark(conn)
+    if _ERASED.get(db, mark) != mark:  # an erasure: no name read before it stays, for any reader
+        for gone in [k for k in _NAMES if k[0] == db]:
+            del _NAMES[gone]
+    _ERASED[db] = mark
+    version = (newest, mark)
+    where, params = item_clause(who, "e")
+    key = (db, who.agent_id, where, *params)
     kept = _NAMES.get(key)
     if kept is not None and kept[0] == version:
         return kept[1]
-    where, params = item_clause(who, "e")
     # Plain SQL and the JSON read here: the same on every engine the store runs on.
     said: dict[str, list[tuple[str, str]]] = {}
     for (raw,) in conn.execute(
@@ -167,24 +177,28 @@ def stand_ins(
         spans.setdefault(str(row[1])[:SPAN], []).append(row)
     db = database_key(conn)
     TEXTS.prepared(conn, db, [])  # the prepared texts' bounds and erasure mark checked first
+    # The name is part of what a stand-in says: readers who see the agent under different names
+    # (from the episodes each may see) never share one.
+    agent = agent_name(conn, who)
     rows: list[tuple[Any, ...]] = []
     entries: list[Prepared] = []
     missing: dict[str, list[tuple[Any, ...]]] = {}
     keys: list[tuple[str, list[tuple[Any, ...]]]] = []
     for day_rows in spans.values():
-        digest = hashlib.blake2b("\n".join(str(r[0]) for r in day_rows).encode(), digest_size=12).hexdigest()
+        said = "\n".join([agent, *(str(r[0]) for r in day_rows)])
+        digest = hashlib.blake2b(said.encode(), digest_size=12).hexdigest()
         episode_id = PREFIX + digest
         keys.append((episode_id, day_rows))
         if (db, episode_id) not in TEXTS.entries:
             missing[episode_id] = day_rows
     if missing:
         texts = _texts(conn, [str(r[3]) for day_rows in missing.values() for r in day_rows])
-        agent = agent_name(conn, who)
         added = 0
         for episode_id, day_rows in missing.items():
             raw = orjson.dumps(_quotes(day_rows, texts, agent)).decode()
             added += _prepare(db, episode_id, raw, str(day_rows[0][1])).passages.n
         settle(added)
+    _forget_replaced(db, (who.agent_id, where, *params), {e for e, _ in keys})
     for episode_id, day_rows in keys:
         entry = TEXTS.entries.get((db, episode_id))
         if entry is None or not entry.passages.n:
@@ -192,3 +206,20 @@ def stand_ins(
         rows.append((episode_id, "", "", None, str(day_rows[0][1]), str(day_rows[-1][1]), 0))
         entries.append(entry)
     return rows, entries
+
+
+def _forget_replaced(db: str, reader: tuple[Any, ...], now: set[str]) -> None:
+    """Drop the stand-ins this reader's last search used and this one does not (replaced by a new
+    turn or a fold), unless another reader's last search still uses them."""
+    key = (db, *reader)
+    before = _LIVE.get(key, set())
+    if len(_LIVE) >= _MAX_NAMES:
+        _LIVE.clear()  # readers past the bound: their stand-ins go with the texts' own bounds
+    _LIVE[key] = now
+    gone = before - now
+    if gone:
+        for other_key, used in _LIVE.items():
+            if other_key[0] == db and other_key != key:
+                gone -= used
+        for episode_id in gone:
+            TEXTS.entries.pop((db, episode_id), None)

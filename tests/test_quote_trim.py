@@ -43,10 +43,20 @@ def test_a_turn_of_filler_only_or_of_one_sentence_is_shown_whole() -> None:
     assert trimmed("Wow thanks so much", frozenset(), FILLER) == "Wow thanks so much"
 
 
-def test_the_speakers_names_and_their_short_forms_are_filler() -> None:
-    words = filler_words(["Melanie"])
-    assert {"melanie", "mel", "mela"} <= words
-    assert trimmed("Thanks, Mel! I painted a lake.", frozenset(), words) == "I painted a lake."
+def test_the_speakers_names_are_filler_but_no_word_that_begins_like_one() -> None:
+    words = filler_words(["Melanie", "Caroline"])
+    assert {"melanie", "caroline"} <= words and not {"mel", "car"} & words
+    assert trimmed("Thanks, Melanie! I painted a lake.", frozenset(), words) == "I painted a lake."
+    out = trim_filler([quote(1, "Guess what I bought last week! A car.", speaker="Caroline")], "Which car?")
+    assert out[0]["text"] == "Guess what I bought last week! A car."
+
+
+def test_a_small_talk_word_the_question_asks_about_keeps_its_sentence() -> None:
+    said = "I'm so happy! We painted the fence on Sunday."
+    out = trim_filler([quote(1, said, speaker="Melanie")], "What makes Melanie happy?")
+    assert out[0]["text"] == said
+    out = trim_filler([quote(1, said, speaker="Melanie")], "What did Melanie paint?")
+    assert out[0]["text"] == "We painted the fence on Sunday."
 
 
 def test_a_trimmed_quote_keeps_its_picture_and_the_rest_is_the_same_object() -> None:

@@ -299,6 +299,76 @@ def test_recall_memory_lists_an_unfolded_turn_once_and_forgets_it_when_erased(tm
         mem.close()
 
 
+def test_the_agent_s_name_read_from_one_user_s_turns_never_reaches_another_user_s_recall(
+    tmp_path: Path,
+) -> None:
+    mem = Memory.open(tmp_path / "data", env={}, compressor={"min_unprocessed": 1, "keep_recent": 0})
+    try:
+        bot = mem.agent("a1")
+        for i in range(3):
+            bot.record_turn(
+                "alice",
+                f"We talked about the garden roses, part {i}.",
+                f"Roses need sun, part {i}.",
+                ts=f"2024-03-01T1{i}:00:00Z",
+                metadata={"agent_name": "ALICECANARYNAME"},
+            )
+            bot.record_turn(
+                "bob",
+                f"We talked about chess openings, part {i}.",
+                "Openings need study.",
+                ts=f"2024-03-02T1{i}:00:00Z",
+            )
+        mem.compress()
+        mem.refresh()
+        bot.record_turn(
+            "alice",
+            "Do tulips need sun?",
+            "Tulips like sun too.",
+            ts="2024-03-05T09:00:00Z",
+            metadata={"agent_name": "ALICECANARYNAME"},
+        )
+        mem.refresh()
+        alice = bot.call_tool("recall_memory", {"query": "do tulips need sun"}, user="alice")
+        assert "ALICECANARYNAME" in str(alice)  # her own agent's name, read from her episodes
+        for i in range(4):  # bob's newest turns, after alice's recall kept the name
+            bot.record_turn(
+                "bob",
+                f"Any advice, number {i}?",
+                f"The bicycle shop on Elm fixes chains, number {i}.",
+                ts=f"2024-03-06T10:0{i}:00Z",
+            )
+        mem.refresh()
+
+        def bob() -> str:
+            return str(
+                bot.call_tool("recall_memory", {"query": "where can I fix my bicycle chain"}, user="bob")
+            )
+
+        assert "bicycle shop" in bob() and "ALICECANARYNAME" not in bob()
+        mem.forget(user="alice", reason="test")
+        mem.refresh()
+        assert "ALICECANARYNAME" not in bob()
+        assert not any("ALICECANARYNAME" in str(v) for v in unfolded_passages._NAMES.values())
+    finally:
+        mem.close()
+
+
+def test_a_stand_in_replaced_by_a_new_turn_is_not_kept(tmp_path: Path) -> None:
+    mem = Memory.open(tmp_path / "data", env={})
+    try:
+        bot = mem.agent("a1")
+        for i in range(5):
+            bot.record_turn("alice", f"Note {i}: the boat is blue.", "Noted.", ts=f"2024-03-01T10:0{i}:00Z")
+            mem.refresh()
+            bot.call_tool("recall_memory", {"query": "what colour is the boat"}, user="alice")
+        db = database_key(bot._runtime().store.conn)
+        standing = [k for k in TEXTS.entries if k[0] == db and k[1].startswith(unfolded_passages.PREFIX)]
+        assert len(standing) == 1  # the same ten minutes each time: only the newest version stays
+    finally:
+        mem.close()
+
+
 # ------------------------------------------------- query expansion (retrieval.expand, opt-in)
 
 

@@ -25,6 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The largest write made with the interpreter lock held (tiermem.heldio.HELD_WRITE_MAX). */
+#define HELD_WRITE_MAX (64 * 1024)
+
 typedef struct {
     PyObject_HEAD
     sqlite3 *db;
@@ -181,6 +184,10 @@ static PyObject *append_one(PyObject *self, PyObject *args) {
     line[n] = '\n';
     Py_ssize_t total = n + 1, done = 0;
     int err = 0;
+    /* A large line is written without the interpreter lock (as heldio does past HELD_WRITE_MAX):
+       a write the kernel holds back for dirty pages would otherwise stop every other thread.
+       `line` is this call's own copy and the stream's lock is held, so nothing else touches it. */
+    PyThreadState *released = total > HELD_WRITE_MAX ? PyEval_SaveThread() : NULL;
     while (done < total) {
         ssize_t w = write(fd, line + done, (size_t)(total - done));
         if (w < 0 && errno == EINTR) continue;
@@ -190,6 +197,7 @@ static PyObject *append_one(PyObject *self, PyObject *args) {
         }
         done += w;
     }
+    if (released != NULL) PyEval_RestoreThread(released);
     if (line != small) PyMem_Free(line);
     if (err) return failed(1, err);
     if (flush != Py_None) {

@@ -59,7 +59,6 @@ decide, as without the module.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import mmap
 import os
@@ -87,12 +86,13 @@ def _one_sqlite(module: Any) -> bool:
     SQLite linked in statically would give the compiled lookup such a second copy, so the
     compiled call is only used when one symbol resolves to one address from both sides.
     """
-    import _sqlite3
-
     try:
+        import _sqlite3
+        import ctypes  # optional in a Python built without libffi: the Python path runs then
+
         ours = ctypes.cast(ctypes.CDLL(module.__file__).sqlite3_libversion, ctypes.c_void_p).value
         theirs = ctypes.cast(ctypes.CDLL(_sqlite3.__file__).sqlite3_libversion, ctypes.c_void_p).value
-    except (OSError, AttributeError):
+    except (ImportError, OSError, AttributeError):
         return False
     return ours is not None and ours == theirs
 
