@@ -72,7 +72,7 @@ class _TurnWords:
         if len(self.turns) + len(missing) > WORD_CACHE or self.postings > POSTINGS_CACHE:
             self.clear()
             missing = list(dict.fromkeys(item_ids))
-        for item_id, (message, response) in _texts(conn, missing).items():
+        for item_id, (message, response) in turn_texts(conn, missing).items():
             n = self.turns[(db, item_id)] = len(self.turns)
             words = set(_WORD.findall(f"{message} {response}".lower()))
             self.postings += len(words)
@@ -138,7 +138,7 @@ def search_unfolded(
     best = [
         (neg, rows[rank]) for neg, rank in heapq.nsmallest(limit, [(-h, numbers[n]) for n, h in hits.items()])
     ]
-    texts = _texts(conn, [row[3] for _, row in best])
+    texts = turn_texts(conn, [row[3] for _, row in best])
     return [
         {
             "event_id": row[0],
@@ -152,7 +152,8 @@ def search_unfolded(
     ]
 
 
-def _texts(conn: sqlite3.Connection, item_ids: list[str]) -> dict[str, tuple[str, str]]:
+def turn_texts(conn: sqlite3.Connection, item_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """(user message, agent response) of each of these working-memory items, read in chunks."""
     out: dict[str, tuple[str, str]] = {}
     for start in range(0, len(item_ids), 500):
         chunk = item_ids[start : start + 500]

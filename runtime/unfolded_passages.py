@@ -36,7 +36,8 @@ from typing import Any
 
 import orjson
 from tiermem.runtime.episode_text import TEXTS, Prepared, _anchor, settle
-from tiermem.runtime.hotstore import database_key, erasure_mark, item_clause
+from tiermem.runtime.hotstore import database_key, item_clause
+from tiermem.runtime.unfolded import turn_texts
 from tiermem.runtime.unfolded_rows import newest_unfolded
 from tiermem.runtime.visibility import Principal
 
@@ -57,20 +58,20 @@ _NAMES: dict[tuple[Any, ...], tuple[Any, str]] = {}
 _LIVE: dict[tuple[Any, ...], set[str]] = {}
 _ERASED: dict[str, int] = {}  # database -> its erasure mark when its names were last read
 NAME_EPISODES = 20  # the newest episodes looked at for the agent's display name
-_MAX_NAMES = 4096
+_MAX_READERS = 4096  # (agent, reader) entries kept of names and of live stand-ins
 
 
-def agent_name(conn: sqlite3.Connection, who: Principal) -> str:
+def agent_name(conn: sqlite3.Connection, who: Principal, db: str, mark: int) -> str:
     """The name the agent's own turns are quoted under, from the newest episodes this reader may see.
 
     The compressor quotes the agent's side of a turn under its display name
     (`metadata.agent_name`, else the agent id), which working-memory rows do
     not keep: a quote of one of the newest NAME_EPISODES episodes whose text
-    is the agent's side of its turn says it. Kept per agent until a newer
-    episode of it is added (the agent id when none says it yet).
+    is the agent's side of its turn says it. Kept per agent and reader until a
+    newer episode of the agent is added or `mark` (the store `db`'s erasure
+    mark) moves (the agent id when none says it yet).
     """
     newest = conn.execute("SELECT max(end_ts) FROM episodes WHERE agent_id = ?", [who.agent_id]).fetchone()[0]
-    db, mark = database_key(conn), erasure_mark(conn)
     if _ERASED.get(db, mark) != mark:  # an erasure: no name read before it stays, for any reader
         for gone in [k for k in _NAMES if k[0] == db]:
             del _NAMES[gone]
@@ -100,7 +101,7 @@ def agent_name(conn: sqlite3.Connection, who: Principal) -> str:
         ),
         who.agent_id,
     )
-    if len(_NAMES) >= _MAX_NAMES:
+    if len(_NAMES) >= _MAX_READERS:
         _NAMES.clear()
     _NAMES[key] = (version, name)
     return name
@@ -128,18 +129,6 @@ def _prepare(db: str, episode_id: str, raw: str, said: str) -> Prepared:
     entry.head, entry.head_spaces = TEXTS.heads.add(""), 0
     TEXTS.entries[(db, episode_id)] = entry
     return entry
-
-
-def _texts(conn: sqlite3.Connection, item_ids: list[str]) -> dict[str, tuple[str, str]]:
-    out: dict[str, tuple[str, str]] = {}
-    for start in range(0, len(item_ids), 500):
-        chunk = item_ids[start : start + 500]
-        marks = ",".join("?" * len(chunk))
-        for item_id, message, response in conn.execute(
-            f"SELECT item_id, user_message, agent_response FROM wm_items WHERE item_id IN ({marks})", chunk
-        ):
-            out[item_id] = (message or "", response or "")
-    return out
 
 
 def _quotes(
@@ -178,8 +167,8 @@ def stand_ins(
     db = database_key(conn)
     TEXTS.prepared(conn, db, [])  # the prepared texts' bounds and erasure mark checked first
     # The name is part of what a stand-in says: readers who see the agent under different names
-    # (from the episodes each may see) never share one.
-    agent = agent_name(conn, who)
+    # (from the episodes each may see) never share one. The erasure mark is the one just read.
+    agent = agent_name(conn, who, db, TEXTS.erased[db])
     rows: list[tuple[Any, ...]] = []
     entries: list[Prepared] = []
     missing: dict[str, list[tuple[Any, ...]]] = {}
@@ -192,7 +181,7 @@ def stand_ins(
         if (db, episode_id) not in TEXTS.entries:
             missing[episode_id] = day_rows
     if missing:
-        texts = _texts(conn, [str(r[3]) for day_rows in missing.values() for r in day_rows])
+        texts = turn_texts(conn, [str(r[3]) for day_rows in missing.values() for r in day_rows])
         added = 0
         for episode_id, day_rows in missing.items():
             raw = orjson.dumps(_quotes(day_rows, texts, agent)).decode()
@@ -213,7 +202,7 @@ def _forget_replaced(db: str, reader: tuple[Any, ...], now: set[str]) -> None:
     turn or a fold), unless another reader's last search still uses them."""
     key = (db, *reader)
     before = _LIVE.get(key, set())
-    if len(_LIVE) >= _MAX_NAMES:
+    if len(_LIVE) >= _MAX_READERS:
         _LIVE.clear()  # readers past the bound: their stand-ins go with the texts' own bounds
     _LIVE[key] = now
     gone = before - now

@@ -236,6 +236,20 @@ def _until(condition: Callable[[], bool]) -> None:
         time.sleep(0.001)
 
 
+def _lead_then_queue_three(
+    caller: Callable[[str], None], first_entered: threading.Event, queue: GroupQueue
+) -> tuple[threading.Thread, list[threading.Thread]]:
+    """Start "first", which enters its write and holds it, then three callers that queue behind it."""
+    leader = threading.Thread(target=caller, args=("first",))
+    leader.start()
+    first_entered.wait()
+    group = [threading.Thread(target=caller, args=(f"f{i}",)) for i in range(3)]
+    for th in group:
+        th.start()
+    _until(lambda: len(queue.waiting) == 3)
+    return leader, group
+
+
 def test_callers_queued_behind_a_leader_are_written_as_one_group_each_with_its_own_results() -> None:
     queue = GroupQueue()
     first_entered, release_first = threading.Event(), threading.Event()
@@ -294,13 +308,7 @@ def test_a_failed_write_reaches_exactly_its_group_and_the_lead_passes_on() -> No
         except StorageError as exc:
             outcome[name] = str(exc)
 
-    leader = threading.Thread(target=caller, args=("first",))
-    leader.start()
-    first_entered.wait()
-    failing = [threading.Thread(target=caller, args=(f"f{i}",)) for i in range(3)]
-    for th in failing:
-        th.start()
-    _until(lambda: len(queue.waiting) == 3)
+    leader, failing = _lead_then_queue_three(caller, first_entered, queue)
     release_first.set()
     for th in [leader, *failing]:
         th.join()
@@ -619,13 +627,7 @@ def test_a_close_failing_after_the_sync_still_wakes_every_follower_with_the_erro
         except StorageError as exc:
             outcome[name] = str(exc)
 
-    leader = threading.Thread(target=caller, args=("first",))
-    leader.start()
-    first_entered.wait()
-    group = [threading.Thread(target=caller, args=(f"f{i}",)) for i in range(3)]
-    for th in group:
-        th.start()
-    _until(lambda: len(queue.waiting) == 3)
+    leader, group = _lead_then_queue_three(caller, first_entered, queue)
     release_first.set()
     leader.join()
     for th in group:
