@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -117,6 +118,89 @@ static int stat_is(int dir_fd, const char *path, unsigned long long ino, long lo
 static PyObject *failed(int stage, int err) { return Py_BuildValue("(ii)", stage, err); }
 
 
+/* The steps of one one-step append up to the flush. Answers the bytes written (>= 0), STEP_MOVED
+ * when anything is not as the full path left it, STEP_LONGER when only the segment is longer
+ * (nothing done either way), STEP_WRITE_FAILED with *err set (the caller cleans up as the
+ * Python path does) or STEP_RAISED with a Python exception set. */
+enum { STEP_MOVED = -1, STEP_LONGER = -2, STEP_WRITE_FAILED = -3, STEP_RAISED = -4 };
+
+static Py_ssize_t one_step(Index *index, PyObject *lag, PyObject *raw, PyObject *others, int dir_fd,
+                           const char *name, unsigned long long ino, long long end, long long max_bytes,
+                           PyObject *eid, PyObject *tails, PyObject *dumps, PyObject *event, int fd,
+                           int *err) {
+    if (end >= max_bytes) return STEP_MOVED;
+
+    /* The lag list: byte for byte the record the full path read. */
+    Py_buffer page;
+    if (PyObject_GetBuffer(lag, &page, PyBUF_SIMPLE) < 0) return STEP_RAISED;
+    int same = page.len == PyBytes_GET_SIZE(raw) && memcmp(page.buf, PyBytes_AS_STRING(raw), (size_t)page.len) == 0;
+    PyBuffer_Release(&page);
+    if (!same) return STEP_MOVED;
+
+    /* The other listed segments, then this one: as the full path left them. */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(others); i++) {
+        PyObject *other = PyTuple_GET_ITEM(others, i);
+        const char *path;
+        unsigned long long o_ino;
+        long long o_size;
+        if (!PyArg_ParseTuple(other, "s(KL)", &path, &o_ino, &o_size)) return STEP_RAISED;
+        if (stat_is(dir_fd, path, o_ino, o_size) != 1) return STEP_MOVED;
+    }
+    struct stat own;
+    if (fstatat(dir_fd, name, &own, 0) != 0 || (unsigned long long)own.st_ino != ino) return STEP_MOVED;
+    /* Longer: other processes' lines, perhaps, which the caller may take into its tail and ask again. */
+    if ((long long)own.st_size != end) return (long long)own.st_size > end ? STEP_LONGER : STEP_MOVED;
+
+    /* The id: in neither the index nor any of the writer's tails. */
+    Py_ssize_t eid_len;
+    const char *eid_utf8 = PyUnicode_AsUTF8AndSize(eid, &eid_len);
+    if (eid_utf8 == NULL) return STEP_RAISED;
+    if (looked_up(index, eid_utf8, eid_len) != 0) return STEP_MOVED;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tails); i++) {
+        int held = PySet_Contains(PyTuple_GET_ITEM(tails, i), eid);
+        if (held < 0) return STEP_RAISED;
+        if (held) return STEP_MOVED;
+    }
+
+    /* The line, in one write (lines never interleave: the stream lock is held). */
+    PyObject *encoded = PyObject_CallOneArg(dumps, event);
+    if (encoded == NULL) return STEP_RAISED;
+    if (!PyBytes_Check(encoded)) {
+        Py_DECREF(encoded);
+        PyErr_SetString(PyExc_TypeError, "the encoder must return bytes");
+        return STEP_RAISED;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(encoded);
+    char small[4096];
+    char *line = n + 1 <= (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc((size_t)n + 1);
+    if (line == NULL) {
+        Py_DECREF(encoded);
+        PyErr_NoMemory();
+        return STEP_RAISED;
+    }
+    memcpy(line, PyBytes_AS_STRING(encoded), (size_t)n);
+    Py_DECREF(encoded);
+    line[n] = '\n';
+    Py_ssize_t total = n + 1, done = 0;
+    *err = 0;
+    /* A large line is written without the interpreter lock (as heldio does past HELD_WRITE_MAX):
+       a write the kernel holds back for dirty pages would otherwise stop every other thread.
+       `line` is this call's own copy and the stream's lock is held, so nothing else touches it. */
+    PyThreadState *released = total > HELD_WRITE_MAX ? PyEval_SaveThread() : NULL;
+    while (done < total) {
+        ssize_t w = write(fd, line + done, (size_t)(total - done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            *err = w < 0 ? errno : EIO; /* nothing written and no error: do not loop on it */
+            break;
+        }
+        done += w;
+    }
+    if (released != NULL) PyEval_RestoreThread(released);
+    if (line != small) PyMem_Free(line);
+    return *err ? STEP_WRITE_FAILED : total;
+}
+
 /* append_one(index, lag, raw, others, dir_fd, name, ino, end, max_bytes, eid, tails, dumps,
  *            event, fd, flush) -> bytes written, -1 or -2 (fall back), or (1, errno); flush None: no flush. */
 static PyObject *append_one(PyObject *self, PyObject *args) {
@@ -130,76 +214,12 @@ static PyObject *append_one(PyObject *self, PyObject *args) {
                           &PyTuple_Type, &others, &dir_fd, &name, &ino, &end, &max_bytes, &eid,
                           &PyTuple_Type, &tails, &dumps, &PyDict_Type, &event, &fd, &flush))
         return NULL;
-    if (end >= max_bytes) return PyLong_FromLong(-1);
-
-    /* The lag list: byte for byte the record the full path read. */
-    Py_buffer page;
-    if (PyObject_GetBuffer(lag, &page, PyBUF_SIMPLE) < 0) return NULL;
-    int same = page.len == PyBytes_GET_SIZE(raw) && memcmp(page.buf, PyBytes_AS_STRING(raw), (size_t)page.len) == 0;
-    PyBuffer_Release(&page);
-    if (!same) return PyLong_FromLong(-1);
-
-    /* The other listed segments, then this one: as the full path left them. */
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(others); i++) {
-        PyObject *other = PyTuple_GET_ITEM(others, i);
-        const char *path;
-        unsigned long long o_ino;
-        long long o_size;
-        if (!PyArg_ParseTuple(other, "s(KL)", &path, &o_ino, &o_size)) return NULL;
-        if (stat_is(dir_fd, path, o_ino, o_size) != 1) return PyLong_FromLong(-1);
-    }
-    struct stat own;
-    if (fstatat(dir_fd, name, &own, 0) != 0 || (unsigned long long)own.st_ino != ino) return PyLong_FromLong(-1);
-    /* Longer: other processes' lines, perhaps, which the caller may take into its tail and ask again. */
-    if ((long long)own.st_size != end) return PyLong_FromLong((long long)own.st_size > end ? -2 : -1);
-
-    /* The id: in neither the index nor any of the writer's tails. */
-    Py_ssize_t eid_len;
-    const char *eid_utf8 = PyUnicode_AsUTF8AndSize(eid, &eid_len);
-    if (eid_utf8 == NULL) return NULL;
-    if (looked_up((Index *)index_obj, eid_utf8, eid_len) != 0) return PyLong_FromLong(-1);
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tails); i++) {
-        int held = PySet_Contains(PyTuple_GET_ITEM(tails, i), eid);
-        if (held < 0) return NULL;
-        if (held) return PyLong_FromLong(-1);
-    }
-
-    /* The line, in one write (lines never interleave: the stream lock is held). */
-    PyObject *encoded = PyObject_CallOneArg(dumps, event);
-    if (encoded == NULL) return NULL;
-    if (!PyBytes_Check(encoded)) {
-        Py_DECREF(encoded);
-        PyErr_SetString(PyExc_TypeError, "the encoder must return bytes");
-        return NULL;
-    }
-    Py_ssize_t n = PyBytes_GET_SIZE(encoded);
-    char small[4096];
-    char *line = n + 1 <= (Py_ssize_t)sizeof(small) ? small : PyMem_Malloc((size_t)n + 1);
-    if (line == NULL) {
-        Py_DECREF(encoded);
-        return PyErr_NoMemory();
-    }
-    memcpy(line, PyBytes_AS_STRING(encoded), (size_t)n);
-    Py_DECREF(encoded);
-    line[n] = '\n';
-    Py_ssize_t total = n + 1, done = 0;
     int err = 0;
-    /* A large line is written without the interpreter lock (as heldio does past HELD_WRITE_MAX):
-       a write the kernel holds back for dirty pages would otherwise stop every other thread.
-       `line` is this call's own copy and the stream's lock is held, so nothing else touches it. */
-    PyThreadState *released = total > HELD_WRITE_MAX ? PyEval_SaveThread() : NULL;
-    while (done < total) {
-        ssize_t w = write(fd, line + done, (size_t)(total - done));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            err = w < 0 ? errno : EIO; /* nothing written and no error: do not loop on it */
-            break;
-        }
-        done += w;
-    }
-    if (released != NULL) PyEval_RestoreThread(released);
-    if (line != small) PyMem_Free(line);
-    if (err) return failed(1, err);
+    Py_ssize_t total = one_step((Index *)index_obj, lag, raw, others, dir_fd, name, ino, end, max_bytes, eid,
+                                tails, dumps, event, fd, &err);
+    if (total == STEP_RAISED) return NULL;
+    if (total == STEP_WRITE_FAILED) return failed(1, err);
+    if (total < 0) return PyLong_FromSsize_t(total);
     if (flush != Py_None) {
         PyObject *fd_obj = PyLong_FromLong(fd);
         if (fd_obj == NULL) return NULL;
@@ -211,6 +231,374 @@ static PyObject *append_one(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(total);
 }
 
+/* ------------------------------------------------------------------------------------------
+ * The whole usual append of one record in one call: `EventLog.append` of an ordinary
+ * interaction, when the one step applies, with no Python frame between the caller and the
+ * flush. It does what the Python path between them does, in the same order: the compiled
+ * check of the record (the caller's bound `_records` check), the stream's thread lock and
+ * `flock` (tried without waiting), the one step above, the flush (`os.fsync`, looked up at each
+ * call like the Python path does), the writer's bookkeeping (line count, tail, indexed offset,
+ * the id into the tail), the locks let go, and the result. Whatever is not the usual case
+ * answers the checked event (or None when the check did not settle the record) with nothing
+ * done, and the Python path takes it from there as it would have. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *check;       /* the compiled check with the log's limits bound */
+    PyObject *writers;     /* EventLog._writers: stream -> writer */
+    PyObject *stream;      /* the stream of interactions */
+    PyObject *line_counts; /* EventLog._line_counts */
+    PyObject *indexed_to;  /* EventLog._indexed_to */
+    PyObject *result_type; /* tiermem.appended.AppendResult */
+    PyObject *os_module;   /* for os.fsync; None when the log does not flush */
+    PyObject *dumps;       /* orjson.dumps */
+    PyObject *on_failure;  /* (w, s, end, stage, errno or exception) -> raises, the locks held */
+    Py_ssize_t tail_flush_ids;
+} Appender;
+
+static PyObject *S_type, *S_interaction, *S_steady, *S_packed, *S_thread_lock, *S_lock_fd, *S_tails, *S_end,
+    *S_ino, *S_ids, *S_ts, *S_event_id, *S_fsync, *S_acquire, *S_release, *S_stream, *S_segment, *S_line,
+    *S_duplicate;
+
+static int appender_traverse(Appender *self, visitproc visit, void *arg) {
+    Py_VISIT(self->check);
+    Py_VISIT(self->writers);
+    Py_VISIT(self->stream);
+    Py_VISIT(self->line_counts);
+    Py_VISIT(self->indexed_to);
+    Py_VISIT(self->result_type);
+    Py_VISIT(self->os_module);
+    Py_VISIT(self->dumps);
+    Py_VISIT(self->on_failure);
+    return 0;
+}
+
+static int appender_clear(Appender *self) {
+    Py_CLEAR(self->check);
+    Py_CLEAR(self->writers);
+    Py_CLEAR(self->stream);
+    Py_CLEAR(self->line_counts);
+    Py_CLEAR(self->indexed_to);
+    Py_CLEAR(self->result_type);
+    Py_CLEAR(self->os_module);
+    Py_CLEAR(self->dumps);
+    Py_CLEAR(self->on_failure);
+    return 0;
+}
+
+static void appender_dealloc(Appender *self) {
+    PyObject_GC_UnTrack(self);
+    appender_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int appender_init(Appender *self, PyObject *args, PyObject *kwds) {
+    PyObject *check, *writers, *stream, *line_counts, *indexed_to, *result_type, *os_module, *dumps, *on_failure;
+    Py_ssize_t tail_flush_ids;
+    (void)kwds;
+    if (!PyArg_ParseTuple(args, "OO!UO!O!OOOOn", &check, &PyDict_Type, &writers, &stream, &PyDict_Type,
+                          &line_counts, &PyDict_Type, &indexed_to, &result_type, &os_module, &dumps,
+                          &on_failure, &tail_flush_ids))
+        return -1;
+    if (!PyType_Check(result_type)) {
+        PyErr_SetString(PyExc_TypeError, "the result type must be a class");
+        return -1;
+    }
+    appender_clear(self);
+    self->check = Py_NewRef(check);
+    self->writers = Py_NewRef(writers);
+    self->stream = Py_NewRef(stream);
+    self->line_counts = Py_NewRef(line_counts);
+    self->indexed_to = Py_NewRef(indexed_to);
+    self->result_type = Py_NewRef(result_type);
+    self->os_module = Py_NewRef(os_module);
+    self->dumps = Py_NewRef(dumps);
+    self->on_failure = Py_NewRef(on_failure);
+    self->tail_flush_ids = tail_flush_ids;
+    return 0;
+}
+
+/* An int attribute of `obj` as a C value; -1 with an exception set on failure. */
+static int long_attr(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* 1 if `item` is a tuple whose first two items are the ints (ino, end), 0 if not. */
+static int counts_match(PyObject *item, unsigned long long ino, long long end) {
+    if (item == NULL || !PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 3) return 0;
+    unsigned long long i = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 0));
+    long long e = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return i == ino && e == end;
+}
+
+/* The writer's bookkeeping after a one-step write, as `steady_append._append_compiled` does it. */
+static int note_written(Appender *self, PyObject *tail, PyObject *segment, PyObject *eid, PyObject *ino_obj,
+                        long long end, PyObject *lines_obj) {
+    PyObject *end_obj = PyLong_FromLongLong(end);
+    if (end_obj == NULL) return -1;
+    int rc = -1;
+    PyObject *counts = PyTuple_Pack(3, ino_obj, end_obj, lines_obj);
+    PyObject *indexed = PyTuple_Pack(2, ino_obj, end_obj);
+    PyObject *ids = NULL;
+    if (counts != NULL && indexed != NULL && PyDict_SetItem(self->line_counts, segment, counts) == 0 &&
+        PyObject_SetAttr(tail, S_end, end_obj) == 0 && PyDict_SetItem(self->indexed_to, segment, indexed) == 0 &&
+        (ids = PyObject_GetAttr(tail, S_ids)) != NULL && PySet_Add(ids, eid) == 0)
+        rc = 0;
+    Py_XDECREF(ids);
+    Py_XDECREF(counts);
+    Py_XDECREF(indexed);
+    Py_DECREF(end_obj);
+    return rc;
+}
+
+/* AppendResult(eid, stream, segment, line): set as its generated __init__ sets a frozen
+ * dataclass's fields (object.__setattr__), without the Python frame. */
+static PyObject *new_result(Appender *self, PyObject *eid, PyObject *segment, PyObject *line) {
+    PyTypeObject *type = (PyTypeObject *)self->result_type;
+    PyObject *result = type->tp_alloc(type, 0);
+    if (result == NULL) return NULL;
+    if (PyObject_GenericSetAttr(result, S_event_id, eid) < 0 ||
+        PyObject_GenericSetAttr(result, S_stream, self->stream) < 0 ||
+        PyObject_GenericSetAttr(result, S_segment, segment) < 0 ||
+        PyObject_GenericSetAttr(result, S_line, line) < 0 ||
+        PyObject_GenericSetAttr(result, S_duplicate, Py_False) < 0) {
+        Py_DECREF(result);
+        return NULL;
+    }
+    return result;
+}
+
+/* The locked part: answers the result, Py_None when the Python path must decide (nothing
+ * done), or NULL with an exception. Both locks are held by the caller. */
+static PyObject *append_locked(Appender *self, PyObject *w, PyObject *event) {
+    PyObject *steady = PyObject_GetAttr(w, S_steady);
+    if (steady == NULL) return NULL;
+    PyObject *packed = steady == Py_None ? Py_NewRef(Py_None) : PyObject_GetAttr(steady, S_packed);
+    if (packed == NULL) {
+        Py_DECREF(steady);
+        return NULL;
+    }
+    PyObject *answer = NULL, *tails_map = NULL, *ino_obj = NULL, *tail_ids = NULL, *first_line = NULL;
+    if (!PyTuple_CheckExact(packed) || PyTuple_GET_SIZE(packed) != 12) {
+        answer = Py_NewRef(Py_None);
+        goto done;
+    }
+    /* (index, lag, raw, others, dir_fd, name, max_bytes, tail_sets, fd, tail, segment, day) */
+    PyObject *index = PyTuple_GET_ITEM(packed, 0), *lag = PyTuple_GET_ITEM(packed, 1);
+    PyObject *raw = PyTuple_GET_ITEM(packed, 2), *others = PyTuple_GET_ITEM(packed, 3);
+    PyObject *name_obj = PyTuple_GET_ITEM(packed, 5), *tail_sets = PyTuple_GET_ITEM(packed, 7);
+    PyObject *tail = PyTuple_GET_ITEM(packed, 9), *segment = PyTuple_GET_ITEM(packed, 10);
+    PyObject *day = PyTuple_GET_ITEM(packed, 11);
+    int dir_fd = (int)PyLong_AsLong(PyTuple_GET_ITEM(packed, 4));
+    long long max_bytes = PyLong_AsLongLong(PyTuple_GET_ITEM(packed, 6));
+    int fd = (int)PyLong_AsLong(PyTuple_GET_ITEM(packed, 8));
+    const char *name = PyUnicode_AsUTF8(name_obj);
+    if (PyErr_Occurred()) goto done;
+    if (name == NULL || !PyObject_TypeCheck(index, &IndexType) || !PyTuple_CheckExact(others) ||
+        !PyTuple_CheckExact(tail_sets) || !PyBytes_CheckExact(raw)) {
+        answer = Py_NewRef(Py_None);
+        goto done;
+    }
+
+    /* What `_append_compiled` checks before its call. */
+    long long end, ino_ll;
+    if (long_attr(tail, S_end, &end) < 0) goto done;
+    ino_obj = PyObject_GetAttr(tail, S_ino);
+    if (ino_obj == NULL) goto done;
+    ino_ll = PyLong_AsLongLong(ino_obj);
+    if (ino_ll == -1 && PyErr_Occurred()) goto done;
+    unsigned long long ino = (unsigned long long)ino_ll;
+    PyObject *counted = PyDict_GetItemWithError(self->line_counts, segment);
+    if (counted == NULL && PyErr_Occurred()) goto done;
+    tails_map = PyObject_GetAttr(w, S_tails);
+    if (tails_map == NULL) goto done;
+    PyObject *own_tail = PyDict_CheckExact(tails_map) ? PyDict_GetItemWithError(tails_map, segment) : NULL;
+    if (own_tail == NULL && PyErr_Occurred()) goto done;
+    tail_ids = PyObject_GetAttr(tail, S_ids);
+    if (tail_ids == NULL) goto done;
+    PyObject *ts = PyDict_GetItemWithError(event, S_ts);
+    PyObject *eid = ts == NULL ? NULL : PyDict_GetItemWithError(event, S_event_id);
+    if (PyErr_Occurred()) goto done;
+    if (!counts_match(counted, ino, end) || own_tail != tail || !PyAnySet_Check(tail_ids) ||
+        PySet_GET_SIZE(tail_ids) + 1 >= self->tail_flush_ids || ts == NULL || !PyUnicode_CheckExact(ts) ||
+        PyUnicode_Tailmatch(ts, day, 0, PY_SSIZE_T_MAX, -1) != 1 || eid == NULL || !PyUnicode_CheckExact(eid)) {
+        if (!PyErr_Occurred()) answer = Py_NewRef(Py_None);
+        goto done;
+    }
+    /* Held: the flush lets go of the interpreter lock, and `counted` is replaced below. */
+    first_line = Py_NewRef(PyTuple_GET_ITEM(counted, 2));
+
+    int err = 0;
+    Py_ssize_t total = one_step((Index *)index, lag, raw, others, dir_fd, name, ino, end, max_bytes, eid, tail_sets,
+                                self->dumps, event, fd, &err);
+    if (total == STEP_RAISED) goto done;
+    if (total == STEP_WRITE_FAILED) {
+        /* Cut back to whole lines and raise, as the Python path does, the locks still held. */
+        PyObject *r = PyObject_CallFunction(self->on_failure, "OOLii", w, steady, end, 1, err);
+        Py_XDECREF(r);
+        if (r != NULL) PyErr_SetString(PyExc_SystemError, "the write failed and nothing was raised");
+        goto done;
+    }
+    if (total < 0) { /* moved, or longer: the Python path looks again (and takes other processes' lines) */
+        answer = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (self->os_module != Py_None) {
+        PyObject *flush = PyObject_GetAttr(self->os_module, S_fsync);
+        PyObject *flushed = flush == NULL ? NULL : PyObject_CallFunction(flush, "i", fd);
+        Py_XDECREF(flush);
+        if (flushed == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_OSError)) {
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyErr_NormalizeException(&type, &value, &tb);
+                if (tb != NULL) PyException_SetTraceback(value, tb);
+                PyObject *r = PyObject_CallFunction(self->on_failure, "OOLiO", w, steady, end, 2, value);
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
+                Py_XDECREF(r);
+                if (r != NULL) PyErr_SetString(PyExc_SystemError, "the flush failed and nothing was raised");
+            }
+            goto done;
+        }
+        Py_DECREF(flushed);
+    }
+    long long lines = PyLong_AsLongLong(first_line);
+    PyObject *next_line = lines == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(lines + 1);
+    if (next_line == NULL) goto done;
+    int noted = note_written(self, tail, segment, eid, ino_obj, end + total, next_line);
+    Py_DECREF(next_line);
+    if (noted == 0) answer = new_result(self, eid, segment, first_line);
+
+done:
+    Py_XDECREF(first_line);
+    Py_XDECREF(tail_ids);
+    Py_XDECREF(tails_map);
+    Py_XDECREF(ino_obj);
+    Py_DECREF(packed);
+    Py_DECREF(steady);
+    return answer;
+}
+
+/* appender.append(record) -> the AppendResult when appended in one call; else the checked event
+ * (nothing written: the Python path goes on with it) or None (the check did not settle it). */
+static PyObject *appender_append(Appender *self, PyObject *record) {
+    if (!PyDict_CheckExact(record)) Py_RETURN_NONE;
+    PyObject *type = PyDict_GetItemWithError(record, S_type);
+    if (type == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    int is_interaction = PyUnicode_CheckExact(type) && PyUnicode_Compare(type, S_interaction) == 0;
+    if (!is_interaction) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject *event = PyObject_CallOneArg(self->check, record);
+    if (event == NULL || event == Py_None || !PyDict_CheckExact(event)) return event;
+
+    PyObject *w = PyDict_GetItemWithError(self->writers, self->stream);
+    if (w == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(event);
+            return NULL;
+        }
+        return event;
+    }
+    Py_INCREF(w);
+    PyObject *answer = NULL;
+    PyObject *lock = PyObject_GetAttr(w, S_thread_lock);
+    long long lock_fd = -1;
+    if (lock == NULL || long_attr(w, S_lock_fd, &lock_fd) < 0) goto out;
+    PyObject *got = PyObject_CallMethodOneArg(lock, S_acquire, Py_False);
+    if (got == NULL) goto out;
+    int have = got == Py_True;
+    Py_DECREF(got);
+    if (!have) { /* another thread of this process is appending: the Python path waits for it */
+        answer = Py_NewRef(event);
+        goto out;
+    }
+    if (flock((int)lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        answer = Py_NewRef(event); /* another process holds it (or it failed): the Python path waits or raises */
+    } else {
+        answer = append_locked(self, w, event);
+        if (answer == Py_None) Py_SETREF(answer, Py_NewRef(event));
+        flock((int)lock_fd, LOCK_UN);
+    }
+    /* Let go of the thread lock whatever happened, keeping any exception raised above. */
+    PyObject *type_e, *value_e, *tb_e;
+    PyErr_Fetch(&type_e, &value_e, &tb_e);
+    PyObject *released = PyObject_CallMethodNoArgs(lock, S_release);
+    if (released == NULL) {
+        Py_XDECREF(type_e);
+        Py_XDECREF(value_e);
+        Py_XDECREF(tb_e);
+        Py_CLEAR(answer);
+    } else {
+        Py_DECREF(released);
+        PyErr_Restore(type_e, value_e, tb_e);
+    }
+out:
+    Py_XDECREF(lock);
+    Py_DECREF(w);
+    Py_DECREF(event);
+    return answer;
+}
+
+static PyMethodDef APPENDER_METHODS[] = {
+    {"append", (PyCFunction)appender_append, METH_O,
+     "append(record) -> AppendResult if appended in one call, else the checked event or None (nothing done)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject AppenderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tiermem._steady.Appender",
+    .tp_basicsize = sizeof(Appender),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The usual append of one interaction in one call.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)appender_init,
+    .tp_dealloc = (destructor)appender_dealloc,
+    .tp_traverse = (traverseproc)appender_traverse,
+    .tp_clear = (inquiry)appender_clear,
+    .tp_methods = APPENDER_METHODS,
+};
+
+static int intern_names(void) {
+#define NAME(var, text) \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) return -1;
+    NAME(S_type, "type")
+    NAME(S_interaction, "interaction")
+    NAME(S_steady, "steady")
+    NAME(S_packed, "packed")
+    NAME(S_thread_lock, "thread_lock")
+    NAME(S_lock_fd, "lock_fd")
+    NAME(S_tails, "tails")
+    NAME(S_end, "end")
+    NAME(S_ino, "ino")
+    NAME(S_ids, "ids")
+    NAME(S_ts, "ts")
+    NAME(S_event_id, "event_id")
+    NAME(S_fsync, "fsync")
+    NAME(S_acquire, "acquire")
+    NAME(S_release, "release")
+    NAME(S_stream, "stream")
+    NAME(S_segment, "segment")
+    NAME(S_line, "line")
+    NAME(S_duplicate, "duplicate")
+#undef NAME
+    return 0;
+}
+
 static PyMethodDef METHODS[] = {
     {"append_one", append_one, METH_VARARGS, "the one-step append of one event, or -1 to fall back"},
     {NULL, NULL, 0, NULL},
@@ -219,12 +607,18 @@ static PyMethodDef METHODS[] = {
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_steady", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__steady(void) {
-    if (PyType_Ready(&IndexType) < 0) return NULL;
+    if (PyType_Ready(&IndexType) < 0 || PyType_Ready(&AppenderType) < 0 || intern_names() < 0) return NULL;
     PyObject *m = PyModule_Create(&MODULE);
     if (m == NULL) return NULL;
     Py_INCREF(&IndexType);
     if (PyModule_AddObject(m, "Index", (PyObject *)&IndexType) < 0) {
         Py_DECREF(&IndexType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&AppenderType);
+    if (PyModule_AddObject(m, "Appender", (PyObject *)&AppenderType) < 0) {
+        Py_DECREF(&AppenderType);
         Py_DECREF(m);
         return NULL;
     }

@@ -285,6 +285,8 @@ class EventLog(IndexFollower):
         self._reindexed = 0  # how many times lines missing from the index were indexed
         self._lag: LagList | None = None  # the id index's lag list, opened by the first writer
         self._check_fast = compiled_records.bound(settings.limits)  # None without the compiled check
+        # The usual append in one compiled call (None without it, or with group commit).
+        self._append_fast = steady_append.appender(self)
         self._lag_lock = threading.Lock()
 
     # ------------------------------------------------------------- lifecycle
@@ -365,8 +367,14 @@ class EventLog(IndexFollower):
         commands and jobs write as INTERNAL.
         """
         event = None
+        if self._append_fast is not None and writer != CALLER:
+            # Appended in one call, or the compiled check's event (or None) with nothing done.
+            done = self._append_fast(record)
+            if type(done) is AppendResult:
+                return done
+            event = done
         # What `check` returns, with no Python in between (a caller's record is also weighed there).
-        if (
+        elif (
             self._check_fast is not None
             and writer != CALLER
             and type(record) is dict

@@ -59,18 +59,21 @@ decide, as without the module.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import mmap
 import os
 import sqlite3
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
 import orjson
 
-from tiermem import durable_files, heldio
+from tiermem import compiled_records, durable_files, heldio
 from tiermem.appended import AppendResult
 from tiermem.errors import StorageError, os_reason
+from tiermem.events import stream_of
 from tiermem.eventlog_index import TAIL_FLUSH_IDS, Tail
 from tiermem.groupcommit import forget_synced
 from tiermem.idindex import INDEX_NAME, LagList, indexed_offset
@@ -134,6 +137,7 @@ class EventLog(Protocol):
     root: Path
     _line_counts: dict[str, tuple[int, int, int]]
     _indexed_to: dict[str, tuple[int, int]]
+    _writers: Any
 
     def _lag_list(self) -> LagList: ...
     def forget_segment(self, segment: str) -> None: ...
@@ -160,6 +164,7 @@ class Steady:
         "max_bytes",
         "name",
         "others",
+        "packed",
         "partition",
         "raw",
         "segment",
@@ -199,6 +204,12 @@ class Steady:
         # The id sets of the writer's tails: new tails appear only on the full path, which keeps
         # a new state (or none) after it.
         self.tail_sets = tail_sets
+        # What the compiled append of a whole record (`appender`) reads of this state, in one tuple.
+        self.packed = (
+            None
+            if fast is None
+            else (fast, lag, raw, others, dir_fd, self.name, max_bytes, tail_sets, fd, tail, segment, self.day)
+        )
 
 
 def remember(log: EventLog, w: _StreamWriter, segment: str, partition: str) -> None:
@@ -365,6 +376,44 @@ def _append_compiled(
     log._indexed_to[segment] = (tail.ino, end)
     tail.ids.add(eid)
     return AppendResult(eid, w.stream, segment, first_line)
+
+
+def appender(log: EventLog) -> Callable[[dict[str, Any]], Any] | None:
+    """`EventLog.append`'s usual case in one compiled call (`_steady.Appender.append`), or None.
+
+    Called with a record, it answers the `AppendResult` when it appended it in one step (the
+    compiled check, the stream's locks, the one step, the flush, the writer's bookkeeping);
+    otherwise, with nothing done, the event as the compiled check returned it (the Python path
+    goes on with it) or None (the check left the record to the Python paths). Not with group
+    commit, whose callers share their flushes.
+    """
+    check = compiled_records.bound(log.settings.limits)
+    if _steady is None or check is None or log.settings.fsync == "group":
+        return None
+    built = _steady.Appender(
+        check,
+        log._writers,
+        stream_of("interaction"),
+        log._line_counts,
+        log._indexed_to,
+        AppendResult,
+        None if log.settings.fsync == "none" else os,
+        orjson.dumps,
+        functools.partial(_compiled_failed, log),
+        TAIL_FLUSH_IDS,
+    )
+    append: Callable[[dict[str, Any]], Any] = built.append
+    return append
+
+
+def _compiled_failed(
+    log: EventLog, w: _StreamWriter, s: Steady, end: int, stage: int, err: int | OSError
+) -> NoReturn:
+    """The compiled append's write (stage 1, an errno) or flush (stage 2, its error) failed: the
+    Python path's clean-up and error, the locks still held."""
+    if isinstance(err, OSError):
+        _sync_failed(w, s, err)
+    _write_failed(log, w, s, end, OSError(err, os.strerror(err)))
 
 
 def append_steady_many(
