@@ -31,16 +31,31 @@ from tiermem.settings import Settings, resolve_settings
 
 @pytest.fixture
 def steady_count(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """How many appends took the one-step path (wrapped, not changed)."""
+    """How many appends took the one-step path, from Python or in the compiled whole append
+    (both wrapped, not changed)."""
     count = [0]
     real = steady_append.append_steady
+    real_appender = steady_append.appender
 
     def counted(*args: Any, **kwargs: Any) -> AppendResult | None:
         out = real(*args, **kwargs)
         count[0] += out is not None
         return out
 
+    def counted_appender(log: Any) -> Any:
+        whole = real_appender(log)
+        if whole is None:
+            return None
+
+        def append(record: dict[str, Any]) -> Any:
+            out = whole(record)
+            count[0] += type(out) is AppendResult
+            return out
+
+        return append
+
     monkeypatch.setattr(steady_append, "append_steady", counted)
+    monkeypatch.setattr(steady_append, "appender", counted_appender)
     yield count
 
 
@@ -92,15 +107,17 @@ def test_answers_and_bytes_are_those_of_the_full_path_whatever_moves_between_app
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, steady_count: list[int]
 ) -> None:
     runs = {}
-    for name in ("steady", "python", "full"):
+    for name in ("steady", "step", "python", "full"):
         settings = resolve_settings(data_dir=tmp_path / name, env={}, fsync="always")
+        if name == "step":  # the compiled one step called from Python, not the whole append
+            monkeypatch.setattr(steady_append, "appender", lambda log: None)
         if name == "python":  # the one step in Python alone, as without the compiled module
             monkeypatch.setattr(steady_append, "_steady", None)
         if name == "full":  # the writer never keeps a state to skip from
             monkeypatch.setattr(steady_append, "remember", lambda *a, **k: None)
         with EventLog(settings) as log:
             runs[name] = (_ops(log, settings, tmp_path), _day_lines(settings))
-    assert runs["steady"] == runs["full"] == runs["python"]
+    assert runs["steady"] == runs["full"] == runs["python"] == runs["step"]
     answers, lines = runs["steady"]
     assert [a[0] for a in answers] == [False] * 5 + [
         True,
@@ -152,15 +169,31 @@ from tiermem import steady_append
 from tiermem.eventlog import EventLog
 from tiermem.settings import resolve_settings
 
+from tiermem.appended import AppendResult
 real = steady_append.append_steady
+real_appender = steady_append.appender
 said = []
-def counted(*args, **kwargs):
-    out = real(*args, **kwargs)
-    if out is not None and not said:
+def say():
+    if not said:
         said.append(1)
         sys.stdout.write("steady\\n")
+def counted(*args, **kwargs):
+    out = real(*args, **kwargs)
+    if out is not None:
+        say()
     return out
+def counted_appender(log):
+    whole = real_appender(log)
+    if whole is None:
+        return None
+    def append(record):
+        out = whole(record)
+        if type(out) is AppendResult:
+            say()
+        return out
+    return append
 steady_append.append_steady = counted
+steady_append.appender = counted_appender
 settings = resolve_settings(data_dir=sys.argv[1], env={}, fsync="always")
 with EventLog(settings) as log:
     k = 0
@@ -366,6 +399,8 @@ def test_one_step_appends_are_the_compiled_call_when_it_is_built(
         return answers[-1]
 
     monkeypatch.setattr(steady_append._steady, "append_one", counted)
+    # The one step as Python calls it (the whole append in one call is `test_log_whole_append`'s).
+    monkeypatch.setattr(steady_append, "appender", lambda log: None)
     with EventLog(replace(settings, fsync="always")) as log:
         results = [
             log.append(interaction(k, event_id=f"p-{k}", ts="2026-03-01T10:00:00.000Z")) for k in range(10)

@@ -64,8 +64,8 @@ import importlib
 import mmap
 import os
 import sqlite3
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 import orjson
@@ -73,8 +73,8 @@ import orjson
 from tiermem import compiled_records, durable_files, heldio
 from tiermem.appended import AppendResult
 from tiermem.errors import StorageError, os_reason
-from tiermem.events import stream_of
 from tiermem.eventlog_index import TAIL_FLUSH_IDS, Tail
+from tiermem.events import stream_of
 from tiermem.groupcommit import forget_synced
 from tiermem.idindex import INDEX_NAME, LagList, indexed_offset
 from tiermem.settings import Settings
@@ -208,7 +208,20 @@ class Steady:
         self.packed = (
             None
             if fast is None
-            else (fast, lag, raw, others, dir_fd, self.name, max_bytes, tail_sets, fd, tail, segment, self.day)
+            else (
+                fast,
+                lag,
+                raw,
+                others,
+                dir_fd,
+                self.name,
+                max_bytes,
+                tail_sets,
+                fd,
+                tail,
+                segment,
+                self.day,
+            )
         )
 
 
@@ -378,7 +391,7 @@ def _append_compiled(
     return AppendResult(eid, w.stream, segment, first_line)
 
 
-def appender(log: EventLog) -> Callable[[dict[str, Any]], Any] | None:
+def appender(log: EventLog) -> Callable[[Any], Any] | None:
     """`EventLog.append`'s usual case in one compiled call (`_steady.Appender.append`), or None.
 
     Called with a record, it answers the `AppendResult` when it appended it in one step (the
@@ -402,7 +415,7 @@ def appender(log: EventLog) -> Callable[[dict[str, Any]], Any] | None:
         functools.partial(_compiled_failed, log),
         TAIL_FLUSH_IDS,
     )
-    append: Callable[[dict[str, Any]], Any] = built.append
+    append: Callable[[Any], Any] = built.append
     return append
 
 
