@@ -232,3 +232,32 @@ def test_threads_appending_at_once_each_get_their_own_line(settings: Settings) -
     on_disk = _ids_on_disk(settings)
     assert len(on_disk) == len(set(on_disk)) == 202
     assert {r.event_id: r.line for r in results} == {eid: n for n, eid in enumerate(on_disk) if n >= 2}
+
+
+@pytest.mark.parametrize("policy", ["always", "none"])
+def test_the_one_call_flushes_as_the_policy_says(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, policy: str
+) -> None:
+    flushed: list[int] = []
+    real_fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        flushed.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    with EventLog(replace(settings, fsync=policy)) as log:  # type: ignore[arg-type]
+        for k in range(2):
+            log.append(interaction(k, event_id=f"p-{k}", ts=TS))
+        before = len(flushed)
+        done = log._append_fast(interaction(2, event_id="p-2", ts=TS))  # type: ignore[misc]
+        assert type(done) is AppendResult
+        assert len(flushed) - before == (1 if policy == "always" else 0)
+    assert _ids_on_disk(settings) == ["p-0", "p-1", "p-2"]
+
+
+def test_group_commit_keeps_its_own_path(settings: Settings) -> None:
+    # Its callers share their flushes: the one call, which flushes its own record, is not used.
+    with EventLog(replace(settings, fsync="group")) as log:
+        assert log._append_fast is None
+        assert not log.append(interaction(0, event_id="p-0", ts=TS)).duplicate
