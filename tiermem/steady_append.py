@@ -54,7 +54,10 @@ flush of one event are one call: a caller that sleeps through each flush finds
 the interpreter's caches cold at every append, and each Python step between the
 lock and the flush then costs several times its warm price. When that call
 finds anything not as it was left, nothing is done and the Python steps below
-decide, as without the module.
+decide, as without the module. `appender` goes one step further for
+`EventLog.append` of an interaction: the check, the stream's locks, this step,
+the flush, the bookkeeping and the result in one call, with no Python frame
+between the caller and the flush.
 """
 
 from __future__ import annotations
