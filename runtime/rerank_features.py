@@ -24,9 +24,10 @@ the passages around each one in its episode, without any model:
 Measured on LoCoMo dev (leave-one-conversation-out, bench/RESULTS.md), three
 more added nothing and were left out: the share of the question's term groups
 a passage or the turn before it holds (the search score has it already), and
-a number or a capitalised word inside a sentence. A passage's word set is
-taken once and kept with its prepared episode, so what a reranking costs per
-passage is a few set operations.
+a number or a capitalised word inside a sentence. A passage's words are those
+the near-duplicate check numbered when its episode was prepared (an array
+slice, not the text split again), kept with its prepared episode, so what a
+reranking costs per passage is a few set operations.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import math
 import re
 import sqlite3
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,7 +44,7 @@ from numpy.typing import NDArray
 from tiermem.runtime.episode_search import _WORD
 from tiermem.runtime.episode_text import TEXTS, Prepared
 from tiermem.runtime.hotstore import database_key
-from tiermem.runtime.passage_columns import PassageColumns
+from tiermem.runtime.passage_columns import PassageColumns, WordNumbers
 
 from tiermem.text import STOP_WORDS, wordset
 
@@ -79,13 +80,27 @@ Said = tuple[str, str]  # (speaker, text)
 class Around(NamedTuple):
     """What a passage is in its episode, whatever the question: its words and its neighbours."""
 
-    words: frozenset[str]  # its distinct words (lowered), caption included
+    # Its distinct words (lowered), caption included; `words` gives them as a set. Kept per passage
+    # as their numbers in `numbered` (the near-duplicate check's vocabulary, taken when the episode
+    # was prepared: an array slice, nothing for the collector to walk) or, outside a prepared
+    # episode, as a tuple: a set stays tracked, and the collector's young passes walked every word
+    # of every newly kept set again and again (3-4 ms a pass on a long conversation).
+    distinct: Collection[str] | NDArray[np.int64]
     before: Said | None
     prev_asks: bool  # the turn before it ends with a question mark
     prev_other: bool  # ...and is another speaker's
     next_asks: bool  # the turn after it ends with a question mark
     image: bool  # it carries a shared picture's description
     content: dict[frozenset[str], int]  # the speakers' names met -> its content words with them
+    numbered: WordNumbers | None = None  # the vocabulary `distinct` is numbered in (None: words)
+
+    @property
+    def words(self) -> frozenset[str]:
+        """Its distinct words (lowered), caption included."""
+        if self.numbered is None:
+            return frozenset(self.distinct)  # type: ignore[arg-type]
+        spelled = list(self.numbered.numbers)  # numbered in the order met: word n is the n-th
+        return frozenset(spelled[n] for n in self.distinct.tolist())  # type: ignore[union-attr]
 
 
 class _Episode:
@@ -148,8 +163,19 @@ def _facts(entry: Prepared, j: int) -> Around:
     ps = entry.passages
     speaker, text, _, _ = _said(ps, j)
     before = _said(ps, j - 1)[:2] if j > 0 else None
+    distinct: Collection[str] | NDArray[np.int64]
+    numbered = None
+    if isinstance(ps, PassageColumns):
+        # The words the near-duplicate check took when the episode was prepared (the same split
+        # of the same lowered text), not the text split again per new result.
+        numbered = entry.dedup_by if entry.dedup_ids is not None else TEXTS.numbers
+        ids, at = TEXTS.dedup(entry, numbered)
+        distinct = ids[int(at[j]) : int(at[j + 1])]
+    else:
+        distinct = tuple(set(_WORD.findall(text.lower())))
     return Around(
-        words=frozenset(_WORD.findall(text.lower())),
+        distinct=distinct,
+        numbered=numbered,
         before=before,
         prev_asks=before is not None and before[1].rstrip().endswith("?"),
         prev_other=before is not None and before[0].lower() != speaker.lower(),
@@ -205,6 +231,19 @@ def _looked_up(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list
     return out
 
 
+def _content(at: Around, no_content: frozenset[str], numbered: dict[WordNumbers, set[int]]) -> int:
+    """How many of the passage's distinct words are not in `no_content` (`numbered` keeps the
+    numbers of `no_content` per vocabulary, for one call: a word never met has no number, and no
+    passage holds it)."""
+    if at.numbered is None:
+        return len(at.distinct) - len(no_content.intersection(at.distinct))  # type: ignore[arg-type]
+    ids = numbered.get(at.numbered)
+    if ids is None:
+        known = at.numbered.numbers
+        ids = numbered[at.numbered] = {n for w in no_content if (n := known.get(w)) is not None}
+    return len(at.distinct) - len(ids.intersection(at.distinct.tolist()))  # type: ignore[union-attr]
+
+
 def word_features(
     query: str, head: Sequence[dict[str, Any]], around: Sequence[Around]
 ) -> NDArray[np.float64]:
@@ -225,10 +264,11 @@ def word_features(
     no_content = STOP_WORDS | SMALL_TALK | names
 
     rows = []
+    numbered: dict[WordNumbers, set[int]] = {}  # per vocabulary: the numbers of `no_content`
     for i, (item, at) in enumerate(zip(head, around, strict=True)):
         content = at.content.get(names, -1)
         if content < 0:
-            content = at.content[names] = len(at.words - no_content)
+            content = at.content[names] = _content(at, no_content, numbered)
         speaker = str(item.get("speaker") or "").lower()
         own_day = scores[i] / top if i < DAY_WINDOW else 0.0
         rows.append(
@@ -242,7 +282,7 @@ def word_features(
                 days.get(item["date"], 0.0) - own_day,
                 float(at.image),
                 math.log1p(content),
-                content / max(1, len(at.words)),
+                content / max(1, len(at.distinct)),
             ]
         )
     return np.array(rows, dtype=np.float64)

@@ -690,3 +690,28 @@ def test_near_identical_sets_share_a_filing_word_whatever_words_are_filed_last()
             near += 1
             assert set(pa) & set(pb), (sorted(a), sorted(b), late)
     assert near > 100
+
+
+def test_reranker_facts_of_a_prepared_episode_are_those_of_splitting_each_passage(
+    memory: AgentMemory,
+) -> None:
+    """The reranker reads a passage's words from the numbers its episode was prepared with: the same
+    word set, and the same count of content words for any names, as splitting the passage's text."""
+    from tiermem.runtime import rerank_features as rf
+    from tiermem.runtime.episode_text import TEXTS
+
+    for query in QUERIES:
+        qs.search_quotes(memory.conn, memory.principal, query, None, 40)
+    names = frozenset({"ada", "tal", "talk", "talker", "paint"})
+    no_content = rf.STOP_WORDS | rf.SMALL_TALK | names
+    checked = 0
+    for e in list(TEXTS.entries.values()):
+        for j in range(len(e.passages)):
+            facts = rf._facts(e, j)
+            split = frozenset(re.findall(r"[a-z0-9]+", e.passages[j].text.lower()))
+            assert facts.numbered is not None and facts.words == split
+            by_text = facts._replace(distinct=tuple(split), numbered=None)
+            assert rf._content(facts, no_content, {}) == len(split - no_content)
+            assert rf._content(by_text, no_content, {}) == len(split - no_content)
+            checked += 1
+    assert checked > 200
