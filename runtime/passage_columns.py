@@ -191,8 +191,10 @@ def dedup_set(
     others (a search's own words: any one order for all the sets a check compares will do)."""
     order = ids[int(at[j]) : int(at[j + 1])][::-1].tolist()
     length = len(order) - int(keep * len(order)) + 2
-    if late and not late.isdisjoint(order):
+    key = frozenset(order)
+    if late and not late.isdisjoint(key):
         prefix = list(islice((w for w in order if w not in late), length))
-        prefix += [w for w in order if w in late][: length - len(prefix)]
-        return frozenset(order), tuple(prefix)
-    return frozenset(order), tuple(order[:length])
+        if len(prefix) < length:  # `order` descends: the late words it holds, in its order
+            prefix += sorted(late & key, reverse=True)[: length - len(prefix)]
+        return key, tuple(prefix)
+    return key, tuple(order[:length])

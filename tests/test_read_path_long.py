@@ -715,3 +715,18 @@ def test_reranker_facts_of_a_prepared_episode_are_those_of_splitting_each_passag
             assert rf._content(by_text, no_content, {}) == len(split - no_content)
             checked += 1
     assert checked > 200
+
+
+def test_a_filing_prefix_is_the_set_read_in_one_order_the_question_words_last() -> None:
+    """`dedup_set`'s prefix is the first words of the set read last-met first, with `late` words
+    moved after all others, whatever share of the set they are (none, some, most, all)."""
+    rng = random.Random(5)
+    for _ in range(400):
+        words = sorted(rng.sample(range(200), rng.randint(1, 40)))
+        late = frozenset(rng.sample(words, rng.randint(0, len(words))) + rng.sample(range(200, 210), 2))
+        at = np.array([0, len(words)], dtype=np.int64)
+        key, prefix = pc.dedup_set(np.array(words, dtype=np.int64), at, 0, qs.DUPLICATE_JACCARD, late)
+        order = words[::-1]
+        length = len(order) - int(qs.DUPLICATE_JACCARD * len(order)) + 2
+        expected = ([w for w in order if w not in late] + [w for w in order if w in late])[:length]
+        assert key == frozenset(words) and prefix == tuple(expected)
