@@ -98,7 +98,7 @@ class Around(NamedTuple):
     def words(self) -> frozenset[str]:
         """Its distinct words (lowered), caption included."""
         if self.numbered is None:
-            return frozenset(self.distinct)  # type: ignore[arg-type]
+            return frozenset(self.distinct)
         spelled = list(self.numbered.numbers)  # numbered in the order met: word n is the n-th
         return frozenset(spelled[n] for n in self.distinct.tolist())  # type: ignore[union-attr]
 
@@ -168,7 +168,7 @@ def _facts(entry: Prepared, j: int) -> Around:
     if isinstance(ps, PassageColumns):
         # The words the near-duplicate check took when the episode was prepared (the same split
         # of the same lowered text), not the text split again per new result.
-        numbered = entry.dedup_by if entry.dedup_ids is not None else TEXTS.numbers
+        numbered = entry.dedup_by if entry.dedup_by is not None else TEXTS.numbers
         ids, at = TEXTS.dedup(entry, numbered)
         distinct = ids[int(at[j]) : int(at[j + 1])]
     else:
@@ -236,7 +236,7 @@ def _content(at: Around, no_content: frozenset[str], numbered: dict[WordNumbers,
     numbers of `no_content` per vocabulary, for one call: a word never met has no number, and no
     passage holds it)."""
     if at.numbered is None:
-        return len(at.distinct) - len(no_content.intersection(at.distinct))  # type: ignore[arg-type]
+        return len(at.distinct) - len(no_content.intersection(at.distinct))
     ids = numbered.get(at.numbered)
     if ids is None:
         known = at.numbered.numbers
