@@ -148,6 +148,23 @@ class WordNumbers:
 
     def __init__(self) -> None:
         self.numbers: dict[str, int] = {}
+        # Per fixed word set asked of `numbered`: the numbers of its words met so far, and the rest.
+        self._known: dict[frozenset[str], tuple[set[int], set[str]]] = {}
+
+    def numbered(self, words: frozenset[str]) -> set[int]:
+        """The numbers of those of `words` (a fixed set: stop words) met so far; kept per set, so
+        only its words not met yet are looked up again (numbers are never taken back)."""
+        kept = self._known.get(words)
+        if kept is None:
+            kept = self._known[words] = (set(), set(words))
+        found, missing = kept
+        numbers = self.numbers
+        for word in tuple(missing):  # a copy: another thread may take words out meanwhile
+            n = numbers.get(word)
+            if n is not None:
+                found.add(n)
+                missing.discard(word)
+        return found
 
     def sets(self, word_lists: Iterable[Iterable[str]]) -> tuple[np.ndarray, np.ndarray]:
         """(every list's distinct words' numbers, ascending, one list after the other; the boundaries)."""

@@ -70,6 +70,7 @@ SMALL_TALK = wordset(
     hope hoping cheers care take bye see soon talk later chat catch again long time been meet mean means
     lot much"""
 )
+_NO_CONTENT = STOP_WORDS | SMALL_TALK  # with the speakers' names: what is not a content word
 _NAMES = re.compile(r"\b[A-Z][a-z]+")
 _ASKS_WHEN = re.compile(r"^\s*(?:when|how long|what (?:year|month|date|day|time))\b", re.I)
 _IMAGE = " [image:"
@@ -81,8 +82,8 @@ class Around(NamedTuple):
     """What a passage is in its episode, whatever the question: its words and its neighbours."""
 
     # Its distinct words (lowered), caption included; `words` gives them as a set. Kept per passage
-    # as their numbers in `numbered` (the near-duplicate check's vocabulary, taken when the episode
-    # was prepared: an array slice, nothing for the collector to walk) or, outside a prepared
+    # as their numbers in `numbered` (the near-duplicate check's vocabulary, taken when a long
+    # episode was prepared: an array slice, nothing for the collector to walk) or, for a short
     # episode, as a tuple: a set stays tracked, and the collector's young passes walked every word
     # of every newly kept set again and again (3-4 ms a pass on a long conversation).
     distinct: Collection[str] | NDArray[np.int64]
@@ -165,9 +166,10 @@ def _facts(entry: Prepared, j: int) -> Around:
     before = _said(ps, j - 1)[:2] if j > 0 else None
     distinct: Collection[str] | NDArray[np.int64]
     numbered = None
-    if isinstance(ps, PassageColumns):
-        # The words the near-duplicate check took when the episode was prepared (the same split
-        # of the same lowered text), not the text split again per new result.
+    if isinstance(ps, PassageColumns) and entry.start >= 0:
+        # A long episode's: the words the near-duplicate check took when it was prepared (the same
+        # split of the same lowered text), not the text split again per new result. (A short
+        # episode's few words are split as fast as the numbers are read and counted.)
         numbered = entry.dedup_by if entry.dedup_by is not None else TEXTS.numbers
         ids, at = TEXTS.dedup(entry, numbered)
         distinct = ids[int(at[j]) : int(at[j + 1])]
@@ -231,16 +233,20 @@ def _looked_up(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list
     return out
 
 
-def _content(at: Around, no_content: frozenset[str], numbered: dict[WordNumbers, set[int]]) -> int:
-    """How many of the passage's distinct words are not in `no_content` (`numbered` keeps the
-    numbers of `no_content` per vocabulary, for one call: a word never met has no number, and no
-    passage holds it)."""
+def _content(
+    at: Around, words: tuple[frozenset[str], frozenset[str]], numbered: dict[WordNumbers, set[int]]
+) -> int:
+    """How many of the passage's distinct words are not in `no_content` (`words`: the speakers' names,
+    and `no_content`: those and `_NO_CONTENT`); `numbered` keeps the numbers of `no_content` per
+    vocabulary, for one call: a word never met has no number, and no passage holds it."""
+    names, no_content = words
     if at.numbered is None:
         return len(at.distinct) - len(no_content.intersection(at.distinct))
     ids = numbered.get(at.numbered)
     if ids is None:
         known = at.numbered.numbers
-        ids = numbered[at.numbered] = {n for w in no_content if (n := known.get(w)) is not None}
+        ids = at.numbered.numbered(_NO_CONTENT) | {n for w in names if (n := known.get(w)) is not None}
+        numbered[at.numbered] = ids
     return len(at.distinct) - len(ids.intersection(at.distinct.tolist()))  # type: ignore[union-attr]
 
 
@@ -261,14 +267,14 @@ def word_features(
     for item, s in zip(head[:DAY_WINDOW], scores[:DAY_WINDOW].tolist(), strict=False):
         days[item["date"]] = days.get(item["date"], 0.0) + s / top
     names = frozenset(s[:k] for s in speakers for k in range(3, len(s) + 1))  # "mel" for Melanie
-    no_content = STOP_WORDS | SMALL_TALK | names
+    no_content = _NO_CONTENT | names
 
     rows = []
     numbered: dict[WordNumbers, set[int]] = {}  # per vocabulary: the numbers of `no_content`
     for i, (item, at) in enumerate(zip(head, around, strict=True)):
         content = at.content.get(names, -1)
         if content < 0:
-            content = at.content[names] = _content(at, no_content, numbered)
+            content = at.content[names] = _content(at, (names, no_content), numbered)
         speaker = str(item.get("speaker") or "").lower()
         own_day = scores[i] / top if i < DAY_WINDOW else 0.0
         rows.append(
