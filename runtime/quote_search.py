@@ -261,19 +261,19 @@ def _restatements_first(scored: list[tuple[float, dict[str, Any]]], weights: lis
     """
     total = sum(weights) or 1.0
     top = sorted(range(len(scored)), key=lambda i: -scored[i][0])[:RESTATEMENT_POOL]
+    same: dict[
+        tuple[frozenset[int], str], list[int]
+    ] = {}  # only these can restate each other (in `top` order)
+    for b in top:
+        same.setdefault((scored[b][1]["hits"], scored[b][1]["speaker"]), []).append(b)
     for a in top:
         qa = scored[a][1]
         hits = qa["hits"]
         if not hits or sum(weights[k] for k in hits) < RESTATEMENT_COVER * total:
             continue
-        for b in top:
+        for b in same[(hits, qa["speaker"])]:
             qb = scored[b][1]
-            if (
-                qb["hits"] == hits
-                and qb["speaker"] == qa["speaker"]
-                and qb["ts"] < qa["ts"]
-                and scored[b][0] > scored[a][0] >= RESTATEMENT_MIN_SHARE * scored[b][0]
-            ):
+            if qb["ts"] < qa["ts"] and scored[b][0] > scored[a][0] >= RESTATEMENT_MIN_SHARE * scored[b][0]:
                 scored[a] = (scored[b][0] * 1.001, qa)
 
 
@@ -561,9 +561,10 @@ def _restated(found: _Scored, weights: list[float]) -> np.ndarray:
     scores = found.scores.copy()
     pool = _best_indices(scores, RESTATEMENT_POOL)
     scored = []
-    for i in pool:
+    held = (found.counts[pool] != 0).tolist()  # each one's groups, read in one step
+    for i, row in zip(pool, held, strict=True):
         k, j = int(found.episode[i]), int(found.local[i])
-        hits = frozenset(g for g in range(found.counts.shape[1]) if found.counts[i, g])
+        hits = frozenset(g for g, h in enumerate(row) if h)
         item = {"hits": hits, "speaker": found.entries[k].passages.speaker(j), "ts": found.rows[k][4]}
         scored.append((float(scores[i]), item))
     _restatements_first(scored, weights)

@@ -745,3 +745,47 @@ def test_a_fixed_word_sets_numbers_follow_the_words_met_later() -> None:
     vocabulary.sets([["and", "thanks", "kite"]])
     expected = {vocabulary.numbers[w] for w in fixed}
     assert vocabulary.numbered(fixed) == expected and vocabulary.numbered(fixed) == expected
+
+
+def test_restatements_move_as_comparing_every_pair_moves_them() -> None:
+    """A newer restatement is moved above the older exactly as when every pair of the pool is compared
+    (the pairs of other words or speakers cannot restate each other), moves made earlier included."""
+
+    def every_pair(scored: list[tuple[float, dict[str, Any]]], weights: list[float]) -> None:
+        total = sum(weights) or 1.0
+        top = sorted(range(len(scored)), key=lambda i: -scored[i][0])[: qs.RESTATEMENT_POOL]
+        for a in top:
+            qa = scored[a][1]
+            if not qa["hits"] or sum(weights[k] for k in qa["hits"]) < qs.RESTATEMENT_COVER * total:
+                continue
+            for b in top:
+                qb = scored[b][1]
+                if (
+                    qb["hits"] == qa["hits"]
+                    and qb["speaker"] == qa["speaker"]
+                    and qb["ts"] < qa["ts"]
+                    and scored[b][0] > scored[a][0] >= qs.RESTATEMENT_MIN_SHARE * scored[b][0]
+                ):
+                    scored[a] = (scored[b][0] * 1.001, qa)
+
+    rng = random.Random(3)
+    moved = 0
+    for _ in range(300):
+        weights = [rng.choice([0.5, 1.0, 2.0]) for _ in range(rng.randint(1, 4))]
+        scored = [
+            (
+                float(rng.choice([1, 2, 3, 4, 5, 6])) * rng.choice([1.0, 0.7]),
+                {
+                    "hits": frozenset(g for g in range(len(weights)) if rng.random() < 0.7),
+                    "speaker": rng.choice(["Ada", "Talker"]),
+                    "ts": f"2023-05-{rng.randint(1, 9):02d}",
+                },
+            )
+            for _ in range(rng.randint(1, 80))
+        ]
+        original, expected = list(scored), list(scored)
+        every_pair(expected, weights)
+        qs._restatements_first(scored, weights)
+        assert scored == expected
+        moved += sum(1 for a, b in zip(scored, original, strict=True) if a[0] != b[0])
+    assert moved > 50, moved
