@@ -10,12 +10,13 @@ that first), asks the same questions in the same way (one agent, the user
 changing per call among the episodes' participants), and times each stage of
 the tool with the process's CPU clock: the two searches, their candidate
 queries, the search over turns no episode covers, the quote scoring, the
-rendering and the `retrieval` event. With --long: the long conversation of
+rendering, the reranker and the `retrieval` event. With --long: the long conversation of
 `bench_read_paths.py --only long` (2,000 turns of ~1,000-token replies, every
 episode prepared by the warm-up calls, every timed question a new one), and
 with --context the context assembly with its per-turn retrieval instead of
 the tool. Also counts the garbage collector's
-pauses (a full collection lands on whichever call triggers it), and lists the
+pauses (a full collection lands on whichever call triggers it; the young
+generations' passes apart), and lists the
 slowest calls with their stages. Prints a table; nothing is written.
 """
 
@@ -34,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runtime as br
-from tiermem.runtime import episode_search, passage_blocks, quote_search, store_reads
+from tiermem.runtime import episode_search, passage_blocks, quote_search, rerank, store_reads
 from tiermem.runtime.context import assemble_context
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.tools import call_tool
@@ -69,6 +70,7 @@ def _instrument(m: AgentMemory, stages: dict[str, list[float]]) -> None:
     _timed(stages, passage_blocks.Blocks, "scored", "  quotes: blocks counted and scored")
     _timed(stages, quote_search, "_restated", "  quotes: restatements")
     _timed(stages, quote_search, "_distinct", "  quotes: result order and items")
+    _timed(stages, rerank.Reranker, "reorder", "  quotes: reranker")
     _timed(stages, quote_search.TEXTS, "term_counts", "term counts (both searches)")
     _timed(stages, episode_search, "_quote_matches", "  episodes: quote counts")
     _timed(stages, m, "record_retrieval", "retrieval event (log + hot store)")
@@ -156,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     full = [t for g, t in pauses if g == 2]
     print(f"garbage collector: {len(pauses)} pauses, full collections {[round(t, 1) for t in full]} ms")
+    for g in (0, 1):  # the young passes: what a call's new, kept objects cost
+        young = [t for gen, t in pauses if gen == g]
+        print(
+            f"  generation {g}: {len(young)} passes, {sum(young):.1f} ms in all, longest {max(young, default=0):.2f} ms"
+        )
     print("slowest calls:")
     for i in sorted(range(args.n), key=lambda i: -total[i])[:5]:  # call i asked queries[i + 10]
         parts = ", ".join(

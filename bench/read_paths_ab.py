@@ -44,10 +44,21 @@ def export_base(commit: str, into: Path) -> Path:
     tree.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    # Its compiled modules built as the editable install builds this tree's (`git archive` has only
+    # their sources): without them the base would run its Python fallbacks (the `retrieval` event's
+    # append among them) and the comparison would credit this tree with the compiled code.
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+    )
     package.mkdir()
     subprocess.run(["cp", "-r", str(tree / "tiermem"), str(package / "tiermem")], check=True)
     for part in COMPONENTS:
         (package / "tiermem" / part).symlink_to(tree / part)
+    built = sorted({so.name.split(".")[0] for so in tree.rglob("*.so")})
+    print(f"base {commit}: compiled modules {', '.join(built) or 'none'}", flush=True)
     return package
 
 

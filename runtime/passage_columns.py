@@ -148,6 +148,23 @@ class WordNumbers:
 
     def __init__(self) -> None:
         self.numbers: dict[str, int] = {}
+        # Per fixed word set asked of `numbered`: the numbers of its words met so far, and the rest.
+        self._known: dict[frozenset[str], tuple[set[int], set[str]]] = {}
+
+    def numbered(self, words: frozenset[str]) -> set[int]:
+        """The numbers of those of `words` (a fixed set: stop words) met so far; kept per set, so
+        only its words not met yet are looked up again (numbers are never taken back)."""
+        kept = self._known.get(words)
+        if kept is None:
+            kept = self._known[words] = (set(), set(words))
+        found, missing = kept
+        numbers = self.numbers
+        for word in tuple(missing):  # a copy: another thread may take words out meanwhile
+            n = numbers.get(word)
+            if n is not None:
+                found.add(n)
+                missing.discard(word)
+        return found
 
     def sets(self, word_lists: Iterable[Iterable[str]]) -> tuple[np.ndarray, np.ndarray]:
         """(every list's distinct words' numbers, ascending, one list after the other; the boundaries)."""
@@ -191,8 +208,10 @@ def dedup_set(
     others (a search's own words: any one order for all the sets a check compares will do)."""
     order = ids[int(at[j]) : int(at[j + 1])][::-1].tolist()
     length = len(order) - int(keep * len(order)) + 2
-    if late and not late.isdisjoint(order):
+    key = frozenset(order)
+    if late and not late.isdisjoint(key):
         prefix = list(islice((w for w in order if w not in late), length))
-        prefix += [w for w in order if w in late][: length - len(prefix)]
-        return frozenset(order), tuple(prefix)
-    return frozenset(order), tuple(order[:length])
+        if len(prefix) < length:  # `order` descends: the late words it holds, in its order
+            prefix += sorted(late & key, reverse=True)[: length - len(prefix)]
+        return key, tuple(prefix)
+    return key, tuple(order[:length])

@@ -261,19 +261,19 @@ def _restatements_first(scored: list[tuple[float, dict[str, Any]]], weights: lis
     """
     total = sum(weights) or 1.0
     top = sorted(range(len(scored)), key=lambda i: -scored[i][0])[:RESTATEMENT_POOL]
+    same: dict[
+        tuple[frozenset[int], str], list[int]
+    ] = {}  # only these can restate each other (in `top` order)
+    for b in top:
+        same.setdefault((scored[b][1]["hits"], scored[b][1]["speaker"]), []).append(b)
     for a in top:
         qa = scored[a][1]
         hits = qa["hits"]
         if not hits or sum(weights[k] for k in hits) < RESTATEMENT_COVER * total:
             continue
-        for b in top:
+        for b in same[(hits, qa["speaker"])]:
             qb = scored[b][1]
-            if (
-                qb["hits"] == hits
-                and qb["speaker"] == qa["speaker"]
-                and qb["ts"] < qa["ts"]
-                and scored[b][0] > scored[a][0] >= RESTATEMENT_MIN_SHARE * scored[b][0]
-            ):
+            if qb["ts"] < qa["ts"] and scored[b][0] > scored[a][0] >= RESTATEMENT_MIN_SHARE * scored[b][0]:
                 scored[a] = (scored[b][0] * 1.001, qa)
 
 
@@ -340,19 +340,20 @@ class _Scored:
     notes: dict[tuple[str, str], list[Note]]
     near: dict[tuple[str, int], float]
     complete: bool = True  # every candidate passage is here (else only those that can make the best)
-    _starts: dict[int, datetime] = field(default_factory=dict)  # per candidate: its start, parsed
+    _starts: dict[int, tuple[datetime, str]] = field(default_factory=dict)  # per candidate: start, date
     # The near-duplicate check's vocabulary when the search started (EpisodeTexts.dedup).
     numbers: WordNumbers = field(default_factory=lambda: TEXTS.numbers)
     asked: tuple[str, ...] = ()  # the question's forms: filed under last (`dedup_key`)
     _late: frozenset[int] | None = None
 
-    def item(self, i: int) -> dict[str, Any]:
-        """Passage `i` as a result item (before the final touches of `search_quotes`)."""
+    def item(self, i: int, hits: bool = False) -> dict[str, Any]:
+        """Passage `i` as a result item (before the final touches of `search_quotes`; `hits`: with the
+        groups it holds, which only the fused ranking's restatement check reads)."""
         k, j = int(self.episode[i]), int(self.local[i])
         row, p = self.rows[k], self.entries[k].passages
-        start = self._starts.get(k)
-        if start is None:
-            start = self._starts[k] = parse_ts(row[4])
+        start, date = self._starts.get(k) or self._starts.setdefault(
+            k, (t := parse_ts(row[4]), human_date(t))
+        )
         speaker, event_id = p.speaker(j), p.event_id(j)
         return {
             "text": p.text(j),
@@ -362,13 +363,12 @@ class _Scored:
             "notes": shown_notes(self.notes.get((event_id, speaker), [])),
             "episode_id": row[0],
             "ts": row[4],
-            "date": human_date(start),
+            "date": date,
             "at": start,
             "cosine": self.near.get((row[0], j)),
             "_passage": (self.entries[k], j),
-            "hits": frozenset(np.flatnonzero(self.counts[i]).tolist()),
             "boost": self.boosts[k],
-        }
+        } | ({"hits": frozenset(np.flatnonzero(self.counts[i]).tolist())} if hits else {})
 
     def dedup_key(self, i: int) -> tuple[frozenset[int], tuple[int, ...]]:
         """Passage `i`'s word set and its prefix for `_distinct`, from the words taken when its episode
@@ -561,9 +561,10 @@ def _restated(found: _Scored, weights: list[float]) -> np.ndarray:
     scores = found.scores.copy()
     pool = _best_indices(scores, RESTATEMENT_POOL)
     scored = []
-    for i in pool:
+    held = (found.counts[pool] != 0).tolist()  # each one's groups, read in one step
+    for i, row in zip(pool, held, strict=True):
         k, j = int(found.episode[i]), int(found.local[i])
-        hits = frozenset(g for g in range(found.counts.shape[1]) if found.counts[i, g])
+        hits = frozenset(g for g, h in enumerate(row) if h)
         item = {"hits": hits, "speaker": found.entries[k].passages.speaker(j), "ts": found.rows[k][4]}
         scored.append((float(scores[i]), item))
     _restatements_first(scored, weights)
@@ -656,7 +657,7 @@ def search_quotes(
     found = _score_passages(rows, entries, asked, near, notes, None if dense else enough)
     found.asked = asked.forms
     if dense is not None:
-        scored = _fused([(s, found.item(i)) for i, s in enumerate(found.scores.tolist())], dense)
+        scored = _fused([(s, found.item(i, True)) for i, s in enumerate(found.scores.tolist())], dense)
         _restatements_first(scored, asked.weights)
         scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
         return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit, placed)
@@ -742,7 +743,7 @@ def _distinct(
         # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
         item["anchors"] = [] if item["notes"] else _anchors(item["text"], at, passage, item["ts"])
         item.pop("boost")
-        item.pop("hits")
+        item.pop("hits", None)
         item["score"] = round(score, 4)
         out.append(item)
         if len(out) >= limit:

@@ -24,9 +24,10 @@ the passages around each one in its episode, without any model:
 Measured on LoCoMo dev (leave-one-conversation-out, bench/RESULTS.md), three
 more added nothing and were left out: the share of the question's term groups
 a passage or the turn before it holds (the search score has it already), and
-a number or a capitalised word inside a sentence. A passage's word set is
-taken once and kept with its prepared episode, so what a reranking costs per
-passage is a few set operations.
+a number or a capitalised word inside a sentence. A passage's words are those
+the near-duplicate check numbered when its episode was prepared (an array
+slice, not the text split again), kept with its prepared episode, so what a
+reranking costs per passage is a few set operations.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import math
 import re
 import sqlite3
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,7 +44,7 @@ from numpy.typing import NDArray
 from tiermem.runtime.episode_search import _WORD
 from tiermem.runtime.episode_text import TEXTS, Prepared
 from tiermem.runtime.hotstore import database_key
-from tiermem.runtime.passage_columns import PassageColumns
+from tiermem.runtime.passage_columns import PassageColumns, WordNumbers
 
 from tiermem.text import STOP_WORDS, wordset
 
@@ -69,6 +70,7 @@ SMALL_TALK = wordset(
     hope hoping cheers care take bye see soon talk later chat catch again long time been meet mean means
     lot much"""
 )
+_NO_CONTENT = STOP_WORDS | SMALL_TALK  # with the speakers' names: what is not a content word
 _NAMES = re.compile(r"\b[A-Z][a-z]+")
 _ASKS_WHEN = re.compile(r"^\s*(?:when|how long|what (?:year|month|date|day|time))\b", re.I)
 _IMAGE = " [image:"
@@ -79,13 +81,27 @@ Said = tuple[str, str]  # (speaker, text)
 class Around(NamedTuple):
     """What a passage is in its episode, whatever the question: its words and its neighbours."""
 
-    words: frozenset[str]  # its distinct words (lowered), caption included
+    # Its distinct words (lowered), caption included; `words` gives them as a set. Kept per passage
+    # as their numbers in `numbered` (the near-duplicate check's vocabulary, taken when a long
+    # episode was prepared: an array slice, nothing for the collector to walk) or, for a short
+    # episode, as a tuple: a set stays tracked, and the collector's young passes walked every word
+    # of every newly kept set again and again (3-4 ms a pass on a long conversation).
+    distinct: Collection[str] | NDArray[np.int64]
     before: Said | None
     prev_asks: bool  # the turn before it ends with a question mark
     prev_other: bool  # ...and is another speaker's
     next_asks: bool  # the turn after it ends with a question mark
     image: bool  # it carries a shared picture's description
     content: dict[frozenset[str], int]  # the speakers' names met -> its content words with them
+    numbered: WordNumbers | None = None  # the vocabulary `distinct` is numbered in (None: words)
+
+    @property
+    def words(self) -> frozenset[str]:
+        """Its distinct words (lowered), caption included."""
+        if self.numbered is None:
+            return frozenset(self.distinct)
+        spelled = list(self.numbered.numbers)  # numbered in the order met: word n is the n-th
+        return frozenset(spelled[n] for n in self.distinct.tolist())  # type: ignore[union-attr]
 
 
 class _Episode:
@@ -148,8 +164,20 @@ def _facts(entry: Prepared, j: int) -> Around:
     ps = entry.passages
     speaker, text, _, _ = _said(ps, j)
     before = _said(ps, j - 1)[:2] if j > 0 else None
+    distinct: Collection[str] | NDArray[np.int64]
+    numbered = None
+    if isinstance(ps, PassageColumns) and entry.start >= 0:
+        # A long episode's: the words the near-duplicate check took when it was prepared (the same
+        # split of the same lowered text), not the text split again per new result. (A short
+        # episode's few words are split as fast as the numbers are read and counted.)
+        numbered = entry.dedup_by if entry.dedup_by is not None else TEXTS.numbers
+        ids, at = TEXTS.dedup(entry, numbered)
+        distinct = ids[int(at[j]) : int(at[j + 1])]
+    else:
+        distinct = tuple(set(_WORD.findall(text.lower())))
     return Around(
-        words=frozenset(_WORD.findall(text.lower())),
+        distinct=distinct,
+        numbered=numbered,
         before=before,
         prev_asks=before is not None and before[1].rstrip().endswith("?"),
         prev_other=before is not None and before[0].lower() != speaker.lower(),
@@ -205,6 +233,23 @@ def _looked_up(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list
     return out
 
 
+def _content(
+    at: Around, words: tuple[frozenset[str], frozenset[str]], numbered: dict[WordNumbers, set[int]]
+) -> int:
+    """How many of the passage's distinct words are not in `no_content` (`words`: the speakers' names,
+    and `no_content`: those and `_NO_CONTENT`); `numbered` keeps the numbers of `no_content` per
+    vocabulary, for one call: a word never met has no number, and no passage holds it."""
+    names, no_content = words
+    if at.numbered is None:
+        return len(at.distinct) - len(no_content.intersection(at.distinct))
+    ids = numbered.get(at.numbered)
+    if ids is None:
+        known = at.numbered.numbers
+        ids = at.numbered.numbered(_NO_CONTENT) | {n for w in names if (n := known.get(w)) is not None}
+        numbered[at.numbered] = ids
+    return len(at.distinct) - len(ids.intersection(at.distinct.tolist()))  # type: ignore[union-attr]
+
+
 def word_features(
     query: str, head: Sequence[dict[str, Any]], around: Sequence[Around]
 ) -> NDArray[np.float64]:
@@ -222,13 +267,14 @@ def word_features(
     for item, s in zip(head[:DAY_WINDOW], scores[:DAY_WINDOW].tolist(), strict=False):
         days[item["date"]] = days.get(item["date"], 0.0) + s / top
     names = frozenset(s[:k] for s in speakers for k in range(3, len(s) + 1))  # "mel" for Melanie
-    no_content = STOP_WORDS | SMALL_TALK | names
+    no_content = _NO_CONTENT | names
 
     rows = []
+    numbered: dict[WordNumbers, set[int]] = {}  # per vocabulary: the numbers of `no_content`
     for i, (item, at) in enumerate(zip(head, around, strict=True)):
         content = at.content.get(names, -1)
         if content < 0:
-            content = at.content[names] = len(at.words - no_content)
+            content = at.content[names] = _content(at, (names, no_content), numbered)
         speaker = str(item.get("speaker") or "").lower()
         own_day = scores[i] / top if i < DAY_WINDOW else 0.0
         rows.append(
@@ -242,7 +288,7 @@ def word_features(
                 days.get(item["date"], 0.0) - own_day,
                 float(at.image),
                 math.log1p(content),
-                content / max(1, len(at.words)),
+                content / max(1, len(at.distinct)),
             ]
         )
     return np.array(rows, dtype=np.float64)

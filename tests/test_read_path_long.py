@@ -690,3 +690,102 @@ def test_near_identical_sets_share_a_filing_word_whatever_words_are_filed_last()
             near += 1
             assert set(pa) & set(pb), (sorted(a), sorted(b), late)
     assert near > 100
+
+
+def test_reranker_facts_of_a_prepared_episode_are_those_of_splitting_each_passage(
+    memory: AgentMemory,
+) -> None:
+    """The reranker reads a passage's words from the numbers its episode was prepared with: the same
+    word set, and the same count of content words for any names, as splitting the passage's text."""
+    from tiermem.runtime import rerank_features as rf
+    from tiermem.runtime.episode_text import TEXTS
+
+    for query in QUERIES:
+        qs.search_quotes(memory.conn, memory.principal, query, None, 40)
+    names = frozenset({"ada", "tal", "talk", "talker", "paint"})
+    no_content = rf.STOP_WORDS | rf.SMALL_TALK | names
+    assert TEXTS.numbers.numbered(rf._NO_CONTENT) == {
+        n for w, n in TEXTS.numbers.numbers.items() if w in rf._NO_CONTENT
+    }
+    checked = {True: 0, False: 0}
+    for e in list(TEXTS.entries.values()):
+        for j in range(len(e.passages)):
+            facts = rf._facts(e, j)  # numbered for a long (indexed) episode, spelled out for a short one
+            split = frozenset(re.findall(r"[a-z0-9]+", e.passages[j].text.lower()))
+            assert (facts.numbered is not None) == (e.start >= 0) and facts.words == split
+            by_text = facts._replace(distinct=tuple(split), numbered=None)
+            assert rf._content(facts, (names, no_content), {}) == len(split - no_content)
+            assert rf._content(by_text, (names, no_content), {}) == len(split - no_content)
+            checked[e.start >= 0] += 1
+    assert checked[True] > 100 and checked[False] > 10, checked
+
+
+def test_a_filing_prefix_is_the_set_read_in_one_order_the_question_words_last() -> None:
+    """`dedup_set`'s prefix is the first words of the set read last-met first, with `late` words
+    moved after all others, whatever share of the set they are (none, some, most, all)."""
+    rng = random.Random(5)
+    for _ in range(400):
+        words = sorted(rng.sample(range(200), rng.randint(1, 40)))
+        late = frozenset(rng.sample(words, rng.randint(0, len(words))) + rng.sample(range(200, 210), 2))
+        at = np.array([0, len(words)], dtype=np.int64)
+        key, prefix = pc.dedup_set(np.array(words, dtype=np.int64), at, 0, qs.DUPLICATE_JACCARD, late)
+        order = words[::-1]
+        length = len(order) - int(qs.DUPLICATE_JACCARD * len(order)) + 2
+        expected = ([w for w in order if w not in late] + [w for w in order if w in late])[:length]
+        assert key == frozenset(words) and prefix == tuple(expected)
+
+
+def test_a_fixed_word_sets_numbers_follow_the_words_met_later() -> None:
+    """`WordNumbers.numbered` keeps what it found: words met after the first ask are found at the
+    next, and a set asked again is the same numbers as looking every word up."""
+    vocabulary, fixed = pc.WordNumbers(), frozenset({"the", "and", "thanks"})
+    assert vocabulary.numbered(fixed) == set()
+    vocabulary.sets([["kite", "the"], ["sky"]])
+    assert vocabulary.numbered(fixed) == {vocabulary.numbers["the"]}
+    vocabulary.sets([["and", "thanks", "kite"]])
+    expected = {vocabulary.numbers[w] for w in fixed}
+    assert vocabulary.numbered(fixed) == expected and vocabulary.numbered(fixed) == expected
+
+
+def test_restatements_move_as_comparing_every_pair_moves_them() -> None:
+    """A newer restatement is moved above the older exactly as when every pair of the pool is compared
+    (the pairs of other words or speakers cannot restate each other), moves made earlier included."""
+
+    def every_pair(scored: list[tuple[float, dict[str, Any]]], weights: list[float]) -> None:
+        total = sum(weights) or 1.0
+        top = sorted(range(len(scored)), key=lambda i: -scored[i][0])[: qs.RESTATEMENT_POOL]
+        for a in top:
+            qa = scored[a][1]
+            if not qa["hits"] or sum(weights[k] for k in qa["hits"]) < qs.RESTATEMENT_COVER * total:
+                continue
+            for b in top:
+                qb = scored[b][1]
+                if (
+                    qb["hits"] == qa["hits"]
+                    and qb["speaker"] == qa["speaker"]
+                    and qb["ts"] < qa["ts"]
+                    and scored[b][0] > scored[a][0] >= qs.RESTATEMENT_MIN_SHARE * scored[b][0]
+                ):
+                    scored[a] = (scored[b][0] * 1.001, qa)
+
+    rng = random.Random(3)
+    moved = 0
+    for _ in range(300):
+        weights = [rng.choice([0.5, 1.0, 2.0]) for _ in range(rng.randint(1, 4))]
+        scored = [
+            (
+                float(rng.choice([1, 2, 3, 4, 5, 6])) * rng.choice([1.0, 0.7]),
+                {
+                    "hits": frozenset(g for g in range(len(weights)) if rng.random() < 0.7),
+                    "speaker": rng.choice(["Ada", "Talker"]),
+                    "ts": f"2023-05-{rng.randint(1, 9):02d}",
+                },
+            )
+            for _ in range(rng.randint(1, 80))
+        ]
+        original, expected = list(scored), list(scored)
+        every_pair(expected, weights)
+        qs._restatements_first(scored, weights)
+        assert scored == expected
+        moved += sum(1 for a, b in zip(scored, original, strict=True) if a[0] != b[0])
+    assert moved > 50, moved
