@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_rerank.py --data ../shared/bench/locomo_dev.json
     .venv/bin/python bench/bench_rerank.py --data ... --rerank static minilm --budgets 250 500 1000 --json
     .venv/bin/python bench/bench_rerank.py --data ... --rerank static --fit   # the constants of MODELS
+    .venv/bin/python bench/bench_rerank.py --data ... --expand static   # fitted and delivered with the expansion
 
 One data root is prepared exactly as `tiermem bench locomo` prepares it
 (tiermem.app.locomo: ingestion, compression, projection; `--mode hybrid` for a
@@ -42,7 +43,7 @@ from tiermem.runtime.rerank import MODELS, LinearModel, Reranker, features, fit_
 
 from tiermem.app.locomo import TiermemContext, aggregate, load_locomo, prepare, score_question
 from tiermem.embeddings import Embedder, Vectors, load_embedder
-from tiermem.settings import RERANK_EMBEDDERS, RERANK_MODES, resolve_settings
+from tiermem.settings import EXPAND_MODES, RERANK_EMBEDDERS, RERANK_MODES, resolve_settings
 
 METRICS = ("evidence_recall", "answer_recall", "answer_full")
 HIT_AT = (1, 5, 10, 12, 20)
@@ -79,8 +80,15 @@ def collect(
         try:
             store = system.memory.store
             for q in conv.questions:
+                # The store's own query expansion (retrieval.expand) too: the model is fitted on
+                # the shortlists the delivered path ranks.
                 found = quote_search.search_quotes(
-                    store.conn, system.memory.principal, q.question, limit=60, dense=store.dense
+                    store.conn,
+                    system.memory.principal,
+                    q.question,
+                    limit=60,
+                    dense=store.dense,
+                    expand=store.expand,
                 )
                 gold = {ev[d] for d in q.evidence if d in ev}
                 head = found[:depth]
@@ -173,7 +181,9 @@ def time_reorder(
                 if done >= n:
                     break
                 done += 1
-                found = quote_search.search_quotes(conn, who, q.question, limit=60, dense=store.dense)
+                found = quote_search.search_quotes(
+                    conn, who, q.question, limit=60, dense=store.dense, expand=store.expand
+                )
                 for name, reranker in (("cold", Reranker(embedder, model, depth)), ("warm", warm)):
                     c0, w0 = time.process_time(), time.perf_counter()
                     reranker.reorder(conn, q.question, found)
@@ -195,12 +205,19 @@ def time_reorder(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     convs = load_locomo(args.data)
-    result: dict[str, Any] = {"mode": args.mode, "depth": args.depth, "load_before": os.getloadavg()[0]}
+    result: dict[str, Any] = {
+        "mode": args.mode,
+        "expand": args.expand,
+        "depth": args.depth,
+        "load_before": os.getloadavg()[0],
+    }
     with tempfile.TemporaryDirectory(prefix="tiermem-rerank-") as tmp:
         root = Path(args.root) if args.root else Path(tmp)
         base = resolve_settings(data_dir=root / "data", env={})
         settings = replace(base, anthropic_api_key=None, fsync="none")
-        settings = replace(settings, retrieval=replace(settings.retrieval, mode=args.mode))
+        settings = replace(
+            settings, retrieval=replace(settings.retrieval, mode=args.mode, expand=args.expand)
+        )
         marker = root / f"prepared-{args.mode}"
         if not marker.exists():
             t0 = time.perf_counter()
@@ -266,6 +283,12 @@ def main() -> None:
     ap.add_argument("--data", required=True, type=Path)
     ap.add_argument("--root", default="", help="keep the prepared data root here (reused when present)")
     ap.add_argument("--mode", default="lexical", choices=("lexical", "hybrid"))
+    ap.add_argument(
+        "--expand",
+        default="off",
+        choices=EXPAND_MODES,
+        help="retrieval.expand (query-side only: the prepared root is the same)",
+    )
     ap.add_argument("--rerank", nargs="+", default=["words"], choices=RERANK_MODES[1:])
     ap.add_argument(
         "--per-char",

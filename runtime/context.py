@@ -50,6 +50,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -365,13 +366,14 @@ def _retrieve(
     shown: frozenset[str] = frozenset(),
     turn_limit: int = 5,
     elsewhere: frozenset[str] = frozenset(),
+    now: datetime | None = None,
 ) -> tuple[list[ContextItem], dict[str, float], dict[str, str]]:
     facts = memory.store.search_facts(
         who,
         query,
         limit=fact_limit,
         weights=memory.settings.runtime.scope_weights,
-        now=utcnow(),
+        now=now or utcnow(),
     )
     episodes = memory.store.search_episodes(who, query, None, episode_limit)
     if elsewhere:
@@ -464,6 +466,7 @@ def assemble_context(
     tier_budgets: Mapping[str, int] | None = None,
     record: bool = False,
     shown_turns: frozenset[str] = frozenset(),
+    now: datetime | None = None,
 ) -> AssembledContext:
     """Build the prompt sections for one turn (see the module doc for the budget rules).
 
@@ -471,7 +474,10 @@ def assemble_context(
     turn loop does; inspection commands do not). `shown_turns`: event ids of
     turns the caller shows beside the context (a `recall_memory` answer); the
     per-turn retrieval skips facts, episodes and turns that would only repeat
-    them, so its room goes to what the caller does not show.
+    them, so its room goes to what the caller does not show. `now`: the moment
+    the facts' recency is measured from (default: the clock); a replay of a past
+    conversation passes its own time, so what it ranks does not move with the date
+    it is run on.
     """
     started = time.perf_counter()
     rt = memory.settings.runtime
@@ -488,7 +494,7 @@ def assemble_context(
     kinds: dict[str, str] = {}
     if query and query.strip():
         shown = frozenset(it.item_id for it in kept.get("recent", []))
-        mc_items, scores, kinds = _retrieve(memory, query, who, shown=shown, elsewhere=shown_turns)
+        mc_items, scores, kinds = _retrieve(memory, query, who, shown=shown, elsewhere=shown_turns, now=now)
         mc_budget = int(tiers.get("memory_context", 600))
         if budget is not None:
             used = sum(count_tokens(_render(n, its)) for n, its in kept.items() if its)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import orjson
+import pytest
+import tiermem.runtime.context as context
 
 from tiermem.app.locomo import (
     BM25,
     Item,
     Question,
+    TiermemContext,
     aggregate,
     answer_tokens,
     format_report,
@@ -22,6 +27,7 @@ from tiermem.app.locomo import (
     run_locomo,
     score_question,
 )
+from tiermem.settings import resolve_settings
 
 FIXTURE = [
     {
@@ -303,3 +309,25 @@ def test_attribution_names_the_section_holding_the_evidence() -> None:
     shares = section_shares([(items, att)])
     assert shares["recall"]["evidence_alone"] == 1 and shares["knowledge"]["evidence_questions"] == 0
     assert shares["knowledge"]["answer_token_share"] == 1.0
+
+
+def test_the_context_part_ranks_facts_at_the_conversations_own_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (conv,) = load_locomo(_write(tmp_path))
+    settings = replace(resolve_settings(data_dir=tmp_path / "data", env={}), anthropic_api_key=None)
+    seen: list[Any] = []
+    real = context.assemble_context
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(kwargs.get("now"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(context, "assemble_context", spy)
+    system = TiermemContext(settings, conv)
+    try:
+        system.assembled("Where did Ava go?", 100)
+    finally:
+        system.close()
+    # The last turn's time, not the clock's: the figures cannot drift with the day of the run.
+    assert seen == [max(t.ts for t in conv.turns)]

@@ -211,3 +211,24 @@ def test_shown_turns_keep_the_retrieval_from_repeating_what_the_caller_shows(set
         mc = rest.section("memory_context")
         assert mc is not None and "f-shown" not in mc.item_ids and "f-other" in mc.item_ids
         assert "episode" not in rest.retrieval_kinds.values()
+
+
+def test_facts_recency_is_measured_from_the_given_moment_not_the_clock(settings: Settings) -> None:
+    from datetime import timedelta
+
+    from tiermem.ids import parse_ts
+
+    with _memory(settings) as m:
+        first = assemble_context(m, user="alice", query="Alice cats")
+        fact_id = next(i for i, kind in first.retrieval_kinds.items() if kind == "fact")
+        row = m.store.visible_fact(m.as_user("alice"), fact_id)
+        assert row is not None
+        written = parse_ts(row["updated_at"])
+        # Measured from the moment it was written, and ten years on: the decay is the only
+        # difference (1.0 against its floor, 0.8), whatever day the test runs.
+        fresh = assemble_context(m, user="alice", query="Alice cats", now=written)
+        old = assemble_context(m, user="alice", query="Alice cats", now=written + timedelta(days=3650))
+        again = assemble_context(m, user="alice", query="Alice cats", now=written)
+        assert fresh.retrieval_scores == again.retrieval_scores
+        ratio = old.retrieval_scores[fact_id] / fresh.retrieval_scores[fact_id]
+        assert abs(ratio - 0.8) < 1e-3

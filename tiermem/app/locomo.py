@@ -445,6 +445,9 @@ class TiermemContext:
         self.settings = settings
         self.conv = conv
         self.memory = open_memory(settings, conv.agent_id, user=conv.speaker_b)
+        # The conversation's own present (its last turn): the facts' recency is measured from it,
+        # not from the clock, so the figures do not drift with the day the harness is run.
+        self.now = max((t.ts for t in conv.turns), default=None)
 
     def close(self) -> None:
         self.memory.close()
@@ -459,6 +462,7 @@ class TiermemContext:
             budget=budget,
             tier_budgets=FIXED_SECTIONS,
             shown_turns=shown,
+            now=self.now,
         )
         out: list[Item] = []
         for section in ctx.sections:
