@@ -387,6 +387,7 @@ static PyObject *append_locked(Appender *self, PyObject *w, PyObject *event) {
         return NULL;
     }
     PyObject *answer = NULL, *tails_map = NULL, *ino_obj = NULL, *tail_ids = NULL, *first_line = NULL;
+    PyObject *eid = NULL; /* held: the flush can run Python code, which could drop the event's last reference */
     if (!PyTuple_CheckExact(packed) || PyTuple_GET_SIZE(packed) != 12) {
         answer = Py_NewRef(Py_None);
         goto done;
@@ -409,13 +410,18 @@ static PyObject *append_locked(Appender *self, PyObject *w, PyObject *event) {
     }
 
     /* What `_append_compiled` checks before its call. */
-    long long end, ino_ll;
+    long long end;
     if (long_attr(tail, S_end, &end) < 0) goto done;
     ino_obj = PyObject_GetAttr(tail, S_ino);
     if (ino_obj == NULL) goto done;
-    ino_ll = PyLong_AsLongLong(ino_obj);
-    if (ino_ll == -1 && PyErr_Occurred()) goto done;
-    unsigned long long ino = (unsigned long long)ino_ll;
+    /* Inode numbers are unsigned, and some file systems use the top bit: one that does not fit
+     * is left to the Python path rather than refused. */
+    unsigned long long ino = PyLong_AsUnsignedLongLong(ino_obj);
+    if (ino == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        answer = Py_NewRef(Py_None);
+        goto done;
+    }
     PyObject *counted = PyDict_GetItemWithError(self->line_counts, segment);
     if (counted == NULL && PyErr_Occurred()) goto done;
     tails_map = PyObject_GetAttr(w, S_tails);
@@ -425,7 +431,8 @@ static PyObject *append_locked(Appender *self, PyObject *w, PyObject *event) {
     tail_ids = PyObject_GetAttr(tail, S_ids);
     if (tail_ids == NULL) goto done;
     PyObject *ts = PyDict_GetItemWithError(event, S_ts);
-    PyObject *eid = ts == NULL ? NULL : PyDict_GetItemWithError(event, S_event_id);
+    eid = ts == NULL ? NULL : PyDict_GetItemWithError(event, S_event_id);
+    Py_XINCREF(eid);
     if (PyErr_Occurred()) goto done;
     if (!counts_match(counted, ino, end) || own_tail != tail || !PyAnySet_Check(tail_ids) ||
         PySet_GET_SIZE(tail_ids) + 1 >= self->tail_flush_ids || ts == NULL || !PyUnicode_CheckExact(ts) ||
@@ -480,6 +487,7 @@ static PyObject *append_locked(Appender *self, PyObject *w, PyObject *event) {
     if (noted == 0) answer = new_result(self, eid, segment, first_line);
 
 done:
+    Py_XDECREF(eid);
     Py_XDECREF(first_line);
     Py_XDECREF(tail_ids);
     Py_XDECREF(tails_map);
@@ -492,6 +500,10 @@ done:
 /* appender.append(record) -> the AppendResult when appended in one call; else the checked event
  * (nothing written: the Python path goes on with it) or None (the check did not settle it). */
 static PyObject *appender_append(Appender *self, PyObject *record) {
+    if (self->check == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Appender used before a successful __init__");
+        return NULL;
+    }
     if (!PyDict_CheckExact(record)) Py_RETURN_NONE;
     PyObject *type = PyDict_GetItemWithError(record, S_type);
     if (type == NULL) {

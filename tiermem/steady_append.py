@@ -404,9 +404,12 @@ def appender(log: EventLog) -> Callable[[Any], Any] | None:
     commit, whose callers share their flushes.
     """
     check = compiled_records.bound(log.settings.limits)
-    if _steady is None or check is None or log.settings.fsync == "group":
+    # A build of the compiled module from before the appender existed has no `Appender`: the
+    # Python path then appends, as it does without the module.
+    kind = getattr(_steady, "Appender", None)
+    if kind is None or check is None or log.settings.fsync == "group":
         return None
-    built = _steady.Appender(
+    built = kind(
         check,
         log._writers,
         stream_of("interaction"),
