@@ -152,8 +152,11 @@ class WordNumbers:
         self._known: dict[frozenset[str], tuple[set[int], set[str]]] = {}
 
     def numbered(self, words: frozenset[str]) -> set[int]:
-        """The numbers of those of `words` (a fixed set: stop words) met so far; kept per set, so
-        only its words not met yet are looked up again (numbers are never taken back)."""
+        """The numbers of those of `words` met so far; kept per set, so only its words not met yet
+        are looked up again (numbers are never taken back). `words` must be a module's constant
+        (stop words): each set asked is kept for the vocabulary's life, so sets made per question
+        or per reader would grow it without bound. The answer is the kept set itself: callers
+        combine it into a new set (`|`) and never change it in place."""
         kept = self._known.get(words)
         if kept is None:
             kept = self._known[words] = (set(), set(words))

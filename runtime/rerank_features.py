@@ -97,7 +97,9 @@ class Around(NamedTuple):
 
     @property
     def words(self) -> frozenset[str]:
-        """Its distinct words (lowered), caption included."""
+        """Its distinct words (lowered), caption included. For tests and inspection only: a numbered
+        passage is spelled out through the whole vocabulary (every word met), far too dear per passage
+        on a search's path, which reads `distinct` and `numbered` instead."""
         if self.numbered is None:
             return frozenset(self.distinct)
         spelled = list(self.numbered.numbers)  # numbered in the order met: word n is the n-th
