@@ -63,6 +63,10 @@ _NAMES = {
 }
 
 
+# The integers a JSON number carries here (orjson writes signed and unsigned 64-bit ones).
+INT_MIN, UINT_MAX = -(2**63), 2**64 - 1
+
+
 @dataclass
 class QueryResult:
     columns: list[str]
@@ -80,7 +84,11 @@ def plain(value: Any) -> Any:
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, Decimal):
-        return float(value) if value != value.to_integral_value() else int(value)
+        return float(value) if value != value.to_integral_value() else plain(int(value))
+    if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= UINT_MAX:
+        # HUGEINT sums and hashes: JSON encoders stop at 64 bits, and a reader's own integers may
+        # stop earlier; the digits, as a string, lose nothing.
+        return str(value)
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     if isinstance(value, dict):

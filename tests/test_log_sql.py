@@ -39,6 +39,27 @@ def test_sql_json_is_an_array_of_row_objects(loaded: Settings, capsys: pytest.Ca
     assert rows[0] == {"agent_id": "agent-0", "n": 7, "first": "2026-03-01T10:00:00.000Z", "e": "e00"}
 
 
+def test_integers_past_64_bits_come_out_as_their_digits(
+    loaded: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A HUGEINT (a sum of hashes, a 128-bit cast) is beyond what a JSON encoder writes as a number.
+    code, out, _ = run_cli(
+        capsys,
+        loaded.data_dir,
+        [
+            "sql",
+            "--json",
+            "SELECT 170141183460469231731687303715884105727::HUGEINT AS big, -(2::HUGEINT ** 64)::HUGEINT AS low, "
+            "18446744073709551615::UBIGINT AS top, 7::HUGEINT AS small, sum(hash(event_id)) > 0 AS h "
+            "FROM interactions",
+        ],
+    )
+    assert code == 0, out
+    row = orjson.loads(out)[0]
+    assert row["big"] == "170141183460469231731687303715884105727" and row["low"] == "-18446744073709551616"
+    assert row["top"] == 18446744073709551615 and row["small"] == 7 and row["h"] is True
+
+
 def test_sql_csv_and_table(loaded: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(
         capsys,
