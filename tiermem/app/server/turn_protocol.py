@@ -30,7 +30,8 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from tiermem.app.server.routes import ID_MAX
-from tiermem.app.server.turn_route import TurnRoute, parse_turn, read_headers
+from tiermem.app.server.turn_body import parse_turn
+from tiermem.app.server.turn_route import TurnRoute, read_headers
 
 # The route's path, with the agent id's pattern (AgentId in routes.py); no '%': an escaped
 # path is unescaped by uvicorn first, so the framework's reading of it decides.

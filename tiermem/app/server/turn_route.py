@@ -23,24 +23,22 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
 
 import orjson
-import pydantic
 from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
 
 from tiermem.app.server.keys import KeyStore, authorize
 from tiermem.app.server.problems import problem_for
-from tiermem.app.server.routes import ID_MAX, TurnIn
+from tiermem.app.server.routes import ID_MAX
 from tiermem.app.server.service import MemoryService
+from tiermem.app.server.turn_body import PostedTurn, parse_turn
 from tiermem.runtime.memory import RecordedTurn
 
 PREFIX = "/v1/agents/"
 SUFFIX = "/turns"
 # The route's path parameter pattern and length (AgentId in routes.py).
 AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]*")
-OMITTED = {"user", "user_message", "agent_response"}  # kept apart from the fields, as the route does
 JSON_HEADERS = [(b"content-type", b"application/json")]
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, body
 
@@ -92,15 +90,14 @@ class TurnRoute:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
-    def submit(self, agent_id: str, token: str | None, turn: TurnIn) -> asyncio.Future[RecordedTurn]:
+    def submit(self, agent_id: str, token: str | None, turn: PostedTurn) -> asyncio.Future[RecordedTurn]:
         """Check the key and the permission, and queue the turn for its batch: the future gets its
         outcome once durable. Raises what the route answers as a problem (401, 403)."""
         keys: KeyStore = self.state.keys
         svc: MemoryService = self.state.service
         caller = keys.verify(token) if token else None
         user = authorize(caller, agent_id=agent_id, user=turn.user)
-        fields = turn.model_dump(exclude_none=True, exclude=OMITTED)
-        return svc.submit_turn(agent_id, user, turn.user_message, turn.agent_response, fields)
+        return svc.submit_turn(agent_id, user, turn.user_message, turn.agent_response, turn.fields)
 
     @staticmethod
     def answer_recorded(recorded: RecordedTurn) -> Answer:
@@ -162,27 +159,6 @@ def read_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool, 
     if scheme.lower() != "bearer" or not token.strip():
         return None, json_body, declared, streamed
     return token.strip(), json_body, declared, streamed
-
-
-_LONG_NUMBER = re.compile(rb"[0-9]{19,}")  # 19 digits may not fit in 64 bits
-
-
-def parse_turn(body: bytes) -> TurnIn | None:
-    """The validated turn, or None when the framework route must answer (with its own 422)."""
-    if _LONG_NUMBER.search(body):
-        # orjson reads an integer beyond 64 bits as a float: the turn would be stored with
-        # another number where the framework's parser keeps it exact and the log refuses it.
-        return None
-    try:
-        data: Any = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    try:
-        return TurnIn.model_validate(data)
-    except pydantic.ValidationError:
-        return None
 
 
 def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
