@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from tiermem.runtime.levels import check_level, transition_event
@@ -503,10 +504,7 @@ def record_turns(
     for turn in turns:
         memory = turn.memory
         record = _turn_record(memory, turn.user_message, turn.agent_response, turn.fields, levels)
-        if "ts" not in record:  # (one given keeps deciding its id's time, as in validation)
-            record["ts"] = stamp
-            if "event_id" not in record:
-                record["event_id"] = new_event_id(at)
+        _stamp(record, stamp, at)
         try:
             # The turn and its enrichment come from the caller: the trust boundary applies.
             event = validate(record, writer=CALLER, limits=memory.settings.limits)
@@ -548,6 +546,15 @@ def record_turns(
         # One hot store per data root: any of the batch's connections applies them all.
         first.store.apply_now(events)
     return outcomes
+
+
+def _stamp(record: dict[str, Any], stamp: str, at: datetime) -> None:
+    """The time and id validation would give a record without them (a given time keeps
+    deciding its id's)."""
+    if "ts" not in record:
+        record["ts"] = stamp
+        if "event_id" not in record:
+            record["event_id"] = new_event_id(at)
 
 
 def _turn_record(

@@ -147,11 +147,13 @@ class TurnProtocol(HttpToolsProtocol):
     def _answer(self, turn: TurnCycle, done: asyncio.Future[Any]) -> None:
         route = self.route
         assert route is not None
-        if done.cancelled():  # nothing cancels it; were it to, the connection would be left hanging
+        exc = None if done.cancelled() else done.exception()
+        if done.cancelled() or (exc is not None and not isinstance(exc, Exception)):
+            # Nothing cancels it, and the batch raises only errors; were it otherwise, the
+            # connection is closed rather than left waiting for an answer.
+            turn.response_complete = True
             self.transport.close()
-            return
-        exc = done.exception()
-        if exc is None:
+        elif exc is None:
             self._write(turn, *route.answer_recorded(done.result()))
         else:
             self._write(turn, *route.answer_error(exc))
