@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import orjson
+import uvloop
 
 from tiermem.app.api import Memory
 from tiermem.app.server.keys import KeyStore
@@ -155,6 +157,105 @@ async def one_raw_client(
     return ok
 
 
+class TurnPoster(asyncio.Protocol):
+    """One closed-loop client on one keep-alive connection, as an asyncio protocol: the same
+    requests as `one_raw_client`, each answer parsed (status line, `Content-Length`, the body)
+    and checked (a 201's body is a JSON object naming the turn's `event_id` and
+    `memory_level`) as its bytes arrive, without a coroutine and a stream reader per
+    request, so that the load generator takes less of the two cores it shares with the server."""
+
+    def __init__(
+        self, head: bytes, n: int, deadline: float, latencies: list[float], errors: dict[str, int]
+    ) -> None:
+        self.head = head
+        self.n = n
+        self.i = 0
+        self.deadline = deadline
+        self.latencies = latencies
+        self.errors = errors
+        self.ok = 0
+        self.buffer = b""
+        self.sent_at = 0.0
+        self.done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.Transport | None = None
+        # The body bytes `json.dumps(turn_body(n, i))` gives, with only the turn number varying.
+        text = json.dumps(turn_body(n, 0)).encode()
+        self.before, self.after = text.split(b" turn 0: ", 1)
+        assert self.body(12345) == json.dumps(turn_body(n, 12345)).encode()
+
+    def body(self, i: int) -> bytes:
+        return b"%s turn %d: %s" % (self.before, i, self.after)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.send()
+
+    def send(self) -> None:
+        assert self.transport is not None
+        if time.monotonic() >= self.deadline:
+            self.transport.close()
+            return
+        body = self.body(self.i)
+        self.i += 1
+        self.sent_at = time.perf_counter()
+        self.transport.write(b"%s%d\r\n\r\n%s" % (self.head, len(body), body))
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        head = self.buffer[:end]
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        if len(self.buffer) < end + 4 + length:
+            return
+        elapsed = time.perf_counter() - self.sent_at
+        body, self.buffer = self.buffer[end + 4 : end + 4 + length], self.buffer[end + 4 + length :]
+        status = head[9:12].decode()
+        if status == "201" and head.startswith(b"HTTP/1.1 201 ") and _answered_turn(body):
+            self.ok += 1
+            self.latencies.append(elapsed)
+        else:
+            count_error(self.errors, status if status != "201" else "201 with an unexpected body")
+        self.send()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None or time.monotonic() < self.deadline:
+            count_error(self.errors, type(exc).__name__ if exc else "connection closed by the server")
+        if not self.done.done():
+            self.done.set_result(self.ok)
+
+
+def _answered_turn(body: bytes) -> bool:
+    try:
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    return (
+        type(answer) is dict
+        and type(answer.get("event_id")) is str
+        and len(answer["event_id"]) == 26
+        and answer.get("memory_level") == "global"
+    )
+
+
+async def one_protocol_client(
+    port: int, key: str, n: int, deadline: float, latencies: list[float], errors: dict[str, int]
+) -> int:
+    head = (
+        f"POST /v1/agents/{AGENT}/turns HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: "
+    ).encode()
+    loop = asyncio.get_running_loop()
+    _, client = await loop.create_connection(
+        lambda: TurnPoster(head, n, deadline, latencies, errors), "127.0.0.1", port
+    )
+    return await client.done
+
+
 def _cpu_s(stat_path: Path) -> float:
     """User + system CPU seconds from a /proc .../stat file (0 when it is gone)."""
     try:
@@ -224,13 +325,12 @@ def fsync_rate(directory: Path, seconds: float = 1.5) -> dict[str, float]:
 async def load(url: str, key: str, clients: int, seconds: float, kind: str = "raw") -> dict[str, Any]:
     latencies: list[float] = []
     errors: dict[str, int] = {}
-    if kind == "raw":
+    if kind in ("raw", "streams"):
         port = int(url.rsplit(":", 1)[1])
+        one = one_protocol_client if kind == "raw" else one_raw_client
         start = time.monotonic()
         deadline = start + seconds
-        oks = await asyncio.gather(
-            *(one_raw_client(port, key, n, deadline, latencies, errors) for n in range(clients))
-        )
+        oks = await asyncio.gather(*(one(port, key, n, deadline, latencies, errors) for n in range(clients)))
         wall = time.monotonic() - start
     else:
         limits = httpx2.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -271,10 +371,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument(
         "--client",
-        choices=("raw", "httpx"),
+        choices=("raw", "streams", "httpx"),
         default="raw",
-        help="raw: hand-written HTTP/1.1 over keep-alive sockets (little CPU); "
-        "httpx: the general client of the first measurements",
+        help="raw: hand-written HTTP/1.1 over keep-alive sockets, an asyncio protocol on uvloop, every "
+        "answer parsed and checked (least CPU); streams: the same over asyncio streams (the client "
+        "until the eighth session); httpx: the general client of the first measurements",
     )
     parser.add_argument("--workers", type=int, default=1, help="server processes (`tiermem serve --workers`)")
     parser.add_argument(
@@ -321,7 +422,10 @@ def main() -> int:
         try:
             pid = server.process.pid
             cpu_before, client_cpu = server_cpu(pid), time.process_time()
-            result = asyncio.run(load(server.url, key, args.clients, args.seconds, args.client))
+            with asyncio.Runner(
+                loop_factory=uvloop.new_event_loop if args.client == "raw" else None
+            ) as runner:
+                result = runner.run(load(server.url, key, args.clients, args.seconds, args.client))
             cpu, client_cpu = cpu_split(cpu_before, server_cpu(pid)), time.process_time() - client_cpu
             load_after = os.getloadavg()[0]
         finally:

@@ -19,7 +19,7 @@ from pathlib import Path
 import uvicorn
 
 from tiermem.app.server import service
-from tiermem.app.server.app import application
+from tiermem.app.server.app import application, uvicorn_config
 from tiermem.settings import resolve_settings
 
 
@@ -46,7 +46,7 @@ def main() -> None:
     service.MemoryService.close = close  # type: ignore[method-assign]
     app = application(resolve_settings(data_dir=data_dir, env={}), server_process=True)
     profiles["loop"].enable()
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, server_header=False)
+    uvicorn.Server(uvicorn_config(app, "127.0.0.1", port, "warning")).run()
 
 
 if __name__ == "__main__":

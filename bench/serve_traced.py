@@ -119,6 +119,50 @@ def _time_requests(turn_route: Any, trace: Trace) -> None:
     turn_route.TurnRoute.__call__ = call
 
 
+def _time_protocol(turn_protocol: Any, service: Any, trace: Trace) -> None:
+    """The same times for turns answered by the HTTP protocol itself (no task: by callbacks)."""
+    waiting: dict[int, dict[str, Any]] = {}  # id of a turn's future -> its times
+    real_complete = turn_protocol.TurnProtocol.on_message_complete
+    real_answer = turn_protocol.TurnProtocol._answer
+    real_submit = service.MemoryService.submit_turn
+
+    def on_message_complete(self: Any) -> None:
+        token = CURRENT.set({"arrived": NOW()})
+        try:
+            real_complete(self)
+        finally:
+            CURRENT.reset(token)
+
+    def submit_turn(self: Any, *args: Any) -> Any:
+        done = real_submit(self, *args)
+        times = CURRENT.get()
+        if times is not None:
+            waiting[id(done)] = times
+        return done
+
+    def answer(self: Any, turn: Any, done: Any) -> None:
+        t = waiting.pop(id(done), None)
+        real_answer(self, turn, done)
+        if t is None or len(t) < 7:
+            return
+        trace["turns"].extend(
+            (
+                t["arrived"],
+                t["queued"] - t["arrived"],
+                t["start"] - t["queued"],
+                t["durable"] - t["start"],
+                t["fsync"],
+                t["settled"] - t["durable"],
+                NOW() - t["settled"],
+                t["size"],
+            )
+        )
+
+    turn_protocol.TurnProtocol.on_message_complete = on_message_complete
+    turn_protocol.TurnProtocol._answer = answer
+    service.MemoryService.submit_turn = submit_turn
+
+
 def _time_collections(trace: Trace) -> None:
     """Each collection's pause (wall and the collecting thread's CPU), and for a full one the
     objects it walked."""
@@ -159,8 +203,8 @@ async def _lateness(trace: Trace) -> None:
 def serve(data_dir: Path, port: int, out: str) -> None:
     import uvicorn
 
-    from tiermem.app.server import service, turn_route
-    from tiermem.app.server.app import application
+    from tiermem.app.server import service, turn_protocol, turn_route
+    from tiermem.app.server.app import application, uvicorn_config
     from tiermem.settings import resolve_settings
 
     trace: Trace = {"turns": [], "batches": [], "gc": [], "lag": []}
@@ -168,6 +212,7 @@ def serve(data_dir: Path, port: int, out: str) -> None:
     _time_fsync(local)
     _time_batches(service, trace, local)
     _time_requests(turn_route, trace)
+    _time_protocol(turn_protocol, service, trace)
     _time_collections(trace)
     app = application(resolve_settings(data_dir=data_dir, env={}), server_process=True)
     real_close = service.MemoryService.close
@@ -181,9 +226,7 @@ def serve(data_dir: Path, port: int, out: str) -> None:
         real_close(self)
 
     service.MemoryService.close = close  # type: ignore[method-assign]
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, server_header=False
-    )
+    config = uvicorn_config(app, "127.0.0.1", port, "warning")
     server = uvicorn.Server(config)
 
     async def main() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from tiermem.runtime.levels import check_level, transition_event
@@ -33,7 +34,7 @@ from tiermem.errors import EventIdConflictError, LimitExceededError, NotFoundErr
 from tiermem.eventlog import EventLog
 from tiermem.events import CALLER, INTERNAL, SCOPES, validate
 from tiermem.first_copy import first_copy, same_turn
-from tiermem.ids import new_event_id
+from tiermem.ids import format_ts, new_event_id, parse_ts, utcnow
 from tiermem.settings import Settings
 from tiermem.tokens import count_tokens
 from tiermem.topics import detect_topic
@@ -496,9 +497,14 @@ def record_turns(
     # A turn that names no level takes its memory's current one, read from the hot store, which
     # does not change before the batch is applied: one read per memory, not per turn.
     levels: dict[int, str] = {}
+    # Validation would stamp each turn's time and id; stamped here, once for the batch (its
+    # turns are written together), the record takes the compiled check instead of Python's.
+    stamp = format_ts(utcnow())
+    at = parse_ts(stamp)
     for turn in turns:
         memory = turn.memory
         record = _turn_record(memory, turn.user_message, turn.agent_response, turn.fields, levels)
+        _stamp(record, stamp, at)
         try:
             # The turn and its enrichment come from the caller: the trust boundary applies.
             event = validate(record, writer=CALLER, limits=memory.settings.limits)
@@ -540,6 +546,15 @@ def record_turns(
         # One hot store per data root: any of the batch's connections applies them all.
         first.store.apply_now(events)
     return outcomes
+
+
+def _stamp(record: dict[str, Any], stamp: str, at: datetime) -> None:
+    """The time and id validation would give a record without them (a given time keeps
+    deciding its id's)."""
+    if "ts" not in record:
+        record["ts"] = stamp
+        if "event_id" not in record:
+            record["event_id"] = new_event_id(at)
 
 
 def _turn_record(

@@ -13,16 +13,21 @@ import signal
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import orjson
 import pytest
 from helpers_log import segment_files
 from helpers_server import make_key, running_server
+from tiermem.runtime.memory import RecordedTurn, TurnToRecord, _turn_record, record_turns
 
+from tiermem.app.api import Memory
 from tiermem.app.server.service import MemoryService
 from tiermem.errors import ValidationError
-from tiermem.settings import Settings
+from tiermem.events import CALLER, validate
+from tiermem.ids import new_event_id, parse_ts
+from tiermem.settings import Settings, resolve_settings
 
 AGENT = "batch-bot"
 CLIENTS = 12
@@ -181,3 +186,40 @@ def test_sigkilled_server_under_concurrent_posting_loses_no_acknowledged_turn(tm
     lines = [x for p in segment_files(data_dir) for x in p.read_bytes().split(b"\n") if x]
     counts = Counter(orjson.loads(x)["event_id"] for x in lines)  # every line parses: none torn
     assert set(counts) == sent and max(counts.values()) == 1
+
+
+def test_a_batch_stamps_its_turns_as_validation_would(tmp_path: Path) -> None:
+    # The batch stamps each turn's time and id before validating it (so that the compiled check
+    # takes it): what is stored must be what validation makes of the turn left unstamped.
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    variants: list[dict[str, Any]] = [
+        {},
+        {"event_id": "given-1"},
+        {"model": "m", "usage": {"input_tokens": 9, "output_tokens": 2}, "session_id": "s"},
+        {"metadata": {"order": [1, 2]}, "channel": "web"},
+        {"tools_used": ["search"], "latency_ms": 3, "memory_level": "task"},
+        {"ts": "2026-01-02T03:04:05.678Z"},  # a time given keeps deciding the id's
+    ]
+    with Memory(settings) as mem:
+        agent = mem.agent(AGENT).runtime
+        sent = [
+            TurnToRecord(agent, f"message {n}", "ok", {"user": "alice", **v}) for n, v in enumerate(variants)
+        ]
+        outcomes = record_turns(sent)
+        stored = {
+            line["event_id"]: line
+            for path in segment_files(settings.data_dir)
+            for line in map(orjson.loads, path.read_bytes().splitlines())
+        }
+        for turn, outcome in zip(sent, outcomes, strict=True):
+            assert isinstance(outcome, RecordedTurn)
+            line = stored[outcome.event_id]
+            unstamped = _turn_record(agent, turn.user_message, turn.agent_response, turn.fields, {})
+            expected = validate(unstamped, now=parse_ts(line["ts"]), writer=CALLER, limits=settings.limits)
+            if "event_id" not in unstamped:  # a fresh id either way, of the same time
+                assert expected["event_id"][:10] == line["event_id"][:10]
+                expected["event_id"] = line["event_id"]
+            assert list(line.items()) == list(expected.items())
+    assert stored["given-1"]["ts"] == stored[outcomes[0].event_id]["ts"]  # one time for the batch
+    assert stored[outcomes[-1].event_id]["ts"] == "2026-01-02T03:04:05.678Z"
+    assert outcomes[-1].event_id.startswith(new_event_id(parse_ts("2026-01-02T03:04:05.678Z"))[:10])

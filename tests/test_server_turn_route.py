@@ -12,11 +12,13 @@ the answer still sees the turn.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
+import pydantic
 import pytest
 from fastapi.testclient import TestClient
 from helpers_log import segment_files
@@ -25,6 +27,8 @@ from tiermem.runtime.memory import RecordedTurn, TurnToRecord, record_turns
 from tiermem.app.api import Memory
 from tiermem.app.server.app import application, create_app
 from tiermem.app.server.keys import KeyStore
+from tiermem.app.server.routes import TurnIn
+from tiermem.app.server.turn_body import KINDS, from_model, plain_turn
 from tiermem.errors import EventIdConflictError, ValidationError
 from tiermem.settings import Settings, resolve_settings
 
@@ -247,3 +251,58 @@ def test_a_duplicate_key_never_puts_a_turn_the_log_lacks_into_the_hot_store(sett
             (AGENT, "alice canary-A-7731")
         ]
         assert hot == [(AGENT, "alice canary-A-7731")]
+
+
+def test_plain_turns_are_read_as_the_model_reads_them() -> None:
+    # The hand check answers only for bodies the model accepts as they are, with what the model
+    # gives: over generated bodies (each field plain, null, at or over a limit, of another type
+    # the model may coerce, unknown, missing), whatever it accepts the model accepts with the
+    # same values, types and field order; the rest is left to the model.
+    assert list(KINDS) == list(TurnIn.model_fields)
+    ident = ["a", "i" * 200, "i" * 201, "", 7, True, None, ["a"]]
+    text = ["hello", "t" * 100_000, "", "t" * 100_001, 5, None, {"a": 1}]
+    pools: dict[str, list[Any]] = {
+        "user": ident,
+        "user_message": text,
+        "agent_response": text,
+        "session_id": ident,
+        "project_id": ident,
+        "task_id": ident,
+        "memory_level": ["global", "project", "task", "Global", "", 1, None],
+        "event_id": ident,
+        "model": ident,
+        "usage": [{"input_tokens": 9}, {}, {"a": True}, {"a": 1.0}, {"a": "2"}, {"a": 1.5}, [1], None],
+        "tools_used": [["a", "b"], [], ["x"] * 100, ["x"] * 101, [""], [1], "a", None],
+        "latency_ms": [3, 2.5, 0, -0.0, -1, -0.5, "1.5", True, None, [1]],
+        "selection_reason": ["", "why", "s" * 2_000, "s" * 2_001, 3, None],
+        "approval_status": ident,
+        "channel": ident,
+        "metadata": [{"a": None, "b": [1, {"c": None}]}, {}, [], "x", 1, None],
+        "attachments": [[{"kind": "image"}], [], [{}] * 16, [{}] * 17, [1], {"a": 1}, None],
+    }
+    rng = random.Random(20261125)
+    accepted = plain_count = 0
+    for _ in range(3_000):
+        data: dict[str, Any] = {}
+        for name in rng.sample(list(pools), len(pools)):  # any order: the model's order is the output's
+            if (
+                name in ("user", "user_message", "agent_response") and rng.random() < 0.97
+            ) or rng.random() < 0.3:
+                # Mostly the first two values (plain, accepted), sometimes any of them.
+                data[name] = rng.choice(pools[name][:2] if rng.random() < 0.85 else pools[name])
+        if rng.random() < 0.05:
+            data["agent_id"] = "x"  # unknown: the model refuses it
+        plain = plain_turn(data)
+        try:
+            model = TurnIn.model_validate(data)
+        except pydantic.ValidationError:
+            assert plain is None, data
+            continue
+        accepted += 1
+        if plain is None:
+            continue
+        plain_count += 1
+        expected = from_model(model)
+        assert orjson.dumps(plain._asdict()) == orjson.dumps(expected._asdict()), data
+        assert list(plain.fields) == list(expected.fields)
+    assert plain_count > accepted // 3 > 50  # the hand check answers for most accepted bodies

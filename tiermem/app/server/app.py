@@ -102,10 +102,20 @@ def application(
 
 
 def uvicorn_config(app: TurnRoute, host: str, port: int, log_level: str) -> uvicorn.Config:
+    """uvicorn's settings for `tiermem serve`: its HTTP protocol answers ordinary posted turns
+    itself (`turn_protocol`), everything else goes to the application as usual."""
     import uvicorn
 
+    from tiermem.app.server.turn_protocol import TurnProtocol
+
     return uvicorn.Config(
-        app, host=host, port=port, log_level=log_level, access_log=False, server_header=False
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        server_header=False,
+        http=TurnProtocol,
     )
 
 
@@ -132,8 +142,18 @@ def serve(
         )
     import uvicorn
 
+    from tiermem.app.server.turn_protocol import TurnProtocol
+
     app = application(settings, max_body_bytes=max_body_bytes, server_process=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False, server_header=False)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        server_header=False,
+        http=TurnProtocol,
+    )
     return 0
 
 

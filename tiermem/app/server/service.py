@@ -224,12 +224,20 @@ class MemoryService:
         self, agent_id: str, user: str | None, message: str, response: str, fields: dict[str, Any]
     ) -> RecordedTurn:
         """Record one turn with whatever else is queued; returns once it is durable (or raises its error)."""
-        done: asyncio.Future[RecordedTurn] = asyncio.get_running_loop().create_future()
+        return await self.submit_turn(agent_id, user, message, response, fields)
+
+    def submit_turn(
+        self, agent_id: str, user: str | None, message: str, response: str, fields: dict[str, Any]
+    ) -> asyncio.Future[RecordedTurn]:
+        """On the event loop: queue one turn for the next batch; the future gets its outcome once
+        it is durable (or its error)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[RecordedTurn] = loop.create_future()
         self._turns.append(PendingTurn(agent_id, user, message, response, fields, done))
         if not self._draining:
             self._draining = True
-            self._drain_task = asyncio.get_running_loop().create_task(self._drain_turns())
-        return await done
+            self._drain_task = loop.create_task(self._drain_turns())
+        return done
 
     async def _drain_turns(self) -> None:
         loop = asyncio.get_running_loop()

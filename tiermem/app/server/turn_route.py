@@ -21,25 +21,26 @@ requests whose answer it can give identically.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from typing import Any
 
 import orjson
-import pydantic
 from fastapi import FastAPI
 from starlette.types import Message, Receive, Scope, Send
 
 from tiermem.app.server.keys import KeyStore, authorize
 from tiermem.app.server.problems import problem_for
-from tiermem.app.server.routes import ID_MAX, TurnIn
+from tiermem.app.server.routes import ID_MAX
 from tiermem.app.server.service import MemoryService
+from tiermem.app.server.turn_body import PostedTurn, parse_turn
+from tiermem.runtime.memory import RecordedTurn
 
 PREFIX = "/v1/agents/"
 SUFFIX = "/turns"
 # The route's path parameter pattern and length (AgentId in routes.py).
 AGENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]*")
-OMITTED = {"user", "user_message", "agent_response"}  # kept apart from the fields, as the route does
 JSON_HEADERS = [(b"content-type", b"application/json")]
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]  # status, headers, body
 
 
 class TurnRoute:
@@ -50,13 +51,14 @@ class TurnRoute:
         self.state = app.state
         self.limit = max_body_bytes
         self.answered = 0  # requests answered here rather than by the framework route
+        self.answered_by_protocol = 0  # of them, by the HTTP protocol itself (`turn_protocol`)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         agent_id = _turn_path(scope)
         if agent_id is None:
             await self.app(scope, receive, send)
             return
-        token, json_body, declared = _headers(scope["headers"])
+        token, json_body, declared, _ = read_headers(scope["headers"])
         if not json_body or declared > self.limit:  # the framework route answers, as it always did
             await self.app(scope, receive, send)
             return
@@ -74,30 +76,40 @@ class TurnRoute:
             if size > self.limit:  # the framework's body limit answers 413, reading the rest
                 break
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        turn = None if size > self.limit else _parse(body)
+        turn = None if size > self.limit else parse_turn(body)
         if turn is None:  # not the ordinary case: the framework route answers, as it always did
             await self.app(scope, _replay(body, more, receive), send)
             return
         self.answered += 1
-        status, headers, content = await self._record(agent_id, token, turn)
+        try:
+            recorded = await self.submit(agent_id, token, turn)
+        except Exception as exc:
+            status, headers, content = self.answer_error(exc)
+        else:
+            status, headers, content = self.answer_recorded(recorded)
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
-    async def _record(
-        self, agent_id: str, token: str | None, turn: TurnIn
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    def submit(self, agent_id: str, token: str | None, turn: PostedTurn) -> asyncio.Future[RecordedTurn]:
+        """Check the key and the permission, and queue the turn for its batch: the future gets its
+        outcome once durable. Raises what the route answers as a problem (401, 403)."""
         keys: KeyStore = self.state.keys
         svc: MemoryService = self.state.service
-        try:
-            caller = keys.verify(token) if token else None
-            user = authorize(caller, agent_id=agent_id, user=turn.user)
-            fields = turn.model_dump(exclude_none=True, exclude=OMITTED)
-            recorded = await svc.record_turn(agent_id, user, turn.user_message, turn.agent_response, fields)
-        except Exception as exc:  # the framework's exception handlers do exactly this
-            response = problem_for(exc)
-            return response.status_code, response.raw_headers, bytes(response.body)
+        caller = keys.verify(token) if token else None
+        user = authorize(caller, agent_id=agent_id, user=turn.user)
+        return svc.submit_turn(agent_id, user, turn.user_message, turn.agent_response, turn.fields)
+
+    @staticmethod
+    def answer_recorded(recorded: RecordedTurn) -> Answer:
+        """The route's 201: its response model's body."""
         content = orjson.dumps({"event_id": recorded.event_id, "memory_level": recorded.memory_level})
         return 201, [(b"content-length", str(len(content)).encode()), *JSON_HEADERS], content
+
+    @staticmethod
+    def answer_error(exc: Exception) -> Answer:
+        """What the framework's exception handlers answer for `exc`."""
+        response = problem_for(exc)
+        return response.status_code, response.raw_headers, bytes(response.body)
 
 
 def _turn_path(scope: Scope) -> str | None:
@@ -113,12 +125,14 @@ def _turn_path(scope: Scope) -> str | None:
     return agent_id
 
 
-def _headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool, int]:
+def read_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool, int, bool]:
     """The bearer token (as the route's `bearer` reads it), whether the body is declared JSON,
-    and its declared length (0 when not declared; an unreadable one counts as too long)."""
+    its declared length (0 when not declared; an unreadable one counts as too long), and
+    whether a transfer coding is named (the body's length is then not the declared one)."""
     authorization: bytes | None = None
     content_type: bytes | None = None
     length: bytes | None = None
+    streamed = False
     for name, value in headers:
         if name == b"authorization":
             if authorization is None:
@@ -126,8 +140,11 @@ def _headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool, int]
         elif name == b"content-type":
             if content_type is None:
                 content_type = value
-        elif name == b"content-length" and length is None:
-            length = value
+        elif name == b"content-length":
+            if length is None:
+                length = value
+        elif name == b"transfer-encoding":
+            streamed = True
     # The framework reads a body as JSON only when it is declared so (no content type: not JSON).
     json_body = (
         content_type is not None and content_type.split(b";", 1)[0].strip().lower() == b"application/json"
@@ -137,32 +154,11 @@ def _headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, bool, int]
     except ValueError:
         declared = 1 << 62
     if authorization is None:
-        return None, json_body, declared
+        return None, json_body, declared, streamed
     scheme, _, token = authorization.decode("latin-1").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        return None, json_body, declared
-    return token.strip(), json_body, declared
-
-
-_LONG_NUMBER = re.compile(rb"[0-9]{19,}")  # 19 digits may not fit in 64 bits
-
-
-def _parse(body: bytes) -> TurnIn | None:
-    """The validated turn, or None when the framework route must answer (with its own 422)."""
-    if _LONG_NUMBER.search(body):
-        # orjson reads an integer beyond 64 bits as a float: the turn would be stored with
-        # another number where the framework's parser keeps it exact and the log refuses it.
-        return None
-    try:
-        data: Any = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    try:
-        return TurnIn.model_validate(data)
-    except pydantic.ValidationError:
-        return None
+        return None, json_body, declared, streamed
+    return token.strip(), json_body, declared, streamed
 
 
 def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
