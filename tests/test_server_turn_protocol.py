@@ -12,6 +12,7 @@ apart), and the ordinary turns must really have been answered by the protocol.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -37,13 +38,21 @@ Protocol = Any  # uvicorn's name for a protocol, or the class
 
 
 @contextmanager
-def serving(settings: Settings, http: Protocol) -> Iterator[tuple[int, TurnRoute]]:
+def serving(settings: Settings, http: Protocol, keep_alive_s: float = 5) -> Iterator[tuple[int, TurnRoute]]:
     """A real uvicorn server on a loopback port, in a thread, with `http` as its protocol."""
     app = application(settings, max_body_bytes=MAX_BODY)
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="warning", access_log=False, server_header=False, http=http
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        http=http,
+        timeout_keep_alive=keep_alive_s,
     )
     server = uvicorn.Server(config)
+    app.state.uvicorn_server = server  # for a test that reaches the connections' protocols
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
@@ -212,3 +221,80 @@ def test_a_turn_whose_client_went_away_is_recorded_and_the_server_goes_on(tmp_pa
         for line in path.read_bytes().splitlines()
     ]
     assert sorted(logged) == ["after-1", "gone-1"]
+
+
+def test_a_refused_turn_does_not_cut_off_the_request_pipelined_after_it(tmp_path: Path) -> None:
+    # The refusal (401) is written while the bytes after it are still being parsed; the next
+    # turn then waits for its batch, held here past the keep-alive timeout: it must still be answered.
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    keys = _keys(settings)
+    agent = {"authorization": keys["agent"], "content-type": "application/json"}
+    unknown = {"authorization": "Bearer tm-not-a-key", "content-type": "application/json"}
+    keep_alive_s = 0.2
+    with serving(settings, TurnProtocol, keep_alive_s=keep_alive_s) as (port, route):
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            held.set()
+            release.wait(30)
+
+        route.state.service._executor.submit(hold)  # the memory thread: no batch is written meanwhile
+        assert held.wait(30)
+        sent = request(AGENT, orjson.dumps(TURN), unknown) + request(
+            AGENT, orjson.dumps({**TURN, "event_id": "kept-1"}), agent
+        )
+        with socket.create_connection(("127.0.0.1", port)) as conn, conn.makefile("rb") as stream:
+            conn.sendall(sent)
+            assert read_response(stream).startswith(b"HTTP/1.1 401 ")
+            time.sleep(3 * keep_alive_s)  # the timer, had it been left armed, would have closed it
+            release.set()
+            assert read_response(stream).startswith(b"HTTP/1.1 201 ")
+    logged = [
+        orjson.loads(line)["event_id"]
+        for path in segment_files(settings.data_dir)
+        for line in path.read_bytes().splitlines()
+    ]
+    assert logged == ["kept-1"]
+
+
+def test_a_client_that_does_not_read_its_answers_gets_no_more_requests_read(tmp_path: Path) -> None:
+    # When the transport's buffer is full (a client not reading), the protocol answers and then
+    # reads nothing more of that connection until the buffer has drained, as uvicorn's own path
+    # does. The transport's signal is given by hand here: filling real socket buffers would take
+    # megabytes of answers.
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    keys = _keys(settings)
+    agent = {"authorization": keys["agent"], "content-type": "application/json"}
+    with serving(settings, TurnProtocol) as (port, route):
+        server = route.state.uvicorn_server
+        with socket.create_connection(("127.0.0.1", port)) as conn, conn.makefile("rb") as stream:
+            conn.sendall(request(AGENT, orjson.dumps({**TURN, "event_id": "w-1"}), agent))
+            assert read_response(stream).startswith(b"HTTP/1.1 201 ")
+            (protocol,) = server.server_state.connections
+            loop = protocol.loop
+            asyncio.run_coroutine_threadsafe(_call(protocol.flow.pause_writing), loop).result(30)
+            conn.sendall(request(AGENT, orjson.dumps({**TURN, "event_id": "w-2"}), agent))
+            assert read_response(stream).startswith(b"HTTP/1.1 201 ")  # written all the same
+            conn.sendall(request(AGENT, orjson.dumps({**TURN, "event_id": "w-3"}), agent))
+            # Not read while the answer before it has not drained: its turn is not recorded.
+            waiting = asyncio.run_coroutine_threadsafe(
+                _call(
+                    lambda: (protocol.flow.read_paused, protocol.draining.done(), route.answered_by_protocol)
+                ),
+                loop,
+            ).result(30)
+            assert waiting == (True, False, 2)
+            asyncio.run_coroutine_threadsafe(_call(protocol.flow.resume_writing), loop).result(30)
+            assert read_response(stream).startswith(b"HTTP/1.1 201 ")
+            assert route.answered_by_protocol == 3
+    logged = [
+        orjson.loads(line)["event_id"]
+        for path in segment_files(settings.data_dir)
+        for line in path.read_bytes().splitlines()
+    ]
+    assert logged == ["w-1", "w-2", "w-3"]
+
+
+async def _call(fn: Callable[[], Any]) -> Any:
+    """`fn()` on the server's event loop (its protocol's state is the loop's own)."""
+    return fn()

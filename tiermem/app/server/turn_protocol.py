@@ -74,6 +74,15 @@ class TurnProtocol(HttpToolsProtocol):
         app = self.config.app
         self.route: TurnRoute | None = app if isinstance(app, TurnRoute) else None
         self.turn: TurnCycle | None = None  # the turn whose body is being read
+        self.draining: asyncio.Task[None] | None = None  # an answer waiting for the client to read
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        # A turn refused at once is answered while uvicorn is still parsing the bytes received,
+        # which arms the keep-alive timer as if the connection were idle; uvicorn only stops it
+        # when more bytes arrive, so a pipelined request after it would be cut off mid-answer
+        # once the timer ran out. A request that begins is not idle: stop the timer.
+        self._unset_keepalive_if_required()
 
     def on_headers_complete(self) -> None:
         cycle = self._turn_cycle()
@@ -176,4 +185,14 @@ class TurnProtocol(HttpToolsProtocol):
         self.transport.write(b"".join(parts))
         if not turn.keep_alive:
             self.transport.close()
+        if self.flow.write_paused:
+            # The client is not reading its answers: read no more of its requests until the
+            # answer has drained, as uvicorn's own path waits for it before the next.
+            self.flow.pause_reading()
+            self.draining = self.loop.create_task(self._complete_once_drained())  # held: the loop's is weak
+            return
+        self.on_response_complete()
+
+    async def _complete_once_drained(self) -> None:
+        await self.flow.drain()  # also released when the connection is lost
         self.on_response_complete()
