@@ -174,15 +174,15 @@ class Blocks:
         parts: tuple[np.ndarray, ...],
         bm25: Callable[[np.ndarray, np.ndarray], np.ndarray],
         f: Factors,
-        avg_words: float | None = None,
+        norm: tuple[float, float, float] | None = None,
     ) -> np.ndarray:
         """Per block, an upper bound of every one of its passages' exact scores (inf: always scored).
 
         `lengths`: per passage, its BM25 length; `parts`: per candidate its header's BM25, the groups
         its header holds, its time boost and importance, then per passage the speaker and "when"
         boosts it can get and whether it answers the turn before (a whole turn after a question);
-        `bm25(counts, lengths)`: the search's own BM25 of rows of group counts, of average length
-        `avg_words` (given: the compiled pass of runtime.passage_compiled computes it, when built).
+        `bm25(counts, lengths)`: the search's own BM25 of rows of group counts, whose k1, b and average
+        length are `norm` (given: the compiled pass of runtime.passage_compiled computes it, when built).
         """
         head, head_seen, boost, importance, most, answers = parts
         index, n = self.index, len(self.episode)
@@ -197,8 +197,8 @@ class Blocks:
                 rows = row_of[found]
                 inside = rows >= 0
                 counts[:, g] += np.bincount(rows[inside], weights=top[inside], minlength=n)
-        if avg_words is not None and compiled.active():
-            return compiled.block_bounds(self, counts, weights, lengths, parts, f, avg_words, SLACK)
+        if norm is not None and compiled.active():
+            return compiled.block_bounds(self, counts, weights, lengths, parts, f, norm, SLACK)
         shortest = np.minimum.reduceat(lengths, self.start) if n else np.zeros(0)
         own = bm25(counts, shortest)
         own[self.forced] = np.inf

@@ -19,8 +19,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-# The module, not its names: it is still being imported when passage_blocks (through episode_text) is.
-from tiermem.runtime import episode_search as bm25
 
 if TYPE_CHECKING:
     from tiermem.runtime.passage_blocks import Blocks, Factors
@@ -68,10 +66,11 @@ def block_bounds(
     lengths: np.ndarray,
     parts: tuple[np.ndarray, ...],
     f: Factors,
-    avg_words: float,
+    norm: tuple[float, float, float],
     slack: float,
 ) -> np.ndarray:
-    """`Blocks.bounds` from the blocks' summed maxima `counts` on: the same numbers, in one pass."""
+    """`Blocks.bounds` from the blocks' summed maxima `counts` on: the same numbers, in one pass
+    (`norm`: BM25's k1, b and average length)."""
     assert _blockscore is not None
     head, head_seen, boost, importance, most, answers = parts
     consts = (
@@ -80,9 +79,7 @@ def block_bounds(
         max(f.answer, f.neighbour),
         f.neighbour,
         sum(weights) or 1.0,
-        bm25.K1,
-        bm25.B,
-        avg_words,
+        *norm,
         slack,
     )
     got = _blockscore.block_bounds(
@@ -106,10 +103,15 @@ def block_bounds(
 
 
 def exact_scores(
-    parts: Parts, idx: np.ndarray, near: np.ndarray, counted: np.ndarray, shares: Shares
+    parts: Parts,
+    idx: np.ndarray,
+    near: np.ndarray,
+    counted: np.ndarray,
+    shares: Shares,
+    k1_b: tuple[float, float],
 ) -> np.ndarray:
-    """`Parts.exact` of passages `idx` with their own BM25 from `counted` (the counts of `near`): the
-    same numbers to the last bit, in one pass."""
+    """`Parts.exact` of passages `idx` with their own BM25 (`k1_b`: its k1 and b) from `counted` (the
+    counts of `near`): the same numbers to the last bit, in one pass."""
     assert _blockscore is not None
     k = parts.k
     consts = (
@@ -118,8 +120,7 @@ def exact_scores(
         k.speaker,
         k.when,
         sum(parts.weights) or 1.0,
-        bm25.K1,
-        bm25.B,
+        *k1_b,
         shares.avg_words,
         shares.answer,
         shares.neighbour,

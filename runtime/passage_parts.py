@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from tiermem.runtime import passage_compiled as compiled
-from tiermem.runtime.episode_search import _term_counts, bm25_rows
+from tiermem.runtime.episode_search import B, K1, _term_counts, bm25_rows
 from tiermem.runtime.episode_text import Prepared
 from tiermem.runtime.notes import Note, note_words
 from tiermem.runtime.passage_blocks import Blocks, Factors, counts_at
@@ -163,7 +163,7 @@ def blocked(
 
     def exact(idx: np.ndarray, near: np.ndarray, counted: np.ndarray) -> np.ndarray:
         if compiled.active():
-            return compiled.exact_scores(parts, idx, near, counted, shares)
+            return compiled.exact_scores(parts, idx, near, counted, shares, (K1, B))
         own = bm25_rows(counted, parts.turn_words[near], weights, shares.avg_words)
         return parts.exact(idx, near, counted, own, neighbours)
 
@@ -175,6 +175,6 @@ def blocked(
         (parts.heads, parts.head_seen, parts.boost, parts.gain, most, answers),
         lambda c, length: bm25_rows(c, length, weights, shares.avg_words),
         Factors(parts.k.head, parts.k.floor, shares.answer, max(shares.neighbour, shares.far)),
-        shares.avg_words,
+        (K1, B, shares.avg_words),
     )
     return blocks.scored(high, keep, count, exact)

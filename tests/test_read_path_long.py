@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 import pytest
 from helpers_runtime import append, episode
+from tiermem.runtime import passage_blocks, passage_compiled
 from tiermem.runtime import passage_columns as pc
 from tiermem.runtime import quote_search as qs
 from tiermem.runtime import turn_window
@@ -369,11 +370,27 @@ QUERIES = [
 ]
 
 
-def test_quote_search_ranks_exactly_as_scoring_every_passage_from_its_text(memory: AgentMemory) -> None:
-    for query in QUERIES:
-        for limit in (5, 40):
-            expected = _reference_quotes(memory, query, limit)
-            assert qs.search_quotes(memory.conn, memory.principal, query, None, limit) == expected, query
+@pytest.fixture(params=["compiled", "numpy"])
+def scoring(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test with the compiled pass, then with the numpy path forced."""
+    if request.param == "compiled":
+        if passage_compiled._blockscore is None:
+            pytest.skip("the optional extension tiermem.runtime._blockscore is not built")
+        monkeypatch.setattr(passage_compiled, "ENABLED", True)
+    else:
+        monkeypatch.setattr(passage_compiled, "ENABLED", False)
+    return str(request.param)
+
+
+def test_quote_search_ranks_exactly_as_scoring_every_passage_from_its_text(
+    memory: AgentMemory, scoring: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for least in (passage_blocks.MIN_PASSAGES, 0):  # as a search of this size runs, then in blocks
+        monkeypatch.setattr(passage_blocks, "MIN_PASSAGES", least)
+        for query in QUERIES:
+            for limit in (5, 40):
+                expected = _reference_quotes(memory, query, limit)
+                assert qs.search_quotes(memory.conn, memory.principal, query, None, limit) == expected, query
     assert any(len(qs.search_quotes(memory.conn, memory.principal, q, None, 40)) == 40 for q in QUERIES)
 
 
