@@ -51,7 +51,7 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 def test_blocked_search_ranks_exactly_as_scoring_every_passage_from_its_text(
     memory: AgentMemory,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
-    scoring: str,
+    scoring: str,  # noqa: F811
 ) -> None:
     monkeypatch.setattr(passage_blocks, "MIN_PASSAGES", 0)  # block every search, however small
     calls = _recording(monkeypatch)
@@ -107,7 +107,9 @@ def _searches(m: AgentMemory, queries: list[str]) -> list[Any]:
 
 
 def test_blocks_rank_tied_passages_as_scoring_every_passage(
-    repeated: AgentMemory, monkeypatch: pytest.MonkeyPatch, scoring: str
+    repeated: AgentMemory,
+    monkeypatch: pytest.MonkeyPatch,
+    scoring: str,  # noqa: F811
 ) -> None:
     rng = random.Random(9)
     queries = [" ".join(rng.sample(VOCABULARY[:90], rng.choice([1, 2, 4]))) for _ in range(12)]
@@ -129,7 +131,9 @@ def test_blocks_rank_tied_passages_as_scoring_every_passage(
 
 
 def test_every_passage_scores_within_its_blocks_bound(
-    repeated: AgentMemory, monkeypatch: pytest.MonkeyPatch, scoring: str
+    repeated: AgentMemory,
+    monkeypatch: pytest.MonkeyPatch,
+    scoring: str,  # noqa: F811
 ) -> None:
     """The bound of a block is at least the exact score of each of its passages (what a looser count,
     length, neighbour, coverage or boost term would break)."""

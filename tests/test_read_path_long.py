@@ -23,10 +23,9 @@ import numpy as np
 import orjson
 import pytest
 from helpers_runtime import append, episode
-from tiermem.runtime import passage_blocks, passage_compiled
+from tiermem.runtime import passage_blocks, passage_compiled, turn_window
 from tiermem.runtime import passage_columns as pc
 from tiermem.runtime import quote_search as qs
-from tiermem.runtime import turn_window
 from tiermem.runtime.episode_search import _bm25, _candidate_rows, _frequencies, _term_counts, search_episodes
 from tiermem.runtime.episode_text import EpisodeTexts, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
