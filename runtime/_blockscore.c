@@ -1,5 +1,5 @@
-/* A quote search's passage arithmetic in one compiled pass per call: the block bounds and the
- * exact scores of the passages counted.
+/* A quote search's passage arithmetic in one compiled pass per call: the block bounds, the term
+ * counts of the passages counted (from the passage index's postings) and their exact scores.
  *
  * runtime.passage_blocks bounds blocks of consecutive passages and runtime.passage_parts scores
  * the passages of the blocks that can matter, each with a dozen numpy operations over arrays of
@@ -252,9 +252,96 @@ done:
     return result;
 }
 
+/* First index in ascending pids[0..n) whose value is at least x. */
+static inline Py_ssize_t lower_bound(const int64_t *pids, Py_ssize_t n, int64_t x) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (pids[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* inside_counts(postings, counts, words, starts, sizes, offsets, out) adds to `out` (a writable
+ * C-contiguous (rows, groups) array of doubles, zeros) the counts: for each (word id, group) of `words` in order, each posting of the
+ * word (`postings[w]`, ascending text ids; `counts[w]` its occurrences) inside a range of texts
+ * starts[r] .. starts[r] + sizes[r] - 1 (sorted, disjoint) adds its count to row
+ * offsets[r] + text - starts[r] of its group: runtime.episode_text's `_inside` and bincount, in the
+ * same order. */
+static PyObject *inside_counts(PyObject *self, PyObject *args) {
+    PyObject *postings, *counts, *words, *o_starts, *o_sizes, *o_offsets, *o_out;
+    Py_ssize_t rows, groups;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOOn", &PyList_Type, &postings, &PyList_Type, &counts, &PyList_Type, &words,
+                          &o_starts, &o_sizes, &o_offsets, &o_out, &groups))
+        return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL;
+    Py_ssize_t R, cells;
+    Py_buffer *ob = &v.b[v.n];
+    if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    v.n++;
+    if (groups <= 0 || ob->itemsize != 8 || ob->len % (8 * groups) != 0) {
+        PyErr_SetString(PyExc_ValueError, "out: not a (rows, groups) array of doubles");
+        goto done;
+    }
+    cells = ob->len / 8;
+    rows = cells / groups;
+    double *out = ob->buf;
+    const int64_t *starts = take(&v, o_starts, 8, -1, "starts", &R);
+    const int64_t *sizes = starts ? take(&v, o_sizes, 8, R, "sizes", NULL) : NULL;
+    const int64_t *offsets = sizes ? take(&v, o_offsets, 8, R, "offsets", NULL) : NULL;
+    if (!offsets) goto done;
+    for (Py_ssize_t r = 0; r < R; r++) {
+        if (sizes[r] < 0 || offsets[r] < 0 || offsets[r] + sizes[r] > rows) {
+            PyErr_SetString(PyExc_ValueError, "a range's rows are out of range");
+            goto done;
+        }
+    }
+    Py_ssize_t n_words = PyList_GET_SIZE(words);
+    for (Py_ssize_t k = 0; k < n_words; k++) {
+        PyObject *pair = PyList_GET_ITEM(words, k);
+        Py_ssize_t w, g;
+        if (!PyArg_ParseTuple(pair, "nn", &w, &g)) goto done;
+        if (w < 0 || w >= PyList_GET_SIZE(postings) || w >= PyList_GET_SIZE(counts) || g < 0 || g >= groups) {
+            PyErr_SetString(PyExc_ValueError, "a word id or group is out of range");
+            goto done;
+        }
+        Py_buffer pb, cb;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(postings, w), &pb, PyBUF_C_CONTIGUOUS) < 0) goto done;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(counts, w), &cb, PyBUF_C_CONTIGUOUS) < 0) {
+            PyBuffer_Release(&pb);
+            goto done;
+        }
+        if (pb.itemsize != 8 || cb.itemsize != 8 || pb.len != cb.len) {
+            PyBuffer_Release(&pb);
+            PyBuffer_Release(&cb);
+            PyErr_SetString(PyExc_ValueError, "a word's postings and counts differ");
+            goto done;
+        }
+        const int64_t *pids = pb.buf, *cnt = cb.buf;
+        Py_ssize_t n = pb.len / 8;
+        for (Py_ssize_t r = 0; r < R; r++) {
+            Py_ssize_t lo = lower_bound(pids, n, starts[r]);
+            Py_ssize_t hi = lower_bound(pids, n, starts[r] + sizes[r]);
+            for (Py_ssize_t i = lo; i < hi; i++)
+                out[(offsets[r] + (pids[i] - starts[r])) * groups + g] += (double)cnt[i];
+        }
+        PyBuffer_Release(&pb);
+        PyBuffer_Release(&cb);
+    }
+    result = Py_NewRef(Py_None);
+
+done:
+    release(&v);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
     {"block_bounds", block_bounds, METH_VARARGS, "block_bounds(...) -> the blocks' bounds, as doubles"},
     {"exact_scores", exact_scores, METH_VARARGS, "exact_scores(...) -> the passages' exact scores, as doubles"},
+    {"inside_counts", inside_counts, METH_VARARGS, "inside_counts(...) -> term counts of ranges of texts"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,10 +1,12 @@
-"""The quote search's block bounds and exact passage scores in one compiled pass, when it is built.
+"""The quote search's block bounds, passage counts and exact scores compiled, when the pass is built.
 
 On a long conversation a quote search bounds about 5,500 blocks of passages
 (runtime.passage_blocks) and scores the passages of the few hundred that can
 matter (runtime.passage_parts), each with a dozen numpy operations whose
 temporary arrays were most of the cost. The optional extension `_blockscore`
-does each in one loop, with numpy's operations in numpy's order, compiled
+does each in one loop (and reads the counts of the passages it scores from the
+passage index's postings without an array per word), with numpy's operations
+in numpy's order, compiled
 without contracting a multiply and an add: the exact scores are those of the
 numpy path to the last bit, so the ranking, ties included, does not depend on
 whether the extension was built. Without it (no C compiler at install time),
@@ -14,6 +16,7 @@ runs.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, NamedTuple
@@ -146,3 +149,22 @@ def exact_scores(
         consts,
     )
     return np.frombuffer(got, dtype=np.float64)
+
+
+def inside_counts(
+    postings: list[array[int]],
+    counts: list[array[int]],
+    words: list[tuple[int, int]],
+    ranges: tuple[np.ndarray, np.ndarray, np.ndarray],
+    rows: int,
+    groups: int,
+) -> np.ndarray:
+    """(rows, groups): the counts of `words` ((word id, group), in order) from the passage index's
+    `postings` / `counts` inside the ranges of texts (starts, sizes, first rows: sorted, disjoint),
+    as runtime.episode_text's pass over them counts them (integer counts: any order gives the same
+    sums, and this is the same order)."""
+    assert _blockscore is not None
+    out = np.zeros((rows, groups))
+    starts, sizes, offsets = ranges
+    _blockscore.inside_counts(postings, counts, words, _i(starts), _i(sizes), _i(offsets), out, groups)
+    return out

@@ -132,7 +132,8 @@ def _regex_counts(text: str, rx: re.Pattern[str], n: int) -> list[int]:
     return counts
 
 
-def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
+def test_index_counts_are_those_of_a_regex_pass_over_the_text(scoring: str) -> None:
+    """With the compiled count of ranges of the index and with the numpy one."""
     rng = random.Random(5)
     texts = EpisodeTexts()
     raws = [
