@@ -16,6 +16,7 @@ runs.
 
 from __future__ import annotations
 
+import importlib
 from array import array
 from collections.abc import Sequence
 from types import ModuleType
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 _blockscore: ModuleType | None
 try:
-    from tiermem.runtime import _blockscore  # type: ignore[attr-defined,no-redef]
+    _blockscore = importlib.import_module("tiermem.runtime._blockscore")
 except ImportError:  # not built: the numpy path
     _blockscore = None
 
