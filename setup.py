@@ -50,4 +50,17 @@ if __name__ == "__main__":
         extra_compile_args=["-O2"],
         libraries=["sqlite3"],
     )
-    setup(packages=sorted(LAYOUT), package_dir=LAYOUT, ext_modules=[SCAN, RECORDS, HELDIO, STEADY])
+    # The quote search's block bounds and exact passage scores in one pass (optional too:
+    # `tiermem.runtime.passage_compiled` falls back to numpy). Multiplies and adds are not
+    # contracted: the scores must equal numpy's to the last bit.
+    BLOCKSCORE = Extension(
+        "tiermem.runtime._blockscore",
+        ["runtime/_blockscore.c"],
+        optional=True,
+        extra_compile_args=["-O2", "-ffp-contract=off"],
+    )
+    setup(
+        packages=sorted(LAYOUT),
+        package_dir=LAYOUT,
+        ext_modules=[SCAN, RECORDS, HELDIO, STEADY, BLOCKSCORE],
+    )

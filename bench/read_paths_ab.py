@@ -62,6 +62,22 @@ def export_base(commit: str, into: Path) -> Path:
     return package
 
 
+def build_head() -> None:
+    """This tree's compiled modules, built in place as for the base: the editable install builds them
+    only when it runs, so a C source changed (or added) since would run an old build or the Python
+    fallback on this side."""
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    built = sorted(
+        {so.name.split(".")[0] for p in ("tiermem", *COMPONENTS) for so in (REPO / p).rglob("*.so")}
+    )
+    print(f"head: compiled modules {', '.join(built) or 'none'}", flush=True)
+
+
 def run(side: str, bench: Path, root: Path, args: list[str], package: Path | None) -> dict[str, Any]:
     """One part on one side, in its own process; the part's results as bench_read_paths saved them."""
     env = dict(os.environ)
@@ -109,6 +125,7 @@ def _rounds(args: argparse.Namespace, root: Path, out: dict[str, Any]) -> None:
     """Every round: each part on the base side, then on the head side."""
     with tempfile.TemporaryDirectory(prefix="read_paths_base_") as tmp:
         package = export_base(args.base, Path(tmp))
+        build_head()
         benches = {
             "base": Path(tmp) / "tree" / "bench" / "bench_read_paths.py",
             "head": HERE / "bench_read_paths.py",

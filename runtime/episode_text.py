@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from tiermem.runtime import passage_compiled as compiled
 from tiermem.runtime.hotstore import erasure_mark
 from tiermem.runtime.passage_blocks import BlockIndex
 from tiermem.runtime.passage_columns import JoinedTexts, PassageColumns, WordNumbers, dedup_words
@@ -222,6 +223,10 @@ class WordIndex:
         if 2 * int(s_sizes.sum()) < self.size and bool(np.all(s_starts[1:] > s_starts[:-1])):
             # The blocks are a small part of the index (other episodes, other agents): only the
             # postings inside them are read, each word's found by binary search of its block ranges.
+            if compiled.active():
+                ranges = (s_starts, s_sizes, s_offsets)
+                words = [(w, group_of[w]) for w in wids]
+                return compiled.inside_counts(self.postings, self.counts, words, ranges, total, n_groups)
             position, labels, counts = self._inside(wids, group_of, s_starts, s_sizes, s_offsets)
             flat = np.bincount(position * n_groups + labels, weights=counts, minlength=total * n_groups)
             return flat.reshape(total, n_groups)

@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+from tiermem.runtime import passage_compiled as compiled
 
 if TYPE_CHECKING:
     from tiermem.runtime.episode_text import Prepared, TermMatcher, WordIndex
@@ -173,13 +174,15 @@ class Blocks:
         parts: tuple[np.ndarray, ...],
         bm25: Callable[[np.ndarray, np.ndarray], np.ndarray],
         f: Factors,
+        norm: tuple[float, float, float] | None = None,
     ) -> np.ndarray:
         """Per block, an upper bound of every one of its passages' exact scores (inf: always scored).
 
         `lengths`: per passage, its BM25 length; `parts`: per candidate its header's BM25, the groups
         its header holds, its time boost and importance, then per passage the speaker and "when"
         boosts it can get and whether it answers the turn before (a whole turn after a question);
-        `bm25(counts, lengths)`: the search's own BM25 of rows of group counts.
+        `bm25(counts, lengths)`: the search's own BM25 of rows of group counts, whose k1, b and average
+        length are `norm` (given: the compiled pass of runtime.passage_compiled computes it, when built).
         """
         head, head_seen, boost, importance, most, answers = parts
         index, n = self.index, len(self.episode)
@@ -194,6 +197,8 @@ class Blocks:
                 rows = row_of[found]
                 inside = rows >= 0
                 counts[:, g] += np.bincount(rows[inside], weights=top[inside], minlength=n)
+        if norm is not None and compiled.active():
+            return compiled.block_bounds(self, counts, weights, lengths, parts, f, norm, SLACK)
         shortest = np.minimum.reduceat(lengths, self.start) if n else np.zeros(0)
         own = bm25(counts, shortest)
         own[self.forced] = np.inf

@@ -8,7 +8,8 @@ them, its neighbours and its episode's header and boosts. This module holds
 those per-search parts (`Parts`) and the exact score of any set of passages
 from them (`Parts.exact`), so that a search can score every passage, the ones
 a passage bound keeps (runtime.passage_bounds) or only those of the blocks
-that can matter (runtime.passage_blocks), always by the same operations.
+that can matter (runtime.passage_blocks, `blocked`), always by the same operations
+(compiled, when built: runtime.passage_compiled).
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tiermem.runtime.episode_search import _term_counts
+from tiermem.runtime import passage_compiled as compiled
+from tiermem.runtime.episode_search import K1, B, _term_counts, bm25_rows
 from tiermem.runtime.episode_text import Prepared
 from tiermem.runtime.notes import Note, note_words
+from tiermem.runtime.passage_blocks import Blocks, Factors, counts_at
+from tiermem.runtime.passage_compiled import Shares
 
 
 def weigh_captions(
@@ -131,3 +135,46 @@ class Parts:
         if self.asks_when:
             scores = np.where(self.says_when[idx], scores * k.when, scores)
         return scores + self.gain[at]
+
+
+def blocked(
+    blocks: Blocks,
+    parts: Parts,
+    most: np.ndarray,
+    asked: Any,
+    have: tuple[Any, ...],
+    keep: int,
+    shares: Shares,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(passages, their exact scores, their counts): those of the blocks that can hold one of the
+    best `keep` (runtime.passage_blocks). `have`: (candidates, each passage's place in its episode,
+    what captions and notes change in the counts, the search's neighbour share as `Parts.exact`
+    takes it); `most`: per passage, the largest speaker and "when" boost it can get."""
+    entries, local, (captions, noted), neighbours = have
+    weights = asked.weights
+
+    def count(near: np.ndarray) -> np.ndarray:
+        """Term counts of passages `near` (ascending) with what captions, then notes, change."""
+        got = (
+            counts_at(blocks.index.words, entries, parts.episode, local, near, asked.groups, asked.rx)
+            + captions[near]
+        )
+        return got + noted[near] if noted is not captions else got
+
+    def exact(idx: np.ndarray, near: np.ndarray, counted: np.ndarray) -> np.ndarray:
+        if compiled.active():
+            return compiled.exact_scores(parts, idx, near, counted, shares, (K1, B))
+        own = bm25_rows(counted, parts.turn_words[near], weights, shares.avg_words)
+        return parts.exact(idx, near, counted, own, neighbours)
+
+    answers = parts.whole & np.r_[False, parts.asking[:-1]] & ~parts.first  # may take the turn before whole
+    high = blocks.bounds(
+        asked.groups,
+        weights,
+        parts.turn_words,
+        (parts.heads, parts.head_seen, parts.boost, parts.gain, most, answers),
+        lambda c, length: bm25_rows(c, length, weights, shares.avg_words),
+        Factors(parts.k.head, parts.k.floor, shares.answer, max(shares.neighbour, shares.far)),
+        (K1, B, shares.avg_words),
+    )
+    return blocks.scored(high, keep, count, exact)

@@ -46,11 +46,11 @@ from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.note_cache import episode_notes
 from tiermem.runtime.notes import Note, shown_notes
 from tiermem.runtime.packing import render_quote_block
-from tiermem.runtime.passage_blocks import Blocks, block_plan, counts_at
-from tiermem.runtime.passage_blocks import Factors as BlockFactors
+from tiermem.runtime.passage_blocks import block_plan
 from tiermem.runtime.passage_bounds import Factors, Passages, survivors
 from tiermem.runtime.passage_columns import WordNumbers, dedup_set
-from tiermem.runtime.passage_parts import Parts, Weights, add_notes, named_passages, weigh_captions
+from tiermem.runtime.passage_compiled import Shares
+from tiermem.runtime.passage_parts import Parts, Weights, add_notes, blocked, named_passages, weigh_captions
 from tiermem.runtime.query_terms import query_term_groups
 from tiermem.runtime.time_query import (
     TimeWindow,
@@ -169,6 +169,7 @@ ANSWER_WEIGHT = 1.0
 _ENDS_ASKING = re.compile(r"\?\s*$")
 QUOTE_SPEAKER_BOOST = 2.5  # stronger than for whole episodes: a quote has exactly one speaker
 HEAD_WEIGHT = 0.3  # the episode's name and summary (topics, anchored dates) as context for each quote
+_SHARES = Shares(ANSWER_WEIGHT, NEIGHBOUR_WEIGHT, FAR_WEIGHT, AVG_QUOTE_WORDS)  # what the blocks' pass reads
 DUPLICATE_JACCARD = 0.9
 # A caption's words count half a said word: a captioner describes the picture ("a man standing on
 # a beach"), which matches questions about it less surely than what the person said. Measured on
@@ -484,7 +485,8 @@ def _score_passages(
     )
     most = np.where(parts.by_named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
     if blocks is not None:
-        idx, scores, kept = _blocked(blocks, parts, most, asked, (entries, local, changes), keep or 0)
+        have = (entries, local, changes, _neighbours)
+        idx, scores, kept = blocked(blocks, parts, most, asked, have, keep or 0, _SHARES)
         found = _Scored(rows, entries, scores, kept, episode[idx], local[idx], boosts, notes, near)
         found.complete = len(idx) == len(episode)
         return found
@@ -511,39 +513,6 @@ def _score_passages(
     found = _Scored(rows, entries, scores, counts[idx], episode[idx], local[idx], boosts, notes, near)
     found.complete = chosen is None
     return found
-
-
-def _blocked(
-    blocks: Blocks, parts: Parts, most: np.ndarray, asked: _Asked, have: tuple[Any, ...], keep: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(passages, their exact scores, their counts): those of the blocks that can hold one of the
-    best `keep` (runtime.passage_blocks). `have`: (candidates, each passage's place in its episode,
-    what captions and notes change in the counts)."""
-    entries, local, (captions, noted) = have
-    weights = asked.weights
-
-    def count(near: np.ndarray) -> np.ndarray:
-        """Term counts of passages `near` (ascending) with what captions, then notes, change."""
-        got = (
-            counts_at(blocks.index.words, entries, parts.episode, local, near, asked.groups, asked.rx)
-            + captions[near]
-        )
-        return got + noted[near] if noted is not captions else got
-
-    def exact(idx: np.ndarray, near: np.ndarray, counted: np.ndarray) -> np.ndarray:
-        own = bm25_rows(counted, parts.turn_words[near], weights, AVG_QUOTE_WORDS)
-        return parts.exact(idx, near, counted, own, _neighbours)
-
-    answers = parts.whole & np.r_[False, parts.asking[:-1]] & ~parts.first  # may take the turn before whole
-    high = blocks.bounds(
-        asked.groups,
-        weights,
-        parts.turn_words,
-        (parts.heads, parts.head_seen, parts.boost, parts.gain, most, answers),
-        lambda c, length: bm25_rows(c, length, weights, AVG_QUOTE_WORDS),
-        BlockFactors(HEAD_WEIGHT, COVERAGE_FLOOR, ANSWER_WEIGHT, max(NEIGHBOUR_WEIGHT, FAR_WEIGHT)),
-    )
-    return blocks.scored(high, keep, count, exact)
 
 
 def _best_indices(scores: np.ndarray, n: int) -> list[int]:

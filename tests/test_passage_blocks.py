@@ -10,7 +10,9 @@ scores at every depth, so ties sit at the threshold, and near-duplicates send
 the search deeper than its first depth). Also that blocks do skip passages
 there, and that every passage a block's bound covers scores within it (how
 many are skipped on a long conversation: bench/bound_ceiling.py and
-bench/RESULTS.md).
+bench/RESULTS.md). Each runs with the compiled pass (runtime.passage_compiled)
+and with the numpy path forced; and the compiled pass's bounds and exact
+scores are numpy's to the last bit, call by call.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers_runtime import append, episode
-from test_read_path_long import QUERIES, WORDS, _reference_quotes, memory  # noqa: F401  (the fixture)
-from tiermem.runtime import passage_blocks, passage_bounds
+from test_read_path_long import QUERIES, WORDS, _reference_quotes, memory, scoring  # noqa: F401  (fixtures)
+from tiermem.runtime import passage_blocks, passage_bounds, passage_compiled
 from tiermem.runtime import quote_search as qs
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.projector import project
@@ -49,6 +51,7 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 def test_blocked_search_ranks_exactly_as_scoring_every_passage_from_its_text(
     memory: AgentMemory,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
+    scoring: str,  # noqa: F811
 ) -> None:
     monkeypatch.setattr(passage_blocks, "MIN_PASSAGES", 0)  # block every search, however small
     calls = _recording(monkeypatch)
@@ -104,7 +107,9 @@ def _searches(m: AgentMemory, queries: list[str]) -> list[Any]:
 
 
 def test_blocks_rank_tied_passages_as_scoring_every_passage(
-    repeated: AgentMemory, monkeypatch: pytest.MonkeyPatch
+    repeated: AgentMemory,
+    monkeypatch: pytest.MonkeyPatch,
+    scoring: str,  # noqa: F811
 ) -> None:
     rng = random.Random(9)
     queries = [" ".join(rng.sample(VOCABULARY[:90], rng.choice([1, 2, 4]))) for _ in range(12)]
@@ -126,7 +131,9 @@ def test_blocks_rank_tied_passages_as_scoring_every_passage(
 
 
 def test_every_passage_scores_within_its_blocks_bound(
-    repeated: AgentMemory, monkeypatch: pytest.MonkeyPatch
+    repeated: AgentMemory,
+    monkeypatch: pytest.MonkeyPatch,
+    scoring: str,  # noqa: F811
 ) -> None:
     """The bound of a block is at least the exact score of each of its passages (what a looser count,
     length, neighbour, coverage or boost term would break)."""
@@ -156,6 +163,96 @@ def test_every_passage_scores_within_its_blocks_bound(
             assert np.all(scores <= high[block]), query
             checked += len(idx)
     assert checked > 5000
+
+
+def _compared(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Every compiled bound and exact score also computed by the numpy path: equal to the last bit."""
+    checked = {"bounds": 0, "exact": 0, "named": 0, "when": 0}
+    bounds = passage_blocks.Blocks.bounds
+    exact = passage_compiled.exact_scores
+
+    def both_bounds(self: passage_blocks.Blocks, *args: Any) -> np.ndarray:
+        fast = bounds(self, *args)
+        slow = bounds(self, *args[:6])  # without BM25's constants: the numpy path
+        assert fast.dtype == slow.dtype and fast.tobytes() == slow.tobytes()
+        checked["bounds"] += len(fast)
+        return fast
+
+    def both_exact(parts: Any, idx: np.ndarray, near: np.ndarray, counted: np.ndarray, *rest: Any) -> Any:
+        fast = exact(parts, idx, near, counted, *rest)
+        shares = rest[0]
+        own = qs.bm25_rows(counted, parts.turn_words[near], parts.weights, shares.avg_words)
+        slow = parts.exact(idx, near, counted, own, qs._neighbours)
+        assert fast.dtype == slow.dtype and fast.tobytes() == slow.tobytes()
+        checked["exact"] += len(fast)
+        checked["named"] += int(parts.named and parts.by_named[idx].any())
+        checked["when"] += int(parts.asks_when and parts.says_when[idx].any())
+        return fast
+
+    monkeypatch.setattr(passage_blocks.Blocks, "bounds", both_bounds)
+    monkeypatch.setattr(passage_compiled, "exact_scores", both_exact)
+    return checked
+
+
+def test_compiled_pass_gives_numpys_bounds_and_scores_to_the_last_bit(
+    repeated: AgentMemory,
+    memory: AgentMemory,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the tied store and the long-turn store (notes, captions, named speakers, "when" questions),
+    at several depths: the compiled pass's numbers are the numpy path's, byte for byte."""
+    if passage_compiled._blockscore is None:
+        pytest.skip("the optional extension tiermem.runtime._blockscore is not built")
+    monkeypatch.setattr(passage_compiled, "ENABLED", True)
+    monkeypatch.setattr(passage_blocks, "MIN_PASSAGES", 0)
+    checked = _compared(monkeypatch)
+    rng = random.Random(5)
+    queries = [" ".join(rng.sample(VOCABULARY[:90], rng.choice([1, 2, 4]))) for _ in range(8)]
+    queries += ["When did Ada paint?", "Talker kitten 2023", "the a of"]
+    for depth in (1, 3):
+        monkeypatch.setattr(passage_blocks, "DEPTH", depth)
+        _searches(repeated, queries)
+        for query in QUERIES:
+            qs.search_quotes(memory.conn, memory.principal, query, None, 40)
+    assert checked["bounds"] > 1000 and checked["exact"] > 1000
+    assert checked["named"] and checked["when"]  # the speaker and "when" boosts were compared too
+
+
+def test_compiled_pass_refuses_passages_whose_neighbours_it_was_not_given() -> None:
+    """The compiled pass reads a passage's neighbours from `near`: a call without them is an error,
+    not a read past the arrays."""
+    if passage_compiled._blockscore is None:
+        pytest.skip("the optional extension tiermem.runtime._blockscore is not built")
+    from types import SimpleNamespace
+
+    n = 10
+    parts = SimpleNamespace(
+        k=SimpleNamespace(head=0.3, floor=0.5, speaker=2.5, when=1.5),
+        weights=[1.0, 2.0],
+        turn_words=np.full(n, 20.0),
+        first=np.eye(1, n, 0, dtype=bool)[0],
+        last=np.eye(1, n, n - 1, dtype=bool)[0],
+        asking=np.zeros(n, dtype=bool),
+        whole=np.ones(n, dtype=bool),
+        episode=np.zeros(n, dtype=np.int64),
+        head_seen=np.zeros((1, 2), dtype=bool),
+        heads=np.zeros(1),
+        boost=np.ones(1),
+        gain=np.zeros(1),
+        named=False,
+        asks_when=False,
+    )
+    shares = passage_compiled.Shares(1.0, 0.6, 0.6, 24.0)
+    near = passage_blocks.around(np.array([4]), n)
+    counted = np.ones((len(near), 2))
+    norm = (1.2, 0.75)
+    one = np.array([4])
+    got = passage_compiled.exact_scores(parts, one, near, counted, shares, norm)  # type: ignore[arg-type]
+    assert len(got) == 1 and got[0] > 0
+    with pytest.raises(ValueError):
+        passage_compiled.exact_scores(parts, one, near[1:], counted[1:], shares, norm)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        passage_compiled.exact_scores(parts, one, near, counted[1:], shares, norm)  # type: ignore[arg-type]
 
 
 def test_block_maxima_follow_the_erasure_mark(tmp_path: Path) -> None:

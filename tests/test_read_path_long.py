@@ -23,9 +23,9 @@ import numpy as np
 import orjson
 import pytest
 from helpers_runtime import append, episode
+from tiermem.runtime import passage_blocks, passage_compiled, turn_window
 from tiermem.runtime import passage_columns as pc
 from tiermem.runtime import quote_search as qs
-from tiermem.runtime import turn_window
 from tiermem.runtime.episode_search import _bm25, _candidate_rows, _frequencies, _term_counts, search_episodes
 from tiermem.runtime.episode_text import EpisodeTexts, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
@@ -132,7 +132,8 @@ def _regex_counts(text: str, rx: re.Pattern[str], n: int) -> list[int]:
     return counts
 
 
-def test_index_counts_are_those_of_a_regex_pass_over_the_text() -> None:
+def test_index_counts_are_those_of_a_regex_pass_over_the_text(scoring: str) -> None:
+    """With the compiled count of ranges of the index and with the numpy one."""
     rng = random.Random(5)
     texts = EpisodeTexts()
     raws = [
@@ -369,11 +370,27 @@ QUERIES = [
 ]
 
 
-def test_quote_search_ranks_exactly_as_scoring_every_passage_from_its_text(memory: AgentMemory) -> None:
-    for query in QUERIES:
-        for limit in (5, 40):
-            expected = _reference_quotes(memory, query, limit)
-            assert qs.search_quotes(memory.conn, memory.principal, query, None, limit) == expected, query
+@pytest.fixture(params=["compiled", "numpy"])
+def scoring(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test with the compiled pass, then with the numpy path forced."""
+    if request.param == "compiled":
+        if passage_compiled._blockscore is None:
+            pytest.skip("the optional extension tiermem.runtime._blockscore is not built")
+        monkeypatch.setattr(passage_compiled, "ENABLED", True)
+    else:
+        monkeypatch.setattr(passage_compiled, "ENABLED", False)
+    return str(request.param)
+
+
+def test_quote_search_ranks_exactly_as_scoring_every_passage_from_its_text(
+    memory: AgentMemory, scoring: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for least in (passage_blocks.MIN_PASSAGES, 0):  # as a search of this size runs, then in blocks
+        monkeypatch.setattr(passage_blocks, "MIN_PASSAGES", least)
+        for query in QUERIES:
+            for limit in (5, 40):
+                expected = _reference_quotes(memory, query, limit)
+                assert qs.search_quotes(memory.conn, memory.principal, query, None, limit) == expected, query
     assert any(len(qs.search_quotes(memory.conn, memory.principal, q, None, 40)) == 40 for q in QUERIES)
 
 

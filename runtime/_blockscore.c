@@ -1,0 +1,350 @@
+/* A quote search's passage arithmetic in one compiled pass per call: the block bounds, the term
+ * counts of the passages counted (from the passage index's postings) and their exact scores.
+ *
+ * runtime.passage_blocks bounds blocks of consecutive passages and runtime.passage_parts scores
+ * the passages of the blocks that can matter, each with a dozen numpy operations over arrays of
+ * a few thousand entries: on a long conversation most of their time is spent making and walking
+ * temporary arrays. These two functions do the same arithmetic in one loop per block or passage.
+ *
+ * The exact scores must be those of the numpy path to the last bit (the search's ranking, ties
+ * included, must not depend on whether this module was built): every sum and product is made in
+ * the order numpy makes it, in double precision, and the file is compiled without contracting a
+ * multiply and an add into one rounding (-ffp-contract=off in setup.py). The maxima follow
+ * numpy's `maximum` (the first argument unless the second is larger, a NaN wins). The bounds
+ * follow the same order too, though they only need to stay upper bounds.
+ *
+ * Arrays come through the buffer protocol (numpy arrays, C-contiguous, of the item sizes the
+ * Python side makes them); every index read from them is checked before it is used.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct {
+    Py_buffer b[20];
+    int n;
+} Views;
+
+static void release(Views *v) {
+    for (int i = 0; i < v->n; i++) PyBuffer_Release(&v->b[i]);
+    v->n = 0;
+}
+
+/* A C-contiguous buffer of `count` items of `size` bytes (count < 0: any count), or NULL. */
+static const void *take(Views *v, PyObject *o, Py_ssize_t size, Py_ssize_t count, const char *name,
+                        Py_ssize_t *got) {
+    Py_buffer *b = &v->b[v->n];
+    if (PyObject_GetBuffer(o, b, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    v->n++;
+    if (b->itemsize != size || b->len % size != 0 || (count >= 0 && b->len != count * size)) {
+        PyErr_Format(PyExc_ValueError, "%s: wrong item size or length", name);
+        return NULL;
+    }
+    if (got) *got = b->len / size;
+    return b->buf;
+}
+
+/* numpy's maximum of two doubles. */
+static inline double npmax(double a, double b) { return (a >= b || isnan(a)) ? a : b; }
+
+/* numpy's minimum of two doubles. */
+static inline double npmin(double a, double b) { return (a <= b || isnan(a)) ? a : b; }
+
+/* runtime.episode_search.bm25_rows of one row: term by term, the same sums. */
+static inline double bm25(const double *row, Py_ssize_t groups, const double *w, double length, double k1,
+                          double b, double avg) {
+    double norm = k1 * ((1 - b) + (b * length) / avg);
+    double out = 0.0;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        double tf = row[g];
+        out = out + (tf > 0 ? w[g] * tf * (k1 + 1) / (tf + norm) : 0.0);
+    }
+    return out;
+}
+
+/* block_bounds(counts, lengths, start, first, last, forced, episode, head, head_seen, boost,
+ *              importance, most, answers, weights, consts) -> bytes of the blocks' bounds (doubles).
+ * consts: (head_share, floor, share when answering, share otherwise, total weight, k1, b, avg, slack). */
+static PyObject *block_bounds(PyObject *self, PyObject *args) {
+    PyObject *o[14];
+    double head_share, floor_, share_hi, share_lo, total, k1, bb, avg, slack;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOO(ddddddddd)", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &head_share, &floor_, &share_hi,
+                          &share_lo, &total, &k1, &bb, &avg, &slack))
+        return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL;
+    double *own = NULL;
+    Py_ssize_t G, n, P, E;
+    const double *w = take(&v, o[13], 8, -1, "weights", &G);
+    if (!w) goto done;
+    const int64_t *start = take(&v, o[2], 8, -1, "start", &n);
+    if (!start) goto done;
+    const double *counts = take(&v, o[0], 8, n * G, "counts", NULL);
+    const double *lengths = counts ? take(&v, o[1], 8, -1, "lengths", &P) : NULL;
+    const uint8_t *first = lengths ? take(&v, o[3], 1, n, "first", NULL) : NULL;
+    const uint8_t *last = first ? take(&v, o[4], 1, n, "last", NULL) : NULL;
+    const uint8_t *forced = last ? take(&v, o[5], 1, n, "forced", NULL) : NULL;
+    const int64_t *episode = forced ? take(&v, o[6], 8, n, "episode", NULL) : NULL;
+    const double *head = episode ? take(&v, o[7], 8, -1, "head", &E) : NULL;
+    const uint8_t *head_seen = head ? take(&v, o[8], 1, E * G, "head_seen", NULL) : NULL;
+    const double *boost = head_seen ? take(&v, o[9], 8, E, "boost", NULL) : NULL;
+    const double *importance = boost ? take(&v, o[10], 8, E, "importance", NULL) : NULL;
+    const double *most = importance ? take(&v, o[11], 8, P, "most", NULL) : NULL;
+    const uint8_t *answers = most ? take(&v, o[12], 1, P, "answers", NULL) : NULL;
+    if (!answers) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (start[i] < 0 || start[i] >= P || episode[i] < 0 || episode[i] >= E) {
+            PyErr_SetString(PyExc_ValueError, "a block's start or episode is out of range");
+            goto done;
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
+    own = malloc((size_t)(n ? n : 1) * sizeof(double));
+    if (!result || !own) {
+        Py_CLEAR(result);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    double *high = (double *)PyBytes_AS_STRING(result);
+    /* Per block: its passages are start[i] up to the next block's start (numpy's reduceat: one
+     * passage when the next start is not past it), the last block's up to the end. */
+#define BLOCK_END(i) ((i) + 1 < n ? (start[(i) + 1] > start[i] ? start[(i) + 1] : start[i] + 1) : P)
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t a = start[i], z = BLOCK_END(i);
+        double shortest = lengths[a];
+        for (Py_ssize_t j = a + 1; j < z; j++) shortest = npmin(shortest, lengths[j]);
+        own[i] = forced[i] ? INFINITY : bm25(counts + i * G, G, w, shortest, k1, bb, avg);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t a = start[i], z = BLOCK_END(i);
+        double before = (first[i] || i == 0) ? 0.0 : own[i - 1];
+        double after = (last[i] || i == n - 1) ? 0.0 : own[i + 1];
+        uint8_t answering = 0;
+        double top = most[a];
+        for (Py_ssize_t j = a; j < z; j++) {
+            answering |= answers[j] != 0;
+            if (j > a) top = npmax(top, most[j]);
+        }
+        double near = npmax(npmax(before, after), own[i]) * (answering ? share_hi : share_lo);
+        int64_t at = episode[i];
+        const double *row = counts + i * G;
+        double coverage = 0.0;
+        for (Py_ssize_t g = 0; g < G; g++) {
+            int seen = row[g] > 0 || head_seen[at * G + g];
+            if (i > 0 && !first[i] && row[g - G] > 0) seen = 1;
+            if (i < n - 1 && !last[i] && row[g + G] > 0) seen = 1;
+            coverage = coverage + (seen ? w[g] : 0.0);
+        }
+        coverage = coverage / total;
+        double h = (own[i] + near + head_share * head[at]) * (floor_ + coverage) * boost[at];
+        h = h * top + importance[at];
+        if (forced[i]) h = INFINITY;
+        high[i] = h + fabs(h) * slack;
+    }
+#undef BLOCK_END
+done:
+    free(own);
+    release(&v);
+    return result;
+}
+
+/* exact_scores(idx, near, counted, turn_words, first, last, asking, whole, episode, head_seen, heads,
+ *              boost, gain, by_named, says_when, weights, consts) -> bytes of idx's scores (doubles).
+ * `near` ascending holds every passage of `idx` (ascending) and those one and two places from each;
+ * `counted` their term counts; by_named / says_when None when the question names no speaker / does not
+ * ask when. consts: (head, floor, speaker, when, total weight, k1, b, avg, answer share, neighbour
+ * share, far share). */
+static PyObject *exact_scores(PyObject *self, PyObject *args) {
+    PyObject *o[16];
+    double head_w, floor_, speaker, when, total, k1, bb, avg, answer_w, neighbour_w, far_w;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOO(ddddddddddd)", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6],
+                          &o[7], &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &head_w, &floor_,
+                          &speaker, &when, &total, &k1, &bb, &avg, &answer_w, &neighbour_w, &far_w))
+        return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL;
+    double *own = NULL;
+    Py_ssize_t G, m, L, N, E;
+    const double *w = take(&v, o[15], 8, -1, "weights", &G);
+    const int64_t *idx = w ? take(&v, o[0], 8, -1, "idx", &m) : NULL;
+    const int64_t *near = idx ? take(&v, o[1], 8, -1, "near", &L) : NULL;
+    const double *counted = near ? take(&v, o[2], 8, L * G, "counted", NULL) : NULL;
+    const double *turn_words = counted ? take(&v, o[3], 8, -1, "turn_words", &N) : NULL;
+    const uint8_t *first = turn_words ? take(&v, o[4], 1, N, "first", NULL) : NULL;
+    const uint8_t *last = first ? take(&v, o[5], 1, N, "last", NULL) : NULL;
+    const uint8_t *asking = last ? take(&v, o[6], 1, N, "asking", NULL) : NULL;
+    const uint8_t *whole = asking ? take(&v, o[7], 1, N, "whole", NULL) : NULL;
+    const int64_t *episode = whole ? take(&v, o[8], 8, N, "episode", NULL) : NULL;
+    const double *heads = episode ? take(&v, o[10], 8, -1, "heads", &E) : NULL;
+    const uint8_t *head_seen = heads ? take(&v, o[9], 1, E * G, "head_seen", NULL) : NULL;
+    const double *boost = head_seen ? take(&v, o[11], 8, E, "boost", NULL) : NULL;
+    const double *gain = boost ? take(&v, o[12], 8, E, "gain", NULL) : NULL;
+    if (!gain) goto done;
+    const uint8_t *by_named = NULL, *says_when = NULL;
+    if (o[13] != Py_None && !(by_named = take(&v, o[13], 1, N, "by_named", NULL))) goto done;
+    if (o[14] != Py_None && !(says_when = take(&v, o[14], 1, N, "says_when", NULL))) goto done;
+    for (Py_ssize_t p = 0; p < L; p++) {
+        if (near[p] < 0 || near[p] >= N || (p > 0 && near[p] <= near[p - 1]) || episode[near[p]] < 0 ||
+            episode[near[p]] >= E) {
+            PyErr_SetString(PyExc_ValueError, "near: not ascending passages of the search");
+            goto done;
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, m * (Py_ssize_t)sizeof(double));
+    own = malloc((size_t)(L ? L : 1) * sizeof(double));
+    if (!result || !own) {
+        Py_CLEAR(result);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t p = 0; p < L; p++) own[p] = bm25(counted + p * G, G, w, turn_words[near[p]], k1, bb, avg);
+    double *out = (double *)PyBytes_AS_STRING(result);
+    Py_ssize_t p = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int64_t x = idx[i];
+        while (p < L && near[p] < x) p++;
+        /* Every passage scored and its neighbours one and two places away must be in `near`. */
+        int ok = p < L && near[p] == x;
+        for (int d = 1; ok && d <= 2; d++) {
+            if (x - d >= 0) ok = p - d >= 0 && near[p - d] == x - d;
+            if (ok && x + d < N) ok = p + d < L && near[p + d] == x + d;
+        }
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "idx: a passage or a neighbour of it is not in near");
+            Py_CLEAR(result);
+            goto done;
+        }
+        /* The neighbours' share (quote_search._neighbours with turn_window.further_neighbours). */
+        double before = first[x] ? 0.0 : own[p > 0 ? p - 1 : 0];
+        double after = last[x] ? 0.0 : own[p < L - 1 ? p + 1 : L - 1];
+        int answers = !first[x] && asking[near[p > 0 ? p - 1 : 0]] && whole[x];
+        double close = npmax((answers ? answer_w : neighbour_w) * before, neighbour_w * after);
+        int back = p >= 2 && !first[x] && !first[near[p > 0 ? p - 1 : 0]];
+        int ahead = p <= L - 3 && !last[x] && !last[near[p < L - 1 ? p + 1 : L - 1]];
+        double far = npmax(back ? own[p - 2] : 0.0, ahead ? own[p + 2] : 0.0);
+        double beside = npmax(close, far_w * far);
+        int64_t at = episode[x];
+        const double *row = counted + p * G;
+        double coverage = 0.0;
+        for (Py_ssize_t g = 0; g < G; g++) {
+            int seen = row[g] > 0 || head_seen[at * G + g];
+            if (p > 0 && !first[x] && row[g - G] > 0) seen = 1;
+            if (p == 0 && !first[x] && row[g] > 0) seen = 1;
+            if (p < L - 1 && !last[x] && row[g + G] > 0) seen = 1;
+            if (p == L - 1 && !last[x] && row[g] > 0) seen = 1;
+            coverage = coverage + (seen ? w[g] : 0.0);
+        }
+        coverage = coverage / total;
+        double s = (own[p] + beside + head_w * heads[at]) * (floor_ + coverage) * boost[at];
+        if (by_named && by_named[x]) s = s * speaker;
+        if (says_when && says_when[x]) s = s * when;
+        out[i] = s + gain[at];
+    }
+done:
+    free(own);
+    release(&v);
+    return result;
+}
+
+/* First index in ascending pids[0..n) whose value is at least x. */
+static inline Py_ssize_t lower_bound(const int64_t *pids, Py_ssize_t n, int64_t x) {
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (pids[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* inside_counts(postings, counts, words, starts, sizes, offsets, out) adds to `out` (a writable
+ * C-contiguous (rows, groups) array of doubles, zeros) the counts: for each (word id, group) of `words` in order, each posting of the
+ * word (`postings[w]`, ascending text ids; `counts[w]` its occurrences) inside a range of texts
+ * starts[r] .. starts[r] + sizes[r] - 1 (sorted, disjoint) adds its count to row
+ * offsets[r] + text - starts[r] of its group: runtime.episode_text's `_inside` and bincount, in the
+ * same order. */
+static PyObject *inside_counts(PyObject *self, PyObject *args) {
+    PyObject *postings, *counts, *words, *o_starts, *o_sizes, *o_offsets, *o_out;
+    Py_ssize_t rows, groups;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOOn", &PyList_Type, &postings, &PyList_Type, &counts, &PyList_Type, &words,
+                          &o_starts, &o_sizes, &o_offsets, &o_out, &groups))
+        return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL;
+    Py_ssize_t R, cells;
+    Py_buffer *ob = &v.b[v.n];
+    if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    v.n++;
+    if (groups <= 0 || ob->itemsize != 8 || ob->len % (8 * groups) != 0) {
+        PyErr_SetString(PyExc_ValueError, "out: not a (rows, groups) array of doubles");
+        goto done;
+    }
+    cells = ob->len / 8;
+    rows = cells / groups;
+    double *out = ob->buf;
+    const int64_t *starts = take(&v, o_starts, 8, -1, "starts", &R);
+    const int64_t *sizes = starts ? take(&v, o_sizes, 8, R, "sizes", NULL) : NULL;
+    const int64_t *offsets = sizes ? take(&v, o_offsets, 8, R, "offsets", NULL) : NULL;
+    if (!offsets) goto done;
+    for (Py_ssize_t r = 0; r < R; r++) {
+        if (sizes[r] < 0 || offsets[r] < 0 || offsets[r] + sizes[r] > rows) {
+            PyErr_SetString(PyExc_ValueError, "a range's rows are out of range");
+            goto done;
+        }
+    }
+    Py_ssize_t n_words = PyList_GET_SIZE(words);
+    for (Py_ssize_t k = 0; k < n_words; k++) {
+        PyObject *pair = PyList_GET_ITEM(words, k);
+        Py_ssize_t w, g;
+        if (!PyArg_ParseTuple(pair, "nn", &w, &g)) goto done;
+        if (w < 0 || w >= PyList_GET_SIZE(postings) || w >= PyList_GET_SIZE(counts) || g < 0 || g >= groups) {
+            PyErr_SetString(PyExc_ValueError, "a word id or group is out of range");
+            goto done;
+        }
+        Py_buffer pb, cb;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(postings, w), &pb, PyBUF_C_CONTIGUOUS) < 0) goto done;
+        if (PyObject_GetBuffer(PyList_GET_ITEM(counts, w), &cb, PyBUF_C_CONTIGUOUS) < 0) {
+            PyBuffer_Release(&pb);
+            goto done;
+        }
+        if (pb.itemsize != 8 || cb.itemsize != 8 || pb.len != cb.len) {
+            PyBuffer_Release(&pb);
+            PyBuffer_Release(&cb);
+            PyErr_SetString(PyExc_ValueError, "a word's postings and counts differ");
+            goto done;
+        }
+        const int64_t *pids = pb.buf, *cnt = cb.buf;
+        Py_ssize_t n = pb.len / 8;
+        for (Py_ssize_t r = 0; r < R; r++) {
+            Py_ssize_t lo = lower_bound(pids, n, starts[r]);
+            Py_ssize_t hi = lower_bound(pids, n, starts[r] + sizes[r]);
+            for (Py_ssize_t i = lo; i < hi; i++)
+                out[(offsets[r] + (pids[i] - starts[r])) * groups + g] += (double)cnt[i];
+        }
+        PyBuffer_Release(&pb);
+        PyBuffer_Release(&cb);
+    }
+    result = Py_NewRef(Py_None);
+
+done:
+    release(&v);
+    return result;
+}
+
+static PyMethodDef METHODS[] = {
+    {"block_bounds", block_bounds, METH_VARARGS, "block_bounds(...) -> the blocks' bounds, as doubles"},
+    {"exact_scores", exact_scores, METH_VARARGS, "exact_scores(...) -> the passages' exact scores, as doubles"},
+    {"inside_counts", inside_counts, METH_VARARGS, "inside_counts(...) -> term counts of ranges of texts"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_blockscore", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__blockscore(void) { return PyModule_Create(&MODULE); }
