@@ -279,8 +279,16 @@ static PyObject *inside_counts(PyObject *self, PyObject *args) {
     Views v = {.n = 0};
     PyObject *result = NULL;
     Py_ssize_t R, cells;
+    /* Owned copies: reading a pair's ints can run Python code (`__index__`), which could change
+     * or free the caller's lists under borrowed references. */
+    PyObject *held_postings = PyList_AsTuple(postings), *held_counts = PyList_AsTuple(counts);
+    PyObject *held_words = PyList_AsTuple(words);
+    postings = held_postings;
+    counts = held_counts;
+    words = held_words;
     Py_buffer *ob = &v.b[v.n];
-    if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) return NULL;
+    if (!held_postings || !held_counts || !held_words) goto done;
+    if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
     v.n++;
     if (groups <= 0 || ob->itemsize != 8 || ob->len % (8 * groups) != 0) {
         PyErr_SetString(PyExc_ValueError, "out: not a (rows, groups) array of doubles");
@@ -294,23 +302,25 @@ static PyObject *inside_counts(PyObject *self, PyObject *args) {
     const int64_t *offsets = sizes ? take(&v, o_offsets, 8, R, "offsets", NULL) : NULL;
     if (!offsets) goto done;
     for (Py_ssize_t r = 0; r < R; r++) {
-        if (sizes[r] < 0 || offsets[r] < 0 || offsets[r] + sizes[r] > rows) {
+        /* Written without a sum that could overflow. */
+        if (sizes[r] < 0 || offsets[r] < 0 || offsets[r] > rows || sizes[r] > rows - offsets[r] || starts[r] < 0 ||
+            starts[r] > INT64_MAX - sizes[r]) {
             PyErr_SetString(PyExc_ValueError, "a range's rows are out of range");
             goto done;
         }
     }
-    Py_ssize_t n_words = PyList_GET_SIZE(words);
+    Py_ssize_t n_words = PyTuple_GET_SIZE(words);
     for (Py_ssize_t k = 0; k < n_words; k++) {
-        PyObject *pair = PyList_GET_ITEM(words, k);
+        PyObject *pair = PyTuple_GET_ITEM(words, k);
         Py_ssize_t w, g;
         if (!PyArg_ParseTuple(pair, "nn", &w, &g)) goto done;
-        if (w < 0 || w >= PyList_GET_SIZE(postings) || w >= PyList_GET_SIZE(counts) || g < 0 || g >= groups) {
+        if (w < 0 || w >= PyTuple_GET_SIZE(postings) || w >= PyTuple_GET_SIZE(counts) || g < 0 || g >= groups) {
             PyErr_SetString(PyExc_ValueError, "a word id or group is out of range");
             goto done;
         }
         Py_buffer pb, cb;
-        if (PyObject_GetBuffer(PyList_GET_ITEM(postings, w), &pb, PyBUF_C_CONTIGUOUS) < 0) goto done;
-        if (PyObject_GetBuffer(PyList_GET_ITEM(counts, w), &cb, PyBUF_C_CONTIGUOUS) < 0) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(postings, w), &pb, PyBUF_C_CONTIGUOUS) < 0) goto done;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(counts, w), &cb, PyBUF_C_CONTIGUOUS) < 0) {
             PyBuffer_Release(&pb);
             goto done;
         }
@@ -322,19 +332,35 @@ static PyObject *inside_counts(PyObject *self, PyObject *args) {
         }
         const int64_t *pids = pb.buf, *cnt = cb.buf;
         Py_ssize_t n = pb.len / 8;
-        for (Py_ssize_t r = 0; r < R; r++) {
+        int ascending = 1;
+        for (Py_ssize_t r = 0; r < R && ascending; r++) {
             Py_ssize_t lo = lower_bound(pids, n, starts[r]);
             Py_ssize_t hi = lower_bound(pids, n, starts[r] + sizes[r]);
-            for (Py_ssize_t i = lo; i < hi; i++)
-                out[(offsets[r] + (pids[i] - starts[r])) * groups + g] += (double)cnt[i];
+            for (Py_ssize_t i = lo; i < hi; i++) {
+                /* The binary search finds the range only in ascending postings: anything else
+                 * could land outside the range, and is refused rather than written. */
+                int64_t at = pids[i] - starts[r];
+                if (pids[i] < starts[r] || at >= sizes[r]) {
+                    ascending = 0;
+                    break;
+                }
+                out[(offsets[r] + at) * groups + g] += (double)cnt[i];
+            }
         }
         PyBuffer_Release(&pb);
         PyBuffer_Release(&cb);
+        if (!ascending) {
+            PyErr_SetString(PyExc_ValueError, "a word's postings are not ascending");
+            goto done;
+        }
     }
     result = Py_NewRef(Py_None);
 
 done:
     release(&v);
+    Py_XDECREF(held_postings);
+    Py_XDECREF(held_counts);
+    Py_XDECREF(held_words);
     return result;
 }
 

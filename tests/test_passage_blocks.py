@@ -302,3 +302,67 @@ def test_no_blocks_for_an_episode_numbered_in_a_dropped_index() -> None:
     current = [entry(new), entry(new)]
     assert passage_blocks.block_plan(new, current, sizes, firsts, set(), 100) is not None
     assert passage_blocks.block_plan(new, [current[0], entry(old)], sizes, firsts, set(), 100) is None
+
+
+@pytest.mark.parametrize(
+    ("postings", "starts", "sizes", "offsets", "refused"),
+    [
+        ([7, 0], [0], [1], [0], "not ascending"),  # a posting past its range would land past the rows
+        ([0], [0], [1], [2**63 - 1], "out of range"),  # an offset whose sum with the size overflows
+        ([0], [2**63 - 1], [1], [0], "out of range"),  # a range whose end overflows
+        ([0], [0], [5], [0], "out of range"),  # more rows than the array has
+    ],
+)
+def test_compiled_counts_refuse_what_would_write_outside_their_rows(
+    postings: list[int], starts: list[int], sizes: list[int], offsets: list[int], refused: str
+) -> None:
+    # The index only ever appends ascending ids; a broken invariant is an error, never a write
+    # outside the array (the array here is the first part of a larger one, which must stay zero).
+    compiled = passage_compiled._blockscore
+    if compiled is None:
+        pytest.skip("the optional extension tiermem.runtime._blockscore is not built")
+    from array import array
+
+    whole = np.zeros(16)
+    out = whole[4:8]
+    with pytest.raises(ValueError, match=refused):
+        compiled.inside_counts(
+            [array("q", postings)],
+            [array("q", [5] * len(postings))],
+            [(0, 0)],
+            np.array(starts, dtype=np.int64),
+            np.array(sizes, dtype=np.int64),
+            np.array(offsets, dtype=np.int64),
+            out,
+            1,
+        )
+    assert not whole[:4].any() and not whole[8:].any()
+
+
+def test_compiled_counts_hold_their_lists_while_reading_a_word_s_numbers() -> None:
+    # Reading a (word, group) pair's numbers can run Python code that empties the caller's lists.
+    compiled = passage_compiled._blockscore
+    if compiled is None:
+        pytest.skip("the optional extension tiermem.runtime._blockscore is not built")
+    from array import array
+
+    words: list[Any] = []
+
+    class Emptying:
+        def __index__(self) -> int:
+            words.clear()
+            return 0
+
+    words += [(Emptying(), 0), (0, 0)]
+    out = np.zeros((2, 1))
+    compiled.inside_counts(
+        [array("q", [0, 1])],
+        [array("q", [2, 3])],
+        words,
+        np.array([0], dtype=np.int64),
+        np.array([2], dtype=np.int64),
+        np.array([0], dtype=np.int64),
+        out,
+        1,
+    )
+    assert out.ravel().tolist() == [4.0, 6.0]  # both pairs counted, from the list as it was given
