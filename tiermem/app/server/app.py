@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
@@ -142,19 +142,12 @@ def serve(
         )
     import uvicorn
 
-    from tiermem.app.server.turn_protocol import TurnProtocol
-
     app = application(settings, max_body_bytes=max_body_bytes, server_process=True)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=False,
-        server_header=False,
-        http=TurnProtocol,
-    )
-    return 0
+    server = uvicorn.Server(uvicorn_config(app, host, port, log_level))
+    with suppress(KeyboardInterrupt):
+        server.run()
+    # uvicorn's own run exits with 3 when the server never started (a busy port, say).
+    return 0 if server.started else 3
 
 
 def freeze_startup() -> None:
