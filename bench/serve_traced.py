@@ -102,21 +102,25 @@ def _time_requests(turn_route: Any, trace: Trace) -> None:
             CURRENT.reset(token)
         if len(times) < 7:  # not a turn answered here (or not recorded)
             return
-        t = times
-        trace["turns"].extend(
-            (
-                t["arrived"],
-                t["queued"] - t["arrived"],
-                t["start"] - t["queued"],
-                t["durable"] - t["start"],
-                t["fsync"],
-                t["settled"] - t["durable"],
-                NOW() - t["settled"],
-                t["size"],
-            )
-        )
+        _record(trace, times)
 
     turn_route.TurnRoute.__call__ = call
+
+
+def _record(trace: Trace, t: dict[str, Any]) -> None:
+    """One answered turn's times: arrival, then each stage's length, then its batch's size."""
+    trace["turns"].extend(
+        (
+            t["arrived"],
+            t["queued"] - t["arrived"],
+            t["start"] - t["queued"],
+            t["durable"] - t["start"],
+            t["fsync"],
+            t["settled"] - t["durable"],
+            NOW() - t["settled"],
+            t["size"],
+        )
+    )
 
 
 def _time_protocol(turn_protocol: Any, service: Any, trace: Trace) -> None:
@@ -145,18 +149,7 @@ def _time_protocol(turn_protocol: Any, service: Any, trace: Trace) -> None:
         real_answer(self, turn, done)
         if t is None or len(t) < 7:
             return
-        trace["turns"].extend(
-            (
-                t["arrived"],
-                t["queued"] - t["arrived"],
-                t["start"] - t["queued"],
-                t["durable"] - t["start"],
-                t["fsync"],
-                t["settled"] - t["durable"],
-                NOW() - t["settled"],
-                t["size"],
-            )
-        )
+        _record(trace, t)
 
     turn_protocol.TurnProtocol.on_message_complete = on_message_complete
     turn_protocol.TurnProtocol._answer = answer
