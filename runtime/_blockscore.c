@@ -65,6 +65,19 @@ static inline double bm25(const double *row, Py_ssize_t groups, const double *w,
     return out;
 }
 
+/* The answer (bytes of `n_out` doubles) and a scratch array of `n_own` doubles: 0, or -1 with the
+ * exception set and neither kept. */
+static int answer_and_scratch(Py_ssize_t n_out, Py_ssize_t n_own, PyObject **result, double **own) {
+    *result = PyBytes_FromStringAndSize(NULL, n_out * (Py_ssize_t)sizeof(double));
+    *own = malloc((size_t)(n_own ? n_own : 1) * sizeof(double));
+    if (*result && *own) return 0;
+    Py_CLEAR(*result);
+    free(*own);
+    *own = NULL;
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    return -1;
+}
+
 /* block_bounds(counts, lengths, start, first, last, forced, episode, head, head_seen, boost,
  *              importance, most, answers, weights, consts) -> bytes of the blocks' bounds (doubles).
  * consts: (head_share, floor, share when answering, share otherwise, total weight, k1, b, avg, slack). */
@@ -103,13 +116,7 @@ static PyObject *block_bounds(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    result = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(double));
-    own = malloc((size_t)(n ? n : 1) * sizeof(double));
-    if (!result || !own) {
-        Py_CLEAR(result);
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        goto done;
-    }
+    if (answer_and_scratch(n, n, &result, &own) < 0) goto done;
     double *high = (double *)PyBytes_AS_STRING(result);
     /* Per block: its passages are start[i] up to the next block's start (numpy's reduceat: one
      * passage when the next start is not past it), the last block's up to the end. */
@@ -196,13 +203,7 @@ static PyObject *exact_scores(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    result = PyBytes_FromStringAndSize(NULL, m * (Py_ssize_t)sizeof(double));
-    own = malloc((size_t)(L ? L : 1) * sizeof(double));
-    if (!result || !own) {
-        Py_CLEAR(result);
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        goto done;
-    }
+    if (answer_and_scratch(m, L, &result, &own) < 0) goto done;
     for (Py_ssize_t p = 0; p < L; p++) own[p] = bm25(counted + p * G, G, w, turn_words[near[p]], k1, bb, avg);
     double *out = (double *)PyBytes_AS_STRING(result);
     Py_ssize_t p = 0;
