@@ -91,6 +91,56 @@ def _caller(m: AgentMemory, queries: list[str], long: bool, context: bool) -> Ca
     return call
 
 
+def _report(
+    args: argparse.Namespace,
+    queries: list[str],
+    stages: dict[str, list[float]],
+    pauses: list[tuple[int, float]],
+    total: list[float],
+) -> None:
+    """The stages' table, the collector's pauses, the slowest 5 % against the median, the slowest calls."""
+    what = ("context with retrieval" if args.context else "recall_memory") + (
+        " on the long conversation" if args.long else f" at {args.episodes:,} episodes"
+    )
+    print(f"{what}, {args.n} calls, load {os.getloadavg()[0]:.1f}")
+    print(f"{'stage (CPU ms per call)':40s} {'p50':>7s} {'p99':>7s} {'mean':>7s}")
+    print(
+        f"{'the whole tool':40s} {br.pct(total, 0.5):7.2f} {br.pct(total, 0.99):7.2f} {sum(total) / args.n:7.2f}"
+    )
+    for label, times in stages.items():
+        per_call = times if len(times) == args.n else [sum(times) / args.n]
+        print(
+            f"{label:40s} {br.pct(per_call, 0.5):7.2f} {br.pct(per_call, 0.99):7.2f} {sum(times) / args.n:7.2f}"
+        )
+    full = [t for g, t in pauses if g == 2]
+    print(f"garbage collector: {len(pauses)} pauses, full collections {[round(t, 1) for t in full]} ms")
+    for g in (0, 1):  # the young passes: what a call's new, kept objects cost
+        young = [t for gen, t in pauses if gen == g]
+        print(
+            f"  generation {g}: {len(young)} passes, {sum(young):.1f} ms in all, longest {max(young, default=0):.2f} ms"
+        )
+    slow = sorted(range(args.n), key=lambda i: -total[i])[: max(1, args.n // 20)]
+    print(f"the slowest 5 % ({len(slow)} calls) vs every call, stage by stage (CPU ms per call):")
+    print(f"{'stage':40s} {'p50 all':>8s} {'mean slow':>10s} {'grows':>7s}")
+    print(
+        f"{'the whole tool':40s} {br.pct(total, 0.5):8.2f} {sum(total[i] for i in slow) / len(slow):10.2f}"
+        f" {sum(total[i] for i in slow) / len(slow) - br.pct(total, 0.5):7.2f}"
+    )
+    for label, times in stages.items():
+        if len(times) != args.n:
+            continue  # a stage called several times per call has no per-call figure
+        mid, worst = br.pct(times, 0.5), sum(times[i] for i in slow) / len(slow)
+        print(f"{label:40s} {mid:8.2f} {worst:10.2f} {worst - mid:7.2f}")
+    print("slowest calls:")
+    for i in sorted(range(args.n), key=lambda i: -total[i])[:5]:  # call i asked queries[i + 10]
+        parts = ", ".join(
+            f"{label.strip()} {times[i]:.1f}"
+            for label, times in stages.items()
+            if len(times) == args.n and times[i] >= 0.5
+        )
+        print(f"  {total[i]:6.2f} ms {queries[(i + 10) % len(queries)]!r}: {parts}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", required=True, help="the --root of bench_read_paths.py")
@@ -143,34 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             call(i)
             total.append((time.process_time() - c0) * 1000)
         gc.callbacks.remove(on_gc)
-    what = ("context with retrieval" if args.context else "recall_memory") + (
-        " on the long conversation" if args.long else f" at {args.episodes:,} episodes"
-    )
-    print(f"{what}, {args.n} calls, load {os.getloadavg()[0]:.1f}")
-    print(f"{'stage (CPU ms per call)':40s} {'p50':>7s} {'p99':>7s} {'mean':>7s}")
-    print(
-        f"{'the whole tool':40s} {br.pct(total, 0.5):7.2f} {br.pct(total, 0.99):7.2f} {sum(total) / args.n:7.2f}"
-    )
-    for label, times in stages.items():
-        per_call = times if len(times) == args.n else [sum(times) / args.n]
-        print(
-            f"{label:40s} {br.pct(per_call, 0.5):7.2f} {br.pct(per_call, 0.99):7.2f} {sum(times) / args.n:7.2f}"
-        )
-    full = [t for g, t in pauses if g == 2]
-    print(f"garbage collector: {len(pauses)} pauses, full collections {[round(t, 1) for t in full]} ms")
-    for g in (0, 1):  # the young passes: what a call's new, kept objects cost
-        young = [t for gen, t in pauses if gen == g]
-        print(
-            f"  generation {g}: {len(young)} passes, {sum(young):.1f} ms in all, longest {max(young, default=0):.2f} ms"
-        )
-    print("slowest calls:")
-    for i in sorted(range(args.n), key=lambda i: -total[i])[:5]:  # call i asked queries[i + 10]
-        parts = ", ".join(
-            f"{label.strip()} {times[i]:.1f}"
-            for label, times in stages.items()
-            if len(times) == args.n and times[i] >= 0.5
-        )
-        print(f"  {total[i]:6.2f} ms {queries[(i + 10) % len(queries)]!r}: {parts}")
+    _report(args, queries, stages, pauses, total)
     return 0
 
 

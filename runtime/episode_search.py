@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import orjson
-from tiermem.runtime import fts_ranks, fts_terms
+from tiermem.runtime import fts_ranks, fts_rows, fts_terms
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window
 from tiermem.runtime.hotstore import HotConnection, database_key, item_clause
@@ -343,13 +343,7 @@ def _rows_at(
     """`cols` of the chosen matches, in their order, each with its rank (position `rank`) last."""
     if not chosen:
         return []
-    marks = ",".join("?" * len(chosen))
-    by_rowid = {
-        r[0]: tuple(r)[1:]
-        for r in conn.execute(
-            f"SELECT e.rowid, {cols} FROM episodes e WHERE e.rowid IN ({marks})", [c[0] for c in chosen]
-        )
-    }
+    by_rowid = fts_rows.rows_by_rowid(conn, cols, [c[0] for c in chosen])  # kept while unchanged
     return [(*by_rowid[c[0]], c[rank]) for c in chosen if c[0] in by_rowid]
 
 

@@ -65,7 +65,8 @@ def phrases_of(match: str) -> list[str] | None:
     return phrases if all(_PHRASE.match(p) for p in phrases) else None
 
 
-def _version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+def kept_version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+    """What kept episode data is filed under (None: nothing is kept for this store or here)."""
     if not counts_changes(conn, TRIGGER):
         return None
     db = database_key(conn)
@@ -84,7 +85,7 @@ def ranked_rows(
     """(rowid, rank per `ranks`) of every match the principal may see (`where` on `e`), or None
     when this query cannot be served from kept phrase ranks (the caller asks the index)."""
     phrases = phrases_of(match)
-    version = _version(conn) if phrases else None
+    version = kept_version(conn) if phrases else None
     if phrases is None or version is None:
         return None
     if _KEPT.version != version or _KEPT.rows > MAX_ROWS:
