@@ -50,6 +50,7 @@ from tiermem.runtime.passage_blocks import block_plan
 from tiermem.runtime.passage_bounds import Factors, Passages, survivors
 from tiermem.runtime.passage_columns import WordNumbers, dedup_set
 from tiermem.runtime.passage_compiled import Shares
+from tiermem.runtime.passage_order import by_score
 from tiermem.runtime.passage_parts import Parts, Weights, add_notes, blocked, named_passages, weigh_captions
 from tiermem.runtime.query_terms import query_term_groups
 from tiermem.runtime.time_query import (
@@ -546,8 +547,8 @@ def _best_first(found: _Scored, scores: np.ndarray, enough: int) -> list[tuple[i
     """(passage, score) in result order ((-score, date, turn, part)), at least the best `enough`.
 
     Everything scoring at least the `enough`-th best is sorted, so the order
-    of what is returned is exactly that of sorting every passage. Only those
-    passages' scores become Python floats.
+    of what is returned is exactly that of sorting every passage; the rest of
+    the key is read only for passages that tie on a score (runtime.passage_order).
     """
     n = len(scores)
     if n > enough:
@@ -555,18 +556,13 @@ def _best_first(found: _Scored, scores: np.ndarray, enough: int) -> list[tuple[i
         chosen = np.flatnonzero(scores >= floor)
     else:
         chosen = np.arange(n)
-    keyed = []
-    for i, score, k, j in zip(
-        chosen.tolist(),
-        scores[chosen].tolist(),
-        found.episode[chosen].tolist(),
-        found.local[chosen].tolist(),
-        strict=True,
-    ):
+
+    def rest(i: int) -> tuple[str, str, int]:
+        k, j = int(found.episode[i]), int(found.local[i])
         p = found.entries[k].passages
-        keyed.append(((-score, found.rows[k][4], p.quote_events[p.quote[j]], int(p.part[j])), i, score))
-    keyed.sort(key=lambda e: e[0])
-    return [(i, score) for _, i, score in keyed]
+        return found.rows[k][4], p.quote_events[p.quote[j]], int(p.part[j])
+
+    return by_score(scores, chosen, rest)
 
 
 def search_quotes(
