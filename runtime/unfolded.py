@@ -54,15 +54,18 @@ class _TurnWords:
         self.clear()
 
     def clear(self) -> None:
+        self.generation = getattr(self, "generation", -1) + 1  # turn numbers are only valid within one
         self.turns: dict[tuple[str, str], int] = {}  # (database, item id) -> turn number
         self.by_word: dict[tuple[str, str], array[int]] = {}  # (database, word) -> turn numbers
         self.by_head: dict[tuple[str, str], set[str]] = {}  # (database, first PREFIX_MIN letters) -> words
         self.postings = 0
         self.erased: dict[str, int] = {}  # database -> its erasure mark when its turns were read
 
-    def add(self, conn: sqlite3.Connection, db: str, item_ids: list[str]) -> None:
-        """Index the turns among `item_ids` not met yet (their texts read in one pass)."""
-        mark = erasure_mark(conn)  # an erasure since: every word goes, the erased turn's with them
+    def add(self, conn: sqlite3.Connection, db: str, item_ids: list[str], mark: int | None = None) -> None:
+        """Index the turns among `item_ids` not met yet (their texts read in one pass); `mark`: the
+        store's erasure mark, when the caller has just read it."""
+        if mark is None:
+            mark = erasure_mark(conn)  # an erasure since: every word goes, the erased turn's with them
         if self.erased.get(db, mark) != mark:
             self.clear()
         self.erased[db] = mark
@@ -96,6 +99,53 @@ class _TurnWords:
 
 
 _TURNS = _TurnWords()
+HELD_TERMS = 10_000  # terms whose turns among one scan's are kept with it
+
+
+class _Scan:
+    """One scan's turns numbered (turn number -> its rank in the scan), and per term the numbers of
+    those holding it: the same for every question while the scan is the same kept rows
+    (runtime.unfolded_rows keeps them until a turn or a fold changes), the turns' numbering the
+    same (`_TurnWords.generation`) and no erasure came since."""
+
+    def __init__(self, key: tuple[Any, ...], numbers: dict[int, int]) -> None:
+        self.key = key  # (the rows, database, excluded turns, generation, erasure mark)
+        self.numbers = numbers
+        self.among = set(numbers)
+        self.held: dict[str, tuple[int, ...]] = {}
+
+    def same(self, key: tuple[Any, ...]) -> bool:
+        return self.key[0] is key[0] and self.key[1:] == key[1:]
+
+    def holding(self, db: str, term: str) -> tuple[int, ...]:
+        """`_TURNS.holding` of `term` among this scan's turns, kept."""
+        found = self.held.get(term)
+        if found is None:
+            if len(self.held) >= HELD_TERMS:
+                self.held = {}
+            found = self.held[term] = tuple(_TURNS.holding(db, term, self.among))
+        return found
+
+
+_LAST: list[_Scan] = []  # the last scan (one: a reader asks question after question of the same scan)
+
+
+def _scanned(conn: sqlite3.Connection, db: str, rows: list[Any], exclude: frozenset[str]) -> _Scan:
+    """The scan's turns indexed and numbered, from the last scan's when it is the same."""
+    mark = erasure_mark(conn)
+    last = _LAST[0] if _LAST else None
+    if last is not None and last.same((rows, db, exclude, _TURNS.generation, mark)):
+        return last
+    _TURNS.add(conn, db, [r[3] for r in rows if r[0] not in exclude], mark)
+    numbers = {
+        n: rank
+        for rank, row in enumerate(rows)
+        if row[0] not in exclude and (n := _TURNS.turns.get((db, row[3]))) is not None
+    }
+    # Keyed after the turns were added: the numbering they were added under.
+    scan = _Scan((rows, db, exclude, _TURNS.generation, mark), numbers)
+    _LAST[:] = [scan]
+    return scan
 
 
 def search_unfolded(
@@ -122,16 +172,11 @@ def search_unfolded(
     # its rows are kept until a turn or a fold changes.
     rows = newest_unfolded(conn, where, params, SCAN_LIMIT)
     db = database_key(conn)
-    _TURNS.add(conn, db, [r[3] for r in rows if r[0] not in exclude])
-    numbers = {
-        n: rank
-        for rank, row in enumerate(rows)
-        if row[0] not in exclude and (n := _TURNS.turns.get((db, row[3]))) is not None
-    }
-    among = set(numbers)
+    scan = _scanned(conn, db, rows, exclude)
+    numbers = scan.numbers
     hits: dict[int, int] = {}
     for term in terms:
-        for n in _TURNS.holding(db, term, among):
+        for n in scan.holding(db, term):
             hits[n] = hits.get(n, 0) + 1
     # Most hits, then newest: (-hits, rank) orders every turn (ranks are distinct), so the best few
     # are taken without sorting them all (a query of common words hits nearly every scanned turn).
