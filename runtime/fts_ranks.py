@@ -107,9 +107,9 @@ def ranked_rows(
         part = np.where(found[:, None], -values[np.minimum(at, len(ids) - 1)], 0.0)
         total = total + part
     total = -1.0 * total
-    visible = _visible(conn, where, params, rowids.tolist())
-    keep = np.isin(rowids, np.array(visible, dtype=np.int64))
-    return [(r, *v) for r, v in zip(rowids[keep].tolist(), total[keep].tolist(), strict=True)]
+    ids = rowids.tolist()
+    visible = _visible(conn, where, params, ids)
+    return [(r, *v) for r, v in zip(ids, total.tolist(), strict=True) if r in visible]
 
 
 def _phrase_ranks(
@@ -129,7 +129,7 @@ def _phrase_ranks(
     return kept
 
 
-def _visible(conn: sqlite3.Connection, where: str, params: list[Any], rowids: list[int]) -> list[int]:
+def _visible(conn: sqlite3.Connection, where: str, params: list[Any], rowids: list[int]) -> set[int]:
     """The rowids among `rowids` whose episode the principal may see (`where` on alias `e`)."""
     sql = f"SELECT e.rowid FROM episodes e WHERE e.rowid IN (SELECT value FROM json_each(?)) AND {where}"
-    return [r[0] for r in conn.execute(sql, [orjson.dumps(rowids).decode(), *params])]
+    return {r[0] for r in conn.execute(sql, [orjson.dumps(rowids).decode(), *params])}
