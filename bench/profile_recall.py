@@ -4,6 +4,7 @@
     .venv/bin/python bench/profile_recall.py --root /tmp/read_paths_recall --episodes 100000 --cprofile
     .venv/bin/python bench/profile_recall.py --root /tmp/read_paths_long --long         # the long conversation
     .venv/bin/python bench/profile_recall.py --root /tmp/read_paths_long --long --context
+    .venv/bin/python bench/profile_recall.py --root /tmp/read_paths_long --long --repeat  # first time vs again
 
 Reads the store `bench_read_paths.py --only recall` builds under --root (run
 that first), asks the same questions in the same way (one agent, the user
@@ -17,7 +18,10 @@ with --context the context assembly with its per-turn retrieval instead of
 the tool. Also counts the garbage collector's
 pauses (a full collection lands on whichever call triggers it; the young
 generations' passes apart), and lists the
-slowest calls with their stages. Prints a table; nothing is written.
+slowest calls with their stages, and the slowest 5 % of calls against the
+median stage by stage. With --repeat each question is asked twice in a row,
+and each stage's first time is set against its repeat (what is worked out
+once per new word or passage). Prints tables; nothing is written.
 """
 
 from __future__ import annotations
@@ -141,6 +145,26 @@ def _report(
         print(f"  {total[i]:6.2f} ms {queries[(i + 10) % len(queries)]!r}: {parts}")
 
 
+def _first_and_repeat(call: Callable[[int], None], stages: dict[str, list[float]], n: int) -> None:
+    """Each question asked twice in a row: stage by stage, what its first time costs beyond its repeat
+    (the work done once per new word or new passage and kept: what the slow calls of a run are made of)."""
+    first: dict[str, list[float]] = {}
+    again: dict[str, list[float]] = {}
+    for i in range(10, n + 10):
+        for into in (first, again):
+            before = {label: len(times) for label, times in stages.items()}
+            c0 = time.process_time()
+            call(i)
+            into.setdefault("the whole tool", []).append((time.process_time() - c0) * 1000)
+            for label, times in stages.items():
+                into.setdefault(label, []).append(sum(times[before.get(label, 0) :]))
+    print(f"{n} questions, each asked twice, load {os.getloadavg()[0]:.1f}; mean CPU ms per call:")
+    print(f"{'stage':40s} {'first':>7s} {'repeat':>7s} {'diff':>7s}")
+    for label, times in first.items():
+        a, b = sum(times) / n, sum(again[label]) / n
+        print(f"{label:40s} {a:7.2f} {b:7.2f} {a - b:7.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", required=True, help="the --root of bench_read_paths.py")
@@ -149,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cprofile", action="store_true", help="cProfile the calls instead of timing stages")
     p.add_argument("--long", action="store_true", help="the long conversation (--only long's store)")
     p.add_argument("--context", action="store_true", help="with --long: context with the per-turn retrieval")
+    p.add_argument(
+        "--repeat", action="store_true", help="each question asked twice: its first time against its repeat"
+    )
     args = p.parse_args(argv)
     path = Path(args.root) / ("long" if args.long else f"recall{args.episodes}")
     if not (path / "hot").exists():
@@ -177,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         stages: dict[str, list[float]] = {}
         _instrument(m, stages)
+        if args.repeat:
+            _first_and_repeat(call, stages, args.n)
+            return 0
         pauses: list[tuple[int, float]] = []
         started = [0.0]
 
