@@ -16,13 +16,14 @@ kind).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 
 def by_score(
-    scores: np.ndarray, chosen: np.ndarray, rest: Callable[[int], Hashable]
+    scores: np.ndarray, chosen: np.ndarray, rest: Callable[[int], tuple[Any, ...]]
 ) -> list[tuple[int, float]]:
     """(passage, score) of the `chosen` passages (ascending), in the order of sorting them by
     (-score, `rest(passage)`); the scores must be numbers (no NaN)."""
@@ -45,7 +46,7 @@ def by_score(
 
 
 def by_whole_key(
-    scores: np.ndarray, chosen: np.ndarray, rest: Callable[[int], tuple[object, ...]]
+    scores: np.ndarray, chosen: np.ndarray, rest: Callable[[int], tuple[Any, ...]]
 ) -> list[tuple[int, float]]:
     """The same order built as the whole keys sorted (what `by_score` must equal; for the tests)."""
     keyed = [((-s, *rest(i)), i, s) for i, s in zip(chosen.tolist(), scores[chosen].tolist(), strict=True)]
