@@ -25,7 +25,7 @@ triggers is always asked.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tiermem.runtime import fts_ranks
@@ -52,9 +52,9 @@ def _read(conn: sqlite3.Connection, cols: str, rowids: Sequence[int]) -> dict[in
     return {r[0]: tuple(r)[1:] for r in conn.execute(sql, list(rowids))}
 
 
-def rows_by_rowid(conn: sqlite3.Connection, cols: str, rowids: Sequence[int]) -> dict[int, Row]:
+def rows_by_rowid(conn: sqlite3.Connection, cols: str, rowids: Sequence[int]) -> Mapping[int, Row]:
     """`cols` (on alias `e`) of the episodes at `rowids`, by rowid (a rowid no longer there is absent;
-    the mapping may hold other kept rows besides).
+    the mapping may hold other kept rows besides, and is only read: it may be the kept one itself).
 
     The same rows as reading them; rows read since the episodes last
     changed are not read again.
