@@ -145,7 +145,7 @@ def test_reading_the_index_leaves_no_read_transaction_behind(settings: Settings)
             other.close()
         assert busy == 0
         assert (log.root / f"{INDEX_NAME}-wal").stat().st_size == 0
-        _fill(log, "c", 100)  # the truncated log is a new header: read again, and on it goes
+        _fill(log, "c", 250)  # the truncated log is a new header: read again, and on it goes
         assert _filter(log)[0]
 
 
