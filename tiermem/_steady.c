@@ -145,10 +145,12 @@ static PyTypeObject IndexType = {
  * frame count, the frames' running checksum, the commit counter) is the same committed state;
  * a checkpoint copies frames without changing what they say, and a restart draws new salts.
  *
- * So the connection reads every id of the index once, inside one read transaction bracketed by
- * two reads of the header: when both are the same, no commit happened between them and the ids
- * read are exactly the ones of that header's state. They go into a Bloom filter (no false
- * "absent"). A lookup then reads the header again, as SQLite's own readers do (first copy,
+ * So the connection reads the header, then every id of the index in one read transaction: its
+ * snapshot is the header's state or a later one, and the filter is used only while the header is
+ * still the one read before (its token), that is while no commit has happened since: then the
+ * snapshot was exactly that state. (The header is read again after the reading only to drop at
+ * once a filter a commit during the reading already made stale.) The ids go into a Bloom filter
+ * (no false "absent"). A lookup then reads the header again, as SQLite's own readers do (first copy,
  * then the second, both equal): if it is still that state and the filter does not hold the id,
  * a fresh lookup at that moment would find it absent too, since a commit that is not yet in
  * both copies is not visible to any reader. Anything else (a commit since, by this process or
@@ -295,7 +297,8 @@ static int filter_build(Index *self) {
     sqlite3_finalize(scan);
     sqlite3_exec(self->db, "COMMIT", NULL, NULL, NULL); /* a read: ends the transaction */
     if (!sqlite3_get_autocommit(self->db)) sqlite3_exec(self->db, "ROLLBACK", NULL, NULL, NULL);
-    /* The same header before the read began and after it ended: no commit in between. */
+    /* A commit since `before` (during the reading, perhaps) would make the filter stale at its
+       first use: dropped now. */
     if (rc != SQLITE_OK || self->bits == NULL || !header_now(self, after) ||
         memcmp(before, after, WAL_HEADER) != 0) {
         filter_drop(self);
