@@ -29,13 +29,41 @@
 /* The largest write made with the interpreter lock held (tiermem.heldio.HELD_WRITE_MAX). */
 #define HELD_WRITE_MAX (64 * 1024)
 
+/* The wal-index header (SQLite's file format: the first 48 bytes of the `-shm` file, written twice,
+ * the second copy first) and the size of the regions in which SQLite maps that file. */
+#define WAL_HEADER 48
+#define WAL_INDEX_REGION 32768
+/* Ids read into the filter at most; past that, SQLite answers every lookup. */
+#define FILTER_MAX_IDS (1 << 19)
+
 typedef struct {
     PyObject_HEAD
     sqlite3 *db;
     sqlite3_stmt *lookup;
+    /* The ids of the index as of one state of its write-ahead log (see `filter_build`). */
+    const volatile unsigned char *wal_header; /* SQLite's own mapping of the wal-index header, or NULL */
+    unsigned char token[WAL_HEADER];          /* that header when the ids were read */
+    unsigned long long *bits;                 /* a Bloom filter of those ids; NULL: none */
+    unsigned long long mask;                  /* its number of bits - 1 (a power of two) */
+    int valid;                                /* the header is still `token`, as far as last seen */
+    int unusable;                             /* not in WAL mode, or no mapping: SQLite answers, always */
+    long long built_n;                        /* ids read by the last build (or counted before it stopped) */
+    long long misses;                         /* lookups answered by SQLite since the last build */
+    long long answered;                       /* "absent" answered by the filter */
+    long long answered_at_build;              /* `answered` when the filter was last read */
+    int backoff;                              /* readings that did not pay in a row (see `filter_due`) */
+    long long readings;                       /* readings of the index begun */
 } Index;
 
+static void filter_drop(Index *self) {
+    PyMem_Free(self->bits);
+    self->bits = NULL;
+    self->valid = 0;
+}
+
 static void index_close_db(Index *self) {
+    filter_drop(self);
+    self->wal_header = NULL;
     if (self->lookup != NULL) {
         sqlite3_finalize(self->lookup);
         self->lookup = NULL;
@@ -56,6 +84,10 @@ static int index_init(Index *self, PyObject *args, PyObject *kwds) {
     (void)kwds;
     if (!PyArg_ParseTuple(args, "s", &path)) return -1;
     index_close_db(self);
+    self->unusable = 0;
+    self->built_n = self->misses = self->answered = self->answered_at_build = 0;
+    self->backoff = 0;
+    self->readings = 0;
     /* No busy wait: a lookup that would wait (the index being recovered or checkpointed in a
      * way that blocks readers) answers -1 and the Python path waits, the interpreter lock let go. */
     int rc = sqlite3_open_v2(path, &self->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
@@ -77,8 +109,18 @@ static PyObject *index_close(Index *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* (valid, ids read by the last reading, lookups SQLite answered since, "absent" answered by the
+ * filter, readings begun): what the tests and benchmarks look at. */
+static PyObject *index_filter_state(Index *self, PyObject *unused) {
+    (void)unused;
+    return Py_BuildValue("(OLLLL)", self->valid ? Py_True : Py_False, self->built_n, self->misses, self->answered,
+                         self->readings);
+}
+
 static PyMethodDef INDEX_METHODS[] = {
     {"close", (PyCFunction)index_close, METH_NOARGS, "close the connection"},
+    {"filter_state", (PyCFunction)index_filter_state, METH_NOARGS,
+     "(valid, ids read, lookups SQLite answered since, absent answered by the filter, readings begun)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -93,9 +135,204 @@ static PyTypeObject IndexType = {
     .tp_methods = INDEX_METHODS,
 };
 
+/* ------------------------------------------------------------------------------------------
+ * "Absent" answered without a read transaction.
+ *
+ * Each lookup through SQLite is its own read transaction, and beginning and ending one costs a
+ * pair of `fcntl` locks on the index's shared memory and SQLite's whole read path: the largest
+ * part of a one-step append besides the flush, all of it cold after a flush. But the index only
+ * changes by commits, and every commit rewrites the wal-index header that every reader consults
+ * first (SQLite's documented WAL-index format: two copies of 48 bytes at the start of `-shm`,
+ * the second written first, then the first). Within one generation of the write-ahead log
+ * (its salts) frames are only appended, so a header that is byte for byte the same (salts,
+ * frame count, the frames' running checksum, the commit counter) is the same committed state;
+ * a checkpoint copies frames without changing what they say, and a restart draws new salts.
+ *
+ * So the connection reads the header, then every id of the index in one read transaction: its
+ * snapshot is the header's state or a later one, and the filter is used only while the header is
+ * still the one read before (its token), that is while no commit has happened since: then the
+ * snapshot was exactly that state. (The header is read again after the reading only to drop at
+ * once a filter a commit during the reading already made stale.) The ids go into a Bloom filter
+ * (no false "absent"). A lookup then reads the header again, as SQLite's own readers do (first copy,
+ * then the second, both equal): if it is still that state and the filter does not hold the id,
+ * a fresh lookup at that moment would find it absent too, since a commit that is not yet in
+ * both copies is not visible to any reader. Anything else (a commit since, by this process or
+ * another, a header being written, an id the filter may hold) goes to SQLite as before; a
+ * changed header makes the filter stale for good, and it is read again only after enough
+ * lookups went to SQLite that reading it costs a fraction of them (`filter_due`).
+ *
+ * The header is read through SQLite's own mapping of the shared memory (the VFS's `xShmMap`):
+ * opening `-shm` separately would give this process a second descriptor of it, and closing
+ * that descriptor would drop the POSIX locks SQLite holds on the file. */
+
+static int header_now(const Index *self, unsigned char out[WAL_HEADER]) {
+    unsigned char second[WAL_HEADER];
+    memcpy(out, (const unsigned char *)self->wal_header, WAL_HEADER);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    memcpy(second, (const unsigned char *)self->wal_header + WAL_HEADER, WAL_HEADER);
+    /* isInit (byte 12) set and both copies equal: a header SQLite's readers would take. */
+    return out[12] == 1 && memcmp(out, second, WAL_HEADER) == 0;
+}
+
+static unsigned long long mix(unsigned long long h) {
+    h ^= h >> 30;
+    h *= 0xBF58476D1CE4E5B9ULL;
+    h ^= h >> 27;
+    h *= 0x94D049BB133111EBULL;
+    return h ^ (h >> 31);
+}
+
+static unsigned long long id_hash(const char *eid, Py_ssize_t len) {
+    unsigned long long h = 0xCBF29CE484222325ULL ^ (unsigned long long)len;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        h ^= (unsigned char)eid[i];
+        h *= 0x100000001B3ULL;
+    }
+    return mix(h);
+}
+
+/* Three bits per id, by double hashing. */
+#define FILTER_PROBES 3
+#define PROBE(h, g, i, mask) (((h) + (unsigned long long)(i) * (g)) & (mask))
+
+static void filter_add(Index *self, const char *eid, Py_ssize_t len) {
+    unsigned long long h = id_hash(eid, len), g = mix(h) | 1;
+    for (int i = 0; i < FILTER_PROBES; i++) {
+        unsigned long long bit = PROBE(h, g, i, self->mask);
+        self->bits[bit >> 6] |= 1ULL << (bit & 63);
+    }
+}
+
+static int filter_may_hold(const Index *self, const char *eid, Py_ssize_t len) {
+    unsigned long long h = id_hash(eid, len), g = mix(h) | 1;
+    for (int i = 0; i < FILTER_PROBES; i++) {
+        unsigned long long bit = PROBE(h, g, i, self->mask);
+        if (!(self->bits[bit >> 6] & (1ULL << (bit & 63)))) return 0;
+    }
+    return 1;
+}
+
+/* Worth reading the index again: a lookup through SQLite costs about what reading 40 ids in one
+ * pass does (~6 µs cold against ~0.15 µs an id), so the index is read again once a 16th of the ids
+ * it last held went to SQLite since (at least 64): a reading then costs about a third of the
+ * lookups waited for, however soon the next commit makes it stale. When a reading did not pay
+ * (its filter answered fewer lookups than that before a commit made it stale: another process
+ * committing all the time), the wait doubles, up to 2^10 times, until one does. */
+static int filter_due(const Index *self) {
+    return !self->unusable && self->built_n <= FILTER_MAX_IDS &&
+           self->misses >= (self->built_n / 16 + 64) << self->backoff;
+}
+
+/* The filter went stale: note whether it answered enough to have paid for its reading. */
+static void filter_stale(Index *self) {
+    if (self->answered - self->answered_at_build < self->built_n / 16 + 64) {
+        if (self->backoff < 10) self->backoff++;
+    } else {
+        self->backoff = 0;
+    }
+    filter_drop(self);
+}
+
+/* 1 if the connection's file is in WAL mode, 0 if not, -1 on an error. */
+static int in_wal_mode(sqlite3 *db) {
+    sqlite3_stmt *stmt = NULL;
+    int wal = -1;
+    if (sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &stmt, NULL) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW) {
+        const unsigned char *mode = sqlite3_column_text(stmt, 0);
+        wal = mode != NULL && sqlite3_stricmp((const char *)mode, "wal") == 0;
+    }
+    sqlite3_finalize(stmt);
+    return wal;
+}
+
+/* SQLite's own mapping of the wal-index's first region (NULL if the VFS gives none). */
+static const volatile unsigned char *wal_index_mapping(sqlite3 *db) {
+    sqlite3_file *file = NULL;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &file) != SQLITE_OK || file == NULL ||
+        file->pMethods == NULL || file->pMethods->iVersion < 2 || file->pMethods->xShmMap == NULL)
+        return NULL;
+    void volatile *region = NULL;
+    if (file->pMethods->xShmMap(file, 0, WAL_INDEX_REGION, 0, &region) != SQLITE_OK) return NULL;
+    return (const volatile unsigned char *)region;
+}
+
+/* Read every id of the index into a new filter; 1 when it is valid (see above), 0 if not. */
+static int filter_build(Index *self) {
+    filter_drop(self);
+    self->misses = 0;
+    self->readings++;
+    if (self->wal_header == NULL) {
+        int wal = in_wal_mode(self->db); /* a read: SQLite has opened the WAL and mapped its index */
+        if (wal == 0) self->unusable = 1;
+        if (wal != 1) return 0;
+        self->wal_header = wal_index_mapping(self->db);
+        if (self->wal_header == NULL) {
+            self->unusable = 1;
+            return 0;
+        }
+    }
+    unsigned char before[WAL_HEADER], after[WAL_HEADER];
+    if (!header_now(self, before)) return 0;
+    sqlite3_stmt *count = NULL, *scan = NULL;
+    long long n = 0;
+    int rc = sqlite3_exec(self->db, "BEGIN", NULL, NULL, NULL);
+    /* Sized by the count of the B-tree's cells (no row decoded), 16 bits an id, then read. */
+    if (rc == SQLITE_OK) rc = sqlite3_prepare_v2(self->db, "SELECT count(*) FROM event_ids", -1, &count, NULL);
+    if (rc == SQLITE_OK) rc = sqlite3_step(count) == SQLITE_ROW ? SQLITE_OK : SQLITE_ERROR;
+    if (rc == SQLITE_OK) n = sqlite3_column_int64(count, 0);
+    sqlite3_finalize(count);
+    self->built_n = n;
+    if (rc == SQLITE_OK && n <= FILTER_MAX_IDS) {
+        unsigned long long nbits = 1 << 16;
+        while (nbits < (unsigned long long)n * 16) nbits <<= 1;
+        self->bits = PyMem_Calloc(nbits / 64, sizeof(unsigned long long));
+        self->mask = nbits - 1;
+        rc = self->bits == NULL ? SQLITE_NOMEM
+                                : sqlite3_prepare_v2(self->db, "SELECT event_id FROM event_ids", -1, &scan, NULL);
+        long long read = 0;
+        while (rc == SQLITE_OK && (rc = sqlite3_step(scan)) == SQLITE_ROW) {
+            filter_add(self, (const char *)sqlite3_column_text(scan, 0), sqlite3_column_bytes(scan, 0));
+            read++;
+            rc = SQLITE_OK;
+        }
+        if (rc == SQLITE_DONE) rc = read == n ? SQLITE_OK : SQLITE_ERROR; /* the same snapshot: always equal */
+    }
+    sqlite3_finalize(scan);
+    sqlite3_exec(self->db, "COMMIT", NULL, NULL, NULL); /* a read: ends the transaction */
+    if (!sqlite3_get_autocommit(self->db)) sqlite3_exec(self->db, "ROLLBACK", NULL, NULL, NULL);
+    /* A commit since `before` (during the reading, perhaps) would make the filter stale at its
+       first use: dropped now. */
+    if (rc != SQLITE_OK || self->bits == NULL || !header_now(self, after) ||
+        memcmp(before, after, WAL_HEADER) != 0) {
+        filter_drop(self);
+        return 0;
+    }
+    memcpy(self->token, before, WAL_HEADER);
+    self->valid = 1;
+    self->answered_at_build = self->answered;
+    return 1;
+}
+
+/* 0 when the filter answers "absent" for the index as it is now, -1 when SQLite must be asked. */
+static int filter_answer(Index *self, const char *eid, Py_ssize_t len) {
+    if (!self->valid && !(filter_due(self) && filter_build(self))) return -1;
+    unsigned char now[WAL_HEADER];
+    if (!header_now(self, now) || memcmp(now, self->token, WAL_HEADER) != 0) {
+        /* Committed since (or being committed): this header never comes back. */
+        filter_stale(self);
+        return -1;
+    }
+    if (filter_may_hold(self, eid, len)) return -1;
+    self->answered++;
+    return 0;
+}
+
 /* 1 if the id is in the index, 0 if not, -1 if the lookup did not answer (fall back). */
 static int looked_up(Index *index, const char *eid, Py_ssize_t len) {
     if (index->lookup == NULL) return -1;
+    if (filter_answer(index, eid, len) == 0) return 0;
+    index->misses++;
     sqlite3_stmt *stmt = index->lookup;
     int found = -1;
     if (sqlite3_bind_text(stmt, 1, eid, (int)len, SQLITE_STATIC) == SQLITE_OK) {

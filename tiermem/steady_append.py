@@ -42,7 +42,10 @@ this segment then); a line in this very segment is taken into the tail. The id
 lookup is one autocommit read of the index on a connection of the writer's
 own: no read transaction is held from one append to the next, since a writer
 idle after its last append would otherwise hold back the index's checkpoints
-and let its write-ahead log grow with every other process's commits.
+and let its write-ahead log grow with every other process's commits. The
+compiled lookup answers "absent" without that read while the index's wal-index
+header shows no commit since it read the index's ids (`_steady.c`); the Python
+steps always ask SQLite, with the same answers.
 
 Then it writes, syncs and adds the id to the tail, which is what the full path
 would have done. Anything else (a duplicate included) returns None, with the
