@@ -220,3 +220,66 @@ def test_an_index_committed_to_after_every_append_is_read_ever_more_rarely(setti
     # The waits double (3 readings in these 3,000 appends); a wait that never grew reads the
     # index 13 times here, each reading wasted.
     assert 1 <= readings <= 4
+
+
+def _index_ids(root: Path, *ids: str) -> None:
+    """Commit ids to the index through a connection of its own (as another writer would)."""
+    conn = open_index(root)
+    try:
+        record_ids(conn, [("interactions/date=2026-03-01/other", list(ids), 0)])
+    finally:
+        conn.close()
+
+
+@compiled
+def test_an_id_committed_while_the_index_is_read_is_never_answered_absent(settings: Settings) -> None:
+    # The reading's snapshot is taken at its start; an id committed after that is not in the
+    # filter, so the filter must be dropped (the header read before the reading no longer
+    # matches), not kept under the header as it is after the reading.
+    with EventLog(replace(settings, fsync="none")) as log:
+        _fill(log, "a", 2)
+        _index_ids(log.root, *(f"old-{k}" for k in range(500)))
+        committed: list[str] = []
+
+        def commit_now() -> None:
+            committed.append(f"mid-{len(committed)}")
+            _index_ids(log.root, committed[-1])
+
+        log._writers["interactions"].fast_index.set_reading_hook(commit_now)
+        k = 0
+        while not committed:
+            k += 1
+            assert k < 10_000, "the index was never read"
+            assert not log.append(interaction(k, event_id=f"b-{k}", ts=TS)).duplicate
+        log._writers["interactions"].fast_index.set_reading_hook(None)
+        assert not _filter(log)[0]  # dropped at once
+        assert log.append(interaction(1, event_id=committed[0], ts=TS)).duplicate
+        # Later readings (no commit during them) keep their filter, which holds the id too.
+        for j in range(k + 1, k + 2_000):
+            assert not log.append(interaction(j, event_id=f"b-{j}", ts=TS)).duplicate
+        assert _filter(log)[0]
+        assert log.append(interaction(2, event_id=committed[0], ts=TS)).duplicate
+    assert committed[0] not in _counts(settings)
+
+
+@compiled
+def test_readings_that_never_answer_are_begun_ever_more_rarely(settings: Settings) -> None:
+    # Another writer committing during every reading: none gives a filter, and each one that
+    # failed waits twice as long as the last before the next (else one every ~100 lookups).
+    with EventLog(replace(settings, fsync="none")) as log:
+        _fill(log, "a", 2)
+        _index_ids(log.root, *(f"old-{k}" for k in range(600)))
+        hits: list[int] = []
+
+        def commit_now() -> None:
+            hits.append(1)
+            _index_ids(log.root, f"mid-{len(hits)}")
+
+        log._writers["interactions"].fast_index.set_reading_hook(commit_now)
+        for k in range(3_000):
+            assert not log.append(interaction(k, event_id=f"b-{k}", ts=TS)).duplicate
+        log._writers["interactions"].fast_index.set_reading_hook(None)
+        valid, _n, _misses, answered = _filter(log)
+        assert not valid and answered == 0
+    # Waits of 101, 202, 404, 808, 1616 lookups: 5 readings in 3,000 appends (29 without doubling).
+    assert 3 <= len(hits) <= 6

@@ -33,8 +33,10 @@
  * the second copy first) and the size of the regions in which SQLite maps that file. */
 #define WAL_HEADER 48
 #define WAL_INDEX_REGION 32768
-/* Ids read into the filter at most; past that, SQLite answers every lookup. */
-#define FILTER_MAX_IDS (1 << 19)
+/* Ids read into the filter at most; past that, SQLite answers every lookup. A reading holds the
+ * interpreter lock (~0.2 µs an id: ~14 ms at this size), and past it a lone writer's own commits
+ * (its tail sent to the index every few thousand ids) make every filter stale before it pays. */
+#define FILTER_MAX_IDS (1 << 16)
 
 typedef struct {
     PyObject_HEAD
@@ -53,6 +55,7 @@ typedef struct {
     long long answered_at_build;              /* `answered` when the filter was last read */
     int backoff;                              /* readings that did not pay in a row (see `filter_due`) */
     long long readings;                       /* readings of the index begun */
+    PyObject *reading_hook;                   /* tests: called once a reading's snapshot is taken */
 } Index;
 
 static void filter_drop(Index *self) {
@@ -76,6 +79,7 @@ static void index_close_db(Index *self) {
 
 static void index_dealloc(Index *self) {
     index_close_db(self);
+    Py_CLEAR(self->reading_hook);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -117,8 +121,19 @@ static PyObject *index_filter_state(Index *self, PyObject *unused) {
                          self->readings);
 }
 
+/* A callable run inside each reading once its snapshot is taken (None: none). What a commit made
+ * at that moment must do (drop the filter) cannot be arranged from outside otherwise. */
+static PyObject *index_set_reading_hook(Index *self, PyObject *hook) {
+    PyObject *old = self->reading_hook;
+    self->reading_hook = hook == Py_None ? NULL : Py_NewRef(hook);
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef INDEX_METHODS[] = {
     {"close", (PyCFunction)index_close, METH_NOARGS, "close the connection"},
+    {"set_reading_hook", (PyCFunction)index_set_reading_hook, METH_O,
+     "tests: a callable run inside each reading of the index once its snapshot is taken, or None"},
     {"filter_state", (PyCFunction)index_filter_state, METH_NOARGS,
      "(valid, ids read, lookups SQLite answered since, absent answered by the filter, readings begun)"},
     {NULL, NULL, 0, NULL},
@@ -282,6 +297,14 @@ static int filter_build(Index *self) {
     if (rc == SQLITE_OK) rc = sqlite3_step(count) == SQLITE_ROW ? SQLITE_OK : SQLITE_ERROR;
     if (rc == SQLITE_OK) n = sqlite3_column_int64(count, 0);
     sqlite3_finalize(count);
+    if (rc == SQLITE_OK && self->reading_hook != NULL) {
+        PyObject *done = PyObject_CallNoArgs(self->reading_hook);
+        if (done == NULL) {
+            PyErr_WriteUnraisable(self->reading_hook);
+            rc = SQLITE_ERROR;
+        }
+        Py_XDECREF(done);
+    }
     self->built_n = n;
     if (rc == SQLITE_OK && n <= FILTER_MAX_IDS) {
         unsigned long long nbits = 1 << 16;
@@ -292,7 +315,13 @@ static int filter_build(Index *self) {
                                 : sqlite3_prepare_v2(self->db, "SELECT event_id FROM event_ids", -1, &scan, NULL);
         long long read = 0;
         while (rc == SQLITE_OK && (rc = sqlite3_step(scan)) == SQLITE_ROW) {
-            filter_add(self, (const char *)sqlite3_column_text(scan, 0), sqlite3_column_bytes(scan, 0));
+            const unsigned char *eid = sqlite3_column_text(scan, 0);
+            /* NULL for a stored id: out of memory converting it; a filter without it would lie. */
+            if (eid == NULL && sqlite3_column_type(scan, 0) != SQLITE_NULL) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            if (eid != NULL) filter_add(self, (const char *)eid, sqlite3_column_bytes(scan, 0));
             read++;
             rc = SQLITE_OK;
         }
@@ -305,6 +334,10 @@ static int filter_build(Index *self) {
        first use: dropped now. */
     if (rc != SQLITE_OK || self->bits == NULL || !header_now(self, after) ||
         memcmp(before, after, WAL_HEADER) != 0) {
+        /* A reading that never answered did not pay either: the wait doubles as for a stale one
+           (another process committing while every reading runs would otherwise start one after
+           every 64 lookups). */
+        if (self->backoff < 10) self->backoff++;
         filter_drop(self);
         return 0;
     }
