@@ -638,3 +638,46 @@ def test_a_close_failing_after_the_sync_still_wakes_every_follower_with_the_erro
         "closing a synced segment of this write: input/output error"
     }
     assert not queue.leader and not queue.waiting
+
+
+def test_the_next_group_waits_for_this_one_to_be_durable_and_is_written_whole() -> None:
+    """One group of a process in flight at a time: callers that come while a group syncs are
+    not written beside it (a second fsync of their own) but after it, all together."""
+    queue = GroupQueue()
+    syncing, release_sync = threading.Event(), threading.Event()
+    batches: list[list[str]] = []
+    durable: list[int] = []  # the groups made durable, in order
+
+    def write(events: list[dict[str, Any]]) -> tuple[list[Any], list[SyncPoint]]:
+        batches.append([e["id"] for e in events])
+        fd = os.open(os.devnull, os.O_RDONLY)  # the group's own descriptor, closed by group commit
+        return [f"done {e['id']}" for e in events], [SyncPoint("s", fd, len(batches), 0)]
+
+    class Sync:
+        def make_durable(self, point: SyncPoint) -> bool:
+            if point.end == 1:  # the first group's fsync runs until the test lets it end
+                syncing.set()
+                release_sync.wait()
+            durable.append(point.end)
+            return True
+
+    got: dict[str, list[Any]] = {}
+
+    def caller(name: str) -> None:
+        got[name] = group_commit(queue, cast(SharedSync, Sync()), [{"id": name}], write)
+
+    leader = threading.Thread(target=caller, args=("first",))
+    leader.start()
+    syncing.wait()
+    others = [threading.Thread(target=caller, args=(f"c{i}",)) for i in range(3)]
+    for th in others:
+        th.start()
+    _until(lambda: len(queue.waiting) == 3)  # all three queued while the first group syncs
+    assert batches == [["first"]]  # and nothing of theirs written meanwhile
+    release_sync.set()
+    for th in [leader, *others]:
+        th.join()
+    assert len(batches) == 2 and sorted(batches[1]) == ["c0", "c1", "c2"]
+    assert durable == [1, 2]
+    assert got == {name: [f"done {name}"] for name in ["first", "c0", "c1", "c2"]}
+    assert not queue.leader and not queue.waiting
