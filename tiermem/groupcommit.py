@@ -10,12 +10,13 @@ Two stages:
    process cost one lock round, one index commit, one write and one fsync, not
    N, and each wake-up wakes exactly the thread it concerns. One group of a
    process is in flight at a time: the callers that come while it syncs are
-   the next group, written and synced together. (Handing the lead over before
-   the sync, so that the next group is written while this one waits for the
-   disk, was measured: each process then ran two fsyncs at once with ~3 records
-   each instead of one with ~4.5, and paid a hand-off and a yield of the
-   interpreter lock per group besides: ~20 % more CPU per record with 8 thread
-   callers, and no more records per second.)
+   the next group, written and synced together; only if that sync runs past
+   `OVERLAP_AFTER` (a busy disk) does the first of them take the lead and write
+   the next group beside it. (Handing the lead over before the sync, so that
+   the next group was written while this one waited for the disk, was
+   measured: each process then ran two fsyncs at once with ~2.9 records each
+   instead of one with ~4.5, and paid a hand-off and a yield of the interpreter
+   lock per group besides: ~30 % more CPU per record with 8 thread callers.)
 2. **Sync** (across processes). A caller returns only once the bytes of its
    records are on disk. The stream's `.sync` file holds, under its own `flock`,
    the last segment fsynced and how far (`SharedSync`). A caller reads it; if
