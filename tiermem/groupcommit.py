@@ -337,7 +337,7 @@ class GroupRequest:
 # writes the next group beside it. On this kind of disk a flush takes 0.1-0.25 ms when it is idle:
 # then one group at a time is cheapest (each fsync carries every caller that came meanwhile). A
 # sync past a millisecond is a busy disk, where waiting for it and then for one's own fsync would
-# double the wait; a second group in flight lets the kernel take both in one journal commit.
+# double the wait: there the next group is written and its fsync started beside it.
 OVERLAP_AFTER = 0.001
 
 
