@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_log_append.py [--quick]
     .venv/bin/python bench/bench_log_append.py --group-cpu [--profile]   # CPU of one group
     .venv/bin/python bench/bench_log_append.py --one-cpu                 # CPU of one single append
+    .venv/bin/python bench/bench_log_append.py --group-profile [--rounds 3]  # where 8 callers' CPU goes
 
 Targets: one at a time >= 4,000/s (>= 80% of the fsync limit); group commit,
 8 callers of one record each: >= 100,000/s with p99 append latency <= 2 ms.
@@ -290,6 +291,120 @@ def group_cpu(n: int = 5000, profile: bool = False) -> float:
     return cpu / n * 1e6
 
 
+def _usage() -> tuple[float, float, int, int]:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)  # the whole process: every thread
+    return ru.ru_utime, ru.ru_stime, ru.ru_nvcsw, ru.ru_nivcsw
+
+
+def _per_record(before: tuple[float, float, int, int], total: int) -> dict[str, float]:
+    after = _usage()
+    return {
+        "user_us": (after[0] - before[0]) / total * 1e6,
+        "sys_us": (after[1] - before[1]) / total * 1e6,
+        "voluntary_switches": (after[2] - before[2]) / total,
+        "involuntary_switches": (after[3] - before[3]) / total,
+    }
+
+
+def threads_profiled(callers: int, per_caller: int, flush: Any = None) -> dict[str, Any]:
+    """`threads` with the process's user and system CPU and its context switches per record.
+    `flush` stands in for the group's fsync when given (None: the real one)."""
+    from unittest import mock
+
+    import tiermem.groupcommit as groupcommit
+
+    with tempfile.TemporaryDirectory(dir=ROOT) as tmp, EventLog(_settings(tmp, "group")) as log:
+        log.append(record(-1))
+        # The module's `os` is the one `os`: patched only while the callers run, as in `group_cpu`.
+        patch = mock.patch.object(groupcommit.os, "fsync", flush) if flush is not None else None
+        if patch is not None:
+            patch.start()
+        try:
+            before = _usage()
+            r = threads_on(log, callers, per_caller)
+            return {**r, **_per_record(before, callers * per_caller)}
+        finally:
+            if patch is not None:
+                patch.stop()
+
+
+def raw_fsync_cost(n: int = 2000) -> dict[str, float]:
+    """CPU and context switches of one raw 400 B append + fsync (a loop, no log)."""
+    payload = b"x" * 399 + b"\n"
+    with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
+        fd = os.open(Path(tmp) / "raw", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            before, start = _usage(), time.perf_counter()
+            for _ in range(n):
+                os.write(fd, payload)
+                os.fsync(fd)
+            elapsed = time.perf_counter() - start
+            return {"us_each": elapsed / n * 1e6, **_per_record(before, n)}
+        finally:
+            os.close(fd)
+
+
+def wake_cost(n: int = 20_000) -> dict[str, float]:
+    """Two threads handing a turn back and forth through two locks: the CPU and the
+    switches of one Python thread put to sleep and woken (per wake-up, two per round)."""
+    ping, pong = threading.Lock(), threading.Lock()
+    ping.acquire()
+    pong.acquire()
+
+    def other() -> None:
+        for _ in range(n):
+            ping.acquire()
+            pong.release()
+
+    th = threading.Thread(target=other)
+    th.start()
+    before = _usage()
+    for _ in range(n):
+        ping.release()
+        pong.acquire()
+    th.join()
+    return _per_record(before, 2 * n)
+
+
+def group_profile(rounds: int, per_caller: int = 1500) -> list[dict[str, Any]]:
+    """Where the CPU of 8 one-record callers goes: the same run with the real fsync, with a
+    sleep as long as the round's raw fsync in its place (the waits and wake-ups, without the
+    kernel's flush work), and with no fsync at all (the write stage and the hand-offs alone);
+    beside it, one raw append + fsync and one Python wake-up, measured in the same round."""
+    out = []
+    for k in range(rounds):
+        raw = raw_fsync_cost()
+        wake = wake_cost()
+        pause = raw["us_each"] / 1e6
+        row: dict[str, Any] = {"load": round(os.getloadavg()[0], 2), "raw_fsync": raw, "wake": wake}
+        for name, flush in (
+            ("fsync", None),
+            ("sleep", lambda fd, pause=pause: time.sleep(pause)),
+            ("none", lambda fd: None),
+        ):
+            row[name] = threads_profiled(8, per_caller, flush)
+        out.append(row)
+        print(
+            f"round {k + 1} (load {row['load']}): raw append + fsync {raw['us_each']:.0f} us wall, "
+            f"{raw['user_us']:.1f} user + {raw['sys_us']:.1f} sys us CPU, {raw['voluntary_switches']:.2f} switches; "
+            f"one Python wake-up {wake['user_us'] + wake['sys_us']:.1f} us CPU, "
+            f"{wake['voluntary_switches'] + wake['involuntary_switches']:.2f} switches",
+            flush=True,
+        )
+        for name in ("fsync", "sleep", "none"):
+            r = row[name]
+            print(
+                f"  8 threads, flush = {name:5s}: {r['rate']:7,.0f}/s p99 {r['p99_ms']:.2f} ms "
+                f"{r['records_per_fsync']:.2f} records/fsync | per record: {r['user_us']:.1f} user + "
+                f"{r['sys_us']:.1f} sys = {r['user_us'] + r['sys_us']:.1f} us CPU, "
+                f"{r['voluntary_switches']:.2f} + {r['involuntary_switches']:.2f} switches",
+                flush=True,
+            )
+    return out
+
+
 def one_cpu(n: int = 2000, pause: float = 0.0) -> float:
     """CPU µs of one append with `fsync = "always"`, the disk left out: the fsync is a no-op,
     or a sleep of `pause` seconds standing in for a flush (a process that waits between
@@ -349,6 +464,13 @@ def main() -> None:
             f"one caller, fsync left out: {one_cpu():.1f} us of CPU per append; with a 0.2 ms pause "
             f"instead: {one_cpu(400, pause=0.0002):.1f} us (load {os.getloadavg()[0]:.1f})"
         )
+        return
+    if "--group-profile" in sys.argv:
+        ROOT.mkdir(exist_ok=True)
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 3
+        res = group_profile(rounds)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "log_group_profile.json").write_text(json.dumps(res, indent=1))
         return
     if "--group-cpu" in sys.argv:
         us = group_cpu(profile="--profile" in sys.argv)
