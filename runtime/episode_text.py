@@ -36,7 +36,7 @@ import re
 import sqlite3
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -282,6 +282,9 @@ class EpisodeTexts:
     """The per-process cache of prepared episodes and the inverted indexes over their passages and headers."""
 
     def __init__(self) -> None:
+        # Other per-process caches of episode text (runtime.fts_rows), told the store's erasure
+        # mark at every read as this cache checks it: each drops what it read before an erasure.
+        self.erasure_checks: list[Callable[[str, int], None]] = []
         self.clear()
 
     def clear(self) -> None:
@@ -328,6 +331,8 @@ class EpisodeTexts:
         if self.erased.get(db, mark) != mark:
             self.clear()
         self.erased[db] = mark
+        for check in self.erasure_checks:
+            check(db, mark)
         stale = {
             e
             for e, name in zip(episode_ids, names or (), strict=False)

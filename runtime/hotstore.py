@@ -184,7 +184,8 @@ CREATE TABLE IF NOT EXISTS notes (
 CREATE INDEX IF NOT EXISTS notes_source ON notes (source_event_id);
 CREATE INDEX IF NOT EXISTS notes_owner ON notes (owner);
 -- Counts episodes deleted or re-indexed (inserts raise the newest rowid), so a searcher keeping
--- BM25 ranks per word sees any change of the index's statistics (runtime.fts_ranks).
+-- BM25 ranks per word sees any change of the index's statistics (runtime.fts_ranks); updates of
+-- the other columns are counted in the same place by `episodes_changed_ar` (ADDED_INDEXES).
 CREATE TRIGGER IF NOT EXISTS episodes_changed_ad AFTER DELETE ON episodes BEGIN
     INSERT INTO meta (key, value) VALUES ('episodes_changed', '1')
         ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1;
@@ -302,6 +303,26 @@ DIGEST_TABLES: dict[str, str] = {
 }
 
 
+# Every column of `episodes` but `recall_count`: an update of any of them is counted in
+# `meta.episodes_changed` (the trigger `episodes_changed_ar` below).
+EPISODE_KEPT_COLUMNS = (
+    "episode_id",
+    "agent_id",
+    "name",
+    "summary",
+    "participants",
+    "start_ts",
+    "end_ts",
+    "importance",
+    "important",
+    "emotional_context",
+    "kind",
+    "project_id",
+    "owner",
+    "key_quotes",
+    "source_event_ids",
+)
+
 # Indexes added within a schema version: built on the next open of an existing store,
 # instead of a version change, which would drop the store and replay the whole log.
 ADDED_INDEXES = (
@@ -315,6 +336,13 @@ ADDED_INDEXES = (
     " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
     "CREATE TRIGGER IF NOT EXISTS episodes_changed_au AFTER UPDATE OF name, summary, key_quotes, participants"
     " ON episodes BEGIN INSERT INTO meta (key, value) VALUES ('episodes_changed', '1')"
+    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
+    # Updates of any other column of an episode, counted too: a reader keeping episode rows
+    # (runtime.fts_rows) sees a changed date or importance. Not the recall count, which every
+    # recall moves (and no reader keeps).
+    "CREATE TRIGGER IF NOT EXISTS episodes_changed_ar AFTER UPDATE OF "
+    + ", ".join(EPISODE_KEPT_COLUMNS)
+    + " ON episodes BEGIN INSERT INTO meta (key, value) VALUES ('episodes_changed', '1')"
     " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
     "CREATE TRIGGER IF NOT EXISTS notes_changed_ai AFTER INSERT ON notes BEGIN"
     " INSERT INTO meta (key, value) VALUES ('notes_changed', '1')"

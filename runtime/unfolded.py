@@ -100,6 +100,9 @@ class _TurnWords:
 
 _TURNS = _TurnWords()
 HELD_TERMS = 10_000  # terms whose turns among one scan's are kept with it
+# Turn numbers kept with one scan, all terms together (4 bytes each: under a megabyte); past it the
+# terms' turns are dropped and looked up again. A scan's common words each hold most of its turns.
+HELD_NUMBERS = 200_000
 
 
 class _Scan:
@@ -112,18 +115,24 @@ class _Scan:
         self.key = key  # (the rows, database, excluded turns, generation, erasure mark)
         self.numbers = numbers
         self.among = set(numbers)
-        self.held: dict[str, tuple[int, ...]] = {}
+        # Per term, its turns as an array of numbers (turn numbers stay under `WORD_CACHE` and a
+        # few scans more): a tuple of ints costs ten times the memory.
+        self.held: dict[str, array[int]] = {}
+        self.held_numbers = 0
 
     def same(self, key: tuple[Any, ...]) -> bool:
         return self.key[0] is key[0] and self.key[1:] == key[1:]
 
-    def holding(self, db: str, term: str) -> tuple[int, ...]:
+    def holding(self, db: str, term: str) -> array[int]:
         """`_TURNS.holding` of `term` among this scan's turns, kept."""
         found = self.held.get(term)
         if found is None:
-            if len(self.held) >= HELD_TERMS:
-                self.held = {}
-            found = self.held[term] = tuple(_TURNS.holding(db, term, self.among))
+            found = array("i", _TURNS.holding(db, term, self.among))
+            if len(self.held) >= HELD_TERMS or self.held_numbers + len(found) > HELD_NUMBERS:
+                self.held, self.held_numbers = {}, 0
+            if len(found) <= HELD_NUMBERS:
+                self.held[term] = found
+                self.held_numbers += len(found)
         return found
 
 

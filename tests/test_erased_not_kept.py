@@ -5,19 +5,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tiermem.runtime import unfolded
+from helpers_runtime import append, episode
+from tiermem.runtime import fts_rows, unfolded
 from tiermem.runtime.episode_text import TEXTS
 
 from tiermem import Memory
+from tiermem.settings import resolve_settings
 
 FILLER = " ".join(f"filler{k} about the garden and the pot" for k in range(120))  # long: indexed
 
 
 def _held(canary: str) -> tuple[int, int]:
-    """(prepared episodes whose passages hold `canary`, words of met turns that are `canary`)."""
+    """(prepared episodes whose passages hold `canary` and kept episode rows that name it, words of
+    met turns that are `canary`)."""
     texts = sum(any(canary in t for t in e.passages.texts) for e in TEXTS.entries.values())
+    rows = sum(canary in str(row) for kept in fts_rows._KEPT.by_cols.values() for row in kept.values())
     words = sum(1 for _, word in unfolded._TURNS.by_word if canary.lower() in word)
-    return texts, words
+    return texts + rows, words
 
 
 def test_an_erased_turn_leaves_the_prepared_texts_and_the_turn_words(tmp_path: Path) -> None:
@@ -54,5 +58,42 @@ def test_an_erased_turn_leaves_the_prepared_texts_and_the_turn_words(tmp_path: P
         out = recall()
         assert "FOLDEDCANARY2" not in out and "LOOSECANARY" not in out
         assert _held("FOLDEDCANARY2") == (0, 0) and _held("LOOSECANARY") == (0, 0)
+    finally:
+        mem.close()
+
+
+def test_an_erased_episode_leaves_the_kept_rows_whoever_reads_first(tmp_path: Path) -> None:
+    """The kept candidate rows go at the first read after an erasure, even a reader's whose
+    question reads no episode row at all."""
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    append(
+        settings,
+        *(
+            episode(
+                "a1",
+                f"{user} and the red pot",
+                f"{user} told the {canary} secret about the red pot",
+                key_quotes=[{"speaker": user, "text": f"red pot {FILLER}", "event_id": f"q-{user}"}],
+                participants=[user],
+                source_event_ids=[f"s-{user}"],
+            )
+            for user, canary in (("alice", "EPICANARY"), ("bob", "BOBCANARY"))
+        ),
+    )
+    mem = Memory.open(tmp_path / "data", env={})
+    try:
+        mem.refresh()
+        bot = mem.agent("a1")
+        bot.call_tool("recall_memory", {"query": "red pot secret"}, user="alice")
+        assert _held("EPICANARY")[0]  # her episode's row and text are kept
+        mem.forget(user="alice", reason="test")
+        mem.refresh()
+        out = str(bot.call_tool("recall_memory", {"query": "zzzz qqqq"}, user="carol"))  # sees nothing
+        assert "EPICANARY" not in out
+        assert _held("EPICANARY") == (0, 0)
+        out = str(bot.call_tool("recall_memory", {"query": "red pot secret"}, user="bob"))
+        assert "EPICANARY" not in out
+        assert _held("EPICANARY") == (0, 0)
+        assert _held("BOBCANARY")[0]  # what is read after the erasure is kept again
     finally:
         mem.close()

@@ -45,3 +45,24 @@ def test_no_tie_reads_no_key() -> None:
 
     assert by_score(scores, np.arange(4), rest) == [(3, 3.0), (1, 2.0), (2, 1.0), (0, 0.5)]
     assert read == []
+
+
+def test_a_nan_score_is_ordered_as_the_whole_keys_order_it() -> None:
+    """A NaN compares unequal to every score: the whole keys' sort places it where it stands, and
+    `by_score` gives that order too (it sorts the whole keys when a NaN is among the scores)."""
+    rng = random.Random(11)
+    nan = float("nan")
+    for n in [1, 2, 3, 5, 40]:
+        for _ in range(40):
+            scores, chosen, rest = _case(rng, n)
+            for i in rng.sample(range(n), rng.randint(1, n)):
+                scores[i] = nan
+            got = by_score(scores, chosen, rest.__getitem__)
+            want = by_whole_key(scores, chosen, rest.__getitem__)
+            # Compared by position and passage: NaN is not equal to itself.
+            assert [g[0] for g in got] == [w[0] for w in want]
+    fixed = np.array([1.0, nan, 1.0, 0.5, nan])
+    got = by_score(fixed, np.arange(5), lambda i: ("d", "t", i % 2))
+    assert [g[0] for g in got] == [
+        w[0] for w in by_whole_key(fixed, np.arange(5), lambda i: ("d", "t", i % 2))
+    ]
