@@ -199,6 +199,7 @@ def serve(data_dir: Path, port: int, out: str) -> None:
     local = threading.local()
     _time_fsync(local)
     _time_batches(service, trace, local)
+    turn_route.PendingTurn = service.PendingTurn  # the traced one: the protocol's turns are queued there
     _time_requests(turn_route, trace)
     _time_protocol(turn_protocol, trace)
     _time_collections(trace)
