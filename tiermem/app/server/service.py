@@ -66,14 +66,6 @@ class PendingTurn:
     reply: Reply | None = field(repr=False)  # None once given
 
 
-@dataclass(eq=False)
-class _Writing:
-    """A batch handed to the memory thread, until its turns are durable."""
-
-    batch: list[PendingTurn]
-    durable: bool = False
-
-
 def _wait(update: Future[None] | None) -> None:
     if update is not None:
         update.result()  # `_update` raises nothing
@@ -126,7 +118,8 @@ class MemoryService:
         self._level_barrier: Future[None] | None = None  # the newest one with agent-level turns
         # The turn queue lives on the event loop (no lock): filled by requests, emptied by one drain task.
         self._turns: list[PendingTurn] = []
-        self._draining = False  # a batch is about to start, or is being written and not yet durable
+        self._draining = False
+        self._drain_task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
         self.turn_batches = 0  # batches written (with `turns_recorded`: the mean batch size)
         self.turns_recorded = 0
 
@@ -265,51 +258,30 @@ class MemoryService:
         event loop with its outcome once it is durable (or with its error)."""
         self._turns.append(turn)
         if not self._draining:
-            # Started on the loop's next pass: the turns that arrive meanwhile join the batch.
             self._draining = True
-            asyncio.get_running_loop().call_soon(self._next_write)
+            self._drain_task = asyncio.get_running_loop().create_task(self._drain_turns())
 
-    def _next_write(self) -> None:
-        """On the event loop: hand the queued turns to the memory thread as one batch, if any.
-
-        `_draining` stays set from then until the batch is durable (or failed): then the
-        next batch starts at once, before this one's requests are answered, so that the
-        memory thread does not wait for the event loop to write a batch's answers."""
-        if not self._turns:
-            self._draining = False
-            return
+    async def _drain_turns(self) -> None:
         loop = asyncio.get_running_loop()
-        batch = self._next_batch()
-        self.turn_batches += 1
-        self.turns_recorded += len(batch)
-        writing = _Writing(batch)
+        try:
+            while self._turns:
+                batch = self._next_batch()
+                self.turn_batches += 1
+                self.turns_recorded += len(batch)
 
-        def durable(outcomes: list[RecordedTurn | ValidationError]) -> None:  # on the memory thread
-            loop.call_soon_threadsafe(self._durable, writing, outcomes)
+                def durable(
+                    outcomes: list[RecordedTurn | ValidationError], batch: list[PendingTurn] = batch
+                ) -> None:
+                    loop.call_soon_threadsafe(_settle, batch, outcomes)
 
-        # Not `run`: a batch does not wait for the hot store's updates of the last ones.
-        job = loop.run_in_executor(self._executor, self._record_batch, batch, durable)
-        job.add_done_callback(partial(self._written, writing))
-
-    def _durable(self, writing: _Writing, outcomes: list[RecordedTurn | ValidationError]) -> None:
-        """On the event loop: the batch is in the log; the next one starts, then its requests are
-        answered."""
-        writing.durable = True
-        self._next_write()
-        _settle(writing.batch, outcomes)
-
-    def _written(self, writing: _Writing, job: asyncio.Future[Any]) -> None:
-        """On the event loop: the batch's call returned. A storage error before the turns were
-        durable: none of them is acknowledged, each request gets the error, the next batch starts."""
-        exc = None if job.cancelled() else job.exception()
-        if exc is None:
-            return
-        if writing.durable:  # every request was answered; the log holds the turns
-            log.error("turns recorded, but their batch failed afterwards: %s", exc, exc_info=exc)
-            return
-        for turn in writing.batch:
-            _deliver(turn, exc if isinstance(exc, Exception) else RuntimeError("the batch was not written"))
-        self._next_write()
+                try:
+                    # Not `run`: a batch does not wait for the hot store's updates of the last ones.
+                    await loop.run_in_executor(self._executor, self._record_batch, batch, durable)
+                except Exception as exc:  # a storage error: no turn of this write is acknowledged
+                    for turn in batch:
+                        _deliver(turn, exc)
+        finally:
+            self._draining = False
 
     def _next_batch(self) -> list[PendingTurn]:
         """The oldest queued turns, at most MAX_BATCH of them and of at most MAX_HANDLES agents,
