@@ -365,6 +365,17 @@ ADDED_INDEXES = (
             ("fu", "UPDATE", "folded_turns"),
         )
     ),
+    # Any change of an item without an owner (what an agent-level read sees): runtime.level_cache.
+    *(
+        f"CREATE TRIGGER IF NOT EXISTS levels_changed_{name} AFTER {what} ON wm_items WHEN {when} BEGIN"
+        " INSERT INTO meta (key, value) VALUES ('levels_changed', '1')"
+        " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END"
+        for name, what, when in (
+            ("wi", "INSERT", "NEW.owner IS NULL"),
+            ("wd", "DELETE", "OLD.owner IS NULL"),
+            ("wu", "UPDATE", "OLD.owner IS NULL OR NEW.owner IS NULL"),
+        )
+    ),
 )
 
 
@@ -374,6 +385,8 @@ class HotConnection(sqlite3.Connection):
     erasure_targets: Any = None
     # The episode search's candidate matches, valid while the store is unchanged (`episode_search`).
     candidate_memo: Any = None
+    # Agents' current levels, valid while the store's agent-level items are unchanged (`level_cache`).
+    level_memo: Any = None
     # Whether the store has each change-counting trigger asked about (`counts_changes`).
     counting_triggers: dict[str, bool] | None = None
     database_file: str | None = (

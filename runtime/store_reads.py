@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from tiermem.runtime import episode_search, levels, quote_search, scopes, unfolded
+from tiermem.runtime import episode_search, level_cache, levels, quote_search, scopes, unfolded
 from tiermem.runtime.hotstore import fact_clause, item_clause
 from tiermem.runtime.levels import WorkingItem
 from tiermem.runtime.query_expansion import QueryExpansion
@@ -50,7 +50,8 @@ class SharedReads:
         return levels.all_items(self._reads, who)
 
     def current_level(self, who: Principal) -> str:
-        return levels.current_level(self._reads, who)
+        # Kept per connection while no agent-level item changed (SQLite with its counting triggers).
+        return level_cache.agent_level(self._reads, who)
 
     def relationship(self, who: Principal) -> Row | None:
         if who.user is None:
