@@ -36,8 +36,15 @@ from tiermem.runtime.visibility import Principal
 COUNTER = "levels_changed"
 # Every counting trigger (runtime.hotstore): their presence says the count can be trusted.
 TRIGGERS = ("levels_changed_wi", "levels_changed_wd", "levels_changed_wu")
-# One statement, so one read transaction: the counter and the schema cookie of the same snapshot.
-_MARK = f"SELECT (SELECT value FROM meta WHERE key = '{COUNTER}'), schema_version FROM pragma_schema_version"
+# One statement, so one read transaction: the counter, the schema cookie and the counting triggers
+# of the same snapshot. The triggers are counted on every read, not only when the connection first
+# met them: a store whose triggers were dropped under a live connection (a rebuild in place) must
+# stop being kept at once, not after the cookie's single change.
+_MARK = (
+    f"SELECT (SELECT value FROM meta WHERE key = '{COUNTER}'), schema_version,"
+    " (SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name IN"
+    f" ({', '.join(repr(t) for t in TRIGGERS)})) FROM pragma_schema_version"
+)
 MAX_AGENTS = 4096  # agents whose level one connection keeps (past it, all are read again)
 
 
@@ -45,7 +52,8 @@ def _mark(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
     """The connection's level mark now, or None when nothing may be kept on it."""
     if not all(counts_changes(conn, trigger) for trigger in TRIGGERS):
         return None
-    return tuple(conn.execute(_MARK).fetchone())
+    mark = tuple(conn.execute(_MARK).fetchone())
+    return mark if mark[2] == len(TRIGGERS) else None
 
 
 def agent_level(conn: sqlite3.Connection, who: Principal) -> str:

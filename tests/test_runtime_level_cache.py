@@ -237,3 +237,49 @@ def test_every_hot_store_connection_reads_through_the_cache(settings: Settings, 
     with SQLiteHotStore.open(settings) as store:
         store.current_level(_agent("bot-a"))
         assert store.conn.level_memo is not None
+
+
+def test_triggers_dropped_under_a_live_connection_stop_the_keeping_at_once(
+    stores: tuple[SQLiteHotStore, SQLiteHotStore],
+) -> None:
+    # The reader met the triggers before; after they are dropped (a store rebuilt in place),
+    # nothing counts the next changes, so nothing may be kept on it either.
+    reader, other = stores
+    turns = Turns()
+    other.apply_now([turns.turn("bot-a", "project")])
+    assert reader.current_level(_agent("bot-a")) == "project"
+    for name in level_cache.TRIGGERS:
+        other.conn.execute(f"DROP TRIGGER {name}")
+    assert reader.current_level(_agent("bot-a")) == "project"
+    other.apply_now([turns.turn("bot-a", "task")])
+    assert reader.current_level(_agent("bot-a")) == "task"
+    other.apply_now([turns.turn("bot-a", "global")])
+    assert reader.current_level(_agent("bot-a")) == "global"
+
+
+@pytest.mark.parametrize("at", ["the mark", "the level"])
+def test_a_change_committed_between_the_mark_and_the_level_is_seen_next(
+    stores: tuple[SQLiteHotStore, SQLiteHotStore], at: str
+) -> None:
+    # Another connection commits right before the reader's statement named by `at` (found by
+    # tracing the reader's statements, so the moment is exact, not a matter of timing).
+    reader, other = stores
+    turns = Turns()
+    other.apply_now([turns.turn("bot-a", "project")])
+    reader.current_level(_agent("bot-b"))  # the triggers met; nothing kept for bot-a yet
+    marker = level_cache.COUNTER if at == "the mark" else "FROM wm_items"
+    armed = [True]
+
+    def commit_before(sql: str) -> None:
+        if armed[0] and marker in sql:
+            armed[0] = False
+            other.apply_now([turns.turn("bot-a", "task")])
+
+    reader.conn.set_trace_callback(commit_before)
+    try:
+        reader.current_level(_agent("bot-a"))
+    finally:
+        reader.conn.set_trace_callback(None)
+    assert not armed[0]
+    for _ in range(3):
+        assert reader.current_level(_agent("bot-a")) == "task" == current_level(reader.conn, _agent("bot-a"))
