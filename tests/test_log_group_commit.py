@@ -666,10 +666,10 @@ def test_the_next_group_waits_for_this_one_to_be_durable_and_is_written_whole() 
     def caller(name: str) -> None:
         got[name] = group_commit(queue, cast(SharedSync, Sync()), [{"id": name}], write)
 
-    leader = threading.Thread(target=caller, args=("first",))
+    leader = threading.Thread(target=caller, args=("first",), daemon=True)
     leader.start()
     syncing.wait()
-    others = [threading.Thread(target=caller, args=(f"c{i}",)) for i in range(3)]
+    others = [threading.Thread(target=caller, args=(f"c{i}",), daemon=True) for i in range(3)]
     for th in others:
         th.start()
     _until(lambda: len(queue.waiting) == 3)  # all three queued while the first group syncs
@@ -709,10 +709,10 @@ def test_a_queued_caller_takes_the_lead_when_the_running_sync_lasts_past_overlap
     def caller(name: str) -> None:
         got[name] = group_commit(queue, cast(SharedSync, Sync()), [{"id": name}], write)
 
-    first = threading.Thread(target=caller, args=("first",))
+    first = threading.Thread(target=caller, args=("first",), daemon=True)
     first.start()
     syncing.wait()
-    second = threading.Thread(target=caller, args=("second",))
+    second = threading.Thread(target=caller, args=("second",), daemon=True)
     second.start()
     second.join(timeout=60)  # written, synced and answered while the first group's sync still runs
     assert not second.is_alive(), "the second caller waited for the first group's sync"
@@ -723,4 +723,120 @@ def test_a_queued_caller_takes_the_lead_when_the_running_sync_lasts_past_overlap
     first.join()
     assert got == {name: [f"done {name}"] for name in ["first", "second", "third"]}
     assert durable == [2, 3, 1]
+    assert not queue.leader and not queue.waiting and not queue.syncing
+
+
+def _numbered_writes(
+    batches: list[list[str]],
+) -> Callable[[list[dict[str, Any]]], tuple[list[Any], list[SyncPoint]]]:
+    """A group's write: noted in `batches`, its sync point numbered by the group's rank."""
+
+    def write(events: list[dict[str, Any]]) -> tuple[list[Any], list[SyncPoint]]:
+        batches.append([e["id"] for e in events])
+        fd = os.open(os.devnull, os.O_RDONLY)
+        return [f"done {e['id']}" for e in events], [SyncPoint("s", fd, len(batches), 0)]
+
+    return write
+
+
+def test_the_overlap_counts_from_the_start_of_the_sync_not_from_the_queueing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A caller queued during a long write must not take the lead as soon as a short sync
+    begins: the sync itself has to run past `overlap_after`. Group commit's clock is the
+    test's own (it moves only when the test says), so no timing decides the outcome."""
+    import tiermem.groupcommit as groupcommit
+
+    now = [100.0]
+    read_by: list[int] = []
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            read_by.append(threading.get_ident())
+            return now[0]
+
+        sleep = staticmethod(time.sleep)
+
+    monkeypatch.setattr(groupcommit, "time", Clock)
+    queue = GroupQueue(overlap_after=0.001)
+    batches: list[list[str]] = []
+    syncing, release_sync = threading.Event(), threading.Event()
+
+    class Sync:
+        def make_durable(self, point: SyncPoint) -> bool:
+            if point.end == 1:
+                syncing.set()
+                release_sync.wait()
+            return True
+
+    def caller(name: str) -> None:
+        group_commit(queue, cast(SharedSync, Sync()), [{"id": name}], _numbered_writes(batches))
+
+    first = threading.Thread(target=caller, args=("first",), daemon=True)
+    second = threading.Thread(target=caller, args=("second",), daemon=True)
+    try:
+        first.start()
+        syncing.wait()
+        second.start()
+        # The second caller is first in the queue and reads the clock on each of its polls: two
+        # readings while the clock stands still mean it saw the sync young and kept waiting.
+        _until(lambda: read_by.count(second.ident or 0) >= 2)
+        assert batches == [["first"]] and second.is_alive()
+        now[0] += 0.002  # the sync has now run past overlap_after
+        second.join(timeout=60)
+        assert not second.is_alive() and batches == [["first"], ["second"]]
+    finally:
+        release_sync.set()
+        first.join(timeout=60)
+    assert not queue.leader and not queue.waiting and not queue.syncing
+
+
+def test_an_old_leader_finishing_after_a_takeover_leaves_the_lead_alone() -> None:
+    """The first leader's sync ends while the caller that took its lead still syncs: the old
+    leader must not hand the lead over a second time, nor leave `syncing` set for a third
+    caller to take the lead in the middle of the second group's write."""
+    queue = GroupQueue(overlap_after=0.001)
+    gates = {1: threading.Event(), 2: threading.Event()}
+    in_sync = {1: threading.Event(), 2: threading.Event()}
+    write_gate, in_write = threading.Event(), threading.Event()
+    batches: list[list[str]] = []
+    plain = _numbered_writes(batches)
+
+    def write(events: list[dict[str, Any]]) -> tuple[list[Any], list[SyncPoint]]:
+        if batches:  # the second group: held in its write
+            in_write.set()
+            write_gate.wait()
+        return plain(events)
+
+    class Sync:
+        def make_durable(self, point: SyncPoint) -> bool:
+            if point.end in gates:
+                in_sync[point.end].set()
+                gates[point.end].wait()
+            return True
+
+    def caller(name: str) -> None:
+        group_commit(queue, cast(SharedSync, Sync()), [{"id": name}], write)
+
+    a = threading.Thread(target=caller, args=("a",), daemon=True)
+    b = threading.Thread(target=caller, args=("b",), daemon=True)
+    try:
+        a.start()
+        in_sync[1].wait()
+        b.start()
+        in_write.wait()  # b took the lead and writes while a's sync runs
+        assert not queue.syncing
+        write_gate.set()
+        in_sync[2].wait()  # b's group syncs too
+        gates[1].set()
+        a.join(timeout=60)  # a's sync ends while b still leads
+        assert not a.is_alive()
+        assert queue.leader and queue.epoch == 2, (queue.leader, queue.epoch)
+    finally:
+        for gate in gates.values():
+            gate.set()
+        write_gate.set()
+        a.join(timeout=60)
+        b.join(timeout=60)
     assert not queue.leader and not queue.waiting and not queue.syncing

@@ -40,6 +40,7 @@ import hashlib
 import os
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -357,6 +358,7 @@ class GroupQueue:
     leader: bool = False
     epoch: int = 0
     syncing: bool = False  # the lead's holder has written its group and waits for the disk
+    sync_since: float = 0.0  # when that wait began (`time.monotonic`): the overlap counts from it
     overlap_after: float = OVERLAP_AFTER
 
 
@@ -401,6 +403,12 @@ def group_commit(
         _commit(batch, sync, write, queue, epoch)
     finally:
         _hand_over(queue, epoch)
+    if len(batch) == 1 and threading.active_count() > 1:
+        # A group of one: nobody queued while it was written and synced, so the sync did not
+        # block (a disk without a flush to wait for). Without a yield this thread would run its
+        # next append at once and keep the interpreter lock for a whole switch interval, every
+        # other thread of the process (a server's included) waiting behind it.
+        time.sleep(0)
     if req.error is not None:
         raise req.error
     assert req.results is not None
@@ -414,9 +422,17 @@ def _wait(queue: GroupQueue, req: GroupRequest, first: bool) -> int:
     with it in the next group, whoever leads it.
     """
     if first:
-        while not req.wake.acquire(timeout=queue.overlap_after):
+        timeout = queue.overlap_after
+        while not req.wake.acquire(timeout=timeout):
+            timeout = queue.overlap_after
             with queue.mutex:
                 if queue.syncing and queue.waiting and queue.waiting[0] is req:
+                    # Counted from the start of the sync, not from when this caller queued: a
+                    # long write followed by a short sync is no reason to write beside it.
+                    left = queue.sync_since + queue.overlap_after - time.monotonic()
+                    if left > 0:
+                        timeout = left
+                        continue
                     queue.syncing = False  # the lead is this caller's now: its leader keeps only its sync
                     queue.epoch += 1
                     return queue.epoch
@@ -451,6 +467,7 @@ def _commit(
         results, points = write(combined)
         with queue.mutex:
             queue.syncing = queue.epoch == epoch  # from here on the first queued may take the lead
+            queue.sync_since = time.monotonic()
         for point in points:
             sync.make_durable(point)
     except BaseException as exc:  # every caller of the group must hear about it
