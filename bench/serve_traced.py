@@ -123,32 +123,37 @@ def _record(trace: Trace, t: dict[str, Any]) -> None:
     )
 
 
-def _time_protocol(turn_protocol: Any, trace: Trace) -> None:
+def _time_protocol(turn_protocol: Any, service: Any, trace: Trace) -> None:
     """The same times for turns answered by the HTTP protocol itself (no task: by callbacks)."""
-    waiting: dict[int, dict[str, Any]] = {}  # id of a turn's cycle (alive until answered) -> its times
+    waiting: dict[int, dict[str, Any]] = {}  # id of a turn's future -> its times
     real_complete = turn_protocol.TurnProtocol.on_message_complete
     real_answer = turn_protocol.TurnProtocol._answer
+    real_submit = service.MemoryService.submit_turn
 
     def on_message_complete(self: Any) -> None:
-        turn = self.turn
-        times = {"arrived": NOW()}
-        token = CURRENT.set(times)
+        token = CURRENT.set({"arrived": NOW()})
         try:
             real_complete(self)
         finally:
             CURRENT.reset(token)
-        if turn is not None and "queued" in times:  # queued: its answer comes from the batch
-            waiting[id(turn)] = times
 
-    def answer(self: Any, turn: Any, outcome: Any) -> None:
-        t = waiting.pop(id(turn), None)
-        real_answer(self, turn, outcome)
+    def submit_turn(self: Any, *args: Any) -> Any:
+        done = real_submit(self, *args)
+        times = CURRENT.get()
+        if times is not None:
+            waiting[id(done)] = times
+        return done
+
+    def answer(self: Any, turn: Any, done: Any) -> None:
+        t = waiting.pop(id(done), None)
+        real_answer(self, turn, done)
         if t is None or len(t) < 7:
             return
         _record(trace, t)
 
     turn_protocol.TurnProtocol.on_message_complete = on_message_complete
     turn_protocol.TurnProtocol._answer = answer
+    service.MemoryService.submit_turn = submit_turn
 
 
 def _time_collections(trace: Trace) -> None:
@@ -201,7 +206,7 @@ def serve(data_dir: Path, port: int, out: str) -> None:
     _time_batches(service, trace, local)
     turn_route.PendingTurn = service.PendingTurn  # the traced one: the protocol's turns are queued there
     _time_requests(turn_route, trace)
-    _time_protocol(turn_protocol, trace)
+    _time_protocol(turn_protocol, service, trace)
     _time_collections(trace)
     app = application(resolve_settings(data_dir=data_dir, env={}), server_process=True)
     real_close = service.MemoryService.close

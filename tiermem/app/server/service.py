@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, TypeVar, cast
 
 from tiermem.app.api import AgentMemory, Memory
@@ -50,20 +50,16 @@ MAX_HANDLES = 64
 MAX_BATCH = 512
 
 
-# What a queued turn's request is given, on the event loop, once: its recorded turn or its error.
-Reply = Callable[[RecordedTurn | Exception], None]
-
-
 @dataclass(eq=False)
 class PendingTurn:
-    """A posted, authorised turn waiting for its batch; `reply` is given its outcome, once."""
+    """A posted, authorised turn waiting for its batch; `done` gets its outcome."""
 
     agent_id: str
     user: str | None
     message: str
     response: str
     fields: dict[str, Any]
-    reply: Reply | None = field(repr=False)  # None once given
+    done: asyncio.Future[RecordedTurn] = field(repr=False)
 
 
 def _wait(update: Future[None] | None) -> None:
@@ -71,31 +67,15 @@ def _wait(update: Future[None] | None) -> None:
         update.result()  # `_update` raises nothing
 
 
-def _resolve(done: asyncio.Future[RecordedTurn], outcome: RecordedTurn | Exception) -> None:
-    if done.done():  # its client went away; the turn is recorded all the same
-        return
-    if isinstance(outcome, RecordedTurn):
-        done.set_result(outcome)
-    else:
-        done.set_exception(outcome)
-
-
-def _deliver(turn: PendingTurn, outcome: RecordedTurn | Exception) -> None:
-    reply = turn.reply
-    if reply is None:  # given already (its batch answered, then failed after the append)
-        return
-    turn.reply = None
-    try:
-        reply(outcome)
-    except Exception as exc:  # one request's answer failing must not keep the others' back
-        log.error("answering a recorded turn failed: %s", exc, exc_info=exc)
-
-
 def _settle(batch: list[PendingTurn], outcomes: list[RecordedTurn | ValidationError]) -> None:
-    """On the event loop: each waiting request gets its own turn's outcome, answered at once
-    (a request answered by the HTTP protocol is written here, with no future in between)."""
+    """On the event loop: each waiting request gets its own turn's outcome."""
     for turn, outcome in zip(batch, outcomes, strict=True):
-        _deliver(turn, outcome)
+        if turn.done.done():  # its client went away; the turn is recorded all the same
+            continue
+        if isinstance(outcome, ValidationError):
+            turn.done.set_exception(outcome)
+        else:
+            turn.done.set_result(outcome)
 
 
 class MemoryService:
@@ -179,7 +159,9 @@ class MemoryService:
         """Run `fn(*args, **kwargs)` on the memory thread, once the hot store holds every turn
         answered so far, and wait for it."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(self._updated_then, fn, *args, **kwargs))
+        return await loop.run_in_executor(
+            self._executor, functools.partial(self._updated_then, fn, *args, **kwargs)
+        )
 
     def _updated_then(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         _wait(self._updated)
@@ -249,17 +231,13 @@ class MemoryService:
     ) -> asyncio.Future[RecordedTurn]:
         """On the event loop: queue one turn for the next batch; the future gets its outcome once
         it is durable (or its error)."""
-        done: asyncio.Future[RecordedTurn] = asyncio.get_running_loop().create_future()
-        self.queue_turn(PendingTurn(agent_id, user, message, response, fields, partial(_resolve, done)))
-        return done
-
-    def queue_turn(self, turn: PendingTurn) -> None:
-        """On the event loop: queue one turn for the next batch; its `reply` is called on the
-        event loop with its outcome once it is durable (or with its error)."""
-        self._turns.append(turn)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[RecordedTurn] = loop.create_future()
+        self._turns.append(PendingTurn(agent_id, user, message, response, fields, done))
         if not self._draining:
             self._draining = True
-            self._drain_task = asyncio.get_running_loop().create_task(self._drain_turns())
+            self._drain_task = loop.create_task(self._drain_turns())
+        return done
 
     async def _drain_turns(self) -> None:
         loop = asyncio.get_running_loop()
@@ -279,7 +257,8 @@ class MemoryService:
                     await loop.run_in_executor(self._executor, self._record_batch, batch, durable)
                 except Exception as exc:  # a storage error: no turn of this write is acknowledged
                     for turn in batch:
-                        _deliver(turn, exc)
+                        if not turn.done.done():
+                            turn.done.set_exception(exc)
         finally:
             self._draining = False
 

@@ -17,15 +17,14 @@ Anything else, and a body the turn layer would hand to the framework, goes
 down uvicorn's own path with the body already read, to the same application,
 which answers as it always did.
 
-The answer is written by the batch's own callback on the event loop, as it
-settles its turns: the request costs no coroutine, task or future at all.
+The answer is written by a callback of the turn's future, not by a task: the
+request costs no coroutine on the event loop at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from functools import partial
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -33,7 +32,6 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from tiermem.app.server.routes import ID_MAX
 from tiermem.app.server.turn_body import parse_turn
 from tiermem.app.server.turn_route import TurnRoute, read_headers
-from tiermem.runtime.memory import RecordedTurn
 
 # The route's path, with the agent id's pattern (AgentId in routes.py); no '%': an escaped
 # path is unescaped by uvicorn first, so the framework's reading of it decides.
@@ -79,12 +77,7 @@ class TurnProtocol(HttpToolsProtocol):
         self.draining: asyncio.Task[None] | None = None  # an answer waiting for the client to read
 
     def on_message_begin(self) -> None:
-        # What uvicorn's own does, but for the request's scope (a dict and a copy of the
-        # application's state per request): built only when uvicorn's path takes the request
-        # (`_begin_scope`); an ordinary turn never reads it.
-        self.url = b""
-        self.expect_100_continue = False
-        self.headers = []
+        super().on_message_begin()
         # A turn refused at once is answered while uvicorn is still parsing the bytes received,
         # which arms the keep-alive timer as if the connection were idle; uvicorn only stops it
         # when more bytes arrive, so a pipelined request after it would be cut off mid-answer
@@ -94,17 +87,9 @@ class TurnProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         cycle = self._turn_cycle()
         if cycle is None:
-            self._begin_scope()
             super().on_headers_complete()
             return
         self.turn = self.cycle = cycle  # type: ignore[assignment]  # what uvicorn reads of a cycle
-
-    def _begin_scope(self) -> None:
-        """The scope uvicorn's `on_message_begin` makes, with what was parsed since it began."""
-        url, headers, expect = self.url, self.headers, self.expect_100_continue
-        super().on_message_begin()
-        self.url, self.expect_100_continue = url, expect
-        self.headers = self.scope["headers"] = headers
 
     def _turn_cycle(self) -> TurnCycle | None:
         """A cycle for this request when it is an ordinary posted turn, else None."""
@@ -155,26 +140,32 @@ class TurnProtocol(HttpToolsProtocol):
         route.answered += 1
         route.answered_by_protocol += 1
         try:
-            route.submit_reply(turn.agent_id, turn.token, parsed, partial(self._answer, turn))
+            done = route.submit(turn.agent_id, turn.token, parsed)
         except Exception as exc:
             self._write(turn, *route.answer_error(exc))
+            return
+        done.add_done_callback(lambda future: self._answer(turn, future))
 
     def _to_application(self, body: bytes) -> None:
         """Start uvicorn's own cycle for this request, with its whole body already read."""
         self.cycle = None  # type: ignore[assignment]  # nothing is in flight: the turn cycle was not started
-        self._begin_scope()
         super().on_headers_complete()  # the scope, the cycle and the application's task
         self.cycle.body += body
         super().on_message_complete()
 
-    def _answer(self, turn: TurnCycle, outcome: RecordedTurn | Exception) -> None:
-        """Given by the batch, on the event loop, once its turn is durable (or failed)."""
+    def _answer(self, turn: TurnCycle, done: asyncio.Future[Any]) -> None:
         route = self.route
         assert route is not None
-        if isinstance(outcome, RecordedTurn):
-            self._write(turn, *route.answer_recorded(outcome))
+        exc = None if done.cancelled() else done.exception()
+        if done.cancelled() or (exc is not None and not isinstance(exc, Exception)):
+            # Nothing cancels it, and the batch raises only errors; were it otherwise, the
+            # connection is closed rather than left waiting for an answer.
+            turn.response_complete = True
+            self.transport.close()
+        elif exc is None:
+            self._write(turn, *route.answer_recorded(done.result()))
         else:
-            self._write(turn, *route.answer_error(outcome))
+            self._write(turn, *route.answer_error(exc))
 
     def _write(
         self, turn: TurnCycle, status: int, headers: list[tuple[bytes, bytes]], content: bytes

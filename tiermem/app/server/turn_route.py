@@ -31,7 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 from tiermem.app.server.keys import KeyStore, authorize
 from tiermem.app.server.problems import problem_for
 from tiermem.app.server.routes import ID_MAX
-from tiermem.app.server.service import MemoryService, PendingTurn, Reply
+from tiermem.app.server.service import MemoryService
 from tiermem.app.server.turn_body import PostedTurn, parse_turn
 from tiermem.runtime.memory import RecordedTurn
 
@@ -93,23 +93,11 @@ class TurnRoute:
     def submit(self, agent_id: str, token: str | None, turn: PostedTurn) -> asyncio.Future[RecordedTurn]:
         """Check the key and the permission, and queue the turn for its batch: the future gets its
         outcome once durable. Raises what the route answers as a problem (401, 403)."""
-        user = self._authorized(agent_id, token, turn)
-        svc: MemoryService = self.state.service
-        return svc.submit_turn(agent_id, user, turn.user_message, turn.agent_response, turn.fields)
-
-    def submit_reply(self, agent_id: str, token: str | None, turn: PostedTurn, reply: Reply) -> None:
-        """`submit`, with `reply` called on the event loop with the outcome (no future)."""
-        user = self._authorized(agent_id, token, turn)
-        svc: MemoryService = self.state.service
-        svc.queue_turn(
-            PendingTurn(agent_id, user, turn.user_message, turn.agent_response, turn.fields, reply)
-        )
-
-    def _authorized(self, agent_id: str, token: str | None, turn: PostedTurn) -> str | None:
-        """The user the turn is recorded for, once the key and the permission are checked."""
         keys: KeyStore = self.state.keys
+        svc: MemoryService = self.state.service
         caller = keys.verify(token) if token else None
-        return authorize(caller, agent_id=agent_id, user=turn.user)
+        user = authorize(caller, agent_id=agent_id, user=turn.user)
+        return svc.submit_turn(agent_id, user, turn.user_message, turn.agent_response, turn.fields)
 
     @staticmethod
     def answer_recorded(recorded: RecordedTurn) -> Answer:
