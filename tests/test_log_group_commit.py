@@ -840,3 +840,63 @@ def test_an_old_leader_finishing_after_a_takeover_leaves_the_lead_alone() -> Non
         a.join(timeout=60)
         b.join(timeout=60)
     assert not queue.leader and not queue.waiting and not queue.syncing
+
+
+class _Interrupted(BaseException):
+    """What a signal handler raises in the main thread here (as Ctrl-C raises KeyboardInterrupt)."""
+
+
+def test_a_caller_interrupted_while_queued_leaves_the_queue_and_the_lead_goes_on() -> None:
+    """Ctrl-C in a caller queued behind a group: the caller raises, and the group's leader must
+    not hand the lead to it (nobody would take it, and every later caller would wait for ever)."""
+    import signal
+    import sys
+
+    queue = GroupQueue(overlap_after=3600.0)  # no takeover: the hand-over alone decides
+    writing, release_write = threading.Event(), threading.Event()
+    batches: list[list[str]] = []
+    plain = _numbered_writes(batches)
+
+    def write(events: list[dict[str, Any]]) -> tuple[list[Any], list[SyncPoint]]:
+        if not batches:  # the first group's write runs until the test lets it end
+            writing.set()
+            release_write.wait()
+        return plain(events)
+
+    class Sync:
+        def make_durable(self, point: SyncPoint) -> bool:
+            return True
+
+    def caller(name: str) -> None:
+        group_commit(queue, cast(SharedSync, Sync()), [{"id": name}], write)
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise _Interrupted
+
+    main = threading.get_ident()
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    first = threading.Thread(target=caller, args=("first",), daemon=True)
+    try:
+        first.start()
+        writing.wait()
+
+        # Signalled only once this (main) thread sleeps in its wait, queued behind the first group.
+        def waiting_in_main() -> bool:
+            frame = sys._current_frames().get(main)
+            return len(queue.waiting) == 1 and frame is not None and frame.f_code.co_name == "_wait"
+
+        threading.Thread(
+            target=lambda: (_until(waiting_in_main), signal.pthread_kill(main, signal.SIGUSR1)), daemon=True
+        ).start()
+        with pytest.raises(_Interrupted):
+            caller("interrupted")
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        release_write.set()
+        first.join(timeout=60)
+    assert not queue.waiting and not queue.leader
+    later = threading.Thread(target=caller, args=("later",), daemon=True)
+    later.start()
+    later.join(timeout=60)
+    assert not later.is_alive(), "a later caller waited for a lead handed to the interrupted one"
+    assert batches == [["first"], ["later"]]

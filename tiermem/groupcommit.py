@@ -391,7 +391,11 @@ def group_commit(
     if lead:
         batch = [req]
     else:
-        epoch = _wait(queue, req, first)
+        try:
+            epoch = _wait(queue, req, first)
+        except BaseException:  # Ctrl-C (or another asynchronous exception) while queued
+            _abandon(queue, req)
+            raise
         if req.done:
             if req.error is not None:
                 raise req.error
@@ -435,10 +439,32 @@ def _wait(queue: GroupQueue, req: GroupRequest, first: bool) -> int:
                         continue
                     queue.syncing = False  # the lead is this caller's now: its leader keeps only its sync
                     queue.epoch += 1
+                    req.epoch = queue.epoch
                     return queue.epoch
     else:
         req.wake.acquire()  # released once: results are in, or the lead was handed here
     return req.epoch
+
+
+def _abandon(queue: GroupQueue, req: GroupRequest) -> None:
+    """A queued caller leaves by an exception: out of the queue, and the lead passed on if it had
+    been handed it (or took it), since every later caller would otherwise wait for a leader that
+    is gone. A caller already taken into a group is left to that group's leader: its events are
+    written and answered as the others' (the caller just never hears of it)."""
+    with queue.mutex:
+        if req.done or req not in queue.waiting:
+            return
+        queue.waiting.remove(req)
+        if not (queue.leader and req.epoch == queue.epoch):
+            return  # not its lead: whoever holds it hands it to the next caller still queued
+        queue.syncing = False
+        if not queue.waiting:
+            queue.leader = False
+            return
+        nxt = queue.waiting[0]
+        queue.epoch += 1
+        nxt.epoch = queue.epoch
+    nxt.wake.release()  # nxt.done is False: it wakes as the leader
 
 
 def _hand_over(queue: GroupQueue, epoch: int) -> None:
