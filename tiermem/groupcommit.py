@@ -457,14 +457,9 @@ def _abandon(queue: GroupQueue, req: GroupRequest) -> None:
         queue.waiting.remove(req)
         if not (queue.leader and req.epoch == queue.epoch):
             return  # not its lead: whoever holds it hands it to the next caller still queued
-        queue.syncing = False
-        if not queue.waiting:
-            queue.leader = False
-            return
-        nxt = queue.waiting[0]
-        queue.epoch += 1
-        nxt.epoch = queue.epoch
-    nxt.wake.release()  # nxt.done is False: it wakes as the leader
+        nxt = _pass_lead(queue)
+    if nxt is not None:
+        nxt.wake.release()  # nxt.done is False: it wakes as the leader
 
 
 def _hand_over(queue: GroupQueue, epoch: int) -> None:
@@ -473,14 +468,22 @@ def _hand_over(queue: GroupQueue, epoch: int) -> None:
     with queue.mutex:
         if queue.epoch != epoch:
             return
-        queue.syncing = False
-        if not queue.waiting:
-            queue.leader = False
-            return
-        nxt = queue.waiting[0]
-        queue.epoch += 1
-        nxt.epoch = queue.epoch
-    nxt.wake.release()  # nxt.done is False: it wakes as the leader
+        nxt = _pass_lead(queue)
+    if nxt is not None:
+        nxt.wake.release()  # nxt.done is False: it wakes as the leader
+
+
+def _pass_lead(queue: GroupQueue) -> GroupRequest | None:
+    """With `queue.mutex` held, by the lead's holder: the first caller queued is the next leader
+    (returned, to be woken once the mutex is let go), or nobody leads."""
+    queue.syncing = False
+    if not queue.waiting:
+        queue.leader = False
+        return None
+    nxt = queue.waiting[0]
+    queue.epoch += 1
+    nxt.epoch = queue.epoch
+    return nxt
 
 
 def _commit(
