@@ -640,92 +640,6 @@ def test_a_close_failing_after_the_sync_still_wakes_every_follower_with_the_erro
     assert not queue.leader and not queue.waiting
 
 
-def test_the_next_group_waits_for_this_one_to_be_durable_and_is_written_whole() -> None:
-    """One group of a process in flight at a time: callers that come while a group syncs are
-    not written beside it (a second fsync of their own) but after it, all together."""
-    queue = GroupQueue(overlap_after=3600.0)  # a sync never counts as long here
-    syncing, release_sync = threading.Event(), threading.Event()
-    batches: list[list[str]] = []
-    durable: list[int] = []  # the groups made durable, in order
-
-    def write(events: list[dict[str, Any]]) -> tuple[list[Any], list[SyncPoint]]:
-        batches.append([e["id"] for e in events])
-        fd = os.open(os.devnull, os.O_RDONLY)  # the group's own descriptor, closed by group commit
-        return [f"done {e['id']}" for e in events], [SyncPoint("s", fd, len(batches), 0)]
-
-    class Sync:
-        def make_durable(self, point: SyncPoint) -> bool:
-            if point.end == 1:  # the first group's fsync runs until the test lets it end
-                syncing.set()
-                release_sync.wait()
-            durable.append(point.end)
-            return True
-
-    got: dict[str, list[Any]] = {}
-
-    def caller(name: str) -> None:
-        got[name] = group_commit(queue, cast(SharedSync, Sync()), [{"id": name}], write)
-
-    leader = threading.Thread(target=caller, args=("first",), daemon=True)
-    leader.start()
-    syncing.wait()
-    others = [threading.Thread(target=caller, args=(f"c{i}",), daemon=True) for i in range(3)]
-    for th in others:
-        th.start()
-    _until(lambda: len(queue.waiting) == 3)  # all three queued while the first group syncs
-    assert batches == [["first"]]  # and nothing of theirs written meanwhile
-    release_sync.set()
-    for th in [leader, *others]:
-        th.join()
-    assert len(batches) == 2 and sorted(batches[1]) == ["c0", "c1", "c2"]
-    assert durable == [1, 2]
-    assert got == {name: [f"done {name}"] for name in ["first", "c0", "c1", "c2"]}
-    assert not queue.leader and not queue.waiting
-
-
-def test_a_queued_caller_takes_the_lead_when_the_running_sync_lasts_past_overlap_after() -> None:
-    """A sync that runs long (a busy disk) does not hold the next group back: the first caller
-    queued behind it writes its group beside it, and the first leader does not hand the lead on."""
-    queue = GroupQueue(overlap_after=0.001)
-    syncing, release_sync = threading.Event(), threading.Event()
-    batches: list[list[str]] = []
-    durable: list[int] = []
-
-    def write(events: list[dict[str, Any]]) -> tuple[list[Any], list[SyncPoint]]:
-        batches.append([e["id"] for e in events])
-        fd = os.open(os.devnull, os.O_RDONLY)
-        return [f"done {e['id']}" for e in events], [SyncPoint("s", fd, len(batches), 0)]
-
-    class Sync:
-        def make_durable(self, point: SyncPoint) -> bool:
-            if point.end == 1:  # the first group's sync runs until the test lets it end
-                syncing.set()
-                release_sync.wait()
-            durable.append(point.end)
-            return True
-
-    got: dict[str, list[Any]] = {}
-
-    def caller(name: str) -> None:
-        got[name] = group_commit(queue, cast(SharedSync, Sync()), [{"id": name}], write)
-
-    first = threading.Thread(target=caller, args=("first",), daemon=True)
-    first.start()
-    syncing.wait()
-    second = threading.Thread(target=caller, args=("second",), daemon=True)
-    second.start()
-    second.join(timeout=60)  # written, synced and answered while the first group's sync still runs
-    assert not second.is_alive(), "the second caller waited for the first group's sync"
-    assert batches == [["first"], ["second"]] and durable == [2] and first.is_alive()
-    caller("third")  # the lead is free again (the second leader let it go), not held by the first
-    assert batches[2] == ["third"]
-    release_sync.set()
-    first.join()
-    assert got == {name: [f"done {name}"] for name in ["first", "second", "third"]}
-    assert durable == [2, 3, 1]
-    assert not queue.leader and not queue.waiting and not queue.syncing
-
-
 def _numbered_writes(
     batches: list[list[str]],
 ) -> Callable[[list[dict[str, Any]]], tuple[list[Any], list[SyncPoint]]]:
@@ -737,6 +651,80 @@ def _numbered_writes(
         return [f"done {e['id']}" for e in events], [SyncPoint("s", fd, len(batches), 0)]
 
     return write
+
+
+class _FirstSyncHeld:
+    """A group's sync record in which the first group's sync runs until `release` is set; the
+    groups made durable are noted in order."""
+
+    def __init__(self) -> None:
+        self.syncing, self.release = threading.Event(), threading.Event()
+        self.durable: list[int] = []
+
+    def make_durable(self, point: SyncPoint) -> bool:
+        if point.end == 1:
+            self.syncing.set()
+            self.release.wait()
+        self.durable.append(point.end)
+        return True
+
+
+def test_the_next_group_waits_for_this_one_to_be_durable_and_is_written_whole() -> None:
+    """One group of a process in flight at a time: callers that come while a group syncs are
+    not written beside it (a second fsync of their own) but after it, all together."""
+    queue = GroupQueue(overlap_after=3600.0)  # a sync never counts as long here
+    sync = _FirstSyncHeld()
+    batches: list[list[str]] = []
+    write = _numbered_writes(batches)
+    got: dict[str, list[Any]] = {}
+
+    def caller(name: str) -> None:
+        got[name] = group_commit(queue, cast(SharedSync, sync), [{"id": name}], write)
+
+    leader = threading.Thread(target=caller, args=("first",), daemon=True)
+    leader.start()
+    sync.syncing.wait()
+    others = [threading.Thread(target=caller, args=(f"c{i}",), daemon=True) for i in range(3)]
+    for th in others:
+        th.start()
+    _until(lambda: len(queue.waiting) == 3)  # all three queued while the first group syncs
+    assert batches == [["first"]]  # and nothing of theirs written meanwhile
+    sync.release.set()
+    for th in [leader, *others]:
+        th.join()
+    assert len(batches) == 2 and sorted(batches[1]) == ["c0", "c1", "c2"]
+    assert sync.durable == [1, 2]
+    assert got == {name: [f"done {name}"] for name in ["first", "c0", "c1", "c2"]}
+    assert not queue.leader and not queue.waiting
+
+
+def test_a_queued_caller_takes_the_lead_when_the_running_sync_lasts_past_overlap_after() -> None:
+    """A sync that runs long (a busy disk) does not hold the next group back: the first caller
+    queued behind it writes its group beside it, and the first leader does not hand the lead on."""
+    queue = GroupQueue(overlap_after=0.001)
+    sync = _FirstSyncHeld()
+    batches: list[list[str]] = []
+    write = _numbered_writes(batches)
+    got: dict[str, list[Any]] = {}
+
+    def caller(name: str) -> None:
+        got[name] = group_commit(queue, cast(SharedSync, sync), [{"id": name}], write)
+
+    first = threading.Thread(target=caller, args=("first",), daemon=True)
+    first.start()
+    sync.syncing.wait()
+    second = threading.Thread(target=caller, args=("second",), daemon=True)
+    second.start()
+    second.join(timeout=60)  # written, synced and answered while the first group's sync still runs
+    assert not second.is_alive(), "the second caller waited for the first group's sync"
+    assert batches == [["first"], ["second"]] and sync.durable == [2] and first.is_alive()
+    caller("third")  # the lead is free again (the second leader let it go), not held by the first
+    assert batches[2] == ["third"]
+    sync.release.set()
+    first.join()
+    assert got == {name: [f"done {name}"] for name in ["first", "second", "third"]}
+    assert sync.durable == [2, 3, 1]
+    assert not queue.leader and not queue.waiting and not queue.syncing
 
 
 def test_the_overlap_counts_from_the_start_of_the_sync_not_from_the_queueing(
@@ -761,23 +749,17 @@ def test_the_overlap_counts_from_the_start_of_the_sync_not_from_the_queueing(
     monkeypatch.setattr(groupcommit, "time", Clock)
     queue = GroupQueue(overlap_after=0.001)
     batches: list[list[str]] = []
-    syncing, release_sync = threading.Event(), threading.Event()
-
-    class Sync:
-        def make_durable(self, point: SyncPoint) -> bool:
-            if point.end == 1:
-                syncing.set()
-                release_sync.wait()
-            return True
+    sync = _FirstSyncHeld()
+    write = _numbered_writes(batches)
 
     def caller(name: str) -> None:
-        group_commit(queue, cast(SharedSync, Sync()), [{"id": name}], _numbered_writes(batches))
+        group_commit(queue, cast(SharedSync, sync), [{"id": name}], write)
 
     first = threading.Thread(target=caller, args=("first",), daemon=True)
     second = threading.Thread(target=caller, args=("second",), daemon=True)
     try:
         first.start()
-        syncing.wait()
+        sync.syncing.wait()
         second.start()
         # The second caller is first in the queue and reads the clock on each of its polls: two
         # readings while the clock stands still mean it saw the sync young and kept waiting.
@@ -787,7 +769,7 @@ def test_the_overlap_counts_from_the_start_of_the_sync_not_from_the_queueing(
         second.join(timeout=60)
         assert not second.is_alive() and batches == [["first"], ["second"]]
     finally:
-        release_sync.set()
+        sync.release.set()
         first.join(timeout=60)
     assert not queue.leader and not queue.waiting and not queue.syncing
 
