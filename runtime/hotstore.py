@@ -323,41 +323,44 @@ EPISODE_KEPT_COLUMNS = (
     "source_event_ids",
 )
 
+
+def _counting_trigger(name: str, event: str, counter: str) -> str:
+    """A trigger that raises `meta.<counter>` by one in the transaction of each `event` (e.g.
+    "AFTER DELETE ON notes"), so that a reader keeping what it read sees any commit move it."""
+    return (
+        f"CREATE TRIGGER IF NOT EXISTS {name} {event} BEGIN"
+        f" INSERT INTO meta (key, value) VALUES ('{counter}', '1')"
+        " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END"
+    )
+
+
 # Indexes added within a schema version: built on the next open of an existing store,
 # instead of a version change, which would drop the store and replay the whole log.
 ADDED_INDEXES = (
     # An agent's newest turns whoever they belong to (the search over turns no episode covers yet).
     "CREATE INDEX IF NOT EXISTS wm_agent_turns ON wm_items (agent_id, ts, item_id, kind, owner, event_id, user)",
-    "CREATE TRIGGER IF NOT EXISTS quote_vectors_ad AFTER DELETE ON quote_vectors BEGIN"
-    " INSERT INTO meta (key, value) VALUES ('vectors_deleted', '1')"
-    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
-    "CREATE TRIGGER IF NOT EXISTS episodes_changed_ad AFTER DELETE ON episodes BEGIN"
-    " INSERT INTO meta (key, value) VALUES ('episodes_changed', '1')"
-    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
-    "CREATE TRIGGER IF NOT EXISTS episodes_changed_au AFTER UPDATE OF name, summary, key_quotes, participants"
-    " ON episodes BEGIN INSERT INTO meta (key, value) VALUES ('episodes_changed', '1')"
-    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
+    _counting_trigger("quote_vectors_ad", "AFTER DELETE ON quote_vectors", "vectors_deleted"),
+    _counting_trigger("episodes_changed_ad", "AFTER DELETE ON episodes", "episodes_changed"),
+    _counting_trigger(
+        "episodes_changed_au",
+        "AFTER UPDATE OF name, summary, key_quotes, participants ON episodes",
+        "episodes_changed",
+    ),
     # Updates of any other column of an episode, counted too: a reader keeping episode rows
     # (runtime.fts_rows) sees a changed date or importance. Not the recall count, which every
     # recall moves (and no reader keeps).
-    "CREATE TRIGGER IF NOT EXISTS episodes_changed_ar AFTER UPDATE OF "
-    + ", ".join(EPISODE_KEPT_COLUMNS)
-    + " ON episodes BEGIN INSERT INTO meta (key, value) VALUES ('episodes_changed', '1')"
-    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
-    "CREATE TRIGGER IF NOT EXISTS notes_changed_ai AFTER INSERT ON notes BEGIN"
-    " INSERT INTO meta (key, value) VALUES ('notes_changed', '1')"
-    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
-    "CREATE TRIGGER IF NOT EXISTS notes_changed_ad AFTER DELETE ON notes BEGIN"
-    " INSERT INTO meta (key, value) VALUES ('notes_changed', '1')"
-    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
-    "CREATE TRIGGER IF NOT EXISTS notes_changed_au AFTER UPDATE ON notes BEGIN"
-    " INSERT INTO meta (key, value) VALUES ('notes_changed', '1')"
-    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
+    _counting_trigger(
+        "episodes_changed_ar",
+        f"AFTER UPDATE OF {', '.join(EPISODE_KEPT_COLUMNS)} ON episodes",
+        "episodes_changed",
+    ),
+    *(
+        _counting_trigger(f"notes_changed_{name}", f"AFTER {what} ON notes", "notes_changed")
+        for name, what in (("ai", "INSERT"), ("ad", "DELETE"), ("au", "UPDATE"))
+    ),
     # Deletes and updates of turns and folds (inserts move the newest rowid): runtime.unfolded_rows.
     *(
-        f"CREATE TRIGGER IF NOT EXISTS turns_changed_{name} AFTER {what} ON {table} BEGIN"
-        " INSERT INTO meta (key, value) VALUES ('turns_changed', '1')"
-        " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END"
+        _counting_trigger(f"turns_changed_{name}", f"AFTER {what} ON {table}", "turns_changed")
         for name, what, table in (
             ("wd", "DELETE", "wm_items"),
             ("wu", "UPDATE", "wm_items"),
@@ -367,9 +370,7 @@ ADDED_INDEXES = (
     ),
     # Any change of an item without an owner (what an agent-level read sees): runtime.level_cache.
     *(
-        f"CREATE TRIGGER IF NOT EXISTS levels_changed_{name} AFTER {what} ON wm_items WHEN {when} BEGIN"
-        " INSERT INTO meta (key, value) VALUES ('levels_changed', '1')"
-        " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END"
+        _counting_trigger(f"levels_changed_{name}", f"AFTER {what} ON wm_items WHEN {when}", "levels_changed")
         for name, what, when in (
             ("wi", "INSERT", "NEW.owner IS NULL"),
             ("wd", "DELETE", "OLD.owner IS NULL"),
