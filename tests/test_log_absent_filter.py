@@ -231,6 +231,19 @@ def _index_ids(root: Path, *ids: str) -> None:
         conn.close()
 
 
+def _commit_during_readings(log: EventLog) -> list[str]:
+    """From now on each reading of the index commits one id through another connection once its
+    snapshot is taken; the ids so committed, in order."""
+    committed: list[str] = []
+
+    def commit_now() -> None:
+        committed.append(f"mid-{len(committed)}")
+        _index_ids(log.root, committed[-1])
+
+    log._writers["interactions"].fast_index.set_reading_hook(commit_now)
+    return committed
+
+
 @compiled
 def test_an_id_committed_while_the_index_is_read_is_never_answered_absent(settings: Settings) -> None:
     # The reading's snapshot is taken at its start; an id committed after that is not in the
@@ -239,13 +252,7 @@ def test_an_id_committed_while_the_index_is_read_is_never_answered_absent(settin
     with EventLog(replace(settings, fsync="none")) as log:
         _fill(log, "a", 2)
         _index_ids(log.root, *(f"old-{k}" for k in range(500)))
-        committed: list[str] = []
-
-        def commit_now() -> None:
-            committed.append(f"mid-{len(committed)}")
-            _index_ids(log.root, committed[-1])
-
-        log._writers["interactions"].fast_index.set_reading_hook(commit_now)
+        committed = _commit_during_readings(log)
         k = 0
         while not committed:
             k += 1
@@ -269,13 +276,7 @@ def test_readings_that_never_answer_are_begun_ever_more_rarely(settings: Setting
     with EventLog(replace(settings, fsync="none")) as log:
         _fill(log, "a", 2)
         _index_ids(log.root, *(f"old-{k}" for k in range(600)))
-        hits: list[int] = []
-
-        def commit_now() -> None:
-            hits.append(1)
-            _index_ids(log.root, f"mid-{len(hits)}")
-
-        log._writers["interactions"].fast_index.set_reading_hook(commit_now)
+        hits = _commit_during_readings(log)
         for k in range(3_000):
             assert not log.append(interaction(k, event_id=f"b-{k}", ts=TS)).duplicate
         log._writers["interactions"].fast_index.set_reading_hook(None)
