@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from helpers_runtime import append, episode
+from test_fts_ranks import _long_episodes  # noqa: F401  (every database counts as one of long episodes)
 from test_read_path_candidates import EPISODE_COLS, QUOTE_COLS, memory  # noqa: F401  (the fixture)
 from tiermem.runtime import fts_ranks, fts_rows
 from tiermem.runtime.hotstore import EPISODE_KEPT_COLUMNS, counts_changes, open_hot_store
@@ -23,19 +24,6 @@ from tiermem.runtime.memory import AgentMemory
 from tiermem.runtime.projector import project
 
 from tiermem.settings import Settings
-
-
-class _Every:
-    """Every database counts as one with long episodes (the archive here is of short ones)."""
-
-    def __contains__(self, db: object) -> bool:
-        return True
-
-
-@pytest.fixture(autouse=True)
-def _long_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fts_ranks.TEXTS, "long_dbs", _Every())
-
 
 # Every column an update is counted for: whatever columns a search asks for are served fresh.
 EVERY_COL = ", ".join(f"e.{c}" for c in EPISODE_KEPT_COLUMNS)
