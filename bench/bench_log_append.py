@@ -32,7 +32,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench_log_reference import batched_fsync_rate, ceiling_8, flush_floor, fsync_rate, print_floor
+from bench_log_reference import (
+    batched_fsync_rate,
+    ceiling_8,
+    compiled_group,
+    flush_floor,
+    fsync_rate,
+    print_compiled_group,
+    print_floor,
+)
 
 from tiermem.eventlog import EventLog
 from tiermem.events import validate
@@ -483,6 +491,7 @@ def main() -> None:
         rate, p50, p99 = fsync_rate(Path(tmp) / "f", n=1000)
         batched = batched_fsync_rate(Path(tmp) / "b", batches=100)
         floor = flush_floor(Path(tmp), n=400)
+        compiled = compiled_group(Path(tmp))
     res: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load": round(os.getloadavg()[0], 1),
@@ -493,12 +502,14 @@ def main() -> None:
             "batched_rate": batched,
             "flush_floor": floor,
             "ceiling_8": ceiling_8(floor),
+            "compiled_group": compiled,
         },
     }
     print(
         f"reference: raw fsync {rate:,.0f}/s (p50 {p50:.3f} ms, p99 {p99:.3f} ms); 500/fsync {batched:,.0f}/s"
     )
     print_floor(floor)
+    print_compiled_group(compiled)
     one = one_at_a_time(n)
     res["one_at_a_time"] = one
     print(
@@ -520,6 +531,11 @@ def main() -> None:
                 + (f", {r['cpu_us_per_record']:.0f} us CPU/record" if kind == "threads" else "")
                 + (
                     f"; {r['rate'] / ceiling_8(floor):.2f} of the flush-floor ceiling for 8 synchronous callers"
+                    + (
+                        ""
+                        if compiled is None
+                        else f", {r['rate'] / max(c['rate'] for c in compiled.values()):.2f} of the compiled group commit"
+                    )
                     if callers == 8
                     else ""
                 )

@@ -10,13 +10,22 @@ N / (flush latency) appends/s even with no software at all. `flush_floor` measur
 that latency four ways (append + fsync, append + fdatasync, overwrite of a
 preallocated file + fdatasync, a 4 KiB O_DIRECT|O_DSYNC overwrite) and how many
 fsyncs 8 threads on 8 files get through together.
+
+The compiled group commit (`compiled_group`, bench/group_ceiling.c): 8 threads
+of a C program each append one record and wait until it is durable, sharing
+flushes (one at a time, or overlapping). No interpreter, no encoding, no checks:
+the write, the flush and the threads' sleeps and wake-ups are what is left, so
+its rate is what any group commit of 8 synchronous one-record callers can reach
+on this machine, CPU and disk together.
 """
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -202,6 +211,39 @@ def dd_bandwidth(path: Path, mb: int = 1024) -> str:
     return f"{match.group(2)} ({mb} MiB in {match.group(1)} s, conv=fdatasync)" if match else out.strip()
 
 
+def compiled_group(d: Path, threads: int = 8, seconds: float = 2.0) -> dict[str, dict[str, Any]] | None:
+    """bench/group_ceiling.c built with `cc` and run in `d`, one flush at a time ("group") and with
+    flushes overlapping ("overlap"); None without a C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    exe = d / "group_ceiling"
+    source = Path(__file__).resolve().parent / "group_ceiling.c"
+    subprocess.run([cc, "-O2", "-pthread", "-o", str(exe), str(source)], check=True, capture_output=True)
+    out: dict[str, dict[str, Any]] = {}
+    for mode in ("group", "overlap"):
+        run = subprocess.run(
+            [str(exe), str(d / "group-ceiling.log"), str(threads), str(seconds), "400", "fsync", mode],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        out[mode] = json.loads(run.stdout)
+    return out
+
+
+def print_compiled_group(found: dict[str, dict[str, Any]] | None) -> None:
+    if found is None:
+        print("  compiled group commit: no C compiler here")
+        return
+    for mode, r in found.items():
+        print(
+            f"  compiled group commit, {r['threads']} threads x 1 record, {mode:7s}: {r['rate']:9,.0f}/s "
+            f"p50 {r['p50_us']:.0f} us p99 {r['p99_us']:.0f} us, {r['cpu_us_per_record']:.1f} us CPU/record, "
+            f"{r['records_per_flush']:.2f} records/flush"
+        )
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parent.parent / "data") as tmp:
         d = Path(tmp)
@@ -217,6 +259,7 @@ def main() -> None:
         )
         print("flush latency (one durable write at a time; 8 threads: total fsyncs/s):")
         print_floor(flush_floor(d))
+        print_compiled_group(compiled_group(d))
         print(f"disk write bandwidth (dd): {dd_bandwidth(d / 'dd')}")
 
 

@@ -25,7 +25,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench_log_reference import batched_fsync_rate, ceiling_8, flush_floor, fsync_rate, print_floor
+from bench_log_reference import (
+    batched_fsync_rate,
+    ceiling_8,
+    compiled_group,
+    flush_floor,
+    fsync_rate,
+    print_compiled_group,
+    print_floor,
+)
 from read_paths_ab import export_base
 
 HERE = Path(__file__).resolve().parent
@@ -73,7 +81,7 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def line(side: str, r: dict[str, Any], raw: float, ceiling: float) -> str:
+def line(side: str, r: dict[str, Any], raw: float, ceiling: float, compiled: float | None = None) -> str:
     one = r["one"]
     head = (
         f"  {side:4s} one caller {one['rate']:6,.0f}/s ({one['ratio']:.2f} of raw {one['raw_rate']:,.0f}/s "
@@ -91,7 +99,9 @@ def line(side: str, r: dict[str, Any], raw: float, ceiling: float) -> str:
         f"{_fmt(one['fast_pair_ratio_median'])} of {one['fast_pairs']}; "
         f"CPU {one['cpu_us']:.0f} vs raw {one['raw_cpu_us']:.0f} us) p99 {one['p99_ms']:.2f} ms | "
         f"8 threads {t8['rate']:6,.0f}/s ({t8['rate'] / (8 * raw):.2f} of 8 x raw, {t8['rate'] / ceiling:.2f} of the "
-        f"flush-floor ceiling) p99 {t8['p99_ms']:.2f} ms "
+        f"flush-floor ceiling"
+        + ("" if compiled is None else f", {t8['rate'] / compiled:.2f} of the compiled group commit")
+        + f") p99 {t8['p99_ms']:.2f} ms "
         f"{t8['records_per_fsync']:.1f}/fsync {t8['cpu_us_per_record']:.0f} us CPU/rec | "
         f"8 processes {p8['rate']:6,.0f}/s p99 {p8['p99_ms']:.2f} ms {p8['records_per_fsync']:.1f}/fsync "
         f"{p8['cpu_us_per_record']:.0f} us CPU/rec | group CPU {r['group_cpu_us']:.1f} us | "
@@ -118,12 +128,14 @@ def main() -> None:
                 raw, p50, _p99 = fsync_rate(Path(ref) / "f", n=1000)
                 batched = batched_fsync_rate(Path(ref) / "b", batches=100)
                 floor = flush_floor(Path(ref), n=400)
+                compiled = None if args.only_one else compiled_group(Path(ref))
             print(
                 f"round {k + 1}: raw fsync {raw:,.0f}/s (p50 {p50:.3f} ms), 500/fsync {batched:,.0f}/s, "
                 f"ceiling of 8 one-record callers 8 x raw = {8 * raw:,.0f}/s",
                 flush=True,
             )
             print_floor(floor)
+            print_compiled_group(compiled)
             ceiling = ceiling_8(floor)
             row: dict[str, Any] = {
                 "raw_fsync": raw,
@@ -131,11 +143,13 @@ def main() -> None:
                 "batched": batched,
                 "flush_floor": floor,
                 "ceiling_8": ceiling,
+                "compiled_group": compiled,
             }
             order = ("base", "head") if k % 2 == 0 else ("head", "base")
             for side in order:
                 row[side] = run_side(package if side == "base" else None, args.n, args.only_one)
-                print(line(side, row[side], raw, ceiling), flush=True)
+                best = None if compiled is None else max(c["rate"] for c in compiled.values())
+                print(line(side, row[side], raw, ceiling, best), flush=True)
             rounds.append(row)
     out = HERE / "results" / ("log_append_ab_one.json" if args.only_one else "log_append_ab.json")
     out.write_text(json.dumps({"base": args.base, "rounds": rounds}, indent=1))
