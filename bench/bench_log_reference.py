@@ -13,7 +13,8 @@ fsyncs 8 threads on 8 files get through together.
 
 The compiled group commit (`compiled_group`, bench/group_ceiling.c): 8 threads
 of a C program each append one record and wait until it is durable, sharing
-flushes (one at a time, or overlapping). No interpreter, no encoding, no checks:
+flushes (one at a time, overlapping, or held until every caller has a record
+in it). No interpreter, no encoding, no checks:
 the write, the flush and the threads' sleeps and wake-ups are what is left, so
 its rate is what any group commit of 8 synchronous one-record callers can reach
 on this machine, CPU and disk together.
@@ -212,8 +213,9 @@ def dd_bandwidth(path: Path, mb: int = 1024) -> str:
 
 
 def compiled_group(d: Path, threads: int = 8, seconds: float = 2.0) -> dict[str, dict[str, Any]] | None:
-    """bench/group_ceiling.c built with `cc` and run in `d`, one flush at a time ("group") and with
-    flushes overlapping ("overlap"); None without a C compiler."""
+    """bench/group_ceiling.c built with `cc` and run in `d`: one flush at a time ("group"), flushes
+    overlapping ("overlap"), and each flush held until every caller has a record in it ("gather");
+    None without a C compiler."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None
@@ -221,7 +223,7 @@ def compiled_group(d: Path, threads: int = 8, seconds: float = 2.0) -> dict[str,
     source = Path(__file__).resolve().parent / "group_ceiling.c"
     subprocess.run([cc, "-O2", "-pthread", "-o", str(exe), str(source)], check=True, capture_output=True)
     out: dict[str, dict[str, Any]] = {}
-    for mode in ("group", "overlap"):
+    for mode in ("group", "overlap", "gather"):
         run = subprocess.run(
             [str(exe), str(d / "group-ceiling.log"), str(threads), str(seconds), "400", "fsync", mode],
             check=True,

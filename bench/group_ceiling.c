@@ -5,14 +5,18 @@
  * far for all of them (the classic group commit), the others sleep on a
  * condition variable until their record is covered ("group": one flush at a
  * time). With "overlap", a caller whose record no started flush covers starts
- * its own beside the running one, as many at once as the disk takes. There is
+ * its own beside the running one, as many at once as the disk takes. With
+ * "gather", the caller about to flush first waits (up to 200 us) until every
+ * thread has a record written and not yet durable, so each flush carries as
+ * many records as there are callers: the most batching synchronous callers
+ * allow, paid for in latency. There is
  * no encoding, no
  * id check, no interpreter: what is left is the write, the flush, and the
  * threads' sleeps and wake-ups. bench/bench_log_reference.py builds and runs it
  * and sets tiermem's group commit against it.
  *
  *   cc -O2 -pthread -o group_ceiling group_ceiling.c
- *   ./group_ceiling FILE THREADS SECONDS SIZE fsync|fdatasync group|overlap
+ *   ./group_ceiling FILE THREADS SECONDS SIZE fsync|fdatasync group|overlap|gather
  *
  * Prints one line of JSON: records, seconds, rate, p50/p99 latency (us), CPU
  * per record (us, user + system of the whole process), records per flush.
@@ -32,7 +36,7 @@
 
 static int fd;
 static int use_fdatasync;
-static int overlap;
+static int overlap, gather, nthreads;
 static size_t size;
 static char *record;
 static double seconds;
@@ -40,6 +44,7 @@ static volatile int stop;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t done = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t arrived = PTHREAD_COND_INITIALIZER;
 static unsigned long long written, durable, flushes, started;
 static int flushing;
 
@@ -66,6 +71,7 @@ static void *work(void *arg) {
         pthread_mutex_lock(&mu);
         if (write(fd, record, size) != (ssize_t)size) fail("write");
         unsigned long long mine = ++written;
+        if (gather) pthread_cond_signal(&arrived);
         while (durable < mine) {
             /* A flush covers what was written before it began: wait when one running covers us
              * (both modes), or when any is running ("group"). */
@@ -74,6 +80,17 @@ static void *work(void *arg) {
                 continue;
             }
             flushing++;
+            if (gather) {
+                struct timespec until;
+                clock_gettime(CLOCK_REALTIME, &until);
+                until.tv_nsec += 200000;
+                if (until.tv_nsec >= 1000000000L) {
+                    until.tv_sec++;
+                    until.tv_nsec -= 1000000000L;
+                }
+                while (written - durable < (unsigned long long)nthreads && !stop)
+                    if (pthread_cond_timedwait(&arrived, &mu, &until) != 0) break;
+            }
             unsigned long long upto = written;
             started = upto;
             pthread_mutex_unlock(&mu);
@@ -98,14 +115,15 @@ static int by_value(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
     if (argc != 7) {
-        fprintf(stderr, "usage: %s FILE THREADS SECONDS SIZE fsync|fdatasync group|overlap\n", argv[0]);
+        fprintf(stderr, "usage: %s FILE THREADS SECONDS SIZE fsync|fdatasync group|overlap|gather\n", argv[0]);
         return 2;
     }
-    int threads = atoi(argv[2]);
+    int threads = nthreads = atoi(argv[2]);
     seconds = atof(argv[3]);
     size = (size_t)atol(argv[4]);
     use_fdatasync = strcmp(argv[5], "fdatasync") == 0;
     overlap = strcmp(argv[6], "overlap") == 0;
+    gather = strcmp(argv[6], "gather") == 0;
     if (threads < 1 || threads > MAX_THREADS || seconds <= 0 || size < 1 || size > (1 << 20)) {
         fprintf(stderr, "bad arguments\n");
         return 2;
@@ -157,7 +175,7 @@ int main(int argc, char **argv) {
            threads, total, elapsed, total / elapsed, kept ? all[kept / 2] : 0.0,
            kept ? all[(unsigned long long)(kept * 0.99)] : 0.0, total ? cpu / total * 1e6 : 0.0,
            flushes ? (double)total / flushes : 0.0, use_fdatasync ? "fdatasync" : "fsync",
-           overlap ? "overlap" : "group");
+           argv[6]);
     close(fd);
     unlink(argv[1]);
     return 0;
