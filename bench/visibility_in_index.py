@@ -31,7 +31,11 @@ import os
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runtime as br
@@ -39,6 +43,7 @@ from tiermem.runtime import episode_search
 from tiermem.runtime.fts_terms import WINDOW_DOCS, candidate_matches, needs_window
 from tiermem.runtime.hotstore import item_clause
 from tiermem.runtime.memory import open_memory
+from tiermem.runtime.tools import call_tool
 
 from tiermem.settings import resolve_settings
 
@@ -177,6 +182,77 @@ def compare(root: Path, episodes: int, n: int) -> None:
     )
 
 
+def _walk_in_index(px: sqlite3.Connection, today: Callable[..., Any]) -> Callable[..., Any]:
+    """`episode_search._walk` with an unwindowed try answered from the prototype index (the bench's
+    reader: `item_clause`'s parameters are the agent, then the user and its member pattern)."""
+
+    def walk(conn: Any, agent_id: str, where: str, params: list[Any], full: str, windowed: bool) -> Any:
+        if windowed or "EXISTS" in where:  # the window keeps today's meaning; a participant filter too
+            return today(conn, agent_id, where, params, full, windowed)
+        user = params[1] if len(params) > 1 else None
+        owners = [_reader(agent_id, "public")] + ([_reader(agent_id, user)] if user else [])
+        readers = " OR ".join(f'"{o}"' for o in owners)
+        ranked = [
+            tuple(r)
+            for r in px.execute(
+                "SELECT rowid, bm25(ep, 2.0, 1.0, 1.2, 0.5, 0.0), bm25(ep, 1.0, 1.0, 1.0, 1.0, 0.0)"
+                " FROM ep WHERE ep MATCH ?",
+                [f"({full}) AND readers : ({readers})"],
+            )
+        ]
+        return episode_search._Matches([r[0] for r in ranked], newest=False, ranked=ranked)
+
+    return walk
+
+
+def tool_ab(root: Path, episodes: int, n: int, rounds: int) -> None:
+    """The whole `recall_memory` tool, today's walk against the walk in the index, alternating rounds
+    on the same questions and readers; every answer of both compared."""
+    settings = resolve_settings(data_dir=root / f"recall{episodes}", env={}, fsync="none")
+    proto = settings.data_dir / PROTO
+    build(next((settings.data_dir / "hot").glob("*.sqlite")), proto)
+    px = sqlite3.connect(f"file:{proto}?mode=ro", uri=True)
+    px.execute("PRAGMA cache_size=-65536")
+    queries = [br.words(3) for _ in range(256)]
+    today = episode_search._walk
+    proposed = _walk_in_index(px, today)
+    cpu: dict[str, list[list[float]]] = {"today": [], "in the index": []}
+    answers: dict[str, list[bytes]] = {"today": [], "in the index": []}
+    with open_memory(settings, "npc") as m:
+
+        def call(i: int) -> bytes:
+            m.user = br.PEOPLE[i % 200]
+            return orjson.dumps(
+                call_tool(m, "recall_memory", {"query": queries[i % 256]}), option=orjson.OPT_SORT_KEYS
+            )
+
+        for r in range(rounds):
+            for side in ("today", "in the index") if r % 2 == 0 else ("in the index", "today"):
+                episode_search._walk = today if side == "today" else proposed  # type: ignore[assignment]
+                for i in range(10):
+                    call(i)
+                times = []
+                for i in range(10, n + 10):
+                    c0 = time.process_time()
+                    out = call(i)
+                    times.append((time.process_time() - c0) * 1000)
+                    if r < 2:
+                        answers[side].append(out)
+                cpu[side].append(times)
+    episode_search._walk = today  # type: ignore[assignment]
+    same = sum(a == b for a, b in zip(answers["today"], answers["in the index"], strict=True))
+    print(
+        f"\n{episodes:,} episodes: the whole tool, {rounds} rounds x {n} calls per side, load {os.getloadavg()[0]:.1f}"
+    )
+    for side, runs in cpu.items():
+        p50 = " / ".join(f"{_pct(t, 0.5):.2f}" for t in runs)
+        p99 = " / ".join(f"{_pct(t, 0.99):.2f}" for t in runs)
+        print(f"  {side:13s} CPU p50 {p50} ms; p99 {p99} ms")
+    print(
+        f"  answers identical in {same} of {len(answers['today'])} calls (the first two rounds of each side, question by question)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -184,9 +260,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--episodes", default="1000,10000,100000")
     ap.add_argument("--n", type=int, default=300, help="questions per size")
+    ap.add_argument(
+        "--tool", action="store_true", help="the whole tool, today's walk against the one in the index"
+    )
+    ap.add_argument("--rounds", type=int, default=4, help="--tool: alternating rounds per side")
     args = ap.parse_args(argv)
     for e in (int(x) for x in args.episodes.split(",")):
-        compare(Path(args.root), e, args.n)
+        if args.tool:
+            tool_ab(Path(args.root), e, args.n, args.rounds)
+        else:
+            compare(Path(args.root), e, args.n)
     return 0
 
 
