@@ -361,6 +361,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
         runs = [r for r in results.get("runs", []) if path in r["paths"]]
         return dict(runs[-1]["reference"]) if runs else dict(latest)
 
+    def run_of(path: str) -> str:
+        """When the run that measured `path` started, and its load (shown in the panel's title)."""
+        runs = [r for r in results.get("runs", []) if path in r["paths"]]
+        return f"{runs[-1]['when'][5:16]}, load {runs[-1]['reference'].get('load', '?')}" if runs else ""
+
     for ax, name in zip(axes.flat, present, strict=False):
         ref = ref_for(name)
         for f in (f for f in fitted if f["path"] == name):
@@ -383,7 +388,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         kind = "request path" if name in REQUEST_PATHS else "batch"
         main = next((f for f in fitted if f["path"] == name and f["main"]), None)
         verdict = f"{main['class']} (slope {main['slope']})" if main else ""
-        ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=unit, title=f"{name} [{kind}]: {verdict}")
+        ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=unit)
+        ax.set_title(f"{name} [{kind}]: {verdict}\n({run_of(name)})", fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(present) :]:
