@@ -62,7 +62,7 @@ def _reader(agent: str, owner: str) -> str:
 
 
 def build(hot: Path, proto: Path) -> None:
-    """The episode index copied with a `readers` column (agent token + owner tokens, or `public`)."""
+    """The episode index copied with a `readers` column: one token per (agent, owner), owner `public` for none."""
     if proto.exists():
         return
     t0 = time.perf_counter()
@@ -75,19 +75,21 @@ def build(hot: Path, proto: Path) -> None:
         "SELECT f.rowid, f.name, f.summary, f.quotes, f.participants, e.agent_id, e.owner"
         " FROM hot.episodes_fts f JOIN hot.episodes e ON e.rowid = f.rowid"
     )
-    batch = []
-    for rowid, name, summary, quotes, participants, agent, owner in rows:
-        owners = [o for o in (owner or "").split("\x1f") if o] or ["public"]
-        readers = " ".join(_reader(agent, o) for o in owners)
-        batch.append((rowid, name, summary, quotes, participants, readers))
-    db.executemany(
-        "INSERT INTO ep(rowid, name, summary, quotes, participants, readers) VALUES (?,?,?,?,?,?)", batch
-    )
+    insert = "INSERT INTO ep(rowid, name, summary, quotes, participants, readers) VALUES (?,?,?,?,?,?)"
+    done = 0
+    while chunk := rows.fetchmany(20_000):  # in chunks: a million episodes do not fit in a list at once
+        batch = []
+        for rowid, name, summary, quotes, participants, agent, owner in chunk:
+            owners = [o for o in (owner or "").split("\x1f") if o] or ["public"]
+            readers = " ".join(_reader(agent, o) for o in owners)
+            batch.append((rowid, name, summary, quotes, participants, readers))
+        db.executemany(insert, batch)
+        done += len(batch)
     db.commit()
     db.execute("DETACH hot")
     db.close()
     tmp.rename(proto)
-    print(f"  built {proto} ({len(batch):,} documents) in {time.perf_counter() - t0:.0f}s", flush=True)
+    print(f"  built {proto} ({done:,} documents) in {time.perf_counter() - t0:.0f}s", flush=True)
 
 
 def _pct(xs: list[float], q: float) -> float:
