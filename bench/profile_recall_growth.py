@@ -302,7 +302,7 @@ def report(p: dict[str, Any]) -> None:
             f"{kind:52s} {k:5d} {sum(r[0] for r in rows) / k:9.2f} {sum(r[1] for r in rows) / k:11.0f}"
             f" {sum(r[2] for r in rows) / k:7.1f}"
         )
-    if p["cut"]:
+    if p["cut"] and p["cut"]["(tries, documents per try)"][0]:
         tries, per_try = p["cut"]["(tries, documents per try)"]
         print(f"the {tries:.0f} unwindowed tries asked again ({per_try:.0f} documents each on average):")
         print(f"{'variant':60s} {'ms/try':>7s} {'µs/doc':>7s}")
