@@ -240,6 +240,20 @@ Series = tuple[str, str, str, Callable[[dict[str, Any]], float], str]
 SERIES: list[Series] = [
     ("append", "one caller, fsync each: p50", "turns", lambda r: r["one_caller"]["p50_ms"], "ms"),
     ("append", "group commit, 8 callers: p50", "turns", lambda r: r["group8"]["p50_ms"], "ms"),
+    (
+        "append",
+        "one caller, CPU per record",
+        "turns",
+        lambda r: r["one_caller"]["cpu_us_per_record"] / 1000,
+        "ms",
+    ),
+    (
+        "append",
+        "group commit, CPU per record",
+        "turns",
+        lambda r: r["group8"]["cpu_us_per_record"] / 1000,
+        "ms",
+    ),
     ("append", "first append (opens the log)", "turns", lambda r: r["first_append_ms"], "ms"),
     ("append", "first append, CPU", "turns", lambda r: r["first_append_cpu_ms"], "ms"),
     ("ingest", "bulk ingest, wall", "turns", lambda r: r["wall_s"], "s"),
@@ -249,8 +263,10 @@ SERIES: list[Series] = [
     ("query", "one-day query", "turns", lambda r: r["one_day_ms"], "ms"),
     ("context", "context, CPU p99", "turns", lambda r: r["no_query"]["cpu_p99_ms"], "ms"),
     ("context", "context + retrieval, CPU p99", "turns", lambda r: r["with_query"]["cpu_p99_ms"], "ms"),
+    ("context", "context + retrieval, CPU p50", "turns", lambda r: r["with_query"]["cpu_p50_ms"], "ms"),
     ("context", "raw FTS5 query, CPU p99", "turns", lambda r: r["raw_fts"]["cpu_p99_ms"], "ms"),
     ("recall", "recall_memory tool, CPU p99", "turns", lambda r: r["recall_memory_tool"]["cpu_p99_ms"], "ms"),
+    ("recall", "recall_memory tool, CPU p50", "turns", lambda r: r["recall_memory_tool"]["cpu_p50_ms"], "ms"),
     ("recall", "raw FTS5 query, CPU p99", "turns", lambda r: r["raw_fts"]["cpu_p99_ms"], "ms"),
     ("cold", "catch_up=background, CPU p50", "agents", lambda r: r["background"]["cpu_p50_ms"], "ms"),
     ("cold", "catch_up=background, wall p50", "agents", lambda r: r["background"]["wall_p50_ms"], "ms"),
@@ -345,6 +361,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
         runs = [r for r in results.get("runs", []) if path in r["paths"]]
         return dict(runs[-1]["reference"]) if runs else dict(latest)
 
+    def run_of(path: str) -> str:
+        """When the run that measured `path` started, and its load (shown in the panel's title)."""
+        runs = [r for r in results.get("runs", []) if path in r["paths"]]
+        return f"{runs[-1]['when'][5:16]}, load {runs[-1]['reference'].get('load', '?')}" if runs else ""
+
     for ax, name in zip(axes.flat, present, strict=False):
         ref = ref_for(name)
         for f in (f for f in fitted if f["path"] == name):
@@ -367,7 +388,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         kind = "request path" if name in REQUEST_PATHS else "batch"
         main = next((f for f in fitted if f["path"] == name and f["main"]), None)
         verdict = f"{main['class']} (slope {main['slope']})" if main else ""
-        ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=unit, title=f"{name} [{kind}]: {verdict}")
+        ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=unit)
+        ax.set_title(f"{name} [{kind}]: {verdict}\n({run_of(name)})", fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(present) :]:
