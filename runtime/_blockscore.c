@@ -365,10 +365,169 @@ done:
     return result;
 }
 
+/* A run of consecutive indexed passages among the rows of near_counts: rows row .. row + len - 1
+ * are the passages start .. start + len - 1 of the index. */
+typedef struct {
+    int64_t start, len;
+    Py_ssize_t row;
+} Run;
+
+static int by_start(const void *a, const void *b) {
+    int64_t x = ((const Run *)a)->start, y = ((const Run *)b)->start;
+    return (x > y) - (x < y);
+}
+
+/* First index in ascending pids[from..n) whose value is at least x: doubling steps from `from`,
+ * then a binary search (the runs are visited by start, so each search begins where the last one
+ * found its start: a long list is not searched from its beginning for every run). */
+static inline Py_ssize_t gallop(const int64_t *pids, Py_ssize_t from, Py_ssize_t n, int64_t x) {
+    if (from >= n || pids[from] >= x) return from;
+    Py_ssize_t lo = from, step = 1;
+    while (lo + step < n && pids[lo + step] < x) {
+        lo += step;
+        step *= 2;
+    }
+    Py_ssize_t hi = lo + step < n ? lo + step : n;
+    return lo + 1 + lower_bound(pids + lo + 1, hi - lo - 1, x);
+}
+
+/* near_counts(lists, groups, starts, episode, local, near, extras, out): the term counts of the
+ * candidate passages `near` (rows of `out`, a writable C-contiguous (rows, G) array of doubles,
+ * zeros), then each of `extras` ((passages, G) doubles) added at the rows' passages, in order.
+ * `lists`: per word the index's (postings, counts) (ascending text ids, occurrences), `groups`
+ * its group; `starts` per candidate its first passage's id in the index (-1: not indexed: its rows
+ * get only the extras), `episode` / `local` per candidate passage its candidate and place in it.
+ * The same integer sums as runtime.passage_blocks.counts_at (any order gives them), and the same
+ * additions as numpy's `counts + extra[near]`. */
+static PyObject *near_counts(PyObject *self, PyObject *args) {
+    PyObject *lists, *o_groups, *o_starts, *o_episode, *o_local, *o_near, *extras, *o_out;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!OOOOOO!O", &PyTuple_Type, &lists, &o_groups, &o_starts, &o_episode, &o_local,
+                          &o_near, &PyTuple_Type, &extras, &o_out))
+        return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL;
+    Run *runs = NULL;
+    Py_ssize_t W, E, P, L, G, n_extras = PyTuple_GET_SIZE(extras);
+    if (n_extras > 4) {
+        PyErr_SetString(PyExc_ValueError, "extras: at most four arrays");
+        return NULL;
+    }
+    Py_buffer *ob = &v.b[v.n];
+    if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    v.n++;
+    const int64_t *groups = take(&v, o_groups, 8, -1, "groups", &W);
+    const int64_t *starts = groups ? take(&v, o_starts, 8, -1, "starts", &E) : NULL;
+    const int64_t *episode = starts ? take(&v, o_episode, 8, -1, "episode", &P) : NULL;
+    const int64_t *local = episode ? take(&v, o_local, 8, P, "local", NULL) : NULL;
+    const int64_t *near = local ? take(&v, o_near, 8, -1, "near", &L) : NULL;
+    if (!near) goto done;
+    if (ob->itemsize == 8 && L == 0 && ob->len == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (ob->itemsize != 8 || L == 0 || ob->len == 0 || ob->len % (8 * L) != 0) {
+        PyErr_SetString(PyExc_ValueError, "out: not a (rows, groups) array of doubles");
+        goto done;
+    }
+    G = ob->len / (8 * L);
+    double *out = ob->buf;
+    if (W != PyTuple_GET_SIZE(lists)) {
+        PyErr_SetString(PyExc_ValueError, "lists and groups differ in length");
+        goto done;
+    }
+    const double *extra[4];
+    for (Py_ssize_t k = 0; k < n_extras; k++) {
+        extra[k] = take(&v, PyTuple_GET_ITEM(extras, k), 8, P * G, "extras", NULL);
+        if (!extra[k]) goto done;
+    }
+    for (Py_ssize_t w = 0; w < W; w++) {
+        if (groups[w] < 0 || groups[w] >= G) {
+            PyErr_SetString(PyExc_ValueError, "a word's group is out of range");
+            goto done;
+        }
+    }
+    /* Each row's passage id in the index, cut into runs of consecutive ids. */
+    runs = malloc((size_t)L * sizeof(Run));
+    if (!runs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t R = 0;
+    for (Py_ssize_t r = 0; r < L; r++) {
+        int64_t p = near[r];
+        if (p < 0 || p >= P || episode[p] < 0 || episode[p] >= E || local[p] < 0) {
+            PyErr_SetString(PyExc_ValueError, "near: a passage out of range");
+            goto done;
+        }
+        int64_t s = starts[episode[p]];
+        if (s < 0) continue;
+        /* Ids far below any overflow (an index holds millions of passages at most). */
+        if (s >= ((int64_t)1 << 61) || local[p] >= ((int64_t)1 << 61)) {
+            PyErr_SetString(PyExc_ValueError, "a passage id out of range");
+            goto done;
+        }
+        int64_t pid = s + local[p];
+        if (R > 0 && runs[R - 1].row + runs[R - 1].len == r && runs[R - 1].start + runs[R - 1].len == pid) {
+            runs[R - 1].len++;
+        } else {
+            runs[R++] = (Run){.start = pid, .len = 1, .row = r};
+        }
+    }
+    qsort(runs, (size_t)R, sizeof(Run), by_start);
+    for (Py_ssize_t w = 0; w < W; w++) {
+        PyObject *pair = PyTuple_GET_ITEM(lists, w);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_ValueError, "lists: not (postings, counts) pairs");
+            goto done;
+        }
+        Py_buffer pb, cb;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(pair, 0), &pb, PyBUF_C_CONTIGUOUS) < 0) goto done;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(pair, 1), &cb, PyBUF_C_CONTIGUOUS) < 0) {
+            PyBuffer_Release(&pb);
+            goto done;
+        }
+        int ok = pb.itemsize == 8 && cb.itemsize == 8 && pb.len == cb.len;
+        const int64_t *pids = pb.buf, *cnt = cb.buf;
+        Py_ssize_t n = ok ? pb.len / 8 : 0, at = 0;
+        int64_t g = groups[w];
+        for (Py_ssize_t k = 0; k < R && ok; k++) {
+            at = gallop(pids, at, n, runs[k].start);
+            int64_t end = runs[k].start + runs[k].len;
+            for (Py_ssize_t i = at; i < n && pids[i] < end; i++) {
+                /* Not ascending: the search could have passed postings of this run by. */
+                if (pids[i] < runs[k].start || (i > at && pids[i] <= pids[i - 1])) {
+                    ok = 0;
+                    break;
+                }
+                out[(runs[k].row + (pids[i] - runs[k].start)) * G + g] += (double)cnt[i];
+            }
+        }
+        PyBuffer_Release(&pb);
+        PyBuffer_Release(&cb);
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "a word's postings and counts differ or are not ascending");
+            goto done;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n_extras; k++) {
+        for (Py_ssize_t r = 0; r < L; r++) {
+            const double *add = extra[k] + near[r] * G;
+            for (Py_ssize_t c = 0; c < G; c++) out[r * G + c] = out[r * G + c] + add[c];
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    free(runs);
+    release(&v);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
     {"block_bounds", block_bounds, METH_VARARGS, "block_bounds(...) -> the blocks' bounds, as doubles"},
     {"exact_scores", exact_scores, METH_VARARGS, "exact_scores(...) -> the passages' exact scores, as doubles"},
     {"inside_counts", inside_counts, METH_VARARGS, "inside_counts(...) -> term counts of ranges of texts"},
+    {"near_counts", near_counts, METH_VARARGS, "near_counts(...) -> term counts of candidate passages"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -169,3 +169,23 @@ def inside_counts(
     starts, sizes, offsets = ranges
     _blockscore.inside_counts(postings, counts, words, _i(starts), _i(sizes), _i(offsets), out, groups)
     return out
+
+
+def near_counts(
+    lists: tuple[tuple[array[int], array[int]], ...],
+    groups: np.ndarray,
+    starts: np.ndarray,
+    place: tuple[np.ndarray, np.ndarray],
+    near: np.ndarray,
+    extras: tuple[np.ndarray, ...],
+    out: np.ndarray,
+) -> None:
+    """Into `out` (zeros, (len(near), groups)): the counts of passages `near` from the words' (postings,
+    counts) `lists` (each word's group in `groups`; `starts`: each candidate's first passage in the
+    index, -1 for none; `place`: each passage's candidate and position there), then each of `extras`
+    added at `near`: runtime.passage_counts.NearCounts's numbers, in one pass."""
+    assert _blockscore is not None
+    episode, local = place
+    _blockscore.near_counts(
+        lists, _i(groups), _i(starts), _i(episode), _i(local), _i(near), tuple(_f(x) for x in extras), out
+    )
