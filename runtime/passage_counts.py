@@ -16,6 +16,7 @@ path, which runs when the extension is not built.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,39 @@ from tiermem.runtime import passage_compiled as compiled
 from tiermem.runtime.passage_blocks import counts_at
 
 if TYPE_CHECKING:
-    from tiermem.runtime.episode_text import Prepared, TermMatcher, WordIndex
+    from tiermem.runtime.episode_text import EpisodeTexts, Prepared, TermMatcher, WordIndex
+
+
+def word_lists(
+    words: WordIndex, groups: Sequence[Sequence[str]]
+) -> tuple[tuple[tuple[array[int], array[int]], ...], np.ndarray]:
+    """The (postings, counts) of every indexed word the groups match, and each one's group: the first
+    group with a form matching it (as `WordIndex.counts_in` counts a word once)."""
+    group_of: dict[int, int] = {}
+    for g, forms in enumerate(groups):
+        for form in forms:
+            for wid in words.matching(form):
+                group_of.setdefault(wid, g)
+    lists = tuple((words.postings[w], words.counts[w]) for w in group_of)
+    return lists, np.array(list(group_of.values()), dtype=np.int64)
+
+
+def header_counts(
+    texts: EpisodeTexts, entries: Sequence[Prepared], groups: Sequence[Sequence[str]]
+) -> np.ndarray:
+    """(entries, groups): `EpisodeTexts.head_counts`, the counts of the groups in each entry's name and
+    summary, from the header index in one compiled call (numpy's way when it is not built)."""
+    n = len(entries)
+    if not compiled.active() or not n or not groups:
+        return texts.head_counts(entries, groups)
+    out = np.zeros((n, len(groups)))
+    lists, group_of = word_lists(texts.heads, groups)
+    if lists:
+        # Each entry a "candidate" of one passage: its header, text `head` of the header index.
+        heads = np.array([e.head for e in entries], dtype=np.int64)
+        each = np.arange(n, dtype=np.int64)
+        compiled.near_counts(lists, group_of, heads, (each, np.zeros(n, dtype=np.int64)), each, (), out)
+    return out
 
 
 class NearCounts:
@@ -50,13 +83,7 @@ class NearCounts:
         )
         self.episode, self.local = place
         self.starts = np.array([e.start for e in entries], dtype=np.int64)
-        group_of: dict[int, int] = {}
-        for g, forms in enumerate(groups):
-            for form in forms:
-                for wid in words.matching(form):
-                    group_of.setdefault(wid, g)  # a word counts for the first group matching it
-        self.lists = tuple((words.postings[w], words.counts[w]) for w in group_of)
-        self.group_of = np.array(list(group_of.values()), dtype=np.int64)
+        self.lists, self.group_of = word_lists(words, groups)
         self.short = bool((self.starts < 0).any()) and matcher is not None
         self.forms = tuple(f for g in groups for f in g)
 

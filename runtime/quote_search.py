@@ -50,6 +50,7 @@ from tiermem.runtime.passage_blocks import block_plan
 from tiermem.runtime.passage_bounds import Factors, Passages, survivors
 from tiermem.runtime.passage_columns import WordNumbers, dedup_set
 from tiermem.runtime.passage_compiled import Shares
+from tiermem.runtime.passage_counts import header_counts
 from tiermem.runtime.passage_order import by_score
 from tiermem.runtime.passage_parts import Parts, Weights, add_notes, blocked, named_passages, weigh_captions
 from tiermem.runtime.query_terms import query_term_groups
@@ -414,7 +415,7 @@ def _headers(
     The headers' counts come from the index (prepared with the episode, from
     the same row the candidate query read), as a pass over their text counts them.
     """
-    head_counts = TEXTS.head_counts(entries, asked.groups)
+    head_counts = header_counts(TEXTS, entries, asked.groups)
     lengths = np.array([e.head_spaces + 1 for e in entries], dtype=np.float64)
     heads = bm25_rows(head_counts, lengths, asked.weights, AVG_HEAD_WORDS)
     boosts = [_date_boost(row, asked) for row in rows]
