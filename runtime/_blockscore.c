@@ -523,10 +523,112 @@ done:
     return result;
 }
 
+/* A candidate's blocks in the block index: ids first .. first + count - 1, its rows row, row + 1, .. */
+typedef struct {
+    int64_t first, count, row;
+} Range;
+
+static int by_first(const void *a, const void *b) {
+    int64_t x = ((const Range *)a)->first, y = ((const Range *)b)->first;
+    return (x > y) - (x < y);
+}
+
+/* block_sums(maxima, firsts, counts, rows, out, groups): into `out` (a writable C-contiguous
+ * (blocks, groups) array of doubles, zeros), for each (found, top, group) of `maxima` in order,
+ * each block of `found` (ids in the block index) that is one of the search's adds its `top` to its
+ * row's group. Candidate c's blocks are ids firsts[c] .. firsts[c] + counts[c] - 1 (firsts[c] < 0:
+ * not indexed), at rows rows[c] ..: runtime.passage_blocks's bincounts of the forms' block maxima
+ * (integer counts: the same sums in any order). */
+static PyObject *block_sums(PyObject *self, PyObject *args) {
+    PyObject *maxima, *o_firsts, *o_counts, *o_rows, *o_out;
+    Py_ssize_t G;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!OOOOn", &PyTuple_Type, &maxima, &o_firsts, &o_counts, &o_rows, &o_out, &G))
+        return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL;
+    Range *ranges = NULL;
+    Py_ssize_t E, R = 0;
+    Py_buffer *ob = &v.b[v.n];
+    if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    v.n++;
+    if (G <= 0 || ob->itemsize != 8 || ob->len % (8 * G) != 0) {
+        PyErr_SetString(PyExc_ValueError, "out: not a (blocks, groups) array of doubles");
+        goto done;
+    }
+    Py_ssize_t n = ob->len / (8 * G);
+    double *out = ob->buf;
+    const int64_t *firsts = take(&v, o_firsts, 8, -1, "firsts", &E);
+    const int64_t *counts = firsts ? take(&v, o_counts, 8, E, "counts", NULL) : NULL;
+    const int64_t *rows = counts ? take(&v, o_rows, 8, E, "rows", NULL) : NULL;
+    if (!rows) goto done;
+    ranges = malloc((size_t)(E ? E : 1) * sizeof(Range));
+    if (!ranges) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t c = 0; c < E; c++) {
+        if (firsts[c] < 0) continue;
+        /* Every row a candidate's blocks can reach lies in `out` (no sum here can overflow). */
+        if (counts[c] < 0 || rows[c] < 0 || rows[c] > n || counts[c] > n - rows[c]) {
+            PyErr_SetString(PyExc_ValueError, "a candidate's blocks are out of range");
+            goto done;
+        }
+        ranges[R++] = (Range){.first = firsts[c], .count = counts[c], .row = rows[c]};
+    }
+    qsort(ranges, (size_t)R, sizeof(Range), by_first);
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(maxima); k++) {
+        PyObject *item = PyTuple_GET_ITEM(maxima, k);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_ValueError, "maxima: not (found, top, group) triples");
+            goto done;
+        }
+        Py_ssize_t g = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 2));
+        if (g == -1 && PyErr_Occurred()) goto done;
+        if (g < 0 || g >= G) {
+            PyErr_SetString(PyExc_ValueError, "a form's group is out of range");
+            goto done;
+        }
+        Views w = {.n = 0};
+        Py_ssize_t m;
+        const int64_t *found = take(&w, PyTuple_GET_ITEM(item, 0), 8, -1, "found", &m);
+        const int64_t *top = found ? take(&w, PyTuple_GET_ITEM(item, 1), 8, m, "top", NULL) : NULL;
+        if (!top) {
+            release(&w);
+            goto done;
+        }
+        Py_ssize_t at = 0; /* ranges[at - 1]: the last candidate starting at or before the block */
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (at > 0 && found[i] < ranges[at - 1].first) {
+                /* `found` is ascending as the index makes it; anything else is searched afresh. */
+                Py_ssize_t lo = 0, hi = R;
+                while (lo < hi) {
+                    Py_ssize_t mid = lo + (hi - lo) / 2;
+                    if (ranges[mid].first <= found[i]) lo = mid + 1;
+                    else hi = mid;
+                }
+                at = lo;
+            }
+            while (at < R && ranges[at].first <= found[i]) at++;
+            if (at == 0) continue;
+            const Range *r = &ranges[at - 1];
+            if (found[i] - r->first >= r->count) continue; /* both non-negative here: no overflow */
+            out[(r->row + (found[i] - r->first)) * G + g] += (double)top[i];
+        }
+        release(&w);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    free(ranges);
+    release(&v);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
     {"block_bounds", block_bounds, METH_VARARGS, "block_bounds(...) -> the blocks' bounds, as doubles"},
     {"exact_scores", exact_scores, METH_VARARGS, "exact_scores(...) -> the passages' exact scores, as doubles"},
     {"inside_counts", inside_counts, METH_VARARGS, "inside_counts(...) -> term counts of ranges of texts"},
+    {"block_sums", block_sums, METH_VARARGS, "block_sums(...) -> the blocks' summed maxima per group"},
     {"near_counts", near_counts, METH_VARARGS, "near_counts(...) -> term counts of candidate passages"},
     {NULL, NULL, 0, NULL},
 };

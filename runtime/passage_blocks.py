@@ -158,6 +158,8 @@ class Blocks:
         per = -(-sizes // BLOCK)
         self.episode = np.repeat(np.arange(len(entries), dtype=np.int64), per)
         block_first = np.concatenate(([0], np.cumsum(per)[:-1])).astype(np.int64)
+        # Per candidate: its blocks' ids in the index (-1: not indexed), how many, its first one's row.
+        self.ids = (np.array([e.block for e in entries], dtype=np.int64), per.astype(np.int64), block_first)
         self.nth = np.arange(len(self.episode), dtype=np.int64) - block_first[self.episode]
         self.start = firsts[self.episode] + BLOCK * self.nth  # each block's first passage
         self.size = np.minimum(BLOCK, sizes[self.episode] - BLOCK * self.nth)
@@ -186,8 +188,14 @@ class Blocks:
         """
         head, head_seen, boost, importance, most, answers = parts
         index, n = self.index, len(self.episode)
+        if norm is not None and compiled.active() and groups:
+            # The forms' block maxima summed per group in one compiled step, then the bounds in another.
+            maxima = tuple((*index.maxima(form), g) for g, forms in enumerate(groups) for form in forms)
+            summed = np.zeros((n, len(groups)))
+            compiled.block_sums(maxima, self.ids, summed)
+            return compiled.block_bounds(self, summed, weights, lengths, parts, f, norm, SLACK)
         row_of = np.full(index.blocks, -1, dtype=np.int64)
-        indexed = np.array([e.block for e in self.entries], dtype=np.int64)[self.episode]
+        indexed = self.ids[0][self.episode]
         ok = indexed >= 0
         row_of[indexed[ok] + self.nth[ok]] = np.flatnonzero(ok)
         counts = np.zeros((n, len(groups)))

@@ -189,3 +189,18 @@ def near_counts(
     _blockscore.near_counts(
         lists, _i(groups), _i(starts), _i(episode), _i(local), _i(near), tuple(_f(x) for x in extras), out
     )
+
+
+def block_sums(
+    maxima: tuple[tuple[np.ndarray, np.ndarray, int], ...],
+    ids: tuple[np.ndarray, np.ndarray, np.ndarray],
+    out: np.ndarray,
+) -> None:
+    """Into `out` (zeros, (blocks, groups)): per (found, top, group) of `maxima` (a form's blocks in
+    the index and their largest counts), the counts added at the search's rows of those blocks
+    (`ids`: per candidate its first block's id, -1 if not indexed, its blocks, its first row):
+    `Blocks.bounds`'s summed maxima, in one pass."""
+    assert _blockscore is not None
+    firsts, counts, rows = ids
+    held = tuple((_i(found), _i(top), g) for found, top, g in maxima)
+    _blockscore.block_sums(held, _i(firsts), _i(counts), _i(rows), out, out.shape[1])
