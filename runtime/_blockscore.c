@@ -624,11 +624,69 @@ done:
     return result;
 }
 
+/* spread(start, size, chosen, n) -> (idx, near, pos) as bytes of int64: the passages of blocks
+ * `chosen` (ascending; block b is passages start[b] .. start[b] + size[b] - 1 of 0 .. n - 1), those
+ * and the passages one and two places from each (within 0 .. n - 1, ascending), and each passage's
+ * place in the latter: runtime.passage_blocks's `passages`, `around` and searchsorted, in one pass. */
+static PyObject *spread(PyObject *self, PyObject *args) {
+    PyObject *o_start, *o_size, *o_chosen;
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOn", &o_start, &o_size, &o_chosen, &n)) return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL, *b_idx = NULL, *b_near = NULL, *b_pos = NULL;
+    Py_ssize_t B, C, total = 0;
+    const int64_t *start = take(&v, o_start, 8, -1, "start", &B);
+    const int64_t *size = start ? take(&v, o_size, 8, B, "size", NULL) : NULL;
+    const int64_t *chosen = size ? take(&v, o_chosen, 8, -1, "chosen", &C) : NULL;
+    if (!chosen) goto done;
+    int64_t end = -1; /* the last passage so far: the blocks' passages must ascend, within 0 .. n - 1 */
+    for (Py_ssize_t i = 0; i < C; i++) {
+        int64_t b = chosen[i];
+        if (n < 0 || b < 0 || b >= B || start[b] <= end || size[b] < 0 || start[b] > n || size[b] > n - start[b]) {
+            PyErr_SetString(PyExc_ValueError, "chosen: not ascending blocks of passages within 0 .. n - 1");
+            goto done;
+        }
+        if (size[b] > 0) end = start[b] + size[b] - 1;
+        total += size[b];
+    }
+    b_idx = PyBytes_FromStringAndSize(NULL, total * 8);
+    b_pos = PyBytes_FromStringAndSize(NULL, total * 8);
+    b_near = PyBytes_FromStringAndSize(NULL, 5 * total * 8);
+    if (!b_idx || !b_pos || !b_near) goto done;
+    int64_t *idx = (int64_t *)PyBytes_AS_STRING(b_idx), *pos = (int64_t *)PyBytes_AS_STRING(b_pos);
+    int64_t *near = (int64_t *)PyBytes_AS_STRING(b_near);
+    Py_ssize_t k = 0, m = 0;
+    int64_t last = -1; /* the last passage put in `near`: its end is a run of consecutive ones up to it */
+    for (Py_ssize_t i = 0; i < C; i++) {
+        int64_t b = chosen[i];
+        for (int64_t p = start[b]; p < start[b] + size[b]; p++) {
+            int64_t top = p + 2 < n - 1 ? p + 2 : n - 1;
+            for (int64_t q = p - 2 > last + 1 ? p - 2 : last + 1; q <= top; q++) {
+                near[m++] = q;
+                last = q;
+            }
+            /* p <= last now, and near ends with the consecutive passages up to `last`. */
+            pos[k] = m - 1 - (last - p);
+            idx[k++] = p;
+        }
+    }
+    if (_PyBytes_Resize(&b_near, m * 8) < 0) goto done;
+    result = PyTuple_Pack(3, b_idx, b_near, b_pos);
+done:
+    Py_XDECREF(b_idx);
+    Py_XDECREF(b_near);
+    Py_XDECREF(b_pos);
+    release(&v);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
     {"block_bounds", block_bounds, METH_VARARGS, "block_bounds(...) -> the blocks' bounds, as doubles"},
     {"exact_scores", exact_scores, METH_VARARGS, "exact_scores(...) -> the passages' exact scores, as doubles"},
     {"inside_counts", inside_counts, METH_VARARGS, "inside_counts(...) -> term counts of ranges of texts"},
     {"block_sums", block_sums, METH_VARARGS, "block_sums(...) -> the blocks' summed maxima per group"},
+    {"spread", spread, METH_VARARGS, "spread(...) -> chosen blocks' passages, those around them, places"},
     {"near_counts", near_counts, METH_VARARGS, "near_counts(...) -> term counts of candidate passages"},
     {NULL, NULL, 0, NULL},
 };

@@ -258,9 +258,11 @@ class Blocks:
         idx, scores, counts = self._exact(first, count, exact)
         if len(scores) >= keep:
             theta = np.partition(scores, len(scores) - keep)[len(scores) - keep]
-            more = np.setdiff1d(np.flatnonzero(high >= theta - abs(theta) * SLACK), first, assume_unique=True)
+            reach = high >= theta - abs(theta) * SLACK
         else:
-            more = np.setdiff1d(np.arange(len(high)), first, assume_unique=True)
+            reach = np.ones(len(high), dtype=bool)
+        reach[first] = False  # the blocks not scored yet, ascending
+        more = np.flatnonzero(reach)
         if len(more):
             idx2, scores2, counts2 = self._exact(more, count, exact)
             order = np.argsort(np.concatenate([idx, idx2]), kind="stable")
@@ -277,10 +279,14 @@ class Blocks:
         count: Callable[[np.ndarray], np.ndarray],
         exact: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        idx = self.passages(chosen)
-        near = around(idx, self.n_passages)
+        if compiled.active():
+            idx, near, pos = compiled.spread(self.start, self.size, chosen, self.n_passages)
+        else:
+            idx = self.passages(chosen)
+            near = around(idx, self.n_passages)
+            pos = np.searchsorted(near, idx)
         counted = count(near)
-        return idx, exact(idx, near, counted), counted[np.searchsorted(near, idx)]
+        return idx, exact(idx, near, counted), counted[pos]
 
 
 def best_first(high: np.ndarray, n: int) -> np.ndarray:

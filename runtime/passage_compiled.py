@@ -204,3 +204,11 @@ def block_sums(
     firsts, counts, rows = ids
     held = tuple((_i(found), _i(top), g) for found, top, g in maxima)
     _blockscore.block_sums(held, _i(firsts), _i(counts), _i(rows), out, out.shape[1])
+
+
+def spread(start: np.ndarray, size: np.ndarray, chosen: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """(passages of blocks `chosen`, them and the passages one and two places away, each one's place
+    in the latter): `Blocks.passages`, `around` and their searchsorted in one pass."""
+    assert _blockscore is not None
+    got = _blockscore.spread(_i(start), _i(size), _i(chosen), n)
+    return tuple(np.frombuffer(b, dtype=np.int64) for b in got)

@@ -24,7 +24,8 @@ import numpy as np
 if TYPE_CHECKING:
     from tiermem.runtime.episode_text import Prepared
 
-FIRST, LAST, ASKING, WHOLE, SAYS_WHEN = 1, 2, 4, 8, 16  # a passage's bits
+FIRST, LAST, ASKING, WHOLE, SAYS_WHEN, ANSWERS = 1, 2, 4, 8, 16, 32  # a passage's bits
+# ANSWERS: a whole turn right after a question in its episode (it may take that turn's match whole)
 
 
 class Layout(NamedTuple):
@@ -39,15 +40,20 @@ class Layout(NamedTuple):
     asking: np.ndarray  # it ends with a question
     whole: np.ndarray  # it is a whole turn
     says_when: np.ndarray  # it says when (all False unless the question asks when: a search's own copy)
+    answers: np.ndarray  # it is a whole turn after a question (not across episodes)
     turn_words: np.ndarray  # its turn's words (its BM25 length: a search's own copy)
 
 
-def packed(entry: Prepared, asking: re.Pattern[str], says: re.Pattern[str]) -> np.ndarray:
-    """The entry's passages' bits (FIRST, LAST, ASKING, WHOLE, SAYS_WHEN), made once and kept with it.
+def _key(asking: re.Pattern[str], says: re.Pattern[str]) -> str:
+    """Where an entry keeps its bits: among its per-pattern flags, under a key naming both patterns
+    that no search pattern uses (a NUL first)."""
+    return f"\0layout\0{asking.pattern}\0{says.pattern}"
 
-    Kept among the entry's per-pattern flags, under a key naming both patterns that no
-    search pattern uses (a NUL first)."""
-    key = f"\0layout\0{asking.pattern}\0{says.pattern}"
+
+def packed(entry: Prepared, asking: re.Pattern[str], says: re.Pattern[str], key: str = "") -> np.ndarray:
+    """The entry's passages' bits (FIRST, LAST, ASKING, WHOLE, SAYS_WHEN, ANSWERS), made once and kept
+    with it (`key`: `_key` of the patterns, when the caller has it)."""
+    key = key or _key(asking, says)
     got = entry.flags.get(key)
     if got is None:
         n = entry.passages.n
@@ -58,6 +64,7 @@ def packed(entry: Prepared, asking: re.Pattern[str], says: re.Pattern[str]) -> n
             bits[entry.found(asking)] |= ASKING
             bits[entry.whole_turn] |= WHOLE
             bits[entry.found(says)] |= SAYS_WHEN
+            bits[1:][entry.whole_turn[1:] & entry.found(asking)[:-1]] |= ANSWERS
         got = entry.flags[key] = bits
     return got
 
@@ -73,7 +80,8 @@ def layout(
 
     The same arrays as concatenating each entry's own (`Prepared.found`, `whole_turn`, `turn_words`)
     and numbering its passages."""
-    bits = [packed(e, asking, says) for e in entries]
+    key = _key(asking, says)
+    bits = [packed(e, asking, says, key) for e in entries]
     sizes = np.fromiter(map(len, bits), dtype=np.int64, count=len(bits))
     joined = np.concatenate(bits) if bits else np.zeros(0, dtype=np.uint8)
     total = len(joined)
@@ -91,5 +99,6 @@ def layout(
         asking=_bit(joined, ASKING),
         whole=_bit(joined, WHOLE),
         says_when=says_when,
+        answers=_bit(joined, ANSWERS),
         turn_words=np.concatenate([e.turn_words for e in entries]),
     )

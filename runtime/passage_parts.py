@@ -108,6 +108,7 @@ class Parts:
     boost: np.ndarray  # per candidate: its time boost
     gain: np.ndarray  # per candidate: its importance
     k: Weights
+    answers: np.ndarray | None = None  # whether it may take the turn before whole (None: worked out)
 
     def exact(
         self,
@@ -163,7 +164,9 @@ def blocked(
         own = bm25_rows(counted, parts.turn_words[near], weights, shares.avg_words)
         return parts.exact(idx, near, counted, own, neighbours)
 
-    answers = parts.whole & np.r_[False, parts.asking[:-1]] & ~parts.first  # may take the turn before whole
+    answers = parts.answers  # may take the turn before whole
+    if answers is None:
+        answers = parts.whole & np.r_[False, parts.asking[:-1]] & ~parts.first
     high = blocks.bounds(
         asked.groups,
         weights,

@@ -480,6 +480,7 @@ def _score_passages(
         boost=np.array(boosts),
         gain=np.array(importance),
         k=Weights(HEAD_WEIGHT, COVERAGE_FLOOR, QUOTE_SPEAKER_BOOST, WHEN_BOOST),
+        answers=laid.answers,
     )
     most = np.where(parts.by_named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
     if blocks is not None:
