@@ -22,6 +22,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     Py_buffer b[20];
@@ -681,11 +682,129 @@ done:
     return result;
 }
 
+/* The k-th largest (k from 0) of v[0 .. n) (no NaN), reordering v: Hoare's selection. */
+static double kth_largest(double *v, Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double pivot = v[lo + (hi - lo) / 2];
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > pivot) i++;
+            while (v[j] < pivot) j--;
+            if (i <= j) {
+                double t = v[i];
+                v[i] = v[j];
+                v[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return v[k];
+    }
+    return v[k];
+}
+
+typedef struct {
+    double value;
+    int64_t block;
+} Held;
+
+/* Highest value first, ties in block order: numpy's stable argsort of the negated values. */
+static inline int held_before(const Held *a, const Held *b) {
+    return a->value > b->value || (a->value == b->value && a->block < b->block);
+}
+
+static void held_sort(Held *a, Held *scratch, Py_ssize_t n) {
+    if (n < 2) return;
+    Py_ssize_t mid = n / 2;
+    held_sort(a, scratch, mid);
+    held_sort(a + mid, scratch, n - mid);
+    Py_ssize_t i = 0, j = mid, k = 0;
+    while (i < mid && j < n) scratch[k++] = held_before(&a[j], &a[i]) ? a[j++] : a[i++];
+    while (i < mid) scratch[k++] = a[i++];
+    while (j < n) scratch[k++] = a[j++];
+    memcpy(a, scratch, (size_t)n * sizeof(Held));
+}
+
+static int by_block(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* first_pass(high, size, want) -> bytes of int64, or None: the blocks (ascending) of the shortest
+ * start of the blocks ordered by bound (highest first, ties in block order) whose sizes reach
+ * `want` (all of them if they never do): runtime.passage_blocks's stable argsort, cumsum and
+ * searchsorted. Only the blocks at or above the want-th highest bound are sorted (every block
+ * holds a passage, so the start never reaches past them). None when a bound is NaN or a size is
+ * below one: the numpy way decides then. */
+static PyObject *first_pass(PyObject *self, PyObject *args) {
+    PyObject *o_high, *o_size;
+    Py_ssize_t want;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOn", &o_high, &o_size, &want)) return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL;
+    double *values = NULL;
+    Held *held = NULL, *scratch = NULL;
+    int64_t *out = NULL;
+    Py_ssize_t n;
+    const double *high = take(&v, o_high, 8, -1, "high", &n);
+    const int64_t *size = high ? take(&v, o_size, 8, n, "size", NULL) : NULL;
+    if (!size) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (isnan(high[i]) || size[i] < 1 || size[i] > ((int64_t)1 << 40)) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    Py_ssize_t k = want < 1 ? 1 : (want < n ? want : n);
+    values = malloc((size_t)(n ? n : 1) * sizeof(double));
+    if (!values) goto nomem;
+    double cut = -INFINITY;
+    if (n) {
+        memcpy(values, high, (size_t)n * sizeof(double));
+        cut = kth_largest(values, n, k - 1);
+    }
+    Py_ssize_t h = 0;
+    for (Py_ssize_t i = 0; i < n; i++) h += high[i] >= cut;
+    held = malloc((size_t)(h ? h : 1) * sizeof(Held));
+    scratch = malloc((size_t)(h ? h : 1) * sizeof(Held));
+    out = malloc((size_t)(h ? h : 1) * sizeof(int64_t));
+    if (!held || !scratch || !out) goto nomem;
+    h = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (high[i] >= cut) held[h++] = (Held){.value = high[i], .block = i};
+    held_sort(held, scratch, h);
+    /* Block by block until one makes the sizes reach `want` (that one included: at least one). */
+    Py_ssize_t reach = 0;
+    int64_t total = 0;
+    while (reach < h) {
+        total += size[held[reach++].block];
+        if (total >= want) break;
+    }
+    for (Py_ssize_t i = 0; i < reach && i < h; i++) out[i] = held[i].block;
+    qsort(out, (size_t)reach, sizeof(int64_t), by_block);
+    result = PyBytes_FromStringAndSize((const char *)out, reach * (Py_ssize_t)sizeof(int64_t));
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    free(values);
+    free(held);
+    free(scratch);
+    free(out);
+    release(&v);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
     {"block_bounds", block_bounds, METH_VARARGS, "block_bounds(...) -> the blocks' bounds, as doubles"},
     {"exact_scores", exact_scores, METH_VARARGS, "exact_scores(...) -> the passages' exact scores, as doubles"},
     {"inside_counts", inside_counts, METH_VARARGS, "inside_counts(...) -> term counts of ranges of texts"},
     {"block_sums", block_sums, METH_VARARGS, "block_sums(...) -> the blocks' summed maxima per group"},
+    {"first_pass", first_pass, METH_VARARGS, "first_pass(high, size, want) -> the first pass's blocks"},
     {"spread", spread, METH_VARARGS, "spread(...) -> chosen blocks' passages, those around them, places"},
     {"near_counts", near_counts, METH_VARARGS, "near_counts(...) -> term counts of candidate passages"},
     {NULL, NULL, 0, NULL},

@@ -252,9 +252,11 @@ class Blocks:
         The best-bounded blocks' passages (DEPTH x `keep`) are scored first: their `keep`-th best
         score is the threshold every other block's bound must reach.
         """
-        order = best_first(high, DEPTH * keep)
-        reach = int(np.searchsorted(np.cumsum(self.size[order]), DEPTH * keep)) + 1
-        first = np.sort(order[:reach])
+        first = compiled.first_pass(high, self.size, DEPTH * keep) if compiled.active() else None
+        if first is None:  # not built, or a NaN bound: numpy decides
+            order = best_first(high, DEPTH * keep)
+            reach = int(np.searchsorted(np.cumsum(self.size[order]), DEPTH * keep)) + 1
+            first = np.sort(order[:reach])
         idx, scores, counts = self._exact(first, count, exact)
         if len(scores) >= keep:
             theta = np.partition(scores, len(scores) - keep)[len(scores) - keep]
