@@ -260,11 +260,11 @@ class Blocks:
         idx, scores, counts = self._exact(first, count, exact)
         if len(scores) >= keep:
             theta = np.partition(scores, len(scores) - keep)[len(scores) - keep]
-            reach = high >= theta - abs(theta) * SLACK
+            left = high >= theta - abs(theta) * SLACK
         else:
-            reach = np.ones(len(high), dtype=bool)
-        reach[first] = False  # the blocks not scored yet, ascending
-        more = np.flatnonzero(reach)
+            left = np.ones(len(high), dtype=bool)
+        left[first] = False  # the blocks not scored yet, ascending
+        more = np.flatnonzero(left)
         if len(more):
             idx2, scores2, counts2 = self._exact(more, count, exact)
             order = np.argsort(np.concatenate([idx, idx2]), kind="stable")
