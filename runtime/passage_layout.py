@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 
@@ -81,7 +81,9 @@ def layout(
     The same arrays as concatenating each entry's own (`Prepared.found`, `whole_turn`, `turn_words`)
     and numbering its passages."""
     key = _key(asking, says)
-    bits = [packed(e, asking, says, key) for e in entries]
+    kept = [e.flags.get(key) for e in entries]  # each made at its episode's first search
+    missing = any(b is None for b in kept)
+    bits = [packed(e, asking, says, key) for e in entries] if missing else cast("list[np.ndarray]", kept)
     sizes = np.fromiter(map(len, bits), dtype=np.int64, count=len(bits))
     joined = np.concatenate(bits) if bits else np.zeros(0, dtype=np.uint8)
     total = len(joined)
