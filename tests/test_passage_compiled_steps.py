@@ -314,7 +314,9 @@ def test_header_counts_are_the_header_index_counts(
 def test_layout_is_each_prepared_episodes_own_arrays_joined(memory: AgentMemory) -> None:  # noqa: F811
     qs.search_quotes(memory.conn, memory.principal, "paint kitten", None, 5)
     entries = list(TEXTS.entries.values())
-    for chosen in (entries, entries[::-1]):
+    long = [e for e in entries if e.start >= 0]  # indexed: their bits are kept
+    assert long and len(long) < len(entries)
+    for chosen in (entries, entries[::-1], long, long[::-1]):
         for asks_when in (False, True):
             laid = passage_layout.layout(chosen, qs._ENDS_ASKING, qs._SAYS_WHEN, asks_when)
             local = np.concatenate([np.arange(e.passages.n) for e in chosen])
@@ -334,3 +336,4 @@ def test_layout_is_each_prepared_episodes_own_arrays_joined(memory: AgentMemory)
             assert laid.says_when.tolist() == (when if asks_when else np.zeros_like(when)).tolist()
             assert laid.turn_words.tobytes() == np.concatenate([e.turn_words for e in chosen]).tobytes()
             assert asking.any() and whole.any() and when.any() and not whole.all()
+    assert all(passage_layout._key(qs._ENDS_ASKING) in e.flags for e in long)
