@@ -292,7 +292,7 @@ static PyObject *inside_counts(PyObject *self, PyObject *args) {
     if (!held_postings || !held_counts || !held_words) goto done;
     if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
     v.n++;
-    if (groups <= 0 || ob->itemsize != 8 || ob->len % (8 * groups) != 0) {
+    if (groups <= 0 || groups > PY_SSIZE_T_MAX / 8 || ob->itemsize != 8 || ob->len % (8 * groups) != 0) {
         PyErr_SetString(PyExc_ValueError, "out: not a (rows, groups) array of doubles");
         goto done;
     }
@@ -553,7 +553,7 @@ static PyObject *block_sums(PyObject *self, PyObject *args) {
     Py_buffer *ob = &v.b[v.n];
     if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
     v.n++;
-    if (G <= 0 || ob->itemsize != 8 || ob->len % (8 * G) != 0) {
+    if (G <= 0 || G > PY_SSIZE_T_MAX / 8 || ob->itemsize != 8 || ob->len % (8 * G) != 0) {
         PyErr_SetString(PyExc_ValueError, "out: not a (blocks, groups) array of doubles");
         goto done;
     }

@@ -191,6 +191,15 @@ def test_block_sums_refuse_what_would_write_outside_their_rows(
 ) -> None:
     whole = np.zeros(16)
     out = whole[4:10].reshape(3, 2)
+    with pytest.raises(ValueError, match="groups"):  # a group count whose bytes overflow: refused
+        built.block_sums(
+            (),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+            out,
+            2**61,
+        )
     i64 = [tuple(np.asarray(x, dtype=np.int64) if k < 2 else x for k, x in enumerate(m)) for m in maxima]
     ids = [np.array([0], dtype=np.int64), np.array(counts, dtype=np.int64), np.array(rows, dtype=np.int64)]
     with pytest.raises(ValueError, match=refused):
@@ -289,6 +298,14 @@ def _hostile_counts(built: Any, **change: Any) -> None:
 def test_near_counts_refuse_what_would_read_or_write_outside_their_arrays(built: Any, change: Any) -> None:
     with pytest.raises(ValueError):
         _hostile_counts(built, **change)
+
+
+def test_range_counts_refuse_a_group_count_whose_bytes_overflow(built: Any) -> None:
+    one = np.zeros(1, dtype=np.int64)
+    with pytest.raises(ValueError):
+        built.inside_counts(
+            [array("q", [0])], [array("q", [1])], [(0, 0)], one, one + 1, one, np.zeros(2), 2**61
+        )
 
 
 def test_near_counts_of_good_input_are_counted(built: Any) -> None:
