@@ -22,6 +22,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     Py_buffer b[20];
@@ -291,7 +292,7 @@ static PyObject *inside_counts(PyObject *self, PyObject *args) {
     if (!held_postings || !held_counts || !held_words) goto done;
     if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
     v.n++;
-    if (groups <= 0 || ob->itemsize != 8 || ob->len % (8 * groups) != 0) {
+    if (groups <= 0 || groups > PY_SSIZE_T_MAX / 8 || ob->itemsize != 8 || ob->len % (8 * groups) != 0) {
         PyErr_SetString(PyExc_ValueError, "out: not a (rows, groups) array of doubles");
         goto done;
     }
@@ -365,10 +366,447 @@ done:
     return result;
 }
 
+/* A run of consecutive indexed passages among the rows of near_counts: rows row .. row + len - 1
+ * are the passages start .. start + len - 1 of the index. */
+typedef struct {
+    int64_t start, len;
+    Py_ssize_t row;
+} Run;
+
+static int by_start(const void *a, const void *b) {
+    int64_t x = ((const Run *)a)->start, y = ((const Run *)b)->start;
+    return (x > y) - (x < y);
+}
+
+/* First index in ascending pids[from..n) whose value is at least x: doubling steps from `from`,
+ * then a binary search (the runs are visited by start, so each search begins where the last one
+ * found its start: a long list is not searched from its beginning for every run). */
+static inline Py_ssize_t gallop(const int64_t *pids, Py_ssize_t from, Py_ssize_t n, int64_t x) {
+    if (from >= n || pids[from] >= x) return from;
+    Py_ssize_t lo = from, step = 1;
+    while (lo + step < n && pids[lo + step] < x) {
+        lo += step;
+        step *= 2;
+    }
+    Py_ssize_t hi = lo + step < n ? lo + step : n;
+    return lo + 1 + lower_bound(pids + lo + 1, hi - lo - 1, x);
+}
+
+/* near_counts(lists, groups, starts, episode, local, near, extras, out): the term counts of the
+ * candidate passages `near` (rows of `out`, a writable C-contiguous (rows, G) array of doubles,
+ * zeros), then each of `extras` ((passages, G) doubles) added at the rows' passages, in order.
+ * `lists`: per word the index's (postings, counts) (ascending text ids, occurrences), `groups`
+ * its group; `starts` per candidate its first passage's id in the index (-1: not indexed: its rows
+ * get only the extras), `episode` / `local` per candidate passage its candidate and place in it.
+ * The same integer sums as runtime.passage_blocks.counts_at (any order gives them), and the same
+ * additions as numpy's `counts + extra[near]`. */
+static PyObject *near_counts(PyObject *self, PyObject *args) {
+    PyObject *lists, *o_groups, *o_starts, *o_episode, *o_local, *o_near, *extras, *o_out;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!OOOOOO!O", &PyTuple_Type, &lists, &o_groups, &o_starts, &o_episode, &o_local,
+                          &o_near, &PyTuple_Type, &extras, &o_out))
+        return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL;
+    Run *runs = NULL;
+    Py_ssize_t W, E, P, L, G, n_extras = PyTuple_GET_SIZE(extras);
+    if (n_extras > 4) {
+        PyErr_SetString(PyExc_ValueError, "extras: at most four arrays");
+        return NULL;
+    }
+    Py_buffer *ob = &v.b[v.n];
+    if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    v.n++;
+    const int64_t *groups = take(&v, o_groups, 8, -1, "groups", &W);
+    const int64_t *starts = groups ? take(&v, o_starts, 8, -1, "starts", &E) : NULL;
+    const int64_t *episode = starts ? take(&v, o_episode, 8, -1, "episode", &P) : NULL;
+    const int64_t *local = episode ? take(&v, o_local, 8, P, "local", NULL) : NULL;
+    const int64_t *near = local ? take(&v, o_near, 8, -1, "near", &L) : NULL;
+    if (!near) goto done;
+    if (ob->itemsize == 8 && L == 0 && ob->len == 0) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (ob->itemsize != 8 || L == 0 || ob->len == 0 || ob->len % (8 * L) != 0) {
+        PyErr_SetString(PyExc_ValueError, "out: not a (rows, groups) array of doubles");
+        goto done;
+    }
+    G = ob->len / (8 * L);
+    double *out = ob->buf;
+    if (W != PyTuple_GET_SIZE(lists)) {
+        PyErr_SetString(PyExc_ValueError, "lists and groups differ in length");
+        goto done;
+    }
+    const double *extra[4];
+    for (Py_ssize_t k = 0; k < n_extras; k++) {
+        extra[k] = take(&v, PyTuple_GET_ITEM(extras, k), 8, P * G, "extras", NULL);
+        if (!extra[k]) goto done;
+    }
+    for (Py_ssize_t w = 0; w < W; w++) {
+        if (groups[w] < 0 || groups[w] >= G) {
+            PyErr_SetString(PyExc_ValueError, "a word's group is out of range");
+            goto done;
+        }
+    }
+    /* Each row's passage id in the index, cut into runs of consecutive ids. */
+    runs = malloc((size_t)L * sizeof(Run));
+    if (!runs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t R = 0;
+    for (Py_ssize_t r = 0; r < L; r++) {
+        int64_t p = near[r];
+        if (p < 0 || p >= P || episode[p] < 0 || episode[p] >= E || local[p] < 0) {
+            PyErr_SetString(PyExc_ValueError, "near: a passage out of range");
+            goto done;
+        }
+        int64_t s = starts[episode[p]];
+        if (s < 0) continue;
+        /* Ids far below any overflow (an index holds millions of passages at most). */
+        if (s >= ((int64_t)1 << 61) || local[p] >= ((int64_t)1 << 61)) {
+            PyErr_SetString(PyExc_ValueError, "a passage id out of range");
+            goto done;
+        }
+        int64_t pid = s + local[p];
+        if (R > 0 && runs[R - 1].row + runs[R - 1].len == r && runs[R - 1].start + runs[R - 1].len == pid) {
+            runs[R - 1].len++;
+        } else {
+            runs[R++] = (Run){.start = pid, .len = 1, .row = r};
+        }
+    }
+    qsort(runs, (size_t)R, sizeof(Run), by_start);
+    for (Py_ssize_t w = 0; w < W; w++) {
+        PyObject *pair = PyTuple_GET_ITEM(lists, w);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_ValueError, "lists: not (postings, counts) pairs");
+            goto done;
+        }
+        Py_buffer pb, cb;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(pair, 0), &pb, PyBUF_C_CONTIGUOUS) < 0) goto done;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(pair, 1), &cb, PyBUF_C_CONTIGUOUS) < 0) {
+            PyBuffer_Release(&pb);
+            goto done;
+        }
+        int ok = pb.itemsize == 8 && cb.itemsize == 8 && pb.len == cb.len;
+        const int64_t *pids = pb.buf, *cnt = cb.buf;
+        Py_ssize_t n = ok ? pb.len / 8 : 0, at = 0;
+        int64_t g = groups[w];
+        for (Py_ssize_t k = 0; k < R && ok; k++) {
+            at = gallop(pids, at, n, runs[k].start);
+            int64_t end = runs[k].start + runs[k].len;
+            for (Py_ssize_t i = at; i < n && pids[i] < end; i++) {
+                /* Not ascending: the search could have passed postings of this run by. */
+                if (pids[i] < runs[k].start || (i > at && pids[i] <= pids[i - 1])) {
+                    ok = 0;
+                    break;
+                }
+                out[(runs[k].row + (pids[i] - runs[k].start)) * G + g] += (double)cnt[i];
+            }
+        }
+        PyBuffer_Release(&pb);
+        PyBuffer_Release(&cb);
+        if (!ok) {
+            PyErr_SetString(PyExc_ValueError, "a word's postings and counts differ or are not ascending");
+            goto done;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n_extras; k++) {
+        for (Py_ssize_t r = 0; r < L; r++) {
+            const double *add = extra[k] + near[r] * G;
+            for (Py_ssize_t c = 0; c < G; c++) out[r * G + c] = out[r * G + c] + add[c];
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    free(runs);
+    release(&v);
+    return result;
+}
+
+/* A candidate's blocks in the block index: ids first .. first + count - 1, its rows row, row + 1, .. */
+typedef struct {
+    int64_t first, count, row;
+} Range;
+
+static int by_first(const void *a, const void *b) {
+    int64_t x = ((const Range *)a)->first, y = ((const Range *)b)->first;
+    return (x > y) - (x < y);
+}
+
+/* block_sums(maxima, firsts, counts, rows, out, groups): into `out` (a writable C-contiguous
+ * (blocks, groups) array of doubles, zeros), for each (found, top, group) of `maxima` in order,
+ * each block of `found` (ids in the block index) that is one of the search's adds its `top` to its
+ * row's group. Candidate c's blocks are ids firsts[c] .. firsts[c] + counts[c] - 1 (firsts[c] < 0:
+ * not indexed), at rows rows[c] ..: runtime.passage_blocks's bincounts of the forms' block maxima
+ * (integer counts: the same sums in any order). */
+static PyObject *block_sums(PyObject *self, PyObject *args) {
+    PyObject *maxima, *o_firsts, *o_counts, *o_rows, *o_out;
+    Py_ssize_t G;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!OOOOn", &PyTuple_Type, &maxima, &o_firsts, &o_counts, &o_rows, &o_out, &G))
+        return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL;
+    Range *ranges = NULL;
+    Py_ssize_t E, R = 0;
+    Py_buffer *ob = &v.b[v.n];
+    if (PyObject_GetBuffer(o_out, ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    v.n++;
+    if (G <= 0 || G > PY_SSIZE_T_MAX / 8 || ob->itemsize != 8 || ob->len % (8 * G) != 0) {
+        PyErr_SetString(PyExc_ValueError, "out: not a (blocks, groups) array of doubles");
+        goto done;
+    }
+    Py_ssize_t n = ob->len / (8 * G);
+    double *out = ob->buf;
+    const int64_t *firsts = take(&v, o_firsts, 8, -1, "firsts", &E);
+    const int64_t *counts = firsts ? take(&v, o_counts, 8, E, "counts", NULL) : NULL;
+    const int64_t *rows = counts ? take(&v, o_rows, 8, E, "rows", NULL) : NULL;
+    if (!rows) goto done;
+    ranges = malloc((size_t)(E ? E : 1) * sizeof(Range));
+    if (!ranges) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t c = 0; c < E; c++) {
+        if (firsts[c] < 0) continue;
+        /* Every row a candidate's blocks can reach lies in `out` (no sum here can overflow). */
+        if (counts[c] < 0 || rows[c] < 0 || rows[c] > n || counts[c] > n - rows[c]) {
+            PyErr_SetString(PyExc_ValueError, "a candidate's blocks are out of range");
+            goto done;
+        }
+        ranges[R++] = (Range){.first = firsts[c], .count = counts[c], .row = rows[c]};
+    }
+    qsort(ranges, (size_t)R, sizeof(Range), by_first);
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(maxima); k++) {
+        PyObject *item = PyTuple_GET_ITEM(maxima, k);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+            PyErr_SetString(PyExc_ValueError, "maxima: not (found, top, group) triples");
+            goto done;
+        }
+        Py_ssize_t g = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 2));
+        if (g == -1 && PyErr_Occurred()) goto done;
+        if (g < 0 || g >= G) {
+            PyErr_SetString(PyExc_ValueError, "a form's group is out of range");
+            goto done;
+        }
+        Views w = {.n = 0};
+        Py_ssize_t m;
+        const int64_t *found = take(&w, PyTuple_GET_ITEM(item, 0), 8, -1, "found", &m);
+        const int64_t *top = found ? take(&w, PyTuple_GET_ITEM(item, 1), 8, m, "top", NULL) : NULL;
+        if (!top) {
+            release(&w);
+            goto done;
+        }
+        Py_ssize_t at = 0; /* ranges[at - 1]: the last candidate starting at or before the block */
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (at > 0 && found[i] < ranges[at - 1].first) {
+                /* `found` is ascending as the index makes it; anything else is searched afresh. */
+                Py_ssize_t lo = 0, hi = R;
+                while (lo < hi) {
+                    Py_ssize_t mid = lo + (hi - lo) / 2;
+                    if (ranges[mid].first <= found[i]) lo = mid + 1;
+                    else hi = mid;
+                }
+                at = lo;
+            }
+            while (at < R && ranges[at].first <= found[i]) at++;
+            if (at == 0) continue;
+            const Range *r = &ranges[at - 1];
+            if (found[i] - r->first >= r->count) continue; /* both non-negative here: no overflow */
+            out[(r->row + (found[i] - r->first)) * G + g] += (double)top[i];
+        }
+        release(&w);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    free(ranges);
+    release(&v);
+    return result;
+}
+
+/* spread(start, size, chosen, n) -> (idx, near, pos) as bytes of int64: the passages of blocks
+ * `chosen` (ascending; block b is passages start[b] .. start[b] + size[b] - 1 of 0 .. n - 1), those
+ * and the passages one and two places from each (within 0 .. n - 1, ascending), and each passage's
+ * place in the latter: runtime.passage_blocks's `passages`, `around` and searchsorted, in one pass. */
+static PyObject *spread(PyObject *self, PyObject *args) {
+    PyObject *o_start, *o_size, *o_chosen;
+    Py_ssize_t n;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOn", &o_start, &o_size, &o_chosen, &n)) return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL, *b_idx = NULL, *b_near = NULL, *b_pos = NULL;
+    Py_ssize_t B, C, total = 0;
+    const int64_t *start = take(&v, o_start, 8, -1, "start", &B);
+    const int64_t *size = start ? take(&v, o_size, 8, B, "size", NULL) : NULL;
+    const int64_t *chosen = size ? take(&v, o_chosen, 8, -1, "chosen", &C) : NULL;
+    if (!chosen) goto done;
+    int64_t end = -1; /* the last passage so far: the blocks' passages must ascend, within 0 .. n - 1 */
+    for (Py_ssize_t i = 0; i < C; i++) {
+        int64_t b = chosen[i];
+        if (n < 0 || b < 0 || b >= B || start[b] <= end || size[b] < 0 || start[b] > n || size[b] > n - start[b]) {
+            PyErr_SetString(PyExc_ValueError, "chosen: not ascending blocks of passages within 0 .. n - 1");
+            goto done;
+        }
+        if (size[b] > 0) end = start[b] + size[b] - 1;
+        total += size[b];
+    }
+    b_idx = PyBytes_FromStringAndSize(NULL, total * 8);
+    b_pos = PyBytes_FromStringAndSize(NULL, total * 8);
+    b_near = PyBytes_FromStringAndSize(NULL, 5 * total * 8);
+    if (!b_idx || !b_pos || !b_near) goto done;
+    int64_t *idx = (int64_t *)PyBytes_AS_STRING(b_idx), *pos = (int64_t *)PyBytes_AS_STRING(b_pos);
+    int64_t *near = (int64_t *)PyBytes_AS_STRING(b_near);
+    Py_ssize_t k = 0, m = 0;
+    int64_t last = -1; /* the last passage put in `near`: its end is a run of consecutive ones up to it */
+    for (Py_ssize_t i = 0; i < C; i++) {
+        int64_t b = chosen[i];
+        for (int64_t p = start[b]; p < start[b] + size[b]; p++) {
+            int64_t top = p + 2 < n - 1 ? p + 2 : n - 1;
+            for (int64_t q = p - 2 > last + 1 ? p - 2 : last + 1; q <= top; q++) {
+                near[m++] = q;
+                last = q;
+            }
+            /* p <= last now, and near ends with the consecutive passages up to `last`. */
+            pos[k] = m - 1 - (last - p);
+            idx[k++] = p;
+        }
+    }
+    if (_PyBytes_Resize(&b_near, m * 8) < 0) goto done;
+    result = PyTuple_Pack(3, b_idx, b_near, b_pos);
+done:
+    Py_XDECREF(b_idx);
+    Py_XDECREF(b_near);
+    Py_XDECREF(b_pos);
+    release(&v);
+    return result;
+}
+
+/* The k-th largest (k from 0) of v[0 .. n) (no NaN), reordering v: Hoare's selection. */
+static double kth_largest(double *v, Py_ssize_t n, Py_ssize_t k) {
+    Py_ssize_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double pivot = v[lo + (hi - lo) / 2];
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] > pivot) i++;
+            while (v[j] < pivot) j--;
+            if (i <= j) {
+                double t = v[i];
+                v[i] = v[j];
+                v[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return v[k];
+    }
+    return v[k];
+}
+
+typedef struct {
+    double value;
+    int64_t block;
+} Held;
+
+/* Highest value first, ties in block order: numpy's stable argsort of the negated values. */
+static inline int held_before(const Held *a, const Held *b) {
+    return a->value > b->value || (a->value == b->value && a->block < b->block);
+}
+
+static void held_sort(Held *a, Held *scratch, Py_ssize_t n) {
+    if (n < 2) return;
+    Py_ssize_t mid = n / 2;
+    held_sort(a, scratch, mid);
+    held_sort(a + mid, scratch, n - mid);
+    Py_ssize_t i = 0, j = mid, k = 0;
+    while (i < mid && j < n) scratch[k++] = held_before(&a[j], &a[i]) ? a[j++] : a[i++];
+    while (i < mid) scratch[k++] = a[i++];
+    while (j < n) scratch[k++] = a[j++];
+    memcpy(a, scratch, (size_t)n * sizeof(Held));
+}
+
+static int by_block(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* first_pass(high, size, want) -> bytes of int64, or None: the blocks (ascending) of the shortest
+ * start of the blocks ordered by bound (highest first, ties in block order) whose sizes reach
+ * `want` (all of them if they never do): runtime.passage_blocks's stable argsort, cumsum and
+ * searchsorted. Only the blocks at or above the want-th highest bound are sorted (every block
+ * holds a passage, so the start never reaches past them). None when a bound is NaN or a size is
+ * below one: the numpy way decides then. */
+static PyObject *first_pass(PyObject *self, PyObject *args) {
+    PyObject *o_high, *o_size;
+    Py_ssize_t want;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOn", &o_high, &o_size, &want)) return NULL;
+    Views v = {.n = 0};
+    PyObject *result = NULL;
+    double *values = NULL;
+    Held *held = NULL, *scratch = NULL;
+    int64_t *out = NULL;
+    Py_ssize_t n;
+    const double *high = take(&v, o_high, 8, -1, "high", &n);
+    const int64_t *size = high ? take(&v, o_size, 8, n, "size", NULL) : NULL;
+    if (!size) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (isnan(high[i]) || size[i] < 1 || size[i] > ((int64_t)1 << 40)) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    Py_ssize_t k = want < 1 ? 1 : (want < n ? want : n);
+    values = malloc((size_t)(n ? n : 1) * sizeof(double));
+    if (!values) goto nomem;
+    double cut = -INFINITY;
+    if (n) {
+        memcpy(values, high, (size_t)n * sizeof(double));
+        cut = kth_largest(values, n, k - 1);
+    }
+    Py_ssize_t h = 0;
+    for (Py_ssize_t i = 0; i < n; i++) h += high[i] >= cut;
+    held = malloc((size_t)(h ? h : 1) * sizeof(Held));
+    scratch = malloc((size_t)(h ? h : 1) * sizeof(Held));
+    out = malloc((size_t)(h ? h : 1) * sizeof(int64_t));
+    if (!held || !scratch || !out) goto nomem;
+    h = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (high[i] >= cut) held[h++] = (Held){.value = high[i], .block = i};
+    held_sort(held, scratch, h);
+    /* Block by block until one makes the sizes reach `want` (that one included: at least one). */
+    Py_ssize_t reach = 0;
+    int64_t total = 0;
+    while (reach < h) {
+        total += size[held[reach++].block];
+        if (total >= want) break;
+    }
+    for (Py_ssize_t i = 0; i < reach && i < h; i++) out[i] = held[i].block;
+    qsort(out, (size_t)reach, sizeof(int64_t), by_block);
+    result = PyBytes_FromStringAndSize((const char *)out, reach * (Py_ssize_t)sizeof(int64_t));
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    free(values);
+    free(held);
+    free(scratch);
+    free(out);
+    release(&v);
+    return result;
+}
+
 static PyMethodDef METHODS[] = {
     {"block_bounds", block_bounds, METH_VARARGS, "block_bounds(...) -> the blocks' bounds, as doubles"},
     {"exact_scores", exact_scores, METH_VARARGS, "exact_scores(...) -> the passages' exact scores, as doubles"},
     {"inside_counts", inside_counts, METH_VARARGS, "inside_counts(...) -> term counts of ranges of texts"},
+    {"block_sums", block_sums, METH_VARARGS, "block_sums(...) -> the blocks' summed maxima per group"},
+    {"first_pass", first_pass, METH_VARARGS, "first_pass(high, size, want) -> the first pass's blocks"},
+    {"spread", spread, METH_VARARGS, "spread(...) -> chosen blocks' passages, those around them, places"},
+    {"near_counts", near_counts, METH_VARARGS, "near_counts(...) -> term counts of candidate passages"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -158,6 +158,8 @@ class Blocks:
         per = -(-sizes // BLOCK)
         self.episode = np.repeat(np.arange(len(entries), dtype=np.int64), per)
         block_first = np.concatenate(([0], np.cumsum(per)[:-1])).astype(np.int64)
+        # Per candidate: its blocks' ids in the index (-1: not indexed), how many, its first one's row.
+        self.ids = (np.array([e.block for e in entries], dtype=np.int64), per.astype(np.int64), block_first)
         self.nth = np.arange(len(self.episode), dtype=np.int64) - block_first[self.episode]
         self.start = firsts[self.episode] + BLOCK * self.nth  # each block's first passage
         self.size = np.minimum(BLOCK, sizes[self.episode] - BLOCK * self.nth)
@@ -186,8 +188,14 @@ class Blocks:
         """
         head, head_seen, boost, importance, most, answers = parts
         index, n = self.index, len(self.episode)
+        if norm is not None and compiled.active() and groups:
+            # The forms' block maxima summed per group in one compiled step, then the bounds in another.
+            maxima = tuple((*index.maxima(form), g) for g, forms in enumerate(groups) for form in forms)
+            summed = np.zeros((n, len(groups)))
+            compiled.block_sums(maxima, self.ids, summed)
+            return compiled.block_bounds(self, summed, weights, lengths, parts, f, norm, SLACK)
         row_of = np.full(index.blocks, -1, dtype=np.int64)
-        indexed = np.array([e.block for e in self.entries], dtype=np.int64)[self.episode]
+        indexed = self.ids[0][self.episode]
         ok = indexed >= 0
         row_of[indexed[ok] + self.nth[ok]] = np.flatnonzero(ok)
         counts = np.zeros((n, len(groups)))
@@ -244,15 +252,19 @@ class Blocks:
         The best-bounded blocks' passages (DEPTH x `keep`) are scored first: their `keep`-th best
         score is the threshold every other block's bound must reach.
         """
-        order = np.argsort(-high, kind="stable")
-        reach = int(np.searchsorted(np.cumsum(self.size[order]), DEPTH * keep)) + 1
-        first = np.sort(order[:reach])
+        first = compiled.first_pass(high, self.size, DEPTH * keep) if compiled.active() else None
+        if first is None:  # not built, or a NaN bound: numpy decides
+            order = best_first(high, DEPTH * keep)
+            reach = int(np.searchsorted(np.cumsum(self.size[order]), DEPTH * keep)) + 1
+            first = np.sort(order[:reach])
         idx, scores, counts = self._exact(first, count, exact)
         if len(scores) >= keep:
             theta = np.partition(scores, len(scores) - keep)[len(scores) - keep]
-            more = np.setdiff1d(np.flatnonzero(high >= theta - abs(theta) * SLACK), first, assume_unique=True)
+            left = high >= theta - abs(theta) * SLACK
         else:
-            more = np.setdiff1d(np.arange(len(high)), first, assume_unique=True)
+            left = np.ones(len(high), dtype=bool)
+        left[first] = False  # the blocks not scored yet, ascending
+        more = np.flatnonzero(left)
         if len(more):
             idx2, scores2, counts2 = self._exact(more, count, exact)
             order = np.argsort(np.concatenate([idx, idx2]), kind="stable")
@@ -269,10 +281,31 @@ class Blocks:
         count: Callable[[np.ndarray], np.ndarray],
         exact: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        idx = self.passages(chosen)
-        near = around(idx, self.n_passages)
+        if compiled.active():
+            idx, near, pos = compiled.spread(self.start, self.size, chosen, self.n_passages)
+        else:
+            idx = self.passages(chosen)
+            near = around(idx, self.n_passages)
+            pos = np.searchsorted(near, idx)
         counted = count(near)
-        return idx, exact(idx, near, counted), counted[np.searchsorted(near, idx)]
+        return idx, exact(idx, near, counted), counted[pos]
+
+
+def best_first(high: np.ndarray, n: int) -> np.ndarray:
+    """The first `n` (at least) of `np.argsort(-high, kind="stable")`: the blocks with the highest
+    bounds, ties in block order. A block holds at least one passage, so the first pass never
+    reaches past the first DEPTH x `keep` of that order, and only those need sorting (a stable
+    sort of every block was a tenth of a long conversation's quote search)."""
+    neg = -high
+    if n >= len(neg):
+        return np.argsort(neg, kind="stable")
+    cut = np.partition(neg, n - 1)[n - 1]
+    if np.isnan(cut):  # NaNs sort last, and compare false: the whole sort decides
+        return np.argsort(neg, kind="stable")
+    # Every block at or above the n-th highest bound, in block order; sorted stably, the ones
+    # tied with the n-th keep that order, as in the sort of them all.
+    held = np.flatnonzero(neg <= cut)
+    return held[np.argsort(neg[held], kind="stable")]
 
 
 def around(idx: np.ndarray, n: int) -> np.ndarray:

@@ -169,3 +169,55 @@ def inside_counts(
     starts, sizes, offsets = ranges
     _blockscore.inside_counts(postings, counts, words, _i(starts), _i(sizes), _i(offsets), out, groups)
     return out
+
+
+def near_counts(
+    lists: tuple[tuple[array[int], array[int]], ...],
+    groups: np.ndarray,
+    starts: np.ndarray,
+    place: tuple[np.ndarray, np.ndarray],
+    near: np.ndarray,
+    extras: tuple[np.ndarray, ...],
+    out: np.ndarray,
+) -> None:
+    """Into `out` (zeros, (len(near), groups)): the counts of passages `near` from the words' (postings,
+    counts) `lists` (each word's group in `groups`; `starts`: each candidate's first passage in the
+    index, -1 for none; `place`: each passage's candidate and position there), then each of `extras`
+    added at `near`: runtime.passage_counts.NearCounts's numbers, in one pass."""
+    assert _blockscore is not None
+    episode, local = place
+    _blockscore.near_counts(
+        lists, _i(groups), _i(starts), _i(episode), _i(local), _i(near), tuple(_f(x) for x in extras), out
+    )
+
+
+def block_sums(
+    maxima: tuple[tuple[np.ndarray, np.ndarray, int], ...],
+    ids: tuple[np.ndarray, np.ndarray, np.ndarray],
+    out: np.ndarray,
+) -> None:
+    """Into `out` (zeros, (blocks, groups)): per (found, top, group) of `maxima` (a form's blocks in
+    the index and their largest counts), the counts added at the search's rows of those blocks
+    (`ids`: per candidate its first block's id, -1 if not indexed, its blocks, its first row):
+    `Blocks.bounds`'s summed maxima, in one pass."""
+    assert _blockscore is not None
+    firsts, counts, rows = ids
+    held = tuple((_i(found), _i(top), g) for found, top, g in maxima)
+    _blockscore.block_sums(held, _i(firsts), _i(counts), _i(rows), out, out.shape[1])
+
+
+def spread(start: np.ndarray, size: np.ndarray, chosen: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """(passages of blocks `chosen`, them and the passages one and two places away, each one's place
+    in the latter): `Blocks.passages`, `around` and their searchsorted in one pass."""
+    assert _blockscore is not None
+    got = _blockscore.spread(_i(start), _i(size), _i(chosen), n)
+    return tuple(np.frombuffer(b, dtype=np.int64) for b in got)
+
+
+def first_pass(high: np.ndarray, size: np.ndarray, want: int) -> np.ndarray | None:
+    """The blocks (ascending) of the shortest start of the blocks ordered by bound, highest first and
+    ties in block order, whose sizes reach `want`: `Blocks.scored`'s first pass, selected and sorted
+    in one call. None for a NaN bound or an empty block (the numpy way decides then)."""
+    assert _blockscore is not None
+    got = _blockscore.first_pass(_f(high), _i(size), want)
+    return None if got is None else np.frombuffer(got, dtype=np.int64)

@@ -24,8 +24,9 @@ from tiermem.runtime import passage_compiled as compiled
 from tiermem.runtime.episode_search import K1, B, _term_counts, bm25_rows
 from tiermem.runtime.episode_text import Prepared
 from tiermem.runtime.notes import Note, note_words
-from tiermem.runtime.passage_blocks import Blocks, Factors, counts_at
+from tiermem.runtime.passage_blocks import Blocks, Factors
 from tiermem.runtime.passage_compiled import Shares
+from tiermem.runtime.passage_counts import NearCounts
 
 
 def weigh_captions(
@@ -107,6 +108,7 @@ class Parts:
     boost: np.ndarray  # per candidate: its time boost
     gain: np.ndarray  # per candidate: its importance
     k: Weights
+    answers: np.ndarray | None = None  # whether it may take the turn before whole (None: worked out)
 
     def exact(
         self,
@@ -152,14 +154,9 @@ def blocked(
     takes it); `most`: per passage, the largest speaker and "when" boost it can get."""
     entries, local, (captions, noted), neighbours = have
     weights = asked.weights
-
-    def count(near: np.ndarray) -> np.ndarray:
-        """Term counts of passages `near` (ascending) with what captions, then notes, change."""
-        got = (
-            counts_at(blocks.index.words, entries, parts.episode, local, near, asked.groups, asked.rx)
-            + captions[near]
-        )
-        return got + noted[near] if noted is not captions else got
+    # Term counts of passages `near` (ascending) with what captions, then notes, change.
+    extras = (captions,) if noted is captions else (captions, noted)
+    count = NearCounts(blocks.index.words, entries, (parts.episode, local), asked.groups, asked.rx, extras)
 
     def exact(idx: np.ndarray, near: np.ndarray, counted: np.ndarray) -> np.ndarray:
         if compiled.active():
@@ -167,7 +164,9 @@ def blocked(
         own = bm25_rows(counted, parts.turn_words[near], weights, shares.avg_words)
         return parts.exact(idx, near, counted, own, neighbours)
 
-    answers = parts.whole & np.r_[False, parts.asking[:-1]] & ~parts.first  # may take the turn before whole
+    answers = parts.answers  # may take the turn before whole
+    if answers is None:
+        answers = parts.whole & np.r_[False, parts.asking[:-1]] & ~parts.first
     high = blocks.bounds(
         asked.groups,
         weights,

@@ -50,6 +50,8 @@ from tiermem.runtime.passage_blocks import block_plan
 from tiermem.runtime.passage_bounds import Factors, Passages, survivors
 from tiermem.runtime.passage_columns import WordNumbers, dedup_set
 from tiermem.runtime.passage_compiled import Shares
+from tiermem.runtime.passage_counts import header_counts
+from tiermem.runtime.passage_layout import layout
 from tiermem.runtime.passage_order import by_score
 from tiermem.runtime.passage_parts import Parts, Weights, add_notes, blocked, named_passages, weigh_captions
 from tiermem.runtime.query_terms import query_term_groups
@@ -414,7 +416,7 @@ def _headers(
     The headers' counts come from the index (prepared with the episode, from
     the same row the candidate query read), as a pass over their text counts them.
     """
-    head_counts = TEXTS.head_counts(entries, asked.groups)
+    head_counts = header_counts(TEXTS, entries, asked.groups)
     lengths = np.array([e.head_spaces + 1 for e in entries], dtype=np.float64)
     heads = bm25_rows(head_counts, lengths, asked.weights, AVG_HEAD_WORDS)
     boosts = [_date_boost(row, asked) for row in rows]
@@ -446,20 +448,15 @@ def _score_passages(
     if not entries:
         nothing = np.zeros(0, dtype=np.int64)
         return _Scored(rows, entries, np.zeros(0), np.zeros((0, n_groups)), nothing, nothing, [], notes, near)
-    sizes = np.array([e.passages.n for e in entries], dtype=np.int64)
-    episode = np.repeat(np.arange(len(entries), dtype=np.int64), sizes)
-    firsts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-    local = np.arange(len(episode), dtype=np.int64) - firsts[episode]
+    laid = layout(entries, _ENDS_ASKING, _SAYS_WHEN, asked.asks_when)  # runtime.passage_layout
+    sizes, firsts, episode, local = laid.sizes, laid.firsts, laid.episode, laid.local
     # With blocks (runtime.passage_blocks), only the passages that can be among the best are counted;
     # `counts` then holds only what captions (and, apart, notes) change, applied to what is counted.
     plan = (TEXTS.blocks, entries, sizes, firsts, {e for e, _ in notes})
     blocks = block_plan(*plan, keep if asked.groups else None)
     counts = TEXTS.term_counts(entries, asked.groups, asked.rx) if blocks is None else np.zeros((1, n_groups))
     # Each passage weighed by its whole turn's words (prepared with the episode; notes add to them).
-    turn_words = np.concatenate([e.turn_words for e in entries])
-    says_when = np.zeros(len(episode), dtype=bool)
-    if asked.asks_when and len(episode):
-        says_when = np.concatenate([e.found(_SAYS_WHEN) for e in entries])
+    turn_words, says_when = laid.turn_words, laid.says_when
     changes = (counts, counts) if blocks is None else (np.zeros((len(episode), n_groups)),) * 2
     if blocks is not None and notes:
         changes = (changes[0], np.zeros((len(episode), n_groups)))
@@ -471,18 +468,19 @@ def _score_passages(
         named=bool(asked.named),
         asks_when=asked.asks_when,
         episode=episode,
-        first=local == 0,
-        last=local == sizes[episode] - 1,
+        first=laid.first,
+        last=laid.last,
         turn_words=turn_words,
         says_when=says_when,
-        asking=np.concatenate([e.found(_ENDS_ASKING) for e in entries]),
-        whole=np.concatenate([e.whole_turn for e in entries]),
+        asking=laid.asking,
+        whole=laid.whole,
         by_named=named_passages(entries, firsts, asked.named, len(episode)),
         heads=heads,
         head_seen=head_seen,
         boost=np.array(boosts),
         gain=np.array(importance),
         k=Weights(HEAD_WEIGHT, COVERAGE_FLOOR, QUOTE_SPEAKER_BOOST, WHEN_BOOST),
+        answers=laid.answers,
     )
     most = np.where(parts.by_named, QUOTE_SPEAKER_BOOST, 1.0) * (WHEN_BOOST if asked.asks_when else 1.0)
     if blocks is not None:
