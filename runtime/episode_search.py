@@ -311,7 +311,7 @@ _FROM_FTS = (
 
 
 def _ranked_rows(conn: sqlite3.Connection, where: str, params: list[Any], full: str) -> list[tuple[Any, ...]]:
-    kept = fts_ranks.ranked_rows(conn, where, params, full, [_rank_sql(w) for w in RANKINGS])
+    kept = fts_ranks.ranked_rows(conn, where, params, full, [_rank_sql(w) for w in RANKINGS], RANKINGS)
     if kept is not None:  # an OR of words: summed from each word's kept ranks, bit for bit
         return kept
     ranks = ", ".join(_rank_sql(w) for w in RANKINGS)

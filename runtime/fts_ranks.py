@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import orjson
+from tiermem.runtime import fts_mirror
 from tiermem.runtime.episode_text import TEXTS
 from tiermem.runtime.hotstore import change_count, counts_changes, database_key
 
@@ -80,10 +82,18 @@ def kept_version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
 
 
 def ranked_rows(
-    conn: sqlite3.Connection, where: str, params: list[Any], match: str, ranks: list[str]
+    conn: sqlite3.Connection,
+    where: str,
+    params: list[Any],
+    match: str,
+    ranks: list[str],
+    weightings: Sequence[tuple[float, ...] | None] | None = None,
 ) -> list[tuple[Any, ...]] | None:
     """(rowid, rank per `ranks`) of every match the principal may see (`where` on `e`), or None
-    when this query cannot be served from kept phrase ranks (the caller asks the index)."""
+    when this query cannot be served from kept phrase ranks (the caller asks the index).
+
+    `weightings`, when given, are the column weights of `ranks` (None: plain `bm25()`): a phrase
+    met for the first time is then ranked from the kept copy of the index (runtime.fts_mirror)."""
     phrases = phrases_of(match)
     version = kept_version(conn) if phrases else None
     if phrases is None or version is None:
@@ -93,7 +103,7 @@ def ranked_rows(
     # This version's dict, taken before reading: another thread that starts a newer one meanwhile
     # must not get ranks read here filed under its version.
     kept = _KEPT.phrases
-    parts = [_phrase_ranks(conn, kept, p, ranks) for p in phrases]
+    parts = [_phrase_ranks(conn, kept, p, ranks, version, weightings) for p in phrases]
     rowids = np.unique(np.concatenate([p[0] for p in parts]))
     if not len(rowids):
         return []
@@ -113,10 +123,21 @@ def ranked_rows(
 
 
 def _phrase_ranks(
-    conn: sqlite3.Connection, phrases: dict[tuple[str, str], _Ranks], phrase: str, ranks: list[str]
+    conn: sqlite3.Connection,
+    phrases: dict[tuple[str, str], _Ranks],
+    phrase: str,
+    ranks: list[str],
+    version: tuple[Any, ...],
+    weightings: Sequence[tuple[float, ...] | None] | None,
 ) -> _Ranks:
     key = (phrase, "|".join(ranks))
     kept = phrases.get(key)
+    if kept is None and weightings is not None:
+        copy = fts_mirror.mirror(conn, version)
+        found = None if copy is None else copy.ranks(phrase.strip('"*'), phrase.endswith("*"), weightings)
+        if found is not None:
+            kept = phrases[key] = found
+            _KEPT.rows += len(found[0])
     if kept is None:
         rows = conn.execute(
             f"SELECT rowid, {', '.join(ranks)} FROM episodes_fts WHERE episodes_fts MATCH ? ORDER BY rowid",

@@ -1,0 +1,373 @@
+"""The episode index's word counts, copied once per process, so that a new word's BM25 needs no query.
+
+A question's words are ranked phrase by phrase (runtime.fts_ranks), and
+each phrase met for the first time since the episodes last changed was one
+FTS5 query: 0.3–0.8 ms a word on a long conversation (the index walks every
+position of the word in every document, twice, and reads every document's
+length), which made the slowest questions those with words never asked.
+
+This module keeps, per store, what FTS5's `bm25()` reads: each document's
+length in tokens, the table's row count and total tokens (its averages
+record), and per token the documents holding it with a count per column.
+A phrase's ranks are then worked out here with FTS5's own formula and in its
+order of operations (`ranks`), so they are bit for bit the index's (checked
+on every row of long stores in tests/test_fts_mirror.py):
+
+* a document's weighted frequency is the sum of its column weights, one
+  instance after another in column order (FTS5 visits the instances in
+  position order), from zero;
+* `idf = log((rows - hits + 0.5) / (hits + 0.5))`, at least 1e-6, where hits
+  counts the documents holding the phrase;
+* `-(idf * (f * (k1 + 1)) / (f + k1 * (1 - b + b * D / avgdl)))`, with D the
+  document's tokens in all columns and avgdl the table's tokens per row.
+
+The tokens are the table's own: `episodes_fts` uses FTS5's default
+tokenizer (unicode61), which on ASCII text takes each run of letters and
+digits, lowered. A run holding other characters (accents, curly quotes,
+emoji) is handed to that same tokenizer in a private in-memory table, so no
+rule of it is copied here. Every document's token count per column is then
+checked against the index's own (`episodes_fts_docsize`), and the totals
+against its averages record: on any difference nothing is kept and the
+index is asked, as it is for a table defined otherwise.
+
+What is kept is filed under the version of the kept ranks (runtime.fts_ranks:
+the store, its schema cookie, the newest episode rowid, the count of
+deletions and updates). Episodes only added (the count unchanged, the newest
+rowid higher) are read and appended; any other change reads everything
+again. Like the other copies of episode text, an erasure drops it at once
+(`EpisodeTexts.erasure_checks`), and it is bounded (`MAX_TOKENS`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+import threading
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tiermem.runtime.episode_text import TEXTS
+from tiermem.runtime.hotstore import erasure_mark
+
+# The one table definition copied here: another tokenizer or column list is left to the index.
+DEFINITION = "CREATE VIRTUAL TABLE episodes_fts USING fts5(name, summary, quotes, participants)"
+COLUMNS = 4
+K1, B = 1.2, 0.75  # bm25()'s constants
+MAX_TOKEN = 32768  # FTS5 keeps at most this many bytes of a token
+# A store with more tokens than this is not copied (about 16 bytes per distinct word of a document).
+MAX_TOKENS = 10_000_000
+# A phrase whose weighted frequencies would take more than this many additions is left to the index.
+MAX_ADDITIONS = 4_000_000
+PREFIX_HEAD = 4  # tokens are filed by their first characters: prefixes this long are looked up there
+
+# ASCII text: every character but a letter or digit separates tokens, letters are lowered.
+_ASCII = str.maketrans(
+    {i: " " for i in range(128) if not chr(i).isalnum()} | {i: i + 32 for i in range(ord("A"), ord("Z") + 1)}
+)
+# Other text: runs between ASCII separators; a run with other characters goes to the tokenizer.
+_RUN = re.compile(r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]+")
+
+
+class Unsure(Exception):
+    """The copy would not be the index's: nothing is kept, the index is asked."""
+
+
+def varints(blob: bytes) -> list[int]:
+    """SQLite's variable-length integers, one after another (FTS5's sizes and averages records)."""
+    out, i, n = [], 0, len(blob)
+    while i < n:
+        value = 0
+        for k in range(9):
+            byte = blob[i]
+            i += 1
+            if k == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        out.append(value)
+    return out
+
+
+class _Tokenizer:
+    """FTS5's default tokenizer over runs of non-ASCII text, in a private in-memory table."""
+
+    MAX_KEPT = 100_000
+
+    def __init__(self) -> None:
+        self.kept: dict[str, tuple[str, ...]] = {}
+        self.conn: sqlite3.Connection | None = None
+
+    def tokens(self, runs: set[str]) -> dict[str, tuple[str, ...]]:
+        missing = [r for r in runs if r not in self.kept]
+        if missing:
+            if len(self.kept) > self.MAX_KEPT:
+                self.kept = {}
+            if self.conn is None:
+                self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+                self.conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+                self.conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+            conn = self.conn
+            conn.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", enumerate(missing, 1))
+            found: dict[int, list[tuple[int, str]]] = {}
+            for term, doc, offset in conn.execute("SELECT term, doc, offset FROM v"):
+                found.setdefault(doc, []).append((offset, term))
+            conn.execute("DELETE FROM t")
+            for k, run in enumerate(missing, 1):
+                self.kept[run] = tuple(t for _, t in sorted(found.get(k, [])))
+        return {r: self.kept[r] for r in runs}
+
+
+_TOKENIZER = _Tokenizer()
+
+
+def tokens(text: str | None) -> list[str]:
+    """The tokens FTS5's default tokenizer makes of `text`, in order."""
+    if not text:
+        return []
+    if text.isascii():
+        words = text.translate(_ASCII).split()
+    else:
+        runs = _RUN.findall(text)
+        other = _TOKENIZER.tokens({r for r in runs if not r.isascii()})
+        words = []
+        for run in runs:
+            if run.isascii():
+                words.append(run.lower())
+            else:
+                words.extend(other[run])
+    if any(len(w) > MAX_TOKEN for w in words):  # ASCII: as many bytes as characters
+        words = [w[:MAX_TOKEN] if w.isascii() else w for w in words]
+    return words
+
+
+class Mirror:
+    """One store's copy: documents in rowid order, and per token its postings (document, column, count)."""
+
+    def __init__(self, base: tuple[Any, ...], mark: int) -> None:
+        self.base = base  # (database, schema cookie, change count): what appending keeps
+        self.mark = mark  # the store's erasure mark when it was read
+        self.newest = 0  # the newest rowid read
+        self.rowids = array("q")
+        self.lengths = array("q")  # each document's tokens in all columns
+        self.column_tokens = [0] * COLUMNS
+        self.word_ids: dict[str, int] = {}
+        self.by_head: dict[str, list[str]] = {}
+        self.codes: list[array[int]] = []  # per token: document * COLUMNS + column, ascending
+        self.counts: list[array[int]] = []  # per token: its instances there
+        self.n_row = 0
+        self.n_token = 0
+
+    def add(self, conn: sqlite3.Connection, after: int, upto: int) -> None:
+        """Read the documents with rowids in (after, upto], then check the totals against the index."""
+        rows = conn.execute(
+            "SELECT c.id, c.c0, c.c1, c.c2, c.c3, d.sz FROM episodes_fts_content c"
+            " JOIN episodes_fts_docsize d ON d.id = c.id WHERE c.id > ? AND c.id <= ? ORDER BY c.id",
+            [after, upto],
+        ).fetchall()
+        for row in rows:
+            sizes = varints(row[5])
+            if sum(sizes) >= 2**30:
+                raise Unsure(f"rowid {row[0]}: too long to sum its weights exactly here")
+            doc = len(self.rowids)
+            total = 0
+            for col in range(COLUMNS):
+                words = tokens(row[1 + col])
+                if len(words) != (sizes[col] if col < len(sizes) else -1):
+                    raise Unsure(f"rowid {row[0]}: column {col} has {len(words)} tokens here")
+                total += len(words)
+                self.column_tokens[col] += len(words)
+                self._file(doc * COLUMNS + col, Counter(words))
+            self.rowids.append(int(row[0]))
+            self.lengths.append(total)
+        self.newest = max(self.newest, upto)
+        block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
+        averages = varints(block[0]) if block else [0]
+        self.n_row, self.n_token = averages[0], sum(averages[1:])
+        if self.n_token > MAX_TOKENS:
+            raise Unsure("too many tokens to keep")
+        if self.n_row != len(self.rowids) or averages[1:] != self.column_tokens:
+            raise Unsure("the index's averages are not those of the documents read")
+
+    def _file(self, code: int, words: Counter[str]) -> None:
+        ids = self.word_ids
+        for word, n in words.items():
+            wid = ids.get(word)
+            if wid is None:
+                wid = ids[word] = len(self.codes)
+                self.codes.append(array("q"))
+                self.counts.append(array("q"))
+                self.by_head.setdefault(word[:PREFIX_HEAD], []).append(word)
+            self.codes[wid].append(code)
+            self.counts[wid].append(n)
+
+    def matching(self, word: str, prefix: bool) -> list[int] | None:
+        """Ids of the tokens a phrase of `word` matches (None: a prefix too short to look up)."""
+        if not prefix:
+            wid = self.word_ids.get(word)
+            return [] if wid is None else [wid]
+        if len(word) < PREFIX_HEAD:
+            return None
+        return [self.word_ids[w] for w in self.by_head.get(word[:PREFIX_HEAD], ()) if w.startswith(word)]
+
+    def documents(self, word: str, prefix: bool) -> tuple[int, int] | None:
+        """(documents holding each matching token, summed; matching tokens), as fts5vocab counts them."""
+        wids = self.matching(word, prefix)
+        if wids is None:
+            return None
+        docs = sum(len(np.unique(np.frombuffer(self.codes[w], dtype=np.int64) // COLUMNS)) for w in wids)
+        return docs, len(wids)
+
+    def ranks(
+        self, word: str, prefix: bool, weightings: Sequence[tuple[float, ...] | None]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(rowids ascending, one column of ranks per weighting) of the documents the phrase matches."""
+        wids = self.matching(word, prefix)
+        if wids is None:
+            return None
+        if not wids:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, len(weightings)))
+        codes = np.concatenate([np.frombuffer(self.codes[w], dtype=np.int64) for w in wids])
+        counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
+        n_docs = len(self.rowids)
+        per = np.bincount(codes, weights=counts, minlength=n_docs * COLUMNS).reshape(n_docs, COLUMNS)
+        hit = np.flatnonzero(np.bincount(codes // COLUMNS, minlength=n_docs))
+        per = per[hit]
+        idf = math.log((self.n_row - len(hit) + 0.5) / (len(hit) + 0.5))
+        if idf <= 0.0:
+            idf = 1e-6
+        avgdl = float(self.n_token) / float(self.n_row)
+        size = np.frombuffer(self.lengths, dtype=np.int64)[hit].astype(np.float64)
+        # As bm25() writes it: k1 * (1 - b + b * D / avgdl), left to right.
+        norm = K1 * ((1 - B) + (B * size) / avgdl)
+        out = np.zeros((len(hit), len(weightings)))
+        for k, weights in enumerate(weightings):
+            freq = _frequency(per, weights)
+            if freq is None:
+                return None
+            out[:, k] = -1.0 * (0.0 + idf * ((freq * (K1 + 1.0)) / (freq + norm)))
+        return np.frombuffer(self.rowids, dtype=np.int64)[hit].copy(), out
+
+
+def _dyadic(w: float) -> bool:
+    """Whether adding `w` to a sum of such weights is exact (a multiple of 1/1024 below 2**20)."""
+    return abs(w) < 2**20 and w * 1024 == round(w * 1024)
+
+
+def _frequency(per: np.ndarray, weights: tuple[float, ...] | None) -> np.ndarray | None:
+    """Each document's weighted frequency: its instances' column weights added one at a time, in
+    column order, from zero (None when that takes more than `MAX_ADDITIONS` additions)."""
+    ws = [weights[c] if weights is not None and c < len(weights) else 1.0 for c in range(COLUMNS)]
+    # The leading columns whose weights are multiples of 1/1024: every partial sum of them is a
+    # multiple of 1/1024 below 2**50 (counts are below 2**30), so in any order the sum is exact.
+    exact = 0
+    while exact < COLUMNS and _dyadic(ws[exact]):
+        exact += 1
+    freq = per[:, :exact] @ np.array(ws[:exact]) if exact else np.zeros(len(per))
+    for col in range(exact, COLUMNS):
+        n = per[:, col]
+        todo = np.flatnonzero(n)
+        if not len(todo):
+            continue
+        freq = _add_times(freq, todo, n[todo].astype(np.int64), ws[col])
+        if freq is None:
+            return None
+    return freq
+
+
+_RUNNING: dict[float, np.ndarray] = {}  # weight -> 0, w, w + w, ...: its running sum from zero
+
+
+def _running(w: float, times: int) -> np.ndarray:
+    """The running sum of `w` added one at a time from zero, at least `times` additions long."""
+    kept = _RUNNING.get(w)
+    if kept is None or len(kept) <= times:
+        if len(_RUNNING) > 64:
+            _RUNNING.clear()
+        kept = _RUNNING[w] = np.cumsum(np.concatenate(([0.0], np.full(max(2 * times, 1024), w))))
+    return kept
+
+
+def _add_times(freq: np.ndarray, rows: np.ndarray, times: np.ndarray, w: float) -> np.ndarray | None:
+    """`freq` with `w` added `times[i]` times, one addition after another, to `freq[rows[i]]`."""
+    out = freq.copy()
+    start = freq[rows]
+    zero = start == 0.0
+    if zero.any():  # mostly: no instance in the columns before
+        out[rows[zero]] = _running(w, int(times.max()))[times[zero]]
+    if zero.all():
+        return out
+    rows, times, start = rows[~zero], times[~zero], start[~zero]
+    width = int(times.max())
+    if width * len(rows) > MAX_ADDITIONS:
+        return None
+    # One row per document: its sum so far, then the weight as many times as it has instances
+    # there, then zeros (adding zero changes no sum); the running sum along the row adds them
+    # one at a time, as bm25() does.
+    steps = np.where(np.arange(width)[None, :] < times[:, None], w, 0.0)
+    out[rows] = np.cumsum(np.concatenate([start[:, None], steps], axis=1), axis=1)[:, -1]
+    return out
+
+
+class _Kept:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.mirror: Mirror | None = None
+        self.version: tuple[Any, ...] | None = None  # the version `mirror` (or its absence) is for
+
+    def erasure_seen(self, db: str, mark: int) -> None:
+        """A read of `db` found its erasure mark at `mark`: a copy read before an erasure there goes."""
+        with self.lock:
+            if self.mirror is not None and self.mirror.base[0] == db and self.mirror.mark != mark:
+                self.mirror, self.version = None, None
+
+
+_KEPT = _Kept()
+TEXTS.erasure_checks.append(_KEPT.erasure_seen)
+
+
+def _defined_here(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'episodes_fts'").fetchone()
+    return row is not None and row[0] == DEFINITION
+
+
+def mirror(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | None:
+    """The copy of the index at `version` (fts_ranks.kept_version), read or brought up to date now;
+    None when it cannot be the index's (the caller asks the index)."""
+    db, cookie, newest, count = version
+    with _KEPT.lock:
+        if _KEPT.version == version:
+            return _KEPT.mirror
+        kept, base = _KEPT.mirror, (db, cookie, count)
+        _KEPT.mirror, _KEPT.version = None, version
+        try:
+            if kept is not None and kept.base == base and (newest or 0) >= kept.newest:
+                kept.add(conn, kept.newest, newest or 0)  # episodes only added: the new ones read
+            else:
+                kept = _read(conn, base, newest or 0)
+        except Unsure:
+            kept = None
+        _KEPT.mirror = kept
+        return kept
+
+
+def _read(conn: sqlite3.Connection, base: tuple[Any, ...], newest: int) -> Mirror | None:
+    if not _defined_here(conn):
+        return None
+    block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
+    if block is None or sum(varints(block[0])[1:]) > MAX_TOKENS:
+        return None
+    copy = Mirror(base, erasure_mark(conn))
+    copy.add(conn, 0, newest)
+    return copy
+
+
+def clear() -> None:
+    """Drop the copy (tests)."""
+    with _KEPT.lock:
+        _KEPT.mirror, _KEPT.version = None, None
