@@ -218,7 +218,9 @@ def _frequencies(conn: Any, terms: list[str], single: dict[str, str] | None = No
     if index is not None:
         return dict(index.frequencies(conn, terms))
     # From the FTS index, not the rows; `single` learns the terms that cover one indexed word.
-    return document_frequencies(conn, "episodes_fts", terms, single=single, version=_archive_version(conn))
+    version = _archive_version(conn)
+    kept = fts_ranks.kept_counts(conn)  # a copy of the index's counts where one is kept
+    return document_frequencies(conn, "episodes_fts", terms, single=single, version=version, kept=kept)
 
 
 # The two rankings the searches ask the index for: `search_episodes` weighs the columns,

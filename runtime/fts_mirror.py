@@ -160,6 +160,8 @@ class Mirror:
         self.by_head: dict[str, list[str]] = {}
         self.codes: list[array[int]] = []  # per token: document * COLUMNS + column, ascending
         self.counts: list[array[int]] = []  # per token: its instances there
+        self.doc_counts: dict[int, int] = {}  # per token, once asked: the documents holding it
+        self.words: list[str] = []  # per token id: the token
         self.n_row = 0
         self.n_token = 0
 
@@ -200,6 +202,7 @@ class Mirror:
             wid = ids.get(word)
             if wid is None:
                 wid = ids[word] = len(self.codes)
+                self.words.append(word)
                 self.codes.append(array("q"))
                 self.counts.append(array("q"))
                 self.by_head.setdefault(word[:PREFIX_HEAD], []).append(word)
@@ -215,13 +218,21 @@ class Mirror:
             return None
         return [self.word_ids[w] for w in self.by_head.get(word[:PREFIX_HEAD], ()) if w.startswith(word)]
 
-    def documents(self, word: str, prefix: bool) -> tuple[int, int] | None:
-        """(documents holding each matching token, summed; matching tokens), as fts5vocab counts them."""
+    def documents(self, word: str, prefix: bool) -> tuple[int, str] | None:
+        """What fts5vocab says of a term: the documents holding each token it matches, summed, and
+        the token when it matches exactly one ("" otherwise); None: a prefix too short to look up."""
         wids = self.matching(word, prefix)
         if wids is None:
             return None
-        docs = sum(len(np.unique(np.frombuffer(self.codes[w], dtype=np.int64) // COLUMNS)) for w in wids)
-        return docs, len(wids)
+        docs = 0
+        for w in wids:
+            n = self.doc_counts.get(w)
+            if n is None:
+                # A token's postings are in document order, a document's columns together.
+                n = self.doc_counts[w] = len(np.unique(np.frombuffer(self.codes[w], dtype=np.int64) // COLUMNS))
+            docs += n
+        only = self.words[wids[0]] if prefix and len(wids) == 1 else ""
+        return docs, only
 
     def ranks(
         self, word: str, prefix: bool, weightings: Sequence[tuple[float, ...] | None]

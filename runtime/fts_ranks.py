@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,6 +79,20 @@ def kept_version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
         return None
     cookie, count = change_count(conn, COUNTER)
     return db, cookie, newest, count
+
+
+def kept_counts(conn: sqlite3.Connection) -> Callable[[str, bool], tuple[int, str] | None]:
+    """What fts5vocab says of a term (`Mirror.documents`), from the kept copy of the index when
+    this store has one (None: ask the index); the copy is looked up at the first term asked."""
+    copy: list[fts_mirror.Mirror | None] = []
+
+    def counts(term: str, prefix: bool) -> tuple[int, str] | None:
+        if not copy:
+            version = kept_version(conn)
+            copy.append(None if version is None else fts_mirror.mirror(conn, version))
+        return None if copy[0] is None else copy[0].documents(term, prefix)
+
+    return counts
 
 
 def ranked_rows(
