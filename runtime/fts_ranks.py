@@ -132,8 +132,8 @@ def ranked_rows(
         total = total + part
     total = -1.0 * total
     ids = rowids.tolist()
-    visible = _visible(conn, where, params, ids)
-    return [(r, *v) for r, v in zip(ids, total.tolist(), strict=True) if r in visible]
+    hidden = _hidden(conn, where, params, ids)
+    return [(r, *v) for r, v in zip(ids, total.tolist(), strict=True) if r not in hidden]
 
 
 def _phrase_ranks(
@@ -164,7 +164,17 @@ def _phrase_ranks(
     return kept
 
 
-def _visible(conn: sqlite3.Connection, where: str, params: list[Any], rowids: list[int]) -> set[int]:
-    """The rowids among `rowids` whose episode the principal may see (`where` on alias `e`)."""
-    sql = f"SELECT e.rowid FROM episodes e WHERE e.rowid IN (SELECT value FROM json_each(?)) AND {where}"
+def _hidden(conn: sqlite3.Connection, where: str, params: list[Any], rowids: list[int]) -> set[int]:
+    """The rowids among `rowids` the principal may not see (`where` on alias `e`), or no longer there.
+
+    Asked this way round because a reader's matches are mostly its own: the
+    query returns the few it may not see, where returning every one it may
+    cost twice the check itself. A row is seen exactly when the row is there
+    and `where` holds for it (false or NULL: hidden), as a query for the
+    visible ones would say.
+    """
+    sql = (
+        "SELECT j.value FROM json_each(?) j LEFT JOIN episodes e ON e.rowid = j.value AND "
+        f"{where} WHERE e.rowid IS NULL"
+    )
     return {r[0] for r in conn.execute(sql, [orjson.dumps(rowids).decode(), *params])}

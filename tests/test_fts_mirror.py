@@ -46,6 +46,7 @@ ODD = [
     "teal—lake",
 ]
 CANARIES = {"alice": "zanzibarcanary", "bob": "quokkacanary"}
+AGENT_CANARY = "otheragentcanary"
 
 
 def _text(rng: random.Random, n: int) -> str:
@@ -59,9 +60,12 @@ def _episodes(rng: random.Random, start: int, n: int) -> list[dict[str, Any]]:
         quotes = [{"text": _text(rng, rng.randint(20, 400)), "event_id": f"q{i}-{k}"} for k in range(3)]
         if owner:
             quotes.append({"text": f"my secret {CANARIES[owner]} teal", "event_id": f"c{i}"})
+        agent = "other" if i % 7 == 6 else "npc"  # another agent's episodes: no reader here sees them
+        if agent == "other":
+            quotes.append({"text": f"{AGENT_CANARY} teal", "event_id": f"a{i}"})
         out.append(
             episode(
-                "npc",
+                agent,
                 f"{rng.choice(WORDS)} {rng.choice(ODD)} {i}",
                 _text(rng, 12),
                 key_quotes=quotes,
@@ -202,7 +206,21 @@ def test_readers_see_only_their_own_canaries(memory: AgentMemory) -> None:
             shown = str(found)
             for other, word in CANARIES.items():
                 assert (word in shown) <= (other == reader), (word, reader)
+            assert AGENT_CANARY not in shown
+            where, params = item_clause(who, "e")
+            assert fts_ranks.ranked_rows(conn, where, params, f'"{AGENT_CANARY}"', RANKS, RANKINGS) == []
     assert fts_mirror._KEPT.mirror is not None  # the counts were the copy's
+
+
+def test_hidden_rows_are_those_a_reader_may_not_see(memory: AgentMemory) -> None:
+    conn = memory.conn
+    rowids = [r for (r,) in conn.execute("SELECT rowid FROM episodes")] + [9999]  # and one not there
+    for who in [Principal("npc"), Principal("npc", user="alice"), Principal("other", user="bob")]:
+        where, params = item_clause(who, "e")
+        visible = {r for (r,) in conn.execute(f"SELECT e.rowid FROM episodes e WHERE {where}", params)}
+        hidden = fts_ranks._hidden(conn, where, params, rowids)
+        assert set(rowids) - hidden == visible and 9999 in hidden
+        assert 0 < len(visible) < len(rowids) - 1
 
 
 def test_a_copy_that_is_not_the_index_is_never_used(
