@@ -229,9 +229,8 @@ class Mirror:
             n = self.doc_counts.get(w)
             if n is None:
                 # A token's postings are in document order, a document's columns together.
-                n = self.doc_counts[w] = len(
-                    np.unique(np.frombuffer(self.codes[w], dtype=np.int64) // COLUMNS)
-                )
+                docs_of = np.frombuffer(self.codes[w], dtype=np.int64) // COLUMNS
+                n = self.doc_counts[w] = 1 + int(np.count_nonzero(docs_of[1:] != docs_of[:-1]))
             docs += n
         only = self.words[wids[0]] if prefix and len(wids) == 1 else ""
         return docs, only
