@@ -350,22 +350,48 @@ def _defined_here(conn: sqlite3.Connection) -> bool:
 
 def mirror(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | None:
     """The copy of the index at `version` (fts_ranks.kept_version), read or brought up to date now;
-    None when it cannot be the index's (the caller asks the index)."""
-    db, cookie, newest, count = version
+    None when it cannot be the index's. Its arrays grow when episodes are added: read it through
+    `ranks` and `documents`, which hold the lock that adding takes."""
     with _KEPT.lock:
-        if _KEPT.version == version:
-            return _KEPT.mirror
-        kept, base = _KEPT.mirror, (db, cookie, count)
-        _KEPT.mirror, _KEPT.version = None, version
-        try:
-            if kept is not None and kept.base == base and (newest or 0) >= kept.newest:
-                kept.add(conn, kept.newest, newest or 0)  # episodes only added: the new ones read
-            else:
-                kept = _read(conn, base, newest or 0)
-        except Unsure:
-            kept = None
-        _KEPT.mirror = kept
-        return kept
+        return _current(conn, version)
+
+
+def ranks(
+    conn: sqlite3.Connection,
+    version: tuple[Any, ...],
+    phrase: str,
+    weightings: Sequence[tuple[float, ...] | None],
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """`Mirror.ranks` of a phrase (`"word"` or `"word"*`) at `version`; None: ask the index."""
+    with _KEPT.lock:
+        copy = _current(conn, version)
+        return None if copy is None else copy.ranks(phrase.strip('"*'), phrase.endswith("*"), weightings)
+
+
+def documents(
+    conn: sqlite3.Connection, version: tuple[Any, ...], term: str, prefix: bool
+) -> tuple[int, str] | None:
+    """`Mirror.documents` of a term at `version`; None: ask the index."""
+    with _KEPT.lock:
+        copy = _current(conn, version)
+        return None if copy is None else copy.documents(term, prefix)
+
+
+def _current(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | None:
+    if _KEPT.version == version:
+        return _KEPT.mirror
+    db, cookie, newest, count = version
+    kept, base = _KEPT.mirror, (db, cookie, count)
+    _KEPT.mirror, _KEPT.version = None, version
+    try:
+        if kept is not None and kept.base == base and (newest or 0) >= kept.newest:
+            kept.add(conn, kept.newest, newest or 0)  # episodes only added: the new ones read
+        else:
+            kept = _read(conn, base, newest or 0)
+    except Unsure:
+        kept = None
+    _KEPT.mirror = kept
+    return kept
 
 
 def _read(conn: sqlite3.Connection, base: tuple[Any, ...], newest: int) -> Mirror | None:

@@ -83,14 +83,14 @@ def kept_version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
 
 def kept_counts(conn: sqlite3.Connection) -> Callable[[str, bool], tuple[int, str] | None]:
     """What fts5vocab says of a term (`Mirror.documents`), from the kept copy of the index when
-    this store has one (None: ask the index); the copy is looked up at the first term asked."""
-    copy: list[fts_mirror.Mirror | None] = []
+    this store has one (None: ask the index); its version is read at the first term asked."""
+    versions: list[tuple[Any, ...] | None] = []
 
     def counts(term: str, prefix: bool) -> tuple[int, str] | None:
-        if not copy:
-            version = kept_version(conn)
-            copy.append(None if version is None else fts_mirror.mirror(conn, version))
-        return None if copy[0] is None else copy[0].documents(term, prefix)
+        if not versions:
+            versions.append(kept_version(conn))
+        version = versions[0]
+        return None if version is None else fts_mirror.documents(conn, version, term, prefix)
 
     return counts
 
@@ -147,8 +147,7 @@ def _phrase_ranks(
     key = (phrase, "|".join(ranks))
     kept = phrases.get(key)
     if kept is None and weightings is not None:
-        copy = fts_mirror.mirror(conn, version)
-        found = None if copy is None else copy.ranks(phrase.strip('"*'), phrase.endswith("*"), weightings)
+        found = fts_mirror.ranks(conn, version, phrase, weightings)
         if found is not None:
             kept = phrases[key] = found
             _KEPT.rows += len(found[0])
