@@ -118,18 +118,16 @@ def ranked_rows(
     # must not get ranks read here filed under its version.
     kept = _KEPT.phrases
     parts = [_phrase_ranks(conn, kept, p, ranks, version, weightings) for p in phrases]
-    rowids = np.unique(np.concatenate([p[0] for p in parts]))
+    rowids, at = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
     if not len(rowids):
         return []
     total = np.zeros((len(rowids), len(ranks)))
+    start = 0
     for ids, values in parts:
-        # Every phrase adds its part in order (zero where a document lacks it), as bm25() sums them.
-        if not len(ids):
-            continue  # adding zero everywhere
-        at = np.searchsorted(ids, rowids)
-        found = (at < len(ids)) & (ids[np.minimum(at, len(ids) - 1)] == rowids)
-        part = np.where(found[:, None], -values[np.minimum(at, len(ids) - 1)], 0.0)
-        total = total + part
+        # Every phrase adds its part in order (nothing where a document lacks it: adding zero), as
+        # bm25() sums them; `at` places each phrase's documents among all of them.
+        total[at[start : start + len(ids)]] += -values
+        start += len(ids)
     total = -1.0 * total
     ids = rowids.tolist()
     hidden = _hidden(conn, where, params, ids)
