@@ -29,6 +29,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, TypeVar
 
 import numpy as np
@@ -435,7 +436,8 @@ def _quote_matches(
     by_quote = np.zeros((total, len(terms)))
     for k in range(len(terms)):
         by_quote[:, k] = np.bincount(quote, weights=counts[:, k], minlength=total)
-    lengths = np.array([n + 1 for e in entries for n in e.quote_spaces], dtype=np.float64)
+    spaces = chain.from_iterable(e.quote_spaces for e in entries)
+    lengths = np.fromiter(spaces, dtype=np.float64, count=total) + 1.0
     return by_quote, bm25_rows(by_quote, lengths, weights, AVG_QUOTE_WORDS)
 
 
