@@ -62,7 +62,8 @@ MAX_TOKEN = 32768  # FTS5 keeps at most this many bytes of a token
 MAX_TOKENS = 10_000_000
 # A phrase whose weighted frequencies would take more than this many additions is left to the index.
 MAX_ADDITIONS = 4_000_000
-PREFIX_HEAD = 4  # tokens are filed by their first characters: prefixes this long are looked up there
+PREFIX_HEAD = 4
+COUNT_BITS = 31  # a posting's instances, below 2**30 (a document's tokens are)  # tokens are filed by their first characters: prefixes this long are looked up there
 
 # ASCII text: every character but a letter or digit separates tokens, letters are lowered.
 _ASCII = str.maketrans(
@@ -141,7 +142,7 @@ def tokens(text: str | None) -> list[str]:
                 words.append(run.lower())
             else:
                 words.extend(other[run])
-    if any(len(w) > MAX_TOKEN for w in words):  # ASCII: as many bytes as characters
+    if len(text) > MAX_TOKEN and max(map(len, words), default=0) > MAX_TOKEN:  # ASCII: a byte a character
         words = [w[:MAX_TOKEN] if w.isascii() else w for w in words]
     return words
 
@@ -156,12 +157,11 @@ class Mirror:
         self.rowids = array("q")
         self.lengths = array("q")  # each document's tokens in all columns
         self.column_tokens = [0] * COLUMNS
-        self.word_ids: dict[str, int] = {}
+        # Per token: its postings, each (document * COLUMNS + column) << COUNT_BITS | instances there,
+        # ascending (one number a posting: one append while reading).
+        self.postings: dict[str, array[int]] = {}
         self.by_head: dict[str, list[str]] = {}
-        self.codes: list[array[int]] = []  # per token: document * COLUMNS + column, ascending
-        self.counts: list[array[int]] = []  # per token: its instances there
-        self.doc_counts: dict[int, int] = {}  # per token, once asked: the documents holding it
-        self.words: list[str] = []  # per token id: the token
+        self.doc_counts: dict[str, int] = {}  # per token, once asked: the documents holding it
         self.n_row = 0
         self.n_token = 0
 
@@ -197,55 +197,50 @@ class Mirror:
             raise Unsure("the index's averages are not those of the documents read")
 
     def _file(self, code: int, words: Counter[str]) -> None:
-        ids = self.word_ids
+        postings, shifted = self.postings, code << COUNT_BITS
         for word, n in words.items():
-            wid = ids.get(word)
-            if wid is None:
-                wid = ids[word] = len(self.codes)
-                self.words.append(word)
-                self.codes.append(array("q"))
-                self.counts.append(array("q"))
+            found = postings.get(word)
+            if found is None:
+                found = postings[word] = array("q")
                 self.by_head.setdefault(word[:PREFIX_HEAD], []).append(word)
-            self.codes[wid].append(code)
-            self.counts[wid].append(n)
+            found.append(shifted | n)
 
-    def matching(self, word: str, prefix: bool) -> list[int] | None:
-        """Ids of the tokens a phrase of `word` matches (None: a prefix too short to look up)."""
+    def matching(self, word: str, prefix: bool) -> list[str] | None:
+        """The tokens a phrase of `word` matches (None: a prefix too short to look up)."""
         if not prefix:
-            wid = self.word_ids.get(word)
-            return [] if wid is None else [wid]
+            return [word] if word in self.postings else []
         if len(word) < PREFIX_HEAD:
             return None
-        return [self.word_ids[w] for w in self.by_head.get(word[:PREFIX_HEAD], ()) if w.startswith(word)]
+        return [w for w in self.by_head.get(word[:PREFIX_HEAD], ()) if w.startswith(word)]
 
     def documents(self, word: str, prefix: bool) -> tuple[int, str] | None:
         """What fts5vocab says of a term: the documents holding each token it matches, summed, and
         the token when it matches exactly one ("" otherwise); None: a prefix too short to look up."""
-        wids = self.matching(word, prefix)
-        if wids is None:
+        tokens = self.matching(word, prefix)
+        if tokens is None:
             return None
         docs = 0
-        for w in wids:
-            n = self.doc_counts.get(w)
+        for token in tokens:
+            n = self.doc_counts.get(token)
             if n is None:
                 # A token's postings are in document order, a document's columns together.
-                docs_of = np.frombuffer(self.codes[w], dtype=np.int64) // COLUMNS
-                n = self.doc_counts[w] = 1 + int(np.count_nonzero(docs_of[1:] != docs_of[:-1]))
+                docs_of = (np.frombuffer(self.postings[token], dtype=np.int64) >> COUNT_BITS) // COLUMNS
+                n = self.doc_counts[token] = 1 + int(np.count_nonzero(docs_of[1:] != docs_of[:-1]))
             docs += n
-        only = self.words[wids[0]] if prefix and len(wids) == 1 else ""
+        only = tokens[0] if prefix and len(tokens) == 1 else ""
         return docs, only
 
     def ranks(
         self, word: str, prefix: bool, weightings: Sequence[tuple[float, ...] | None]
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """(rowids ascending, one column of ranks per weighting) of the documents the phrase matches."""
-        wids = self.matching(word, prefix)
-        if wids is None:
+        tokens = self.matching(word, prefix)
+        if tokens is None:
             return None
-        if not wids:
+        if not tokens:
             return np.zeros(0, dtype=np.int64), np.zeros((0, len(weightings)))
-        codes = np.concatenate([np.frombuffer(self.codes[w], dtype=np.int64) for w in wids])
-        counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
+        postings = np.concatenate([np.frombuffer(self.postings[t], dtype=np.int64) for t in tokens])
+        codes, counts = postings >> COUNT_BITS, postings & ((1 << COUNT_BITS) - 1)
         n_docs = len(self.rowids)
         per = np.bincount(codes, weights=counts, minlength=n_docs * COLUMNS).reshape(n_docs, COLUMNS)
         hit = np.flatnonzero(np.bincount(codes // COLUMNS, minlength=n_docs))

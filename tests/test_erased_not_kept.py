@@ -21,7 +21,7 @@ def _held(canary: str) -> tuple[int, int]:
     texts = sum(any(canary in t for t in e.passages.texts) for e in TEXTS.entries.values())
     rows = sum(canary in str(row) for kept in fts_rows._KEPT.by_cols.values() for row in kept.values())
     copy = fts_mirror._KEPT.mirror  # the kept copy of the index's counts: its tokens
-    tokens = sum(canary.lower() in token for token in copy.words) if copy is not None else 0
+    tokens = sum(canary.lower() in token for token in copy.postings) if copy is not None else 0
     words = sum(1 for _, word in unfolded._TURNS.by_word if canary.lower() in word)
     return texts + rows + tokens, words
 
@@ -89,7 +89,7 @@ def test_an_erased_episode_leaves_the_kept_rows_whoever_reads_first(tmp_path: Pa
         bot.call_tool("recall_memory", {"query": "red pot secret"}, user="alice")
         bot.call_tool("recall_memory", {"query": "told the secret"}, user="alice")  # new words: the copy
         copy = fts_mirror._KEPT.mirror
-        assert copy is not None and "epicanary" in copy.word_ids  # her episode's words are kept
+        assert copy is not None and "epicanary" in copy.postings  # her episode's words are kept
         assert _held("EPICANARY")[0]  # her episode's row and text are kept
         mem.forget(user="alice", reason="test")
         mem.refresh()
