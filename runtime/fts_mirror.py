@@ -129,6 +129,29 @@ _TOKENIZER = _Tokenizer()
 
 def tokens(text: str | None) -> list[str]:
     """The tokens FTS5's default tokenizer makes of `text`, in order."""
+    words = _words(text)
+    if text and len(text) > MAX_TOKEN and max(map(len, words), default=0) > MAX_TOKEN:
+        return _kept_bytes(words)
+    return words
+
+
+def counted(text: str | None) -> tuple[Counter[str], int]:
+    """How often each token of `text` occurs (`tokens`), and how many tokens it has."""
+    words = _words(text)
+    found = Counter(words)
+    # Looked for among the distinct tokens: a long text has a few thousand, and many more words.
+    if text and len(text) > MAX_TOKEN and max(map(len, found), default=0) > MAX_TOKEN:
+        found = Counter(_kept_bytes(words))
+    return found, len(words)
+
+
+def _kept_bytes(words: list[str]) -> list[str]:
+    """The tokens as the index keeps them: at most `MAX_TOKEN` bytes (ASCII: a byte a character;
+    the others come from the tokenizer's own index, already cut)."""
+    return [w[:MAX_TOKEN] if w.isascii() else w for w in words]
+
+
+def _words(text: str | None) -> list[str]:
     if not text:
         return []
     if text.isascii():
@@ -142,8 +165,6 @@ def tokens(text: str | None) -> list[str]:
                 words.append(run.lower())
             else:
                 words.extend(other[run])
-    if len(text) > MAX_TOKEN and max(map(len, words), default=0) > MAX_TOKEN:  # ASCII: a byte a character
-        words = [w[:MAX_TOKEN] if w.isascii() else w for w in words]
     return words
 
 
@@ -179,12 +200,12 @@ class Mirror:
             doc = len(self.rowids)
             total = 0
             for col in range(COLUMNS):
-                words = tokens(row[1 + col])
-                if len(words) != (sizes[col] if col < len(sizes) else -1):
-                    raise Unsure(f"rowid {row[0]}: column {col} has {len(words)} tokens here")
-                total += len(words)
-                self.column_tokens[col] += len(words)
-                self._file(doc * COLUMNS + col, Counter(words))
+                found, n = counted(row[1 + col])
+                if n != (sizes[col] if col < len(sizes) else -1):
+                    raise Unsure(f"rowid {row[0]}: column {col} has {n} tokens here")
+                total += n
+                self.column_tokens[col] += n
+                self._file(doc * COLUMNS + col, found)
             self.rowids.append(int(row[0]))
             self.lengths.append(total)
         self.newest = max(self.newest, upto)

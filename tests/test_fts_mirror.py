@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -230,7 +231,7 @@ def test_a_copy_that_is_not_the_index_is_never_used(
     version = fts_ranks.kept_version(conn)
     assert version is not None
     # A tokenizer that differs from the table's: the counts disagree with the index's, nothing is kept.
-    monkeypatch.setattr(fts_mirror, "tokens", lambda text: (text or "").split())
+    monkeypatch.setattr(fts_mirror, "_words", lambda text: (text or "").split())
     assert fts_mirror.mirror(conn, version) is None
     where, params = item_clause(Principal("npc"), "e")
     got = fts_ranks.ranked_rows(conn, where, params, '"teal"* OR "cafe"', RANKS, RANKINGS)
@@ -276,6 +277,7 @@ def test_tokens_are_the_tokenizers() -> None:
         conn.execute("INSERT INTO t (rowid, x) VALUES (?, ?)", [k, text])
         want = [t for (t,) in conn.execute("SELECT term FROM v WHERE doc = ? ORDER BY offset", [k])]
         assert fts_mirror.tokens(text) == want, text[:40]
+        assert fts_mirror.counted(text) == (Counter(want), len(want))
 
 
 def test_weighted_frequencies_are_summed_one_instance_at_a_time() -> None:
