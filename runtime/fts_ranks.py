@@ -13,11 +13,13 @@ Computing a rank walks every position of every matched word in every matching
 document: for a long conversation (two hundred episodes of ~7,000 words, a
 common word hundreds of times in each) that is 1.5–5 ms per question, while
 the words themselves recur from question to question. So each phrase's ranks
-(both rankings the searches use) are asked of the index once, alone, and kept
-per database until an episode is inserted, deleted or changed: the newest
-episode rowid and a count of deletions and updates kept by triggers
-(`meta.episodes_changed`) say so. Who may see a match is still checked on the
-rows, per question. Only an OR of plain phrases is served this way (the
+(both rankings the searches use) are worked out once, alone, and kept per
+database until an episode is inserted, deleted or changed: the newest episode
+rowid and a count of deletions and updates kept by triggers
+(`meta.episodes_changed`) say so. A phrase met for the first time is ranked
+from the kept copy of the index's counts (runtime.fts_mirror, bit for bit the
+index's), or asked of the index where no copy can be kept. Who may see a
+match is still checked on the rows, per question (`_hidden`). Only an OR of plain phrases is served this way (the
 candidate tries that AND words or name a participant ask the index as before),
 and only on stores of at most `MAX_DOCS` episodes where long episodes have
 been met (runtime.episode_text indexes those): long conversations, not
