@@ -62,8 +62,8 @@ MAX_TOKEN = 32768  # FTS5 keeps at most this many bytes of a token
 MAX_TOKENS = 10_000_000
 # A phrase whose weighted frequencies would take more than this many additions is left to the index.
 MAX_ADDITIONS = 4_000_000
-PREFIX_HEAD = 4
-COUNT_BITS = 31  # a posting's instances, below 2**30 (a document's tokens are)  # tokens are filed by their first characters: prefixes this long are looked up there
+PREFIX_HEAD = 4  # tokens are filed by their first characters: prefixes this long are looked up there
+COUNT_BITS = 31  # a posting's instances, below 2**30 (a document's tokens are)
 
 # ASCII text: every character but a letter or digit separates tokens, letters are lowered.
 _ASCII = str.maketrans(
@@ -105,10 +105,10 @@ class _Tokenizer:
         self.conn: sqlite3.Connection | None = None
 
     def tokens(self, runs: set[str]) -> dict[str, tuple[str, ...]]:
+        if len(self.kept) > self.MAX_KEPT:
+            self.kept = {}
         missing = [r for r in runs if r not in self.kept]
         if missing:
-            if len(self.kept) > self.MAX_KEPT:
-                self.kept = {}
             if self.conn is None:
                 self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
                 self.conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
