@@ -298,3 +298,12 @@ def test_weighted_frequencies_are_summed_one_instance_at_a_time() -> None:
         fts_mirror._frequency(np.array([[0.0, 0.0, 5.0e6, 0.0], [1.0, 0.0, 5.0e6, 0.0]]), (1.0, 1.0, 1.2))
         is None
     )
+
+
+def test_the_tokenizers_runs_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fts_mirror._Tokenizer, "MAX_KEPT", 2)
+    text = " ".join(ODD)
+    want = fts_mirror.tokens(text)
+    for _ in range(3):  # past the bound, everything is tokenized again
+        assert fts_mirror.tokens(text) == want
+        assert len(fts_mirror._TOKENIZER.kept) <= len(ODD)
