@@ -283,16 +283,17 @@ class Mirror:
 
 
 def _dyadic(w: float) -> bool:
-    """Whether adding `w` to a sum of such weights is exact (a multiple of 1/1024 below 2**20)."""
-    return abs(w) < 2**20 and w * 1024 == round(w * 1024)
+    """Whether `w` is a multiple of 1/1024 below 2**13: a document's instances (below 2**30) times
+    such weights sum, in any order, to multiples of 1/1024 below 2**43, exactly representable."""
+    return abs(w) < 2**13 and w * 1024 == round(w * 1024)
 
 
 def _frequency(per: np.ndarray, weights: tuple[float, ...] | None) -> np.ndarray | None:
     """Each document's weighted frequency: its instances' column weights added one at a time, in
     column order, from zero (None when that takes more than `MAX_ADDITIONS` additions)."""
     ws = [weights[c] if weights is not None and c < len(weights) else 1.0 for c in range(COLUMNS)]
-    # The leading columns whose weights are multiples of 1/1024: every partial sum of them is a
-    # multiple of 1/1024 below 2**50 (counts are below 2**30), so in any order the sum is exact.
+    # The leading columns whose weights are `_dyadic`: every partial sum of them is exact, so their
+    # sum is the same in any order.
     exact = 0
     while exact < COLUMNS and _dyadic(ws[exact]):
         exact += 1
