@@ -183,6 +183,7 @@ class Mirror:
         self.postings: dict[str, array[int]] = {}
         self.by_head: dict[str, list[str]] = {}
         self.doc_counts: dict[str, int] = {}  # per token, once asked: the documents holding it
+        self.arrays: tuple[np.ndarray, np.ndarray] | None = None  # `_arrays`
         self.n_row = 0
         self.n_token = 0
 
@@ -270,7 +271,7 @@ class Mirror:
         if idf <= 0.0:
             idf = 1e-6
         avgdl = float(self.n_token) / float(self.n_row)
-        size = np.frombuffer(self.lengths, dtype=np.int64)[hit].astype(np.float64)
+        size = self._arrays()[1][hit]
         # As bm25() writes it: k1 * (1 - b + b * D / avgdl), left to right.
         norm = K1 * ((1 - B) + (B * size) / avgdl)
         out = np.zeros((len(hit), len(weightings)))
@@ -279,7 +280,13 @@ class Mirror:
             if freq is None:
                 return None
             out[:, k] = -1.0 * (0.0 + idf * ((freq * (K1 + 1.0)) / (freq + norm)))
-        return np.frombuffer(self.rowids, dtype=np.int64)[hit].copy(), out
+        return self._arrays()[0][hit], out
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rowids, lengths as floats) as arrays, made again when documents were added."""
+        if self.arrays is None or len(self.arrays[0]) != len(self.rowids):
+            self.arrays = (np.array(self.rowids, dtype=np.int64), np.array(self.lengths, dtype=np.float64))
+        return self.arrays
 
 
 def _dyadic(w: float) -> bool:
@@ -291,13 +298,8 @@ def _dyadic(w: float) -> bool:
 def _frequency(per: np.ndarray, weights: tuple[float, ...] | None) -> np.ndarray | None:
     """Each document's weighted frequency: its instances' column weights added one at a time, in
     column order, from zero (None when that takes more than `MAX_ADDITIONS` additions)."""
-    ws = [weights[c] if weights is not None and c < len(weights) else 1.0 for c in range(COLUMNS)]
-    # The leading columns whose weights are `_dyadic`: every partial sum of them is exact, so their
-    # sum is the same in any order.
-    exact = 0
-    while exact < COLUMNS and _dyadic(ws[exact]):
-        exact += 1
-    freq = per[:, :exact] @ np.array(ws[:exact]) if exact else np.zeros(len(per))
+    ws, exact, leading = _weights(weights)
+    freq = per[:, :exact] @ leading if exact else np.zeros(len(per))
     for col in range(exact, COLUMNS):
         n = per[:, col]
         todo = np.flatnonzero(n)
@@ -307,6 +309,25 @@ def _frequency(per: np.ndarray, weights: tuple[float, ...] | None) -> np.ndarray
         if freq is None:
             return None
     return freq
+
+
+_WEIGHTS: dict[tuple[float, ...] | None, tuple[list[float], int, np.ndarray]] = {}
+
+
+def _weights(weights: tuple[float, ...] | None) -> tuple[list[float], int, np.ndarray]:
+    """(each column's weight, how many leading columns are `_dyadic`, their weights as an array)."""
+    found = _WEIGHTS.get(weights)
+    if found is None:
+        if len(_WEIGHTS) > 64:
+            _WEIGHTS.clear()
+        ws = [weights[c] if weights is not None and c < len(weights) else 1.0 for c in range(COLUMNS)]
+        # The leading columns whose weights are `_dyadic`: every partial sum of them is exact, so
+        # their sum is the same in any order.
+        exact = 0
+        while exact < COLUMNS and _dyadic(ws[exact]):
+            exact += 1
+        found = _WEIGHTS[weights] = (ws, exact, np.array(ws[:exact]))
+    return found
 
 
 _RUNNING: dict[float, np.ndarray] = {}  # weight -> 0, w, w + w, ...: its running sum from zero
