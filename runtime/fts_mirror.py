@@ -256,31 +256,54 @@ class Mirror:
         self, word: str, prefix: bool, weightings: Sequence[tuple[float, ...] | None]
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """(rowids ascending, one column of ranks per weighting) of the documents the phrase matches."""
-        tokens = self.matching(word, prefix)
-        if tokens is None:
-            return None
-        if not tokens:
-            return np.zeros(0, dtype=np.int64), np.zeros((0, len(weightings)))
-        postings = np.concatenate([np.frombuffer(self.postings[t], dtype=np.int64) for t in tokens])
-        codes, counts = postings >> COUNT_BITS, postings & ((1 << COUNT_BITS) - 1)
-        n_docs = len(self.rowids)
-        per = np.bincount(codes, weights=counts, minlength=n_docs * COLUMNS).reshape(n_docs, COLUMNS)
-        hit = np.flatnonzero(np.bincount(codes // COLUMNS, minlength=n_docs))
-        per = per[hit]
-        idf = math.log((self.n_row - len(hit) + 0.5) / (len(hit) + 0.5))
-        if idf <= 0.0:
-            idf = 1e-6
+        return self.ranks_of([(word, prefix)], weightings)[0]
+
+    def ranks_of(
+        self, asked: Sequence[tuple[str, bool]], weightings: Sequence[tuple[float, ...] | None]
+    ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """`ranks` of several phrases (word, prefix) worked out together: every step is the same per
+        (phrase, document), only the arrays are shared (None for a phrase that cannot be looked up)."""
+        out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(asked)
+        found = [self.matching(word, prefix) for word, prefix in asked]
+        served = [k for k, tokens in enumerate(found) if tokens is not None]
+        listed = [(place, token) for place, k in enumerate(served) for token in found[k] or ()]
+        if not listed:
+            for k in served:
+                out[k] = np.zeros(0, dtype=np.int64), np.zeros((0, len(weightings)))
+            return out
+        n_docs, m = len(self.rowids), len(served)
+        postings = np.concatenate([np.frombuffer(self.postings[t], dtype=np.int64) for _, t in listed])
+        sizes = [len(self.postings[t]) for _, t in listed]
+        place = np.repeat(np.array([p for p, _ in listed], dtype=np.int64), sizes)
+        # Each posting's cell: (phrase, document, column), phrase after phrase.
+        codes = (postings >> COUNT_BITS) + place * (n_docs * COLUMNS)
+        counts = postings & ((1 << COUNT_BITS) - 1)
+        per = np.bincount(codes, weights=counts, minlength=m * n_docs * COLUMNS).reshape(m * n_docs, COLUMNS)
+        hit = np.flatnonzero(np.bincount(codes // COLUMNS, minlength=m * n_docs))  # (phrase, document)
+        per, phrase_of, doc = per[hit], hit // n_docs, hit % n_docs
+        hits = np.bincount(phrase_of, minlength=m).tolist()
+        idfs = []
+        for n_hit in hits:
+            idf = math.log((self.n_row - n_hit + 0.5) / (n_hit + 0.5))
+            idfs.append(idf if idf > 0.0 else 1e-6)
+        idf_of = np.array(idfs)[phrase_of]
         avgdl = float(self.n_token) / float(self.n_row)
-        size = self._arrays()[1][hit]
+        rowids, lengths = self._arrays()
         # As bm25() writes it: k1 * (1 - b + b * D / avgdl), left to right.
-        norm = K1 * ((1 - B) + (B * size) / avgdl)
-        out = np.zeros((len(hit), len(weightings)))
+        norm = K1 * ((1 - B) + (B * lengths[doc]) / avgdl)
+        values = np.zeros((len(hit), len(weightings)))
         for k, weights in enumerate(weightings):
             freq = _frequency(per, weights)
             if freq is None:
-                return None
-            out[:, k] = -1.0 * (0.0 + idf * ((freq * (K1 + 1.0)) / (freq + norm)))
-        return self._arrays()[0][hit], out
+                return [None] * len(asked)
+            values[:, k] = -1.0 * (0.0 + idf_of * ((freq * (K1 + 1.0)) / (freq + norm)))
+        ids = rowids[doc]
+        start = 0
+        for place, k in enumerate(served):
+            end = start + hits[place]
+            out[k] = ids[start:end].copy(), values[start:end].copy()
+            start = end
+        return out
 
     def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(rowids, lengths as floats) as arrays, made again when documents were added."""
@@ -397,13 +420,15 @@ def mirror(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | None:
 def ranks(
     conn: sqlite3.Connection,
     version: tuple[Any, ...],
-    phrase: str,
+    phrases: Sequence[str],
     weightings: Sequence[tuple[float, ...] | None],
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """`Mirror.ranks` of a phrase (`"word"` or `"word"*`) at `version`; None: ask the index."""
+) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """`Mirror.ranks_of` the phrases (`"word"` or `"word"*`) at `version`; None: ask the index."""
     with _KEPT.lock:
         copy = _current(conn, version)
-        return None if copy is None else copy.ranks(phrase.strip('"*'), phrase.endswith("*"), weightings)
+        if copy is None:
+            return [None] * len(phrases)
+        return copy.ranks_of([(p.strip('"*'), p.endswith("*")) for p in phrases], weightings)
 
 
 def documents(

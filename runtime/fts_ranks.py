@@ -119,7 +119,15 @@ def ranked_rows(
     # This version's dict, taken before reading: another thread that starts a newer one meanwhile
     # must not get ranks read here filed under its version.
     kept = _KEPT.phrases
-    parts = [_phrase_ranks(conn, kept, p, ranks, version, weightings) for p in phrases]
+    key = "|".join(ranks)
+    new = [p for p in dict.fromkeys(phrases) if (p, key) not in kept]
+    if new and weightings is not None:
+        # The phrases met for the first time, from the kept copy of the index, together.
+        for phrase, found in zip(new, fts_mirror.ranks(conn, version, new, weightings), strict=True):
+            if found is not None:
+                kept[(phrase, key)] = found
+                _KEPT.rows += len(found[0])
+    parts = [_phrase_ranks(conn, kept, p, ranks) for p in phrases]
     rowids, at = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
     if not len(rowids):
         return []
@@ -137,20 +145,10 @@ def ranked_rows(
 
 
 def _phrase_ranks(
-    conn: sqlite3.Connection,
-    phrases: dict[tuple[str, str], _Ranks],
-    phrase: str,
-    ranks: list[str],
-    version: tuple[Any, ...],
-    weightings: Sequence[tuple[float, ...] | None] | None,
+    conn: sqlite3.Connection, phrases: dict[tuple[str, str], _Ranks], phrase: str, ranks: list[str]
 ) -> _Ranks:
     key = (phrase, "|".join(ranks))
     kept = phrases.get(key)
-    if kept is None and weightings is not None:
-        found = fts_mirror.ranks(conn, version, phrase, weightings)
-        if found is not None:
-            kept = phrases[key] = found
-            _KEPT.rows += len(found[0])
     if kept is None:
         rows = conn.execute(
             f"SELECT rowid, {', '.join(ranks)} FROM episodes_fts WHERE episodes_fts MATCH ? ORDER BY rowid",

@@ -129,12 +129,15 @@ def _all_equal(conn: sqlite3.Connection) -> int:
         asks = [(token, False)] + [
             (token[:k], True) for k in (4, 5, 7) if token[:k].isalnum() and len(token) >= k
         ]
-        for word, prefix in asks:
+        # Together, with a word found nowhere and a prefix too short to look up (left to the index).
+        together = copy.ranks_of([*asks, ("zzzqqq", False), ("te", True)], RANKINGS)
+        assert together[-2] is not None and not len(together[-2][0]) and together[-1] is None
+        for (word, prefix), alone_or_not in zip(asks, together, strict=False):
             want_ids, want = _index_ranks(conn, f'"{word}"*' if prefix else f'"{word}"')
-            got = copy.ranks(word, prefix, RANKINGS)
-            assert got is not None
-            assert got[0].tolist() == want_ids, word
-            assert [tuple(v) for v in got[1].tolist()] == want, word  # both rankings, bit for bit
+            for got in (copy.ranks(word, prefix, RANKINGS), alone_or_not):
+                assert got is not None
+                assert got[0].tolist() == want_ids, word
+                assert [tuple(v) for v in got[1].tolist()] == want, word  # both rankings, bit for bit
             assert copy.documents(word, prefix) == _vocab(conn, word, prefix), word
             compared += len(want_ids)
     return compared
