@@ -299,8 +299,8 @@ class Mirror:
             values[:, k] = -1.0 * (0.0 + idf_of * ((freq * (K1 + 1.0)) / (freq + norm)))
         ids = rowids[doc]
         start = 0
-        for place, k in enumerate(served):
-            end = start + hits[place]
+        for n, k in enumerate(served):
+            end = start + hits[n]
             out[k] = ids[start:end].copy(), values[start:end].copy()
             start = end
         return out
