@@ -29,6 +29,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, TypeVar
 
 import numpy as np
@@ -218,7 +219,9 @@ def _frequencies(conn: Any, terms: list[str], single: dict[str, str] | None = No
     if index is not None:
         return dict(index.frequencies(conn, terms))
     # From the FTS index, not the rows; `single` learns the terms that cover one indexed word.
-    return document_frequencies(conn, "episodes_fts", terms, single=single, version=_archive_version(conn))
+    version = _archive_version(conn)
+    kept = fts_ranks.kept_counts(conn)  # a copy of the index's counts where one is kept
+    return document_frequencies(conn, "episodes_fts", terms, single=single, version=version, kept=kept)
 
 
 # The two rankings the searches ask the index for: `search_episodes` weighs the columns,
@@ -311,7 +314,7 @@ _FROM_FTS = (
 
 
 def _ranked_rows(conn: sqlite3.Connection, where: str, params: list[Any], full: str) -> list[tuple[Any, ...]]:
-    kept = fts_ranks.ranked_rows(conn, where, params, full, [_rank_sql(w) for w in RANKINGS])
+    kept = fts_ranks.ranked_rows(conn, where, params, full, [_rank_sql(w) for w in RANKINGS], RANKINGS)
     if kept is not None:  # an OR of words: summed from each word's kept ranks, bit for bit
         return kept
     ranks = ", ".join(_rank_sql(w) for w in RANKINGS)
@@ -433,7 +436,8 @@ def _quote_matches(
     by_quote = np.zeros((total, len(terms)))
     for k in range(len(terms)):
         by_quote[:, k] = np.bincount(quote, weights=counts[:, k], minlength=total)
-    lengths = np.array([n + 1 for e in entries for n in e.quote_spaces], dtype=np.float64)
+    spaces = chain.from_iterable(e.quote_spaces for e in entries)
+    lengths = np.fromiter(spaces, dtype=np.float64, count=total) + 1.0
     return by_quote, bm25_rows(by_quote, lengths, weights, AVG_QUOTE_WORDS)
 
 

@@ -13,11 +13,13 @@ Computing a rank walks every position of every matched word in every matching
 document: for a long conversation (two hundred episodes of ~7,000 words, a
 common word hundreds of times in each) that is 1.5–5 ms per question, while
 the words themselves recur from question to question. So each phrase's ranks
-(both rankings the searches use) are asked of the index once, alone, and kept
-per database until an episode is inserted, deleted or changed: the newest
-episode rowid and a count of deletions and updates kept by triggers
-(`meta.episodes_changed`) say so. Who may see a match is still checked on the
-rows, per question. Only an OR of plain phrases is served this way (the
+(both rankings the searches use) are worked out once, alone, and kept per
+database until an episode is inserted, deleted or changed: the newest episode
+rowid and a count of deletions and updates kept by triggers
+(`meta.episodes_changed`) say so. A phrase met for the first time is ranked
+from the kept copy of the index's counts (runtime.fts_mirror, bit for bit the
+index's), or asked of the index where no copy can be kept. Who may see a
+match is still checked on the rows, per question (`_hidden`). Only an OR of plain phrases is served this way (the
 candidate tries that AND words or name a participant ask the index as before),
 and only on stores of at most `MAX_DOCS` episodes where long episodes have
 been met (runtime.episode_text indexes those): long conversations, not
@@ -30,10 +32,12 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import orjson
+from tiermem.runtime import fts_mirror
 from tiermem.runtime.episode_text import TEXTS
 from tiermem.runtime.hotstore import change_count, counts_changes, database_key
 
@@ -79,11 +83,33 @@ def kept_version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
     return db, cookie, newest, count
 
 
+def kept_counts(conn: sqlite3.Connection) -> Callable[[str, bool], tuple[int, str] | None]:
+    """What fts5vocab says of a term (`Mirror.documents`), from the kept copy of the index when
+    this store has one (None: ask the index); its version is read at the first term asked."""
+    versions: list[tuple[Any, ...] | None] = []
+
+    def counts(term: str, prefix: bool) -> tuple[int, str] | None:
+        if not versions:
+            versions.append(kept_version(conn))
+        version = versions[0]
+        return None if version is None else fts_mirror.documents(conn, version, term, prefix)
+
+    return counts
+
+
 def ranked_rows(
-    conn: sqlite3.Connection, where: str, params: list[Any], match: str, ranks: list[str]
+    conn: sqlite3.Connection,
+    where: str,
+    params: list[Any],
+    match: str,
+    ranks: list[str],
+    weightings: Sequence[tuple[float, ...] | None] | None = None,
 ) -> list[tuple[Any, ...]] | None:
     """(rowid, rank per `ranks`) of every match the principal may see (`where` on `e`), or None
-    when this query cannot be served from kept phrase ranks (the caller asks the index)."""
+    when this query cannot be served from kept phrase ranks (the caller asks the index).
+
+    `weightings`, when given, are the column weights of `ranks` (None: plain `bm25()`): a phrase
+    met for the first time is then ranked from the kept copy of the index (runtime.fts_mirror)."""
     phrases = phrases_of(match)
     version = kept_version(conn) if phrases else None
     if phrases is None or version is None:
@@ -93,23 +119,29 @@ def ranked_rows(
     # This version's dict, taken before reading: another thread that starts a newer one meanwhile
     # must not get ranks read here filed under its version.
     kept = _KEPT.phrases
+    key = "|".join(ranks)
+    new = [p for p in dict.fromkeys(phrases) if (p, key) not in kept]
+    if new and weightings is not None:
+        # The phrases met for the first time, from the kept copy of the index, together.
+        for phrase, found in zip(new, fts_mirror.ranks(conn, version, new, weightings), strict=True):
+            if found is not None:
+                kept[(phrase, key)] = found
+                _KEPT.rows += len(found[0])
     parts = [_phrase_ranks(conn, kept, p, ranks) for p in phrases]
-    rowids = np.unique(np.concatenate([p[0] for p in parts]))
+    rowids, at = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
     if not len(rowids):
         return []
     total = np.zeros((len(rowids), len(ranks)))
+    start = 0
     for ids, values in parts:
-        # Every phrase adds its part in order (zero where a document lacks it), as bm25() sums them.
-        if not len(ids):
-            continue  # adding zero everywhere
-        at = np.searchsorted(ids, rowids)
-        found = (at < len(ids)) & (ids[np.minimum(at, len(ids) - 1)] == rowids)
-        part = np.where(found[:, None], -values[np.minimum(at, len(ids) - 1)], 0.0)
-        total = total + part
+        # Every phrase adds its part in order (nothing where a document lacks it: adding zero), as
+        # bm25() sums them; `at` places each phrase's documents among all of them.
+        total[at[start : start + len(ids)]] += -values
+        start += len(ids)
     total = -1.0 * total
     ids = rowids.tolist()
-    visible = _visible(conn, where, params, ids)
-    return [(r, *v) for r, v in zip(ids, total.tolist(), strict=True) if r in visible]
+    hidden = _hidden(conn, where, params, ids)
+    return [(r, *v) for r, v in zip(ids, total.tolist(), strict=True) if r not in hidden]
 
 
 def _phrase_ranks(
@@ -129,7 +161,17 @@ def _phrase_ranks(
     return kept
 
 
-def _visible(conn: sqlite3.Connection, where: str, params: list[Any], rowids: list[int]) -> set[int]:
-    """The rowids among `rowids` whose episode the principal may see (`where` on alias `e`)."""
-    sql = f"SELECT e.rowid FROM episodes e WHERE e.rowid IN (SELECT value FROM json_each(?)) AND {where}"
+def _hidden(conn: sqlite3.Connection, where: str, params: list[Any], rowids: list[int]) -> set[int]:
+    """The rowids among `rowids` the principal may not see (`where` on alias `e`), or no longer there.
+
+    Asked this way round because a reader's matches are mostly its own: the
+    query returns the few it may not see, where returning every one it may
+    cost twice the check itself. A row is seen exactly when the row is there
+    and `where` holds for it (false or NULL: hidden), as a query for the
+    visible ones would say.
+    """
+    sql = (
+        "SELECT j.value FROM json_each(?) j LEFT JOIN episodes e ON e.rowid = j.value AND "
+        f"{where} WHERE e.rowid IS NULL"
+    )
     return {r[0] for r in conn.execute(sql, [orjson.dumps(rowids).decode(), *params])}

@@ -57,6 +57,7 @@ def document_frequencies(
     prefix_min_len: int = 4,
     single: dict[str, str] | None = None,
     version: Hashable | None = None,
+    kept: Callable[[str, bool], tuple[int, str] | None] | None = None,
 ) -> dict[str, int]:
     """Documents containing each term (terms of `prefix_min_len`+ characters match as prefixes).
 
@@ -68,7 +69,9 @@ def document_frequencies(
     The index counts a term's documents by walking its postings (milliseconds
     for a word in most of 100,000 documents), so with a `version` (which
     changes whenever the indexed documents do, and names the database) the
-    counts are kept until it changes.
+    counts are kept until it changes. `kept`, when given, answers a term as the index would
+    (its documents and, for a prefix, the one word it covers, else ""; None when it cannot):
+    a copy of the index's counts that costs no query (runtime.fts_mirror).
     """
     vocab = _ensure_vocab(conn, fts_table)
     out: dict[str, int] = {}
@@ -80,19 +83,23 @@ def document_frequencies(
             if single is not None and cached[1]:
                 single[term] = cached[1]
             continue
-        if len(term) >= prefix_min_len:
+        found = kept(term, len(term) >= prefix_min_len) if kept is not None else None
+        if found is not None:
+            out[term], only = found
+        elif len(term) >= prefix_min_len:
             # Every indexed word starting with `term`: [term, term + U+10FFFF) in the index order.
             row = conn.execute(
                 f"SELECT coalesce(sum(doc), 0), count(*), min(term) FROM temp.{vocab} WHERE term >= ? AND term < ?",
                 (term, term + "\U0010ffff"),
             ).fetchone()
             only = str(row[2]) if row[1] == 1 else ""
+            out[term] = int(row[0] or 0)
         else:
             row = conn.execute(
                 f"SELECT coalesce(sum(doc), 0) FROM temp.{vocab} WHERE term = ?", (term,)
             ).fetchone()
             only = ""
-        out[term] = int(row[0] or 0)
+            out[term] = int(row[0] or 0)
         if single is not None and only:
             single[term] = only
         if version is not None:

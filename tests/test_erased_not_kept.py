@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from helpers_runtime import append, episode
-from tiermem.runtime import fts_rows, unfolded
+from tiermem.runtime import fts_mirror, fts_rows, unfolded
 from tiermem.runtime.episode_text import TEXTS
 
 from tiermem import Memory
@@ -20,8 +20,10 @@ def _held(canary: str) -> tuple[int, int]:
     met turns that are `canary`)."""
     texts = sum(any(canary in t for t in e.passages.texts) for e in TEXTS.entries.values())
     rows = sum(canary in str(row) for kept in fts_rows._KEPT.by_cols.values() for row in kept.values())
+    copy = fts_mirror._KEPT.mirror  # the kept copy of the index's counts: its tokens
+    tokens = sum(canary.lower() in token for token in copy.postings) if copy is not None else 0
     words = sum(1 for _, word in unfolded._TURNS.by_word if canary.lower() in word)
-    return texts + rows, words
+    return texts + rows + tokens, words
 
 
 def test_an_erased_turn_leaves_the_prepared_texts_and_the_turn_words(tmp_path: Path) -> None:
@@ -85,9 +87,14 @@ def test_an_erased_episode_leaves_the_kept_rows_whoever_reads_first(tmp_path: Pa
         mem.refresh()
         bot = mem.agent("a1")
         bot.call_tool("recall_memory", {"query": "red pot secret"}, user="alice")
+        bot.call_tool("recall_memory", {"query": "told the secret"}, user="alice")  # new words: the copy
+        copy = fts_mirror._KEPT.mirror
+        assert copy is not None and "epicanary" in copy.postings  # her episode's words are kept
         assert _held("EPICANARY")[0]  # her episode's row and text are kept
         mem.forget(user="alice", reason="test")
         mem.refresh()
+        bot.call_tool("recall_memory", {"query": "what is it"}, user="carol")  # no word: no copy asked
+        assert fts_mirror._KEPT.mirror is None
         out = str(bot.call_tool("recall_memory", {"query": "zzzz qqqq"}, user="carol"))  # sees nothing
         assert "EPICANARY" not in out
         assert _held("EPICANARY") == (0, 0)

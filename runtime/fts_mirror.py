@@ -1,0 +1,474 @@
+"""The episode index's word counts, copied once per process, so that a new word's BM25 needs no query.
+
+A question's words are ranked phrase by phrase (runtime.fts_ranks), and
+each phrase met for the first time since the episodes last changed was one
+FTS5 query: 0.3–0.8 ms a word on a long conversation (the index walks every
+position of the word in every document, twice, and reads every document's
+length), which made the slowest questions those with words never asked.
+
+This module keeps, per store, what FTS5's `bm25()` reads: each document's
+length in tokens, the table's row count and total tokens (its averages
+record), and per token the documents holding it with a count per column.
+A phrase's ranks are then worked out here with FTS5's own formula and in its
+order of operations (`ranks`), so they are bit for bit the index's (checked
+on every row of long stores in tests/test_fts_mirror.py):
+
+* a document's weighted frequency is the sum of its column weights, one
+  instance after another in column order (FTS5 visits the instances in
+  position order), from zero;
+* `idf = log((rows - hits + 0.5) / (hits + 0.5))`, at least 1e-6, where hits
+  counts the documents holding the phrase;
+* `-(idf * (f * (k1 + 1)) / (f + k1 * (1 - b + b * D / avgdl)))`, with D the
+  document's tokens in all columns and avgdl the table's tokens per row.
+
+The tokens are the table's own: `episodes_fts` uses FTS5's default
+tokenizer (unicode61), which on ASCII text takes each run of letters and
+digits, lowered. A run holding other characters (accents, curly quotes,
+emoji) is handed to that same tokenizer in a private in-memory table, so no
+rule of it is copied here. Every document's token count per column is then
+checked against the index's own (`episodes_fts_docsize`), and the totals
+against its averages record: on any difference nothing is kept and the
+index is asked, as it is for a table defined otherwise.
+
+What is kept is filed under the version of the kept ranks (runtime.fts_ranks:
+the store, its schema cookie, the newest episode rowid, the count of
+deletions and updates). Episodes only added (the count unchanged, the newest
+rowid higher) are read and appended; any other change reads everything
+again. Like the other copies of episode text, an erasure drops it at once
+(`EpisodeTexts.erasure_checks`), and it is bounded (`MAX_TOKENS`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+import threading
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from tiermem.runtime.episode_text import TEXTS
+from tiermem.runtime.hotstore import erasure_mark
+
+# The one table definition copied here: another tokenizer or column list is left to the index.
+DEFINITION = "CREATE VIRTUAL TABLE episodes_fts USING fts5(name, summary, quotes, participants)"
+COLUMNS = 4
+K1, B = 1.2, 0.75  # bm25()'s constants
+MAX_TOKEN = 32768  # FTS5 keeps at most this many bytes of a token
+# A store with more tokens than this is not copied (about 16 bytes per distinct word of a document).
+MAX_TOKENS = 10_000_000
+# A phrase whose weighted frequencies would take more than this many additions is left to the index.
+MAX_ADDITIONS = 4_000_000
+PREFIX_HEAD = 4  # tokens are filed by their first characters: prefixes this long are looked up there
+COUNT_BITS = 31  # a posting's instances, below 2**30 (a document's tokens are)
+
+# ASCII text: every character but a letter or digit separates tokens, letters are lowered.
+_ASCII = str.maketrans(
+    {i: " " for i in range(128) if not chr(i).isalnum()} | {i: i + 32 for i in range(ord("A"), ord("Z") + 1)}
+)
+# Other text: runs between ASCII separators; a run with other characters goes to the tokenizer.
+_RUN = re.compile(r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]+")
+
+
+class Unsure(Exception):
+    """The copy would not be the index's: nothing is kept, the index is asked."""
+
+
+def varints(blob: bytes) -> list[int]:
+    """SQLite's variable-length integers, one after another (FTS5's sizes and averages records)."""
+    out, i, n = [], 0, len(blob)
+    while i < n:
+        value = 0
+        for k in range(9):
+            byte = blob[i]
+            i += 1
+            if k == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        out.append(value)
+    return out
+
+
+class _Tokenizer:
+    """FTS5's default tokenizer over runs of non-ASCII text, in a private in-memory table."""
+
+    MAX_KEPT = 100_000
+
+    def __init__(self) -> None:
+        self.kept: dict[str, tuple[str, ...]] = {}
+        self.conn: sqlite3.Connection | None = None
+
+    def tokens(self, runs: set[str]) -> dict[str, tuple[str, ...]]:
+        if len(self.kept) > self.MAX_KEPT:
+            self.kept = {}
+        missing = [r for r in runs if r not in self.kept]
+        if missing:
+            if self.conn is None:
+                self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+                self.conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+                self.conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+            conn = self.conn
+            conn.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", enumerate(missing, 1))
+            found: dict[int, list[tuple[int, str]]] = {}
+            for term, doc, offset in conn.execute("SELECT term, doc, offset FROM v"):
+                found.setdefault(doc, []).append((offset, term))
+            conn.execute("DELETE FROM t")
+            for k, run in enumerate(missing, 1):
+                self.kept[run] = tuple(t for _, t in sorted(found.get(k, [])))
+        return {r: self.kept[r] for r in runs}
+
+
+_TOKENIZER = _Tokenizer()
+
+
+def tokens(text: str | None) -> list[str]:
+    """The tokens FTS5's default tokenizer makes of `text`, in order."""
+    words = _words(text)
+    if text and len(text) > MAX_TOKEN and max(map(len, words), default=0) > MAX_TOKEN:
+        return _kept_bytes(words)
+    return words
+
+
+def counted(text: str | None) -> tuple[Counter[str], int]:
+    """How often each token of `text` occurs (`tokens`), and how many tokens it has."""
+    words = _words(text)
+    found = Counter(words)
+    # Looked for among the distinct tokens: a long text has a few thousand, and many more words.
+    if text and len(text) > MAX_TOKEN and max(map(len, found), default=0) > MAX_TOKEN:
+        found = Counter(_kept_bytes(words))
+    return found, len(words)
+
+
+def _kept_bytes(words: list[str]) -> list[str]:
+    """The tokens as the index keeps them: at most `MAX_TOKEN` bytes (ASCII: a byte a character;
+    the others come from the tokenizer's own index, already cut)."""
+    return [w[:MAX_TOKEN] if w.isascii() else w for w in words]
+
+
+def _words(text: str | None) -> list[str]:
+    if not text:
+        return []
+    if text.isascii():
+        words = text.translate(_ASCII).split()
+    else:
+        runs = _RUN.findall(text)
+        other = _TOKENIZER.tokens({r for r in runs if not r.isascii()})
+        words = []
+        for run in runs:
+            if run.isascii():
+                words.append(run.lower())
+            else:
+                words.extend(other[run])
+    return words
+
+
+class Mirror:
+    """One store's copy: documents in rowid order, and per token its postings (document, column, count)."""
+
+    def __init__(self, base: tuple[Any, ...], mark: int) -> None:
+        self.base = base  # (database, schema cookie, change count): what appending keeps
+        self.mark = mark  # the store's erasure mark when it was read
+        self.newest = 0  # the newest rowid read
+        self.rowids = array("q")
+        self.lengths = array("q")  # each document's tokens in all columns
+        self.column_tokens = [0] * COLUMNS
+        # Per token: its postings, each (document * COLUMNS + column) << COUNT_BITS | instances there,
+        # ascending (one number a posting: one append while reading).
+        self.postings: dict[str, array[int]] = {}
+        self.by_head: dict[str, list[str]] = {}
+        self.doc_counts: dict[str, int] = {}  # per token, once asked: the documents holding it
+        self.arrays: tuple[np.ndarray, np.ndarray] | None = None  # `_arrays`
+        self.n_row = 0
+        self.n_token = 0
+
+    def add(self, conn: sqlite3.Connection, after: int, upto: int) -> None:
+        """Read the documents with rowids in (after, upto], then check the totals against the index."""
+        rows = conn.execute(
+            "SELECT c.id, c.c0, c.c1, c.c2, c.c3, d.sz FROM episodes_fts_content c"
+            " JOIN episodes_fts_docsize d ON d.id = c.id WHERE c.id > ? AND c.id <= ? ORDER BY c.id",
+            [after, upto],
+        ).fetchall()
+        for row in rows:
+            sizes = varints(row[5])
+            if sum(sizes) >= 2**30:
+                raise Unsure(f"rowid {row[0]}: too long to sum its weights exactly here")
+            doc = len(self.rowids)
+            total = 0
+            for col in range(COLUMNS):
+                found, n = counted(row[1 + col])
+                if n != (sizes[col] if col < len(sizes) else -1):
+                    raise Unsure(f"rowid {row[0]}: column {col} has {n} tokens here")
+                total += n
+                self.column_tokens[col] += n
+                self._file(doc * COLUMNS + col, found)
+            self.rowids.append(int(row[0]))
+            self.lengths.append(total)
+        self.newest = max(self.newest, upto)
+        block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
+        averages = varints(block[0]) if block else [0]
+        self.n_row, self.n_token = averages[0], sum(averages[1:])
+        if self.n_token > MAX_TOKENS:
+            raise Unsure("too many tokens to keep")
+        if self.n_row != len(self.rowids) or averages[1:] != self.column_tokens:
+            raise Unsure("the index's averages are not those of the documents read")
+
+    def _file(self, code: int, words: Counter[str]) -> None:
+        postings, shifted = self.postings, code << COUNT_BITS
+        for word, n in words.items():
+            found = postings.get(word)
+            if found is None:
+                found = postings[word] = array("q")
+                self.by_head.setdefault(word[:PREFIX_HEAD], []).append(word)
+            found.append(shifted | n)
+
+    def matching(self, word: str, prefix: bool) -> list[str] | None:
+        """The tokens a phrase of `word` matches (None: a prefix too short to look up)."""
+        if not prefix:
+            return [word] if word in self.postings else []
+        if len(word) < PREFIX_HEAD:
+            return None
+        return [w for w in self.by_head.get(word[:PREFIX_HEAD], ()) if w.startswith(word)]
+
+    def documents(self, word: str, prefix: bool) -> tuple[int, str] | None:
+        """What fts5vocab says of a term: the documents holding each token it matches, summed, and
+        the token when it matches exactly one ("" otherwise); None: a prefix too short to look up."""
+        tokens = self.matching(word, prefix)
+        if tokens is None:
+            return None
+        docs = 0
+        for token in tokens:
+            n = self.doc_counts.get(token)
+            if n is None:
+                # A token's postings are in document order, a document's columns together.
+                docs_of = (np.frombuffer(self.postings[token], dtype=np.int64) >> COUNT_BITS) // COLUMNS
+                n = self.doc_counts[token] = 1 + int(np.count_nonzero(docs_of[1:] != docs_of[:-1]))
+            docs += n
+        only = tokens[0] if prefix and len(tokens) == 1 else ""
+        return docs, only
+
+    def ranks(
+        self, word: str, prefix: bool, weightings: Sequence[tuple[float, ...] | None]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(rowids ascending, one column of ranks per weighting) of the documents the phrase matches."""
+        return self.ranks_of([(word, prefix)], weightings)[0]
+
+    def ranks_of(
+        self, asked: Sequence[tuple[str, bool]], weightings: Sequence[tuple[float, ...] | None]
+    ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """`ranks` of several phrases (word, prefix) worked out together: every step is the same per
+        (phrase, document), only the arrays are shared (None for a phrase that cannot be looked up)."""
+        out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(asked)
+        found = [self.matching(word, prefix) for word, prefix in asked]
+        served = [k for k, tokens in enumerate(found) if tokens is not None]
+        listed = [(place, token) for place, k in enumerate(served) for token in found[k] or ()]
+        if not listed:
+            for k in served:
+                out[k] = np.zeros(0, dtype=np.int64), np.zeros((0, len(weightings)))
+            return out
+        n_docs, m = len(self.rowids), len(served)
+        postings = np.concatenate([np.frombuffer(self.postings[t], dtype=np.int64) for _, t in listed])
+        sizes = [len(self.postings[t]) for _, t in listed]
+        place = np.repeat(np.array([p for p, _ in listed], dtype=np.int64), sizes)
+        # Each posting's cell: (phrase, document, column), phrase after phrase.
+        codes = (postings >> COUNT_BITS) + place * (n_docs * COLUMNS)
+        counts = postings & ((1 << COUNT_BITS) - 1)
+        per = np.bincount(codes, weights=counts, minlength=m * n_docs * COLUMNS).reshape(m * n_docs, COLUMNS)
+        hit = np.flatnonzero(np.bincount(codes // COLUMNS, minlength=m * n_docs))  # (phrase, document)
+        per, phrase_of, doc = per[hit], hit // n_docs, hit % n_docs
+        hits = np.bincount(phrase_of, minlength=m).tolist()
+        idfs = []
+        for n_hit in hits:
+            idf = math.log((self.n_row - n_hit + 0.5) / (n_hit + 0.5))
+            idfs.append(idf if idf > 0.0 else 1e-6)
+        idf_of = np.array(idfs)[phrase_of]
+        avgdl = float(self.n_token) / float(self.n_row)
+        rowids, lengths = self._arrays()
+        # As bm25() writes it: k1 * (1 - b + b * D / avgdl), left to right.
+        norm = K1 * ((1 - B) + (B * lengths[doc]) / avgdl)
+        values = np.zeros((len(hit), len(weightings)))
+        for k, weights in enumerate(weightings):
+            freq = _frequency(per, weights)
+            if freq is None:
+                return [None] * len(asked)
+            values[:, k] = -1.0 * (0.0 + idf_of * ((freq * (K1 + 1.0)) / (freq + norm)))
+        ids = rowids[doc]
+        start = 0
+        for n, k in enumerate(served):
+            end = start + hits[n]
+            out[k] = ids[start:end].copy(), values[start:end].copy()
+            start = end
+        return out
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rowids, lengths as floats) as arrays, made again when documents were added."""
+        if self.arrays is None or len(self.arrays[0]) != len(self.rowids):
+            self.arrays = (np.array(self.rowids, dtype=np.int64), np.array(self.lengths, dtype=np.float64))
+        return self.arrays
+
+
+def _dyadic(w: float) -> bool:
+    """Whether `w` is a multiple of 1/1024 below 2**13: a document's instances (below 2**30) times
+    such weights sum, in any order, to multiples of 1/1024 below 2**43, exactly representable."""
+    return abs(w) < 2**13 and w * 1024 == round(w * 1024)
+
+
+def _frequency(per: np.ndarray, weights: tuple[float, ...] | None) -> np.ndarray | None:
+    """Each document's weighted frequency: its instances' column weights added one at a time, in
+    column order, from zero (None when that takes more than `MAX_ADDITIONS` additions)."""
+    ws, exact, leading = _weights(weights)
+    freq = per[:, :exact] @ leading if exact else np.zeros(len(per))
+    for col in range(exact, COLUMNS):
+        n = per[:, col]
+        todo = np.flatnonzero(n)
+        if not len(todo):
+            continue
+        freq = _add_times(freq, todo, n[todo].astype(np.int64), ws[col])
+        if freq is None:
+            return None
+    return freq
+
+
+_WEIGHTS: dict[tuple[float, ...] | None, tuple[list[float], int, np.ndarray]] = {}
+
+
+def _weights(weights: tuple[float, ...] | None) -> tuple[list[float], int, np.ndarray]:
+    """(each column's weight, how many leading columns are `_dyadic`, their weights as an array)."""
+    found = _WEIGHTS.get(weights)
+    if found is None:
+        if len(_WEIGHTS) > 64:
+            _WEIGHTS.clear()
+        ws = [weights[c] if weights is not None and c < len(weights) else 1.0 for c in range(COLUMNS)]
+        # The leading columns whose weights are `_dyadic`: every partial sum of them is exact, so
+        # their sum is the same in any order.
+        exact = 0
+        while exact < COLUMNS and _dyadic(ws[exact]):
+            exact += 1
+        found = _WEIGHTS[weights] = (ws, exact, np.array(ws[:exact]))
+    return found
+
+
+_RUNNING: dict[float, np.ndarray] = {}  # weight -> 0, w, w + w, ...: its running sum from zero
+
+
+def _running(w: float, times: int) -> np.ndarray:
+    """The running sum of `w` added one at a time from zero, at least `times` additions long."""
+    kept = _RUNNING.get(w)
+    if kept is None or len(kept) <= times:
+        if len(_RUNNING) > 64:
+            _RUNNING.clear()
+        kept = _RUNNING[w] = np.cumsum(np.concatenate(([0.0], np.full(max(2 * times, 1024), w))))
+    return kept
+
+
+def _add_times(freq: np.ndarray, rows: np.ndarray, times: np.ndarray, w: float) -> np.ndarray | None:
+    """`freq` with `w` added `times[i]` times, one addition after another, to `freq[rows[i]]`."""
+    out = freq.copy()
+    start = freq[rows]
+    zero = start == 0.0
+    if zero.any():  # mostly: no instance in the columns before
+        out[rows[zero]] = _running(w, int(times.max()))[times[zero]]
+    if zero.all():
+        return out
+    rows, times, start = rows[~zero], times[~zero], start[~zero]
+    width = int(times.max())
+    if width * len(rows) > MAX_ADDITIONS:
+        return None
+    # One row per document: its sum so far, then the weight as many times as it has instances
+    # there, then zeros (adding zero changes no sum); the running sum along the row adds them
+    # one at a time, as bm25() does.
+    steps = np.where(np.arange(width)[None, :] < times[:, None], w, 0.0)
+    out[rows] = np.cumsum(np.concatenate([start[:, None], steps], axis=1), axis=1)[:, -1]
+    return out
+
+
+class _Kept:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.mirror: Mirror | None = None
+        self.version: tuple[Any, ...] | None = None  # the version `mirror` (or its absence) is for
+
+    def erasure_seen(self, db: str, mark: int) -> None:
+        """A read of `db` found its erasure mark at `mark`: a copy read before an erasure there goes."""
+        with self.lock:
+            if self.mirror is not None and self.mirror.base[0] == db and self.mirror.mark != mark:
+                self.mirror, self.version = None, None
+
+
+_KEPT = _Kept()
+TEXTS.erasure_checks.append(_KEPT.erasure_seen)
+
+
+def _defined_here(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'episodes_fts'").fetchone()
+    return row is not None and row[0] == DEFINITION
+
+
+def mirror(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | None:
+    """The copy of the index at `version` (fts_ranks.kept_version), read or brought up to date now;
+    None when it cannot be the index's. Its arrays grow when episodes are added: read it through
+    `ranks` and `documents`, which hold the lock that adding takes."""
+    with _KEPT.lock:
+        return _current(conn, version)
+
+
+def ranks(
+    conn: sqlite3.Connection,
+    version: tuple[Any, ...],
+    phrases: Sequence[str],
+    weightings: Sequence[tuple[float, ...] | None],
+) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """`Mirror.ranks_of` the phrases (`"word"` or `"word"*`) at `version`; None: ask the index."""
+    with _KEPT.lock:
+        copy = _current(conn, version)
+        if copy is None:
+            return [None] * len(phrases)
+        return copy.ranks_of([(p.strip('"*'), p.endswith("*")) for p in phrases], weightings)
+
+
+def documents(
+    conn: sqlite3.Connection, version: tuple[Any, ...], term: str, prefix: bool
+) -> tuple[int, str] | None:
+    """`Mirror.documents` of a term at `version`; None: ask the index."""
+    with _KEPT.lock:
+        copy = _current(conn, version)
+        return None if copy is None else copy.documents(term, prefix)
+
+
+def _current(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | None:
+    if _KEPT.version == version:
+        return _KEPT.mirror
+    db, cookie, newest, count = version
+    kept, base = _KEPT.mirror, (db, cookie, count)
+    _KEPT.mirror, _KEPT.version = None, version
+    try:
+        if kept is not None and kept.base == base and (newest or 0) >= kept.newest:
+            kept.add(conn, kept.newest, newest or 0)  # episodes only added: the new ones read
+        else:
+            kept = _read(conn, base, newest or 0)
+    except Unsure:
+        kept = None
+    _KEPT.mirror = kept
+    return kept
+
+
+def _read(conn: sqlite3.Connection, base: tuple[Any, ...], newest: int) -> Mirror | None:
+    if not _defined_here(conn):
+        return None
+    block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
+    if block is None or sum(varints(block[0])[1:]) > MAX_TOKENS:
+        return None
+    copy = Mirror(base, erasure_mark(conn))
+    copy.add(conn, 0, newest)
+    return copy
+
+
+def clear() -> None:
+    """Drop the copy (tests)."""
+    with _KEPT.lock:
+        _KEPT.mirror, _KEPT.version = None, None
