@@ -214,13 +214,17 @@ def surroundings(
             # or replaced meanwhile): the passage keeps its place, with no word features to add.
             out.append(Around(frozenset(), None, False, False, False, False, {}))
             continue
-        entry, at = pair
-        kept = _episode(entry)
-        facts = kept.facts[at]
-        if facts is None:
-            facts = kept.facts[at] = _facts(entry, at)
-        out.append(facts)
+        out.append(_around(*pair))
     return out
+
+
+def _around(entry: Prepared, at: int) -> Around:
+    """Passage `at` of `entry`'s words and neighbours, worked out once and kept with its episode."""
+    kept = _episode(entry)
+    facts = kept.facts[at]
+    if facts is None:
+        facts = kept.facts[at] = _facts(entry, at)
+    return facts
 
 
 def _looked_up(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list[Placed | None]:
@@ -252,45 +256,135 @@ def _content(
     return len(at.distinct) - len(ids.intersection(at.distinct.tolist()))  # type: ignore[union-attr]
 
 
+class _Question(NamedTuple):
+    """What the word features read of the question and the shortlist as a whole."""
+
+    named: set[str]  # the names the question holds, lowered
+    asks_when: bool
+    scores: list[float]
+    top: float
+    days: dict[str, float]  # each day's share of the best DAY_WINDOW scores
+    names: frozenset[str]  # the shortlist's speakers' names and their shortenings
+    no_content: frozenset[str]
+
+
+def _question(query: str, head: Sequence[dict[str, Any]]) -> _Question:
+    speakers = {str(item.get("speaker") or "").lower() for item in head} - {""}
+    scores = np.array([float(item["score"]) for item in head])
+    top = float(scores.max()) or 1.0
+    days: dict[str, float] = {}
+    listed = scores.tolist()
+    for item, s in zip(head[:DAY_WINDOW], listed[:DAY_WINDOW], strict=False):
+        days[item["date"]] = days.get(item["date"], 0.0) + s / top
+    names = frozenset(s[:k] for s in speakers for k in range(3, len(s) + 1))  # "mel" for Melanie
+    return _Question(
+        named={w.lower() for w in _NAMES.findall(query)},
+        asks_when=_ASKS_WHEN.search(query) is not None,
+        scores=listed,
+        top=top,
+        days=days,
+        names=names,
+        no_content=_NO_CONTENT | names,
+    )
+
+
+def _row(
+    asked: _Question,
+    i: int,
+    item: dict[str, Any],
+    flags: tuple[bool, bool, bool, bool],
+    words: tuple[int, int],
+) -> list[float]:
+    """Passage i's `WORD_FEATURES`; `flags`: (prev_asks, prev_other, next_asks, image), `words`: its
+    content words and distinct words."""
+    named = asked.named
+    speaker = str(item.get("speaker") or "").lower()
+    own_day = asked.scores[i] / asked.top if i < DAY_WINDOW else 0.0
+    content, distinct = words
+    return [
+        float(bool(named) and speaker in named),
+        float(bool(named) and speaker not in named),
+        float(asked.asks_when and bool(item.get("anchors") or item.get("notes"))),
+        float(flags[0]),
+        float(flags[1]),
+        float(flags[2]),
+        asked.days.get(item["date"], 0.0) - own_day,
+        float(flags[3]),
+        math.log1p(content),
+        content / max(1, distinct),
+    ]
+
+
 def word_features(
     query: str, head: Sequence[dict[str, Any]], around: Sequence[Around]
 ) -> NDArray[np.float64]:
     """The `WORD_FEATURES` of each passage of `head` (search results, best first), one row each;
     `around`: each passage's words and neighbours (`surroundings`)."""
-    n = len(head)
-    if not n:
+    if not head:
         return np.zeros((0, len(WORD_FEATURES)))
-    named = {w.lower() for w in _NAMES.findall(query)}
-    asks_when = _ASKS_WHEN.search(query) is not None
-    speakers = {str(item.get("speaker") or "").lower() for item in head} - {""}
-    scores = np.array([float(item["score"]) for item in head])
-    top = float(scores.max()) or 1.0
-    days: dict[str, float] = {}
-    for item, s in zip(head[:DAY_WINDOW], scores[:DAY_WINDOW].tolist(), strict=False):
-        days[item["date"]] = days.get(item["date"], 0.0) + s / top
-    names = frozenset(s[:k] for s in speakers for k in range(3, len(s) + 1))  # "mel" for Melanie
-    no_content = _NO_CONTENT | names
-
+    asked = _question(query, head)
     rows = []
     numbered: dict[WordNumbers, set[int]] = {}  # per vocabulary: the numbers of `no_content`
     for i, (item, at) in enumerate(zip(head, around, strict=True)):
-        content = at.content.get(names, -1)
+        content = at.content.get(asked.names, -1)
         if content < 0:
-            content = at.content[names] = _content(at, (names, no_content), numbered)
-        speaker = str(item.get("speaker") or "").lower()
-        own_day = scores[i] / top if i < DAY_WINDOW else 0.0
-        rows.append(
-            [
-                float(bool(named) and speaker in named),
-                float(bool(named) and speaker not in named),
-                float(asks_when and bool(item.get("anchors") or item.get("notes"))),
-                float(at.prev_asks),
-                float(at.prev_other),
-                float(at.next_asks),
-                days.get(item["date"], 0.0) - own_day,
-                float(at.image),
-                math.log1p(content),
-                content / max(1, len(at.distinct)),
-            ]
+            content = at.content[asked.names] = _content(at, (asked.names, asked.no_content), numbered)
+        flags = (at.prev_asks, at.prev_other, at.next_asks, at.image)
+        rows.append(_row(asked, i, item, flags, (content, len(at.distinct))))
+    return np.array(rows, dtype=np.float64)
+
+
+def _ends_asking(joined: str, start: int, end: int) -> bool:
+    """Whether `joined[start:end]` ends with a question mark, white space aside (its last character
+    read first: most passages end with neither)."""
+    if start == end:
+        return False
+    last = joined[end - 1]
+    if last == "?":
+        return True
+    return last.isspace() and joined[start:end].rstrip().endswith("?")
+
+
+def placed_word_features(
+    query: str, head: Sequence[dict[str, Any]], placed: Sequence[Placed]
+) -> NDArray[np.float64]:
+    """`word_features` of `head` with `surroundings(conn, head, placed)`, read from each passage's
+    prepared episode on the spot: nothing built or kept per passage (a new question's results are
+    mostly passages not shown before, and building their `Around` was half a reranking)."""
+    if not head:
+        return np.zeros((0, len(WORD_FEATURES)))
+    asked = _question(query, head)
+    rows = []
+    numbered: dict[WordNumbers, set[int]] = {}
+    for i, (item, (entry, j)) in enumerate(zip(head, placed, strict=False)):
+        ps = entry.passages
+        if not isinstance(ps, PassageColumns) or entry.start < 0:
+            at = _around(entry, j)  # a short episode's: its words split from the text, kept
+            content = at.content.get(asked.names, -1)
+            if content < 0:
+                content = at.content[asked.names] = _content(at, (asked.names, asked.no_content), numbered)
+            flags = (at.prev_asks, at.prev_other, at.next_asks, at.image)
+            rows.append(_row(asked, i, item, flags, (content, len(at.distinct))))
+            continue
+        joined, bounds, quote, speakers = ps.texts.joined, ps.texts.at, ps.quote, ps.quote_speakers
+        speaker = speakers[int(quote[j])].lower()
+        before = j > 0
+        flags = (
+            before and _ends_asking(joined, bounds[j - 1], bounds[j]),
+            before and speakers[int(quote[j - 1])].lower() != speaker,
+            j + 1 < ps.n and _ends_asking(joined, bounds[j + 1], bounds[j + 2]),
+            joined.find(_IMAGE, bounds[j], bounds[j + 1]) >= 0,
         )
+        vocabulary = entry.dedup_by if entry.dedup_by is not None else TEXTS.numbers
+        ids, at_ = TEXTS.dedup(entry, vocabulary)
+        words = ids[at_[j] : at_[j + 1]]
+        ignored = numbered.get(vocabulary)
+        if ignored is None:
+            known = vocabulary.numbers
+            ignored = vocabulary.numbered(_NO_CONTENT) | {
+                n for w in asked.names if (n := known.get(w)) is not None
+            }
+            numbered[vocabulary] = ignored
+        content = len(words) - len(ignored.intersection(words.tolist()))
+        rows.append(_row(asked, i, item, flags, (content, len(words))))
     return np.array(rows, dtype=np.float64)
