@@ -23,6 +23,7 @@ import math
 import re
 import sqlite3
 from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -384,35 +385,52 @@ class _Scored:
             item["hits"] = frozenset(np.flatnonzero(self.counts[i]).tolist())
         return item
 
-    def result(self, i: int, score: float, placed: list[tuple[Prepared, int]] | None) -> dict[str, Any]:
-        """Passage `i` as `search_quotes` returns it (what `item` and `_distinct` make of it, in one
-        step: built only for the passages kept); `placed` receives its passage."""
-        k, j = int(self.episode[i]), int(self.local[i])
-        text, speaker, event_id, part, notes, row, start, date = self._said(k, j)
-        entry = self.entries[k]
+    def result(
+        self, k: int, j: int, score: float, placed: list[tuple[Prepared, int]] | None
+    ) -> dict[str, Any]:
+        """Passage j of candidate k as `search_quotes` returns it (what `item` and `_distinct` make of
+        it, in one step: built only for the passages kept); `placed` receives its passage."""
+        row, entry = self.rows[k], self.entries[k]
+        p, ts = entry.passages, row[4]
+        got = self._starts.get(k)
+        if got is None:
+            got = self._starts[k] = ((t := parse_ts(ts)), human_date(t))
+        q, texts = int(p.quote[j]), p.texts
+        speaker, event_id = p.quote_speakers[q], p.quote_events[q]
+        text = texts.joined[texts.at[j] : texts.at[j + 1]]
+        stored = self.notes.get((event_id, speaker)) if self.notes else None
+        notes = shown_notes(stored) if stored else []
         if placed is not None:
             placed.append((entry, j))
         return {
             "text": text,
             "speaker": speaker,
             "event_id": event_id,
-            "part": part,
+            "part": p.part[j],
             "notes": notes,
             "episode_id": row[0],
-            "ts": row[4],
-            "date": date,
-            "cosine": self.near.get((row[0], j)),
+            "ts": ts,
+            "date": got[1],
+            "cosine": self.near.get((row[0], j)) if self.near else None,
             # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
-            "anchors": [] if notes else _anchors(text, start, (entry, j), row[4]),
+            "anchors": [] if notes else _anchors(text, got[0], (entry, j), ts),
             "score": round(score, 4),
         }
 
-    def word_set(self, i: int) -> np.ndarray:
-        """Passage `i`'s distinct words for the near-duplicate check, numbered (ascending) when its
-        episode was prepared (runtime.passage_columns): a slice, nothing built."""
-        ids, at = TEXTS.dedup(self.entries[int(self.episode[i])], self.numbers)
-        j = int(self.local[i])
-        return ids[at[j] : at[j + 1]]
+    def shown(
+        self, order: list[tuple[int, float]], stored: int
+    ) -> Iterator[tuple[tuple[int, int, float], np.ndarray]]:
+        """The ranked passages a search can show (a positive score, or any of a stored episode's:
+        the stand-ins after them are kept only when they match), as ((candidate, place, score), its
+        distinct words for the near-duplicate check, numbered when its episode was prepared:
+        runtime.passage_columns; a slice, nothing built)."""
+        episode, local, entries, numbers = self.episode, self.local, self.entries, self.numbers
+        for i, score in order:
+            k = int(episode[i])
+            if score > 0 or k < stored:
+                ids, at = TEXTS.dedup(entries[k], numbers)
+                j = int(local[i])
+                yield (k, j, score), ids[at[j] : at[j + 1]]
 
     def late_words(self) -> frozenset[int]:
         """The question's own words' numbers: filed under last by the near-duplicate check (they are
@@ -669,10 +687,8 @@ def search_quotes(
         order = _best_first(found, scores, enough)
         if placed is not None:
             placed.clear()  # a deeper pass starts the results again
-        kept = ((i, score) for i, score in order if score > 0 or found.episode[i] < stored)
-        late = found.late_words()
-        run = distinct_run(((c, found.word_set(c[0])) for c in kept), late, DUPLICATE_JACCARD, limit)
-        out = [found.result(i, score, placed) for i, score in run]
+        run = distinct_run(found.shown(order, stored), found.late_words(), DUPLICATE_JACCARD, limit)
+        out = [found.result(k, j, score, placed) for k, j, score in run]
         if len(out) >= limit or (len(order) == len(scores) and found.complete):
             return out
         enough *= 4  # many near-duplicates among the best: look further down
