@@ -78,8 +78,8 @@ def trimmed(said: str, asked: frozenset[str], filler: frozenset[str]) -> str:
         if len(sentence) > FILLER_CHARS:
             keep.append(True)  # longer than any filler met: not worth reading word by word
             continue
-        words = set(WORD_RE.findall(sentence.lower()))
-        keep.append(bool(words & asked) or bool(words - filler))
+        words = WORD_RE.findall(sentence.lower())
+        keep.append(not asked.isdisjoint(words) or not filler.issuperset(words))
     if all(keep) or not any(keep):
         return said
     return " ".join(s for s, kept in zip(sentences, keep, strict=True) if kept)

@@ -367,11 +367,12 @@ def placed_word_features(
             rows.append(_row(asked, i, item, flags, (content, len(at.distinct))))
             continue
         joined, bounds, quote, speakers = ps.texts.joined, ps.texts.at, ps.quote, ps.quote_speakers
-        speaker = speakers[int(quote[j])].lower()
         before = j > 0
+        said, said_before = int(quote[j]), int(quote[j - 1]) if before else -1
         flags = (
             before and _ends_asking(joined, bounds[j - 1], bounds[j]),
-            before and speakers[int(quote[j - 1])].lower() != speaker,
+            # A passage after another of its own turn follows the same speaker.
+            before and said_before != said and speakers[said_before].lower() != speakers[said].lower(),
             j + 1 < ps.n and _ends_asking(joined, bounds[j + 1], bounds[j + 2]),
             joined.find(_IMAGE, bounds[j], bounds[j + 1]) >= 0,
         )
