@@ -36,6 +36,7 @@ import math
 import re
 import sqlite3
 import weakref
+from array import array
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, NamedTuple
 
@@ -109,12 +110,19 @@ class Around(NamedTuple):
 class _Episode:
     """What the reranker keeps of one prepared episode: its passages' facts, worked out when first asked."""
 
-    __slots__ = ("_positions", "entry", "facts")
+    __slots__ = ("_positions", "counted_for", "counts", "entry", "facts", "marks")
 
     def __init__(self, entry: weakref.ref[Prepared], n: int) -> None:
         self.entry = entry
         self.facts: list[Around | None] = [None] * n  # per passage
         self._positions: dict[tuple[str, int], int] | None = None
+        # What `placed_word_features` read of a long episode's passages, kept in arrays (nothing for
+        # the collector to walk): per passage 0 (not read yet) or 1 | prev_asks << 1 | prev_other << 2
+        # | next_asks << 3 | image << 4; and its content words (for the speakers' names
+        # `counted_for`) and distinct words, -1 until counted.
+        self.marks = bytearray(n)
+        self.counts = array("q", [-1]) * (2 * n)
+        self.counted_for: frozenset[str] | None = None
 
     @property
     def positions(self) -> dict[tuple[str, int], int]:
@@ -366,26 +374,43 @@ def placed_word_features(
             flags = (at.prev_asks, at.prev_other, at.next_asks, at.image)
             rows.append(_row(asked, i, item, flags, (content, len(at.distinct))))
             continue
-        joined, bounds, quote, speakers = ps.texts.joined, ps.texts.at, ps.quote, ps.quote_speakers
-        before = j > 0
-        said, said_before = int(quote[j]), int(quote[j - 1]) if before else -1
-        flags = (
-            before and _ends_asking(joined, bounds[j - 1], bounds[j]),
-            # A passage after another of its own turn follows the same speaker.
-            before and said_before != said and speakers[said_before].lower() != speakers[said].lower(),
-            j + 1 < ps.n and _ends_asking(joined, bounds[j + 1], bounds[j + 2]),
-            joined.find(_IMAGE, bounds[j], bounds[j + 1]) >= 0,
-        )
-        vocabulary = entry.dedup_by if entry.dedup_by is not None else TEXTS.numbers
-        ids, at_ = TEXTS.dedup(entry, vocabulary)
-        words = ids[at_[j] : at_[j + 1]]
-        ignored = numbered.get(vocabulary)
-        if ignored is None:
-            known = vocabulary.numbers
-            ignored = vocabulary.numbered(_NO_CONTENT) | {
-                n for w in asked.names if (n := known.get(w)) is not None
-            }
-            numbered[vocabulary] = ignored
-        content = len(words) - len(ignored.intersection(words.tolist()))
-        rows.append(_row(asked, i, item, flags, (content, len(words))))
+        kept = _episode(entry)
+        mark = kept.marks[j] or _marked(kept, entry, j)
+        flags = (bool(mark & 2), bool(mark & 4), bool(mark & 8), bool(mark & 16))
+        if kept.counted_for != asked.names:  # other speakers: other words count as content
+            kept.counts = array("q", [-1]) * len(kept.counts)
+            kept.counted_for = asked.names
+        if kept.counts[2 * j] < 0:
+            vocabulary = entry.dedup_by if entry.dedup_by is not None else TEXTS.numbers
+            ids, at = TEXTS.dedup(entry, vocabulary)
+            words = ids[at[j] : at[j + 1]]
+            ignored = numbered.get(vocabulary)
+            if ignored is None:
+                known = vocabulary.numbers
+                ignored = vocabulary.numbered(_NO_CONTENT) | {
+                    n for w in asked.names if (n := known.get(w)) is not None
+                }
+                numbered[vocabulary] = ignored
+            kept.counts[2 * j] = len(words) - len(ignored.intersection(words.tolist()))
+            kept.counts[2 * j + 1] = len(words)
+        rows.append(_row(asked, i, item, flags, (kept.counts[2 * j], kept.counts[2 * j + 1])))
     return np.array(rows, dtype=np.float64)
+
+
+def _marked(kept: _Episode, entry: Prepared, j: int) -> int:
+    """Passage j's neighbours' endings and speakers and its picture mark, read from the columns and
+    kept (`_Episode.marks`)."""
+    ps = entry.passages
+    joined, bounds, quote, speakers = ps.texts.joined, ps.texts.at, ps.quote, ps.quote_speakers
+    before = j > 0
+    said, said_before = int(quote[j]), int(quote[j - 1]) if before else -1
+    mark = (
+        1
+        | (before and _ends_asking(joined, bounds[j - 1], bounds[j])) << 1
+        # A passage after another of its own turn follows the same speaker.
+        | (before and said_before != said and speakers[said_before].lower() != speakers[said].lower()) << 2
+        | (j + 1 < ps.n and _ends_asking(joined, bounds[j + 1], bounds[j + 2])) << 3
+        | (joined.find(_IMAGE, bounds[j], bounds[j + 1]) >= 0) << 4
+    )
+    kept.marks[j] = mark
+    return mark
