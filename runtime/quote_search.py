@@ -621,6 +621,18 @@ def _best_first(found: _Scored, scores: np.ndarray, enough: int) -> list[tuple[i
     return by_score(scores, chosen, rest)
 
 
+def _kept(
+    found: _Scored,
+    order: list[tuple[int, float]],
+    stored: int,
+    limit: int,
+    placed: list[tuple[Prepared, int]] | None,
+) -> list[dict[str, Any]]:
+    """The first `limit` passages of `order` a search shows, near-identical ones kept once, as items."""
+    run = distinct_run(found.shown(order, stored), found.late_words(), DUPLICATE_JACCARD, limit)
+    return [found.result(k, j, score, placed) for k, j, score in run]
+
+
 def search_quotes(
     conn: sqlite3.Connection,
     who: Principal,
@@ -687,8 +699,7 @@ def search_quotes(
         order = _best_first(found, scores, enough)
         if placed is not None:
             placed.clear()  # a deeper pass starts the results again
-        run = distinct_run(found.shown(order, stored), found.late_words(), DUPLICATE_JACCARD, limit)
-        out = [found.result(k, j, score, placed) for k, j, score in run]
+        out = _kept(found, order, stored, limit, placed)
         if len(out) >= limit or (len(order) == len(scores) and found.complete):
             return out
         enough *= 4  # many near-duplicates among the best: look further down
