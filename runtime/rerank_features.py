@@ -300,11 +300,11 @@ def _row(
     asked: _Question,
     i: int,
     item: dict[str, Any],
-    flags: tuple[bool, bool, bool, bool],
+    flags: tuple[int, int, int, int],
     words: tuple[int, int],
 ) -> list[float]:
-    """Passage i's `WORD_FEATURES`; `flags`: (prev_asks, prev_other, next_asks, image), `words`: its
-    content words and distinct words."""
+    """Passage i's `WORD_FEATURES`; `flags`: (prev_asks, prev_other, next_asks, image), each true when
+    not 0; `words`: its content words and distinct words."""
     named = asked.named
     speaker = str(item.get("speaker") or "").lower()
     own_day = asked.scores[i] / asked.top if i < DAY_WINDOW else 0.0
@@ -313,11 +313,11 @@ def _row(
         float(bool(named) and speaker in named),
         float(bool(named) and speaker not in named),
         float(asked.asks_when and bool(item.get("anchors") or item.get("notes"))),
-        float(flags[0]),
-        float(flags[1]),
-        float(flags[2]),
+        float(bool(flags[0])),
+        float(bool(flags[1])),
+        float(bool(flags[2])),
         asked.days.get(item["date"], 0.0) - own_day,
-        float(flags[3]),
+        float(bool(flags[3])),
         math.log1p(content),
         content / max(1, distinct),
     ]
@@ -357,44 +357,57 @@ def placed_word_features(
     query: str, head: Sequence[dict[str, Any]], placed: Sequence[Placed]
 ) -> NDArray[np.float64]:
     """`word_features` of `head` with `surroundings(conn, head, placed)`, read from each passage's
-    prepared episode on the spot: nothing built or kept per passage (a new question's results are
-    mostly passages not shown before, and building their `Around` was half a reranking)."""
+    prepared episode on the spot: a long episode's passages build no `Around` (a new question's
+    results are mostly passages not shown before, and building theirs was half a reranking); what
+    was read is kept in its episode's arrays (`_Episode.marks`, `_Episode.counts`)."""
     if not head:
         return np.zeros((0, len(WORD_FEATURES)))
     asked = _question(query, head)
-    rows = []
+    marks, words = [], []
     numbered: dict[WordNumbers, set[int]] = {}
-    for i, (item, (entry, j)) in enumerate(zip(head, placed, strict=False)):
+    for entry, j in placed[: len(head)]:
         ps = entry.passages
         if not isinstance(ps, PassageColumns) or entry.start < 0:
             at = _around(entry, j)  # a short episode's: its words split from the text, kept
             content = at.content.get(asked.names, -1)
             if content < 0:
                 content = at.content[asked.names] = _content(at, (asked.names, asked.no_content), numbered)
-            flags = (at.prev_asks, at.prev_other, at.next_asks, at.image)
-            rows.append(_row(asked, i, item, flags, (content, len(at.distinct))))
+            marks.append(at.prev_asks << 1 | at.prev_other << 2 | at.next_asks << 3 | at.image << 4)
+            words.append((content, len(at.distinct)))
             continue
         kept = _episode(entry)
-        mark = kept.marks[j] or _marked(kept, entry, j)
-        flags = (bool(mark & 2), bool(mark & 4), bool(mark & 8), bool(mark & 16))
-        if kept.counted_for != asked.names:  # other speakers: other words count as content
-            kept.counts = array("q", [-1]) * len(kept.counts)
-            kept.counted_for = asked.names
-        if kept.counts[2 * j] < 0:
-            vocabulary = entry.dedup_by if entry.dedup_by is not None else TEXTS.numbers
-            ids, at = TEXTS.dedup(entry, vocabulary)
-            words = ids[at[j] : at[j + 1]]
-            ignored = numbered.get(vocabulary)
-            if ignored is None:
-                known = vocabulary.numbers
-                ignored = vocabulary.numbered(_NO_CONTENT) | {
-                    n for w in asked.names if (n := known.get(w)) is not None
-                }
-                numbered[vocabulary] = ignored
-            kept.counts[2 * j] = len(words) - len(ignored.intersection(words.tolist()))
-            kept.counts[2 * j + 1] = len(words)
-        rows.append(_row(asked, i, item, flags, (kept.counts[2 * j], kept.counts[2 * j + 1])))
-    return np.array(rows, dtype=np.float64)
+        marks.append(kept.marks[j] or _marked(kept, entry, j))
+        if kept.counted_for is not asked.names:
+            if kept.counted_for != asked.names:  # other speakers: other words count as content
+                kept.counts = array("q", [-1]) * len(kept.counts)
+            kept.counted_for = asked.names  # the same names: met as the same object from here on
+        counts = kept.counts
+        if counts[2 * j] < 0:
+            counts[2 * j], counts[2 * j + 1] = _counted(entry, j, asked.names, numbered)
+        words.append((counts[2 * j], counts[2 * j + 1]))
+    return np.array(
+        [
+            _row(asked, i, item, (m & 2, m & 4, m & 8, m & 16), w)
+            for i, (item, m, w) in enumerate(zip(head, marks, words, strict=True))
+        ],
+        dtype=np.float64,
+    )
+
+
+def _counted(
+    entry: Prepared, j: int, names: frozenset[str], numbered: dict[WordNumbers, set[int]]
+) -> tuple[int, int]:
+    """A long episode's passage j: (its content words, its distinct words), from its numbered set;
+    `numbered` keeps the numbers of the words that are not content per vocabulary, for one call."""
+    vocabulary = entry.dedup_by if entry.dedup_by is not None else TEXTS.numbers
+    ids, at = TEXTS.dedup(entry, vocabulary)
+    words = ids[at[j] : at[j + 1]]
+    ignored = numbered.get(vocabulary)
+    if ignored is None:
+        known = vocabulary.numbers
+        ignored = vocabulary.numbered(_NO_CONTENT) | {n for w in names if (n := known.get(w)) is not None}
+        numbered[vocabulary] = ignored
+    return len(words) - len(ignored.intersection(words.tolist())), len(words)
 
 
 def _marked(kept: _Episode, entry: Prepared, j: int) -> int:
