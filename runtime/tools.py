@@ -363,7 +363,7 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
         query,
         [m["episode_id"] for m in result.memories] + [i for i, _ in delivered],
         [float(m["score"] or 0.0) for m in result.memories] + [score for _, score in delivered],
-        _cost(out),
+        result.kept_cost(),  # what writing `out` counts
         reason="agent reached for a memory" + (f" (about {participant})" if participant else ""),
     )
     return out
