@@ -30,7 +30,19 @@ PIECES = [
     "Why?",
     "ok.",
 ]
-ENDINGS = ["", "?", "? ", "?\n", "?\u3000", "?\x1c", " ?", ".", "?!", " [image: a kite over the lake]", "?\u200b"]
+ENDINGS = [
+    "",
+    "?",
+    "? ",
+    "?\n",
+    "?\u3000",
+    "?\x1c",
+    " ?",
+    ".",
+    "?!",
+    " [image: a kite over the lake]",
+    "?\u200b",
+]
 SPEAKERS = ["Ada", "ada", "Melanie", "MELANIE", "Bob", ""]
 
 
@@ -79,7 +91,9 @@ def test_word_features_read_on_the_spot_are_those_of_the_kept_surroundings() -> 
         checked = 0
         for query in ["What did Melanie paint?", "When did Ada fly the kite?", "the lake", "Bob and ADA"]:
             for _ in range(15):
-                placed = [(e, rng.randrange(len(e.passages))) for e in rng.choices(entries, k=rng.randint(1, 70))]
+                placed = [
+                    (e, rng.randrange(len(e.passages))) for e in rng.choices(entries, k=rng.randint(1, 70))
+                ]
                 heads = [_head(rng, e, j) for e, j in placed]
                 expected = rf.word_features(query, heads, rf.surroundings(None, heads, placed))  # type: ignore[arg-type]
                 got = rf.placed_word_features(query, heads, placed)
