@@ -59,8 +59,13 @@ if __name__ == "__main__":
         optional=True,
         extra_compile_args=["-O2", "-ffp-contract=off"],
     )
+    # The quote search's near-duplicate check over a run of results (optional too:
+    # `tiermem.runtime.passage_distinct` runs its Python path, which keeps the same results).
+    DISTINCT = Extension(
+        "tiermem.runtime._distinct", ["runtime/_distinct.c"], optional=True, extra_compile_args=["-O2"]
+    )
     setup(
         packages=sorted(LAYOUT),
         package_dir=LAYOUT,
-        ext_modules=[SCAN, RECORDS, HELDIO, STEADY, BLOCKSCORE],
+        ext_modules=[SCAN, RECORDS, HELDIO, STEADY, BLOCKSCORE, DISTINCT],
     )

@@ -74,6 +74,8 @@ def _instrument(m: AgentMemory, stages: dict[str, list[float]]) -> None:
     _timed(stages, passage_blocks.Blocks, "scored", "  quotes: blocks counted and scored")
     _timed(stages, quote_search, "_restated", "  quotes: restatements")
     _timed(stages, quote_search, "_distinct", "  quotes: result order and items")
+    if hasattr(quote_search, "_kept"):  # the lexical path's (the check over a run of results)
+        _timed(stages, quote_search, "_kept", "  quotes: result order and items")
     _timed(stages, rerank.Reranker, "reorder", "  quotes: reranker")
     _timed(stages, quote_search.TEXTS, "term_counts", "term counts (both searches)")
     _timed(stages, episode_search, "_quote_matches", "  episodes: quote counts")

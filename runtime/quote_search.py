@@ -23,6 +23,7 @@ import math
 import re
 import sqlite3
 from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -48,13 +49,22 @@ from tiermem.runtime.notes import Note, shown_notes
 from tiermem.runtime.packing import render_quote_block
 from tiermem.runtime.passage_blocks import block_plan
 from tiermem.runtime.passage_bounds import Factors, Passages, survivors
-from tiermem.runtime.passage_columns import WordNumbers, dedup_set
+from tiermem.runtime.passage_columns import WordNumbers
 from tiermem.runtime.passage_compiled import Shares
 from tiermem.runtime.passage_counts import header_counts
+from tiermem.runtime.passage_distinct import distinct_run
 from tiermem.runtime.passage_layout import layout
 from tiermem.runtime.passage_order import by_score
 from tiermem.runtime.passage_parts import Parts, Weights, add_notes, blocked, named_passages, weigh_captions
 from tiermem.runtime.query_terms import query_term_groups
+from tiermem.runtime.quote_distinct import (  # the check's own names, read here as before
+    DUPLICATE_JACCARD,
+    _anchors,
+    _dedup_key,  # noqa: F401
+    _distinct,
+    _keyed,
+    _near_identical,  # noqa: F401
+)
 from tiermem.runtime.time_query import (
     TimeWindow,
     event_phrase,
@@ -67,7 +77,7 @@ from tiermem.runtime.unfolded_passages import stand_ins
 from tiermem.runtime.vectors import VectorIndex
 from tiermem.runtime.visibility import Principal
 
-from tiermem.dates import anchor_relative_dates, human_date
+from tiermem.dates import human_date
 from tiermem.fusion import weighted_fusion
 from tiermem.ids import parse_ts
 
@@ -173,7 +183,6 @@ _ENDS_ASKING = re.compile(r"\?\s*$")
 QUOTE_SPEAKER_BOOST = 2.5  # stronger than for whole episodes: a quote has exactly one speaker
 HEAD_WEIGHT = 0.3  # the episode's name and summary (topics, anchored dates) as context for each quote
 _SHARES = Shares(ANSWER_WEIGHT, NEIGHBOUR_WEIGHT, FAR_WEIGHT, AVG_QUOTE_WORDS)  # what the blocks' pass reads
-DUPLICATE_JACCARD = 0.9
 # A caption's words count half a said word: a captioner describes the picture ("a man standing on
 # a beach"), which matches questions about it less surely than what the person said. Measured on
 # LoCoMo dev @500 (lexical): 0.5 ranked better than 1.0 (+0.3 evidence with every caption shown)
@@ -191,10 +200,6 @@ WINDOW_BOOST = 0.5  # a turn said within the question's time window ("last year"
 RESTATEMENT_POOL = 60  # the best passages among which a newer restatement is moved above the older
 RESTATEMENT_COVER = 0.6  # share of the question's weight two turns must both contain to restate each other
 RESTATEMENT_MIN_SHARE = 0.5  # ...and the newer one's score at least this share of the older one's
-
-
-def _dedup_key(text: str) -> frozenset[str]:
-    return frozenset(_WORD.findall(text.lower()))
 
 
 @dataclass(frozen=True)
@@ -347,24 +352,29 @@ class _Scored:
     _starts: dict[int, tuple[datetime, str]] = field(default_factory=dict)  # per candidate: start, date
     # The near-duplicate check's vocabulary when the search started (EpisodeTexts.dedup).
     numbers: WordNumbers = field(default_factory=lambda: TEXTS.numbers)
-    asked: tuple[str, ...] = ()  # the question's forms: filed under last (`dedup_key`)
-    _late: frozenset[int] | None = None
+    asked: tuple[str, ...] = ()  # the question's forms: filed under last (`late_words`)
 
-    def item(self, i: int, hits: bool = False) -> dict[str, Any]:
-        """Passage `i` as a result item (before the final touches of `search_quotes`; `hits`: with the
-        groups it holds, which only the fused ranking's restatement check reads)."""
-        k, j = int(self.episode[i]), int(self.local[i])
+    def _said(self, k: int, j: int) -> tuple[Any, ...]:
+        """Passage j of candidate k: (text, speaker, event id, part, shown notes, row, start, date)."""
         row, p = self.rows[k], self.entries[k].passages
         start, date = self._starts.get(k) or self._starts.setdefault(
             k, (t := parse_ts(row[4]), human_date(t))
         )
         speaker, event_id = p.speaker(j), p.event_id(j)
-        return {
-            "text": p.text(j),
+        notes = shown_notes(self.notes.get((event_id, speaker), []))
+        return p.text(j), speaker, event_id, int(p.part[j]), notes, row, start, date
+
+    def item(self, i: int, hits: bool = False) -> dict[str, Any]:
+        """Passage `i` as a result item (before the final touches of `_distinct`; `hits`: with the
+        groups it holds, which only the fused ranking's restatement check reads)."""
+        k, j = int(self.episode[i]), int(self.local[i])
+        text, speaker, event_id, part, notes, row, start, date = self._said(k, j)
+        item = {
+            "text": text,
             "speaker": speaker,
             "event_id": event_id,
-            "part": int(p.part[j]),
-            "notes": shown_notes(self.notes.get((event_id, speaker), [])),
+            "part": part,
+            "notes": notes,
             "episode_id": row[0],
             "ts": row[4],
             "date": date,
@@ -372,18 +382,64 @@ class _Scored:
             "cosine": self.near.get((row[0], j)),
             "_passage": (self.entries[k], j),
             "boost": self.boosts[k],
-        } | ({"hits": frozenset(np.flatnonzero(self.counts[i]).tolist())} if hits else {})
+        }
+        if hits:
+            item["hits"] = frozenset(np.flatnonzero(self.counts[i]).tolist())
+        return item
 
-    def dedup_key(self, i: int) -> tuple[frozenset[int], tuple[int, ...]]:
-        """Passage `i`'s word set and its prefix for `_distinct`, from the words taken when its episode
-        was prepared (numbered: runtime.passage_columns)."""
-        ids, at = TEXTS.dedup(self.entries[int(self.episode[i])], self.numbers)
-        if self._late is None:
-            # The question's own words are in nearly every result: first in the filing order, they
-            # would make every result meet every other; any one order per search keeps the check exact.
-            got = (self.numbers.numbers.get(f) for f in self.asked)
-            self._late = frozenset(n for n in got if n is not None)
-        return dedup_set(ids, at, int(self.local[i]), DUPLICATE_JACCARD, self._late)
+    def result(
+        self, k: int, j: int, score: float, placed: list[tuple[Prepared, int]] | None
+    ) -> dict[str, Any]:
+        """Passage j of candidate k as `search_quotes` returns it (what `item` and `_distinct` make of
+        it, in one step: built only for the passages kept); `placed` receives its passage."""
+        row, entry = self.rows[k], self.entries[k]
+        p, ts = entry.passages, row[4]
+        got = self._starts.get(k)
+        if got is None:
+            got = self._starts[k] = ((t := parse_ts(ts)), human_date(t))
+        q, texts = int(p.quote[j]), p.texts
+        speaker, event_id = p.quote_speakers[q], p.quote_events[q]
+        text = texts.joined[texts.at[j] : texts.at[j + 1]]
+        stored = self.notes.get((event_id, speaker)) if self.notes else None
+        notes = shown_notes(stored) if stored else []
+        if placed is not None:
+            placed.append((entry, j))
+        return {
+            "text": text,
+            "speaker": speaker,
+            "event_id": event_id,
+            "part": p.part[j],
+            "notes": notes,
+            "episode_id": row[0],
+            "ts": ts,
+            "date": got[1],
+            "cosine": self.near.get((row[0], j)) if self.near else None,
+            # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
+            "anchors": [] if notes else _anchors(text, got[0], (entry, j), ts),
+            "score": round(score, 4),
+        }
+
+    def shown(
+        self, order: list[tuple[int, float]], stored: int
+    ) -> Iterator[tuple[tuple[int, int, float], np.ndarray]]:
+        """The ranked passages a search can show (a positive score, or any of a stored episode's:
+        the stand-ins after them are kept only when they match), as ((candidate, place, score), its
+        distinct words for the near-duplicate check, numbered when its episode was prepared:
+        runtime.passage_columns; a slice, nothing built)."""
+        episode, local, entries, numbers = self.episode, self.local, self.entries, self.numbers
+        for i, score in order:
+            k = int(episode[i])
+            if score > 0 or k < stored:
+                ids, at = TEXTS.dedup(entries[k], numbers)
+                j = int(local[i])
+                yield (k, j, score), ids[at[j] : at[j + 1]]
+
+    def late_words(self) -> frozenset[int]:
+        """The question's own words' numbers: filed under last by the near-duplicate check (they are
+        in nearly every result: first in the filing order, they would make every result meet every
+        other; any one order per search keeps the check exact)."""
+        got = (self.numbers.numbers.get(f) for f in self.asked)
+        return frozenset(n for n in got if n is not None)
 
 
 def _neighbours(
@@ -563,6 +619,18 @@ def _best_first(found: _Scored, scores: np.ndarray, enough: int) -> list[tuple[i
     return by_score(scores, chosen, rest)
 
 
+def _kept(
+    found: _Scored,
+    order: list[tuple[int, float]],
+    stored: int,
+    limit: int,
+    placed: list[tuple[Prepared, int]] | None,
+) -> list[dict[str, Any]]:
+    """The first `limit` passages of `order` a search shows, near-identical ones kept once, as items."""
+    run = distinct_run(found.shown(order, stored), found.late_words(), DUPLICATE_JACCARD, limit)
+    return [found.result(k, j, score, placed) for k, j, score in run]
+
+
 def search_quotes(
     conn: sqlite3.Connection,
     who: Principal,
@@ -629,8 +697,7 @@ def search_quotes(
         order = _best_first(found, scores, enough)
         if placed is not None:
             placed.clear()  # a deeper pass starts the results again
-        kept = ((i, score) for i, score in order if score > 0 or found.episode[i] < stored)
-        out = _distinct(((score, found.item(i), found.dedup_key(i)) for i, score in kept), limit, placed)
+        out = _kept(found, order, stored, limit, placed)
         if len(out) >= limit or (len(order) == len(scores) and found.complete):
             return out
         enough *= 4  # many near-duplicates among the best: look further down
@@ -638,80 +705,6 @@ def search_quotes(
             found = _score_passages(rows, entries, asked, near, notes, enough)
             found.asked = asked.forms
             scores = _restated(found, asked.weights)
-
-
-def _near_identical(a: frozenset[str], b: frozenset[str]) -> bool:
-    """Jaccard(a, b) >= DUPLICATE_JACCARD, without building the union (|a | b| = |a| + |b| - |a & b|).
-
-    The shared words are at most the smaller set and the union at least the
-    larger, so sets whose sizes differ by more than that share cannot be
-    near-identical: most pairs are ruled out by their sizes alone.
-    """
-    small, large = (len(a), len(b)) if len(a) <= len(b) else (len(b), len(a))
-    if small < DUPLICATE_JACCARD * large:
-        return False
-    shared = len(a & b)
-    return shared >= DUPLICATE_JACCARD * (len(a) + len(b) - shared)
-
-
-def _prefix(key: frozenset[str]) -> tuple[str, ...]:
-    """The words of `key` under which `_distinct` files it: its rarest, as many as near-identity needs.
-
-    Two near-identical sets share a word among their first |set| - ceil(DUPLICATE_JACCARD x |set|) + 1
-    in any one order of words; the prefix here is one word longer, against rounding. The order is
-    fixed for the process (runtime.episode_text), so a passage's prefix is taken once.
-    """
-    return TEXTS.prefix(key, len(key) - int(DUPLICATE_JACCARD * len(key)) + 2)
-
-
-def _anchors(
-    text: str, at: datetime, passage: tuple[Prepared, int] | None, ts: str | None = None
-) -> list[tuple[str, str]]:
-    """The relative dates of a passage said `at` (written `ts`), resolved (kept with its prepared episode)."""
-    if passage is None:
-        return anchor_relative_dates(text, at)
-    entry, j = passage
-    if ts is not None and ts == entry.said_ts:  # its episode's start: resolved when it was prepared
-        return list(entry.said_anchors.get(j, ()))
-    found = entry.anchors.get((j, at))
-    if found is None:
-        found = entry.anchors[(j, at)] = anchor_relative_dates(text, at)
-    return list(found)
-
-
-def _keyed(text: str) -> tuple[frozenset[str], tuple[str, ...]]:
-    key = _dedup_key(text)
-    return key, _prefix(key)
-
-
-def _distinct(
-    ranked: Any, limit: int, placed: list[tuple[Prepared, int]] | None = None
-) -> list[dict[str, Any]]:
-    """The first `limit` of (score, item, (word set, its `_prefix`)) best first, near-identical passages
-    kept once (only kept sets that share a prefix word are compared); `placed` receives their passages."""
-    out: list[dict[str, Any]] = []
-    keys: list[frozenset[str]] = []
-    by_word: dict[str, list[int]] = {}
-    for score, item, (key, prefix) in ranked:
-        met = {i for w in prefix for i in by_word.get(w, ())}
-        if any(_near_identical(key, keys[i]) for i in met):
-            continue
-        for w in prefix:
-            by_word.setdefault(w, []).append(len(keys))
-        keys.append(key)
-        at = item.pop("at")
-        passage = item.pop("_passage", None)
-        if placed is not None and passage is not None:
-            placed.append(passage)
-        # A turn's stored date notes say what its relative dates meant; older turns are resolved here.
-        item["anchors"] = [] if item["notes"] else _anchors(item["text"], at, passage, item["ts"])
-        item.pop("boost")
-        item.pop("hits", None)
-        item["score"] = round(score, 4)
-        out.append(item)
-        if len(out) >= limit:
-            break
-    return out
 
 
 def _fused(

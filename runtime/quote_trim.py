@@ -78,8 +78,8 @@ def trimmed(said: str, asked: frozenset[str], filler: frozenset[str]) -> str:
         if len(sentence) > FILLER_CHARS:
             keep.append(True)  # longer than any filler met: not worth reading word by word
             continue
-        words = set(WORD_RE.findall(sentence.lower()))
-        keep.append(bool(words & asked) or bool(words - filler))
+        words = WORD_RE.findall(sentence.lower())
+        keep.append(not asked.isdisjoint(words) or not filler.issuperset(words))
     if all(keep) or not any(keep):
         return said
     return " ".join(s for s, kept in zip(sentences, keep, strict=True) if kept)
@@ -88,11 +88,11 @@ def trimmed(said: str, asked: frozenset[str], filler: frozenset[str]) -> str:
 def trim_filler(quotes: Sequence[dict[str, Any]], query: str) -> list[dict[str, Any]]:
     """The quotes with their filler sentences left out (a quote changed is a copy; the caption of
     a shared picture is kept as it was)."""
-    speakers = [str(q.get("speaker") or "") for q in quotes]
-    filler = filler_words(speakers)
+    names = name_words(list(dict.fromkeys(str(q.get("speaker") or "") for q in quotes)))  # each once
+    filler = STOP_WORDS | SMALL_TALK | names
     # A small-talk word the question uses ("what makes her happy?") keeps its sentence: only stop
     # words and names (in nearly every sentence of their speaker) are no sign of an answer.
-    asked = frozenset(WORD_RE.findall(query.lower())) - STOP_WORDS - name_words(speakers)
+    asked = frozenset(WORD_RE.findall(query.lower())) - STOP_WORDS - names
     out = []
     for q in quotes:
         text = str(q["text"])

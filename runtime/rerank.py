@@ -59,7 +59,14 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from tiermem.runtime.rerank_features import WORD_FEATURES, Around, Placed, surroundings, word_features
+from tiermem.runtime.rerank_features import (
+    WORD_FEATURES,
+    Around,
+    Placed,
+    placed_word_features,
+    surroundings,
+    word_features,
+)
 from tiermem.runtime.vectors import embedding_text
 
 from tiermem.embeddings import Embedder, load_embedder
@@ -362,6 +369,11 @@ def features(
         "length": np.array([math.log1p(len(item["text"])) for item in head]),
     }
     wanted = set(columns)
+    if placed is not None and len(placed) >= n and not wanted & set(COSINE_FEATURES):
+        # No cosine reads a passage's neighbours' text: the word features are read on the spot.
+        if wanted & set(WORD_FEATURES):
+            cols.update(zip(WORD_FEATURES, placed_word_features(query, head, placed).T, strict=True))
+        return np.stack([cols[c] for c in columns], axis=1)
     around = surroundings(conn, head, placed) if wanted - set(SEARCH_FEATURES) else []
     if wanted & set(COSINE_FEATURES):
         if embedder is None and embed is None:

@@ -36,6 +36,7 @@ import math
 import re
 import sqlite3
 import weakref
+from array import array
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, NamedTuple
 
@@ -109,12 +110,19 @@ class Around(NamedTuple):
 class _Episode:
     """What the reranker keeps of one prepared episode: its passages' facts, worked out when first asked."""
 
-    __slots__ = ("_positions", "entry", "facts")
+    __slots__ = ("_positions", "counted_for", "counts", "entry", "facts", "marks")
 
     def __init__(self, entry: weakref.ref[Prepared], n: int) -> None:
         self.entry = entry
         self.facts: list[Around | None] = [None] * n  # per passage
         self._positions: dict[tuple[str, int], int] | None = None
+        # What `placed_word_features` read of a long episode's passages, kept in arrays (nothing for
+        # the collector to walk): per passage 0 (not read yet) or 1 | prev_asks << 1 | prev_other << 2
+        # | next_asks << 3 | image << 4; and its content words (for the speakers' names
+        # `counted_for`) and distinct words, -1 until counted.
+        self.marks = bytearray(n)
+        self.counts = array("q", [-1]) * (2 * n)
+        self.counted_for: frozenset[str] | None = None
 
     @property
     def positions(self) -> dict[tuple[str, int], int]:
@@ -214,13 +222,17 @@ def surroundings(
             # or replaced meanwhile): the passage keeps its place, with no word features to add.
             out.append(Around(frozenset(), None, False, False, False, False, {}))
             continue
-        entry, at = pair
-        kept = _episode(entry)
-        facts = kept.facts[at]
-        if facts is None:
-            facts = kept.facts[at] = _facts(entry, at)
-        out.append(facts)
+        out.append(_around(*pair))
     return out
+
+
+def _around(entry: Prepared, at: int) -> Around:
+    """Passage `at` of `entry`'s words and neighbours, worked out once and kept with its episode."""
+    kept = _episode(entry)
+    facts = kept.facts[at]
+    if facts is None:
+        facts = kept.facts[at] = _facts(entry, at)
+    return facts
 
 
 def _looked_up(conn: sqlite3.Connection, head: Sequence[dict[str, Any]]) -> list[Placed | None]:
@@ -252,45 +264,166 @@ def _content(
     return len(at.distinct) - len(ids.intersection(at.distinct.tolist()))  # type: ignore[union-attr]
 
 
+class _Question(NamedTuple):
+    """What the word features read of the question and the shortlist as a whole."""
+
+    named: set[str]  # the names the question holds, lowered
+    asks_when: bool
+    scores: list[float]
+    top: float
+    days: dict[str, float]  # each day's share of the best DAY_WINDOW scores
+    names: frozenset[str]  # the shortlist's speakers' names and their shortenings
+    no_content: frozenset[str]
+
+
+def _question(query: str, head: Sequence[dict[str, Any]]) -> _Question:
+    speakers = {str(item.get("speaker") or "").lower() for item in head} - {""}
+    scores = np.array([float(item["score"]) for item in head])
+    top = float(scores.max()) or 1.0
+    days: dict[str, float] = {}
+    listed = scores.tolist()
+    for item, s in zip(head[:DAY_WINDOW], listed[:DAY_WINDOW], strict=False):
+        days[item["date"]] = days.get(item["date"], 0.0) + s / top
+    names = frozenset(s[:k] for s in speakers for k in range(3, len(s) + 1))  # "mel" for Melanie
+    return _Question(
+        named={w.lower() for w in _NAMES.findall(query)},
+        asks_when=_ASKS_WHEN.search(query) is not None,
+        scores=listed,
+        top=top,
+        days=days,
+        names=names,
+        no_content=_NO_CONTENT | names,
+    )
+
+
+def _row(
+    asked: _Question,
+    i: int,
+    item: dict[str, Any],
+    flags: tuple[int, int, int, int],
+    words: tuple[int, int],
+) -> list[float]:
+    """Passage i's `WORD_FEATURES`; `flags`: (prev_asks, prev_other, next_asks, image), each true when
+    not 0; `words`: its content words and distinct words."""
+    named = asked.named
+    speaker = str(item.get("speaker") or "").lower()
+    own_day = asked.scores[i] / asked.top if i < DAY_WINDOW else 0.0
+    content, distinct = words
+    return [
+        float(bool(named) and speaker in named),
+        float(bool(named) and speaker not in named),
+        float(asked.asks_when and bool(item.get("anchors") or item.get("notes"))),
+        float(bool(flags[0])),
+        float(bool(flags[1])),
+        float(bool(flags[2])),
+        asked.days.get(item["date"], 0.0) - own_day,
+        float(bool(flags[3])),
+        math.log1p(content),
+        content / max(1, distinct),
+    ]
+
+
 def word_features(
     query: str, head: Sequence[dict[str, Any]], around: Sequence[Around]
 ) -> NDArray[np.float64]:
     """The `WORD_FEATURES` of each passage of `head` (search results, best first), one row each;
     `around`: each passage's words and neighbours (`surroundings`)."""
-    n = len(head)
-    if not n:
+    if not head:
         return np.zeros((0, len(WORD_FEATURES)))
-    named = {w.lower() for w in _NAMES.findall(query)}
-    asks_when = _ASKS_WHEN.search(query) is not None
-    speakers = {str(item.get("speaker") or "").lower() for item in head} - {""}
-    scores = np.array([float(item["score"]) for item in head])
-    top = float(scores.max()) or 1.0
-    days: dict[str, float] = {}
-    for item, s in zip(head[:DAY_WINDOW], scores[:DAY_WINDOW].tolist(), strict=False):
-        days[item["date"]] = days.get(item["date"], 0.0) + s / top
-    names = frozenset(s[:k] for s in speakers for k in range(3, len(s) + 1))  # "mel" for Melanie
-    no_content = _NO_CONTENT | names
-
+    asked = _question(query, head)
     rows = []
     numbered: dict[WordNumbers, set[int]] = {}  # per vocabulary: the numbers of `no_content`
     for i, (item, at) in enumerate(zip(head, around, strict=True)):
-        content = at.content.get(names, -1)
+        content = at.content.get(asked.names, -1)
         if content < 0:
-            content = at.content[names] = _content(at, (names, no_content), numbered)
-        speaker = str(item.get("speaker") or "").lower()
-        own_day = scores[i] / top if i < DAY_WINDOW else 0.0
-        rows.append(
-            [
-                float(bool(named) and speaker in named),
-                float(bool(named) and speaker not in named),
-                float(asks_when and bool(item.get("anchors") or item.get("notes"))),
-                float(at.prev_asks),
-                float(at.prev_other),
-                float(at.next_asks),
-                days.get(item["date"], 0.0) - own_day,
-                float(at.image),
-                math.log1p(content),
-                content / max(1, len(at.distinct)),
-            ]
-        )
+            content = at.content[asked.names] = _content(at, (asked.names, asked.no_content), numbered)
+        flags = (at.prev_asks, at.prev_other, at.next_asks, at.image)
+        rows.append(_row(asked, i, item, flags, (content, len(at.distinct))))
     return np.array(rows, dtype=np.float64)
+
+
+def _ends_asking(joined: str, start: int, end: int) -> bool:
+    """Whether `joined[start:end]` ends with a question mark, white space aside (its last character
+    read first: most passages end with neither)."""
+    if start == end:
+        return False
+    last = joined[end - 1]
+    if last == "?":
+        return True
+    return last.isspace() and joined[start:end].rstrip().endswith("?")
+
+
+def placed_word_features(
+    query: str, head: Sequence[dict[str, Any]], placed: Sequence[Placed]
+) -> NDArray[np.float64]:
+    """`word_features` of `head` with `surroundings(conn, head, placed)`, read from each passage's
+    prepared episode on the spot: a long episode's passages build no `Around` (a new question's
+    results are mostly passages not shown before, and building theirs was half a reranking); what
+    was read is kept in its episode's arrays (`_Episode.marks`, `_Episode.counts`)."""
+    if not head:
+        return np.zeros((0, len(WORD_FEATURES)))
+    asked = _question(query, head)
+    marks, words = [], []
+    numbered: dict[WordNumbers, set[int]] = {}
+    for entry, j in placed[: len(head)]:
+        ps = entry.passages
+        if not isinstance(ps, PassageColumns) or entry.start < 0:
+            at = _around(entry, j)  # a short episode's: its words split from the text, kept
+            content = at.content.get(asked.names, -1)
+            if content < 0:
+                content = at.content[asked.names] = _content(at, (asked.names, asked.no_content), numbered)
+            marks.append(at.prev_asks << 1 | at.prev_other << 2 | at.next_asks << 3 | at.image << 4)
+            words.append((content, len(at.distinct)))
+            continue
+        kept = _episode(entry)
+        marks.append(kept.marks[j] or _marked(kept, entry, j))
+        if kept.counted_for is not asked.names:
+            if kept.counted_for != asked.names:  # other speakers: other words count as content
+                kept.counts = array("q", [-1]) * len(kept.counts)
+            kept.counted_for = asked.names  # the same names: met as the same object from here on
+        counts = kept.counts
+        if counts[2 * j] < 0:
+            counts[2 * j], counts[2 * j + 1] = _counted(entry, j, asked.names, numbered)
+        words.append((counts[2 * j], counts[2 * j + 1]))
+    return np.array(
+        [
+            _row(asked, i, item, (m & 2, m & 4, m & 8, m & 16), w)
+            for i, (item, m, w) in enumerate(zip(head, marks, words, strict=True))
+        ],
+        dtype=np.float64,
+    )
+
+
+def _counted(
+    entry: Prepared, j: int, names: frozenset[str], numbered: dict[WordNumbers, set[int]]
+) -> tuple[int, int]:
+    """A long episode's passage j: (its content words, its distinct words), from its numbered set;
+    `numbered` keeps the numbers of the words that are not content per vocabulary, for one call."""
+    vocabulary = entry.dedup_by if entry.dedup_by is not None else TEXTS.numbers
+    ids, at = TEXTS.dedup(entry, vocabulary)
+    words = ids[at[j] : at[j + 1]]
+    ignored = numbered.get(vocabulary)
+    if ignored is None:
+        known = vocabulary.numbers
+        ignored = vocabulary.numbered(_NO_CONTENT) | {n for w in names if (n := known.get(w)) is not None}
+        numbered[vocabulary] = ignored
+    return len(words) - len(ignored.intersection(words.tolist())), len(words)
+
+
+def _marked(kept: _Episode, entry: Prepared, j: int) -> int:
+    """Passage j's neighbours' endings and speakers and its picture mark, read from the columns and
+    kept (`_Episode.marks`)."""
+    ps = entry.passages
+    joined, bounds, quote, speakers = ps.texts.joined, ps.texts.at, ps.quote, ps.quote_speakers
+    before = j > 0
+    said, said_before = int(quote[j]), int(quote[j - 1]) if before else -1
+    mark = (
+        1
+        | (before and _ends_asking(joined, bounds[j - 1], bounds[j])) << 1
+        # A passage after another of its own turn follows the same speaker.
+        | (before and said_before != said and speakers[said_before].lower() != speakers[said].lower()) << 2
+        | (j + 1 < ps.n and _ends_asking(joined, bounds[j + 1], bounds[j + 2])) << 3
+        | (joined.find(_IMAGE, bounds[j], bounds[j + 1]) >= 0) << 4
+    )
+    kept.marks[j] = mark
+    return mark

@@ -231,25 +231,60 @@ def _unfolded_line(turn: Mapping[str, Any]) -> str:
     )
 
 
+def _json_chars(value: Any) -> int:
+    """Characters of `value` as the result's JSON writes it."""
+    return len(orjson.dumps(value).decode())
+
+
+# The result's JSON around its parts: {"memories":[..],"turns":[..],"text":".."}.
+_FRAME_CHARS = len('{"memories":[],"turns":[],"text":}')
+_NOTHING = "Nothing comes to mind about that."
+_TURNS_HEADER = "What was said, as I remember it:"
+_TURNS_HEADER_CHARS = _json_chars(_TURNS_HEADER) - 2  # inside the text: without its quotes
+
+
 class _RecallResult:
-    """The recall result built item by item within a token budget: an item fits whole or not at all."""
+    """The recall result built item by item within a token budget: an item fits whole or not at all.
+
+    Its size is kept as items are added: each item's JSON (a line's, inside the text, without its
+    quotes; the newlines between lines are written as two characters), so pricing an item does not
+    write the whole result again (`cost` is the result written out: what the sizes add up to).
+    """
 
     def __init__(self) -> None:
         self.memories: list[dict[str, Any]] = []
         self.turns: list[dict[str, Any]] = []
         self.episode_lines: list[str] = []
         self.turn_lines: list[str] = []
+        self._chars = {"memories": 0, "turns": 0, "episode_lines": 0, "turn_lines": 0}
+
+    def _size(self, chars: dict[str, int]) -> int:
+        """Characters of the result's JSON with the parts' sizes `chars` (the lists as they are)."""
+        commas = max(0, len(self.memories) - 1) + max(0, len(self.turns) - 1)
+        lines = len(self.episode_lines) + (len(self.turn_lines) + 1 if self.turn_lines else 0)
+        if lines:
+            said = (
+                chars["episode_lines"] + chars["turn_lines"] + (_TURNS_HEADER_CHARS if self.turn_lines else 0)
+            )
+            text = 2 + said + 2 * (lines - 1)
+        else:
+            text = _json_chars(_NOTHING)
+        return _FRAME_CHARS + chars["memories"] + chars["turns"] + commas + text
 
     def render(self) -> dict[str, Any]:
         lines = list(self.episode_lines)
         if self.turn_lines:
-            lines.append("What was said, as I remember it:")
+            lines.append(_TURNS_HEADER)
             lines.extend(self.turn_lines)
-        text = "\n".join(lines) if lines else "Nothing comes to mind about that."
+        text = "\n".join(lines) if lines else _NOTHING
         return {"memories": self.memories, "turns": self.turns, "text": text}
 
     def cost(self) -> int:
         return _cost(self.render())
+
+    def kept_cost(self) -> int:
+        """`cost`, from the kept sizes."""
+        return (self._size(self._chars) + 3) // 4
 
     def try_add(
         self,
@@ -260,19 +295,22 @@ class _RecallResult:
         header: str | None = None,
     ) -> bool:
         """Add one item (with its date header if it needs one) if the result stays within `cap`."""
-        added: list[tuple[list[Any], Any]] = []
+        added: list[tuple[str, Any]] = []
         if memory is not None:
-            added += [(self.memories, memory[0]), (self.episode_lines, memory[1])]
+            added += [("memories", memory[0]), ("episode_lines", memory[1])]
         if header is not None and header not in self.turn_lines:
-            added += [(self.turn_lines, header), (self.turns, {"line": header, "event_ids": []})]
+            added += [("turn_lines", header), ("turns", {"line": header, "event_ids": []})]
         if turn is not None:
-            added += [(self.turn_lines, turn[0]), (self.turns, {"line": turn[0], "event_ids": turn[1]})]
-        for target, value in added:
-            target.append(value)
-        if self.cost() <= cap:
+            added += [("turn_lines", turn[0]), ("turns", {"line": turn[0], "event_ids": turn[1]})]
+        chars = dict(self._chars)
+        for name, value in added:
+            getattr(self, name).append(value)
+            chars[name] += _json_chars(value) - (2 if name.endswith("lines") else 0)  # a line's quotes
+        if (self._size(chars) + 3) // 4 <= cap:
+            self._chars = chars
             return True
-        for target, _ in reversed(added):
-            target.pop()  # each list got its values appended last, in this order
+        for name, _ in reversed(added):
+            getattr(self, name).pop()  # each list got its values appended last, in this order
         return False
 
 
@@ -308,7 +346,7 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
     # The turns themselves, best match first, one dated line each with the ids they come from:
     # the exact words often answer what a summary cannot ("when", "how much", "what did she say").
     shown = {event_id for event_id, _ in delivered}
-    room = max(0, budget - result.cost())
+    room = max(0, budget - result.kept_cost())
     header: str | None = None
     for line, ids in memory.store.recall_lines(who, query, participant, budget=room):
         if not ids:
@@ -325,7 +363,7 @@ def _recall_memory(memory: AgentMemory, args: dict[str, Any]) -> dict[str, Any]:
         query,
         [m["episode_id"] for m in result.memories] + [i for i, _ in delivered],
         [float(m["score"] or 0.0) for m in result.memories] + [score for _, score in delivered],
-        _cost(out),
+        result.kept_cost(),  # what writing `out` counts
         reason="agent reached for a memory" + (f" (about {participant})" if participant else ""),
     )
     return out

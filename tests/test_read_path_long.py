@@ -806,3 +806,35 @@ def test_restatements_move_as_comparing_every_pair_moves_them() -> None:
         assert scored == expected
         moved += sum(1 for a, b in zip(scored, original, strict=True) if a[0] != b[0])
     assert moved > 50, moved
+
+
+def test_quote_search_keeps_the_same_results_with_the_python_near_duplicate_check(
+    memory: AgentMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The near-duplicate check's Python path (no compiled `_distinct`) keeps what scoring every
+    passage from its text keeps (the turns said again are dropped the same way)."""
+    from tiermem.runtime import passage_distinct
+
+    monkeypatch.setattr(passage_distinct, "ENABLED", False)
+    for query in QUERIES:
+        for limit in (5, 40):
+            expected = _reference_quotes(memory, query, limit)
+            assert qs.search_quotes(memory.conn, memory.principal, query, None, limit) == expected, query
+
+
+def test_the_reranker_orders_a_search_s_results_alike_from_their_places_or_looked_up(
+    memory: AgentMemory,
+) -> None:
+    """Word features read on the spot from the search's own prepared episodes order the shortlist as
+    the kept surroundings of each passage looked up again do."""
+    from tiermem.runtime.rerank import MODELS, Reranker
+
+    reranker = Reranker(None, MODELS["words"], 60)
+    moved = 0
+    for query in QUERIES:
+        placed: list[Any] = []
+        found = qs.search_quotes(memory.conn, memory.principal, query, None, 60, placed=placed)
+        on_the_spot = reranker.reorder(memory.conn, query, found, placed)
+        assert on_the_spot == reranker.reorder(memory.conn, query, found, None), query
+        moved += on_the_spot != found
+    assert moved >= 5  # the reranker did reorder

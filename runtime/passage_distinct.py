@@ -1,0 +1,127 @@
+"""Near-identical passages kept once, from the numbers their episodes were prepared with.
+
+The quote search keeps a passage once when an earlier one it keeps has
+nearly the same words (Jaccard of their distinct words at least `keep`,
+quote_search.DUPLICATE_JACCARD): the same reply quoted by two episodes, a
+long turn's repeated part. Each result's distinct words are a slice of the
+numbers its episode was prepared with (runtime.passage_columns), ascending.
+
+A result is compared only with the kept results that share a word of its
+filing prefix (`passage_columns.dedup_set`: its words read from the highest
+number down, the question's own words after all others, as many as
+near-identity needs): two near-identical sets always share one. Built one
+result at a time as a frozen set and a tuple each, with the question's
+words filtered out of the whole set, that was about ten microseconds a
+result, a tenth of a recall on a long conversation, while near-identical
+pairs are rare. Here a result's prefix is read from the top of its slice
+only (the few highest numbers, as many as the prefix and the question's
+words can take), and its whole set is built only when a comparison needs it
+(a kept result of a close enough size shares a prefix word): the same
+pairs compared, by the same arithmetic as `quote_search._near_identical`,
+so the same results kept.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from types import ModuleType
+from typing import TypeVar, cast
+
+import numpy as np
+
+T = TypeVar("T")
+
+_distinct: ModuleType | None
+try:
+    _distinct = importlib.import_module("tiermem.runtime._distinct")
+except ImportError:  # not built: the Python path
+    _distinct = None
+
+ENABLED = _distinct is not None  # whether the compiled check is used (tests turn it off)
+
+
+def filing_prefix(words: np.ndarray, late: frozenset[int], keep: float) -> list[int]:
+    """`dedup_set`'s prefix of a set (its distinct numbers, ascending), read from its top only."""
+    n = len(words)
+    length = n - int(keep * n) + 2
+    head = words[max(0, n - length - len(late)) :].tolist()
+    head.reverse()  # highest first
+    if not late or late.isdisjoint(head):
+        return head[:length]  # any of the question's words it holds come after these
+    prefix = [w for w in head if w not in late][:length]
+    if len(prefix) < length:
+        # The head held every word but the question's (it is the whole set): those fill the rest.
+        prefix += sorted(late.intersection(head), reverse=True)[: length - len(prefix)]
+    return prefix
+
+
+class _Kept:
+    """The results kept so far: their sets, each one's words once a comparison needed them, and the
+    kept results filed under each word of their prefixes."""
+
+    __slots__ = ("by_word", "keep", "sets", "words")
+
+    def __init__(self, keep: float) -> None:
+        self.keep = keep
+        self.sets: list[np.ndarray] = []
+        self.words: list[frozenset[int] | None] = []
+        self.by_word: dict[int, list[int]] = {}
+
+    def meets(self, words: np.ndarray, prefix: list[int]) -> bool:
+        """Whether a kept result filed under a word of `prefix` is near-identical to set `words`."""
+        n, keep = len(words), self.keep
+        mine: frozenset[int] | None = None
+        seen: set[int] = set()
+        for w in prefix:
+            for m in self.by_word.get(w, ()):
+                if m in seen:
+                    continue
+                seen.add(m)
+                other = len(self.sets[m])
+                if min(n, other) < keep * max(n, other):
+                    continue  # sizes too far apart to be near-identical
+                if mine is None:
+                    mine = frozenset(words.tolist())
+                theirs = self.words[m]
+                if theirs is None:
+                    theirs = self.words[m] = frozenset(self.sets[m].tolist())
+                shared = len(mine & theirs)
+                if shared >= keep * (n + other - shared):
+                    return True
+        return False
+
+    def add(self, words: np.ndarray, prefix: list[int]) -> None:
+        for w in prefix:
+            self.by_word.setdefault(w, []).append(len(self.sets))
+        self.sets.append(words)
+        self.words.append(None)
+
+
+def distinct_run(
+    ranked: Iterator[tuple[T, np.ndarray]], late: frozenset[int], keep: float, limit: int
+) -> list[T]:
+    """The first `limit` of `ranked` ((what, its set), best first), each dropped when near-identical
+    to one kept (at least one taken, as `quote_search._distinct` does). Each set: its distinct
+    numbers, ascending, as int64 (the compiled check refuses any other)."""
+    if ENABLED and _distinct is not None:
+        late_words = np.array(sorted(late), dtype=np.int64)
+        return cast(list[T], _distinct.distinct_run(ranked, late_words, float(keep), int(limit)))
+    return python_run(ranked, late, keep, limit)
+
+
+def python_run(
+    ranked: Iterator[tuple[T, np.ndarray]], late: frozenset[int], keep: float, limit: int
+) -> list[T]:
+    """`distinct_run` in Python: the definition, and what runs without the compiled check."""
+    out: list[T] = []
+    kept = _Kept(keep)
+    for what, words in ranked:
+        prefix = filing_prefix(words, late, keep)
+        if kept.meets(words, prefix):
+            continue
+        kept.add(words, prefix)
+        out.append(what)
+        if len(out) >= limit:
+            break
+    return out

@@ -1,0 +1,136 @@
+"""The quote search's near-duplicate check over a run of results (runtime/passage_distinct.py, and its
+compiled form runtime/_distinct.c): the same results kept as checking one result at a time with
+`passage_columns.dedup_set`'s word sets and prefixes."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from tiermem.runtime import passage_columns as pc
+from tiermem.runtime import passage_distinct as pd
+from tiermem.runtime import quote_search as qs
+
+KEEP = qs.DUPLICATE_JACCARD
+PATHS = ["python", "compiled"]
+
+
+def _one_at_a_time(sets: list[np.ndarray], late: frozenset[int], limit: int) -> list[int]:
+    """What the search kept before: each result's frozen set and prefix (`dedup_set`), compared with
+    the kept results filed under a word of its prefix."""
+    out: list[int] = []
+    keys: list[frozenset[int]] = []
+    by_word: dict[int, list[int]] = {}
+    for i, words in enumerate(sets):
+        at = np.array([0, len(words)], dtype=np.int64)
+        key, prefix = pc.dedup_set(words, at, 0, KEEP, late)
+        met = {m for w in prefix for m in by_word.get(w, ())}
+        if any(qs._near_identical(key, keys[m]) for m in met):
+            continue
+        for w in prefix:
+            by_word.setdefault(w, []).append(len(keys))
+        keys.append(key)
+        out.append(i)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _run(path: str, sets: list[np.ndarray], late: frozenset[int], limit: int) -> list[int]:
+    ranked: Iterator[tuple[int, np.ndarray]] = iter(list(enumerate(sets)))
+    if path == "python":
+        return pd.python_run(ranked, late, KEEP, limit)
+    if pd._distinct is None:
+        pytest.skip("the compiled check is not built")
+    return pd.distinct_run(ranked, late, KEEP, limit)
+
+
+def _shortlist(rng: random.Random) -> tuple[list[np.ndarray], frozenset[int]]:
+    """A run of word sets, many of them near copies (a few words changed) of earlier ones, some
+    exact copies, some small or empty; the question's words in most."""
+    question = rng.sample(range(40), rng.randint(0, 6))
+    sets: list[set[int]] = []
+    for _ in range(rng.randint(1, 90)):
+        roll = rng.random()
+        if sets and roll < 0.35:
+            words = set(rng.choice(sets))
+            for _ in range(rng.randint(0, max(1, len(words) // 8))):
+                if words and rng.random() < 0.5:
+                    words.discard(rng.choice(sorted(words)))
+                else:
+                    words.add(rng.randrange(40, 3000))
+        elif roll < 0.42:
+            words = set(rng.sample(range(3000), rng.randint(0, 3)))
+        else:
+            words = set(rng.sample(range(40, 3000), rng.randint(5, 70)))
+            words |= {w for w in question if rng.random() < 0.8}
+        sets.append(words)
+    late = frozenset(question) | frozenset(rng.sample(range(3000, 3100), 2))  # some never met
+    return [np.array(sorted(s), dtype=np.int64) for s in sets], late
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_run_keeps_what_checking_one_result_at_a_time_keeps(path: str) -> None:
+    rng = random.Random(11)
+    dropped = 0
+    for _ in range(600):
+        sets, late = _shortlist(rng)
+        limit = rng.choice([1, 5, 20, 40, 60, 200])
+        expected = _one_at_a_time(sets, late, limit)
+        assert _run(path, sets, late, limit) == expected
+        dropped += min(len(sets), limit) - len(expected) if len(expected) < limit else 0
+    assert dropped > 300  # near copies were met and dropped, not only kept
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_near_copies_are_dropped_and_different_sets_kept(path: str) -> None:
+    base = np.arange(100, 150, dtype=np.int64)  # 50 words
+    near = np.array(sorted([*range(100, 148), 900, 901]), dtype=np.int64)  # 48 shared of 52: 0.92
+    apart = np.array(sorted([*range(100, 144), 902, 903, 904, 905, 906, 907]), dtype=np.int64)  # 0.78
+    sets = [base, near, apart, base.copy()]
+    assert _run(path, sets, frozenset(), 10) == [0, 2]
+    # The question's words are filed last, whatever they are: the same answer.
+    assert _run(path, sets, frozenset(range(100, 140)), 10) == [0, 2]
+    # Two empty sets share no filing word and are both kept (as one result at a time kept them).
+    empty = np.zeros(0, dtype=np.int64)
+    assert _run(path, [empty, empty, base], frozenset(), 10) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_limit_and_the_end_of_the_run(path: str) -> None:
+    sets = [np.array([i, 1000 + i], dtype=np.int64) for i in range(10)]
+    assert _run(path, sets, frozenset(), 3) == [0, 1, 2]
+    assert _run(path, sets, frozenset(), 0) == [0]  # at least one, as the search always took
+    assert _run(path, sets, frozenset(), 50) == list(range(10))
+    assert _run(path, [], frozenset(), 5) == []
+
+
+def test_the_compiled_check_refuses_sets_it_cannot_read() -> None:
+    if pd._distinct is None:
+        pytest.skip("the compiled check is not built")
+    late = np.zeros(0, dtype=np.int64)
+    for bad, error in [
+        (np.array([3, 2], dtype=np.int64), ValueError),  # not ascending
+        (np.array([2, 2], dtype=np.int64), ValueError),  # not distinct
+        (np.array([1, 2], dtype=np.int32), TypeError),
+        (np.array([[1, 2]], dtype=np.int64), TypeError),
+    ]:
+        with pytest.raises(error):
+            pd._distinct.distinct_run(iter([(0, np.array([5], dtype=np.int64)), (1, bad)]), late, KEEP, 5)
+    with pytest.raises(TypeError):
+        pd._distinct.distinct_run(iter([0]), late, KEEP, 5)
+    with pytest.raises(ValueError):
+        pd._distinct.distinct_run(iter([]), np.array([4, 1], dtype=np.int64), KEEP, 5)
+
+
+def test_a_quote_search_keeps_the_same_results_on_either_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flag the search reads: off, the Python path runs (and the same sets give the same answer)."""
+    rng = random.Random(3)
+    sets, late = _shortlist(rng)
+    monkeypatch.setattr(pd, "ENABLED", False)
+    python = pd.distinct_run(iter(list(enumerate(sets))), late, KEEP, 30)
+    monkeypatch.setattr(pd, "ENABLED", pd._distinct is not None)
+    assert pd.distinct_run(iter(list(enumerate(sets))), late, KEEP, 30) == python
+    assert python == _one_at_a_time(sets, late, 30)
