@@ -133,6 +133,12 @@ static PyObject *distinct_run(PyObject *self, PyObject *args) {
     double keep;
     Py_ssize_t limit;
     if (!PyArg_ParseTuple(args, "OOdn", &ranked, &late_obj, &keep, &limit)) return NULL;
+    /* Outside (0, 1] (or NaN) the prefix length below would be meaningless and could overflow:
+     * refused, as the Python path refuses it. */
+    if (!(keep > 0.0 && keep <= 1.0)) {
+        PyErr_SetString(PyExc_ValueError, "keep must be a number in (0, 1]");
+        return NULL;
+    }
     Py_buffer late_view;
     if (check_set(late_obj, &late_view) < 0) return NULL;
     const int64_t *late = late_view.buf;
@@ -171,7 +177,11 @@ static PyObject *distinct_run(PyObject *self, PyObject *args) {
         }
         cur.n = cur.view.shape[0];
         const int64_t *w = cur.view.buf;
+        /* keep in (0, 1] puts keep * n in (0, n]: no overflow, and a prefix is never longer than
+         * its set, so the buffer is sized by the set. */
         Py_ssize_t length = cur.n - (Py_ssize_t)(keep * (double)cur.n) + 2;
+        if (length > cur.n) length = cur.n;
+        if (length < 0) length = 0;
         if (length > cap_prefix) {
             int64_t *p = PyMem_Realloc(prefix, sizeof(int64_t) * (size_t)length);
             if (p == NULL) {

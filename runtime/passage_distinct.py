@@ -44,7 +44,7 @@ ENABLED = _distinct is not None  # whether the compiled check is used (tests tur
 def filing_prefix(words: np.ndarray, late: frozenset[int], keep: float) -> list[int]:
     """`dedup_set`'s prefix of a set (its distinct numbers, ascending), read from its top only."""
     n = len(words)
-    length = n - int(keep * n) + 2
+    length = min(n, n - int(keep * n) + 2)  # never longer than the set, as the compiled check reads it
     head = words[max(0, n - length - len(late)) :].tolist()
     head.reverse()  # highest first
     if not late or late.isdisjoint(head):
@@ -114,6 +114,8 @@ def python_run(
     ranked: Iterator[tuple[T, np.ndarray]], late: frozenset[int], keep: float, limit: int
 ) -> list[T]:
     """`distinct_run` in Python: the definition, and what runs without the compiled check."""
+    if not 0.0 < keep <= 1.0:  # NaN too; refused as the compiled check refuses it
+        raise ValueError("keep must be a number in (0, 1]")
     out: list[T] = []
     kept = _Kept(keep)
     for what, words in ranked:

@@ -5,6 +5,8 @@ compiled form runtime/_distinct.c): the same results kept as checking one result
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import numpy as np
@@ -123,6 +125,49 @@ def test_the_compiled_check_refuses_sets_it_cannot_read() -> None:
         pd._distinct.distinct_run(iter([0]), late, KEEP, 5)
     with pytest.raises(ValueError):
         pd._distinct.distinct_run(iter([]), np.array([4, 1], dtype=np.int64), KEEP, 5)
+
+
+# Calls with a `keep` outside (0, 1]: each path must refuse them alike. Run in a child process, so
+# that a path that reads or writes out of bounds fails this test instead of ending the test run.
+_HOSTILE_KEEPS = r"""
+import sys
+import numpy as np
+from tiermem.runtime import passage_distinct as pd
+
+n = 600
+sets = [np.arange(k * 10**7, k * 10**7 + n, dtype=np.int64) for k in range(1, 60)]
+late = np.zeros(0, dtype=np.int64)
+paths = [("python", lambda run, keep: pd.python_run(run, frozenset(), keep, 1000))]
+if pd._distinct is not None:
+    paths.append(("compiled", lambda run, keep: pd._distinct.distinct_run(run, late, keep, 1000)))
+# -(2**61 - 512) / n: a prefix length near 2**61, whose buffer size in bytes wraps to a small one.
+for keep in [float("nan"), float("inf"), -float("inf"), 1e300, -1e300, -(2**61 - 512) / n, 0.0, -0.5, 1.5]:
+    for name, run in paths:
+        try:
+            got = run(iter(list(enumerate(sets))), keep)
+            print(name, keep, "kept", len(got))
+        except ValueError:
+            print(name, keep, "ValueError")
+        except Exception as error:
+            print(name, keep, type(error).__name__)
+        sys.stdout.flush()
+for name, run in paths:
+    print(name, 1.0, "kept", len(run(iter(list(enumerate(sets + sets))), 1.0)))
+"""
+
+
+def test_either_path_refuses_a_keep_outside_zero_to_one() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _HOSTILE_KEEPS], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    paths = 2 if pd._distinct is not None else 1
+    assert len(lines) == 9 * paths + paths
+    for line in lines[:-paths]:
+        assert line.endswith(" ValueError"), line
+    for line in lines[-paths:]:
+        assert line.endswith(" 1.0 kept 59"), line  # the exact copies dropped: a sound keep still runs
 
 
 def test_a_quote_search_keeps_the_same_results_on_either_path(monkeypatch: pytest.MonkeyPatch) -> None:
