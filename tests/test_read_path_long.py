@@ -834,6 +834,8 @@ def test_the_reranker_orders_a_search_s_results_alike_from_their_places_or_looke
     for query in QUERIES:
         placed: list[Any] = []
         found = qs.search_quotes(memory.conn, memory.principal, query, None, 60, placed=placed)
+        # Every result's place came back, in order: otherwise `recall_lines` silently looks them up again.
+        assert [entry.passages[j].text for entry, j in placed] == [item["text"] for item in found], query
         on_the_spot = reranker.reorder(memory.conn, query, found, placed)
         assert on_the_spot == reranker.reorder(memory.conn, query, found, None), query
         moved += on_the_spot != found
