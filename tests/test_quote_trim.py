@@ -57,6 +57,9 @@ def test_a_small_talk_word_the_question_asks_about_keeps_its_sentence() -> None:
     assert out[0]["text"] == said
     out = trim_filler([quote(1, said, speaker="Melanie")], "What did Melanie paint?")
     assert out[0]["text"] == "We painted the fence on Sunday."
+    # The question's words are matched whatever their case.
+    out = trim_filler([quote(1, said, speaker="Melanie")], "Happy days for Melanie?")
+    assert out[0]["text"] == said
 
 
 def test_a_trimmed_quote_keeps_its_picture_and_the_rest_is_the_same_object() -> None:
