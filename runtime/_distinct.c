@@ -1,6 +1,6 @@
 /* The quote search's near-duplicate check over a ranked run of results, compiled (optional).
  *
- * runtime/passage_distinct.py is the definition and the fallback; this does the same in one loop:
+ * runtime/near_duplicates.py is the definition and the fallback; this does the same in one loop:
  * each result's filing prefix read from the top of its set (the question's words after all
  * others), the kept results filed under its words looked up in a small hash table, and the
  * shared words of a pair counted by merging the two ascending sets. A pair is near-identical
@@ -265,7 +265,7 @@ static PyObject *distinct_run(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"distinct_run", distinct_run, METH_VARARGS,
      "distinct_run(ranked, late, keep, limit): the first `limit` of ranked (what, word set) pairs, "
-     "near-identical sets kept once (runtime.passage_distinct)."},
+     "near-identical sets kept once (runtime.near_duplicates)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -44,6 +44,7 @@ from tiermem.runtime.episode_search import (
 )
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.hotstore import database_key, item_clause
+from tiermem.runtime.near_duplicates import DUPLICATE_JACCARD, _anchors, _distinct, _keyed, distinct_run
 from tiermem.runtime.note_cache import episode_notes
 from tiermem.runtime.notes import Note, shown_notes
 from tiermem.runtime.packing import render_quote_block
@@ -52,19 +53,10 @@ from tiermem.runtime.passage_bounds import Factors, Passages, survivors
 from tiermem.runtime.passage_columns import WordNumbers
 from tiermem.runtime.passage_compiled import Shares
 from tiermem.runtime.passage_counts import header_counts
-from tiermem.runtime.passage_distinct import distinct_run
 from tiermem.runtime.passage_layout import layout
 from tiermem.runtime.passage_order import by_score
 from tiermem.runtime.passage_parts import Parts, Weights, add_notes, blocked, named_passages, weigh_captions
 from tiermem.runtime.query_terms import query_term_groups
-from tiermem.runtime.quote_distinct import (  # the check's own names, read here as before
-    DUPLICATE_JACCARD,
-    _anchors,
-    _dedup_key,  # noqa: F401
-    _distinct,
-    _keyed,
-    _near_identical,  # noqa: F401
-)
 from tiermem.runtime.time_query import (
     TimeWindow,
     event_phrase,

@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 import pytest
 from helpers_runtime import append, episode
+from tiermem.runtime import near_duplicates as nd
 from tiermem.runtime import passage_blocks, passage_compiled, turn_window
 from tiermem.runtime import passage_columns as pc
 from tiermem.runtime import quote_search as qs
@@ -285,7 +286,7 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
     out: list[dict[str, Any]] = []
     keys: list[frozenset[str]] = []
     for score, item in scored:
-        key = qs._dedup_key(item["text"])
+        key = nd._dedup_key(item["text"])
         if any(len(key & k) >= qs.DUPLICATE_JACCARD * len(key | k) for k in keys):
             continue
         keys.append(key)
@@ -477,7 +478,7 @@ def test_near_duplicate_word_sets_are_each_passages_words_numbered_in_one_order(
     for k, e in enumerate(TEXTS.entries.values()):
         for j in range(len(e.passages)):
             key, prefix = after[(k, j)]
-            assert {word_of[n] for n in key} == qs._dedup_key(e.passages[j].text)
+            assert {word_of[n] for n in key} == nd._dedup_key(e.passages[j].text)
             by_order = sorted(key, reverse=True)  # the last met first
             assert prefix == tuple(by_order[: len(key) - int(qs.DUPLICATE_JACCARD * len(key)) + 2])
 
@@ -492,8 +493,8 @@ def test_near_duplicate_words_of_any_text_are_those_of_splitting_it() -> None:
     for text in ["Plain words, twice: words!", "snake_case and x2", "Café naïve ÉCOLE", "", "a1b2 c_d-e"]:
         low = text.lower()
         indexed = Counter(_RUN.findall(low)).keys()
-        assert set(pc.dedup_words(low, indexed)) == qs._dedup_key(text)
-        assert set(pc.dedup_words(low, None)) == qs._dedup_key(text)
+        assert set(pc.dedup_words(low, indexed)) == nd._dedup_key(text)
+        assert set(pc.dedup_words(low, None)) == nd._dedup_key(text)
 
 
 def _reference_episodes(m: AgentMemory, query: str, limit: int) -> list[tuple[str, float, list[Any]]]:
@@ -683,7 +684,7 @@ def test_one_search_numbers_every_word_set_in_one_vocabulary() -> None:
         ids, at = texts.dedup(e, texts.numbers)
         word_of = {n: w for w, n in texts.numbers.numbers.items()}
         for j, text in enumerate(e.passages.texts):
-            assert {word_of[n] for n in ids[at[j] : at[j + 1]].tolist()} == qs._dedup_key(text)
+            assert {word_of[n] for n in ids[at[j] : at[j + 1]].tolist()} == nd._dedup_key(text)
         assert e.dedup_by is texts.numbers
 
 
@@ -703,7 +704,7 @@ def test_near_identical_sets_share_a_filing_word_whatever_words_are_filed_last()
         at = np.array([0, len(sets[0]), len(ids)], dtype=np.int64)
         (a, pa), (b, pb) = (pc.dedup_set(ids, at, j, qs.DUPLICATE_JACCARD, late) for j in (0, 1))
         assert a == frozenset(sets[0].tolist()) and b == frozenset(sets[1].tolist())
-        if qs._near_identical(a, b):
+        if nd._near_identical(a, b):
             near += 1
             assert set(pa) & set(pb), (sorted(a), sorted(b), late)
     assert near > 100
@@ -813,9 +814,9 @@ def test_quote_search_keeps_the_same_results_with_the_python_near_duplicate_chec
 ) -> None:
     """The near-duplicate check's Python path (no compiled `_distinct`) keeps what scoring every
     passage from its text keeps (the turns said again are dropped the same way)."""
-    from tiermem.runtime import passage_distinct
+    from tiermem.runtime import near_duplicates
 
-    monkeypatch.setattr(passage_distinct, "ENABLED", False)
+    monkeypatch.setattr(near_duplicates, "ENABLED", False)
     for query in QUERIES:
         for limit in (5, 40):
             expected = _reference_quotes(memory, query, limit)
