@@ -1,6 +1,6 @@
 """The quote search's near-duplicate check over a run of results (runtime/near_duplicates.py, and its
 compiled form runtime/_distinct.c): the same results kept as checking one result at a time with
-`passage_columns.dedup_set`'s word sets and prefixes."""
+the reference word sets and prefixes of tests/helpers_dedup.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from helpers_dedup import dedup_set
 from tiermem.runtime import near_duplicates as pd
-from tiermem.runtime import passage_columns as pc
 from tiermem.runtime import quote_search as qs
 
 KEEP = qs.DUPLICATE_JACCARD
@@ -27,7 +27,7 @@ def _one_at_a_time(sets: list[np.ndarray], late: frozenset[int], limit: int) -> 
     by_word: dict[int, list[int]] = {}
     for i, words in enumerate(sets):
         at = np.array([0, len(words)], dtype=np.int64)
-        key, prefix = pc.dedup_set(words, at, 0, KEEP, late)
+        key, prefix = dedup_set(words, at, 0, KEEP, late)
         met = {m for w in prefix for m in by_word.get(w, ())}
         if any(pd._near_identical(key, keys[m]) for m in met):
             continue

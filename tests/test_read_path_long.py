@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from helpers_dedup import dedup_set
 from helpers_runtime import append, episode
 from tiermem.runtime import near_duplicates as nd
 from tiermem.runtime import passage_blocks, passage_compiled, turn_window
@@ -465,7 +466,7 @@ def test_near_duplicate_word_sets_are_each_passages_words_numbered_in_one_order(
         out = {}
         for k, e in enumerate(TEXTS.entries.values()):
             for j in range(len(e.passages)):
-                out[(k, j)] = pc.dedup_set(*TEXTS.dedup(e, TEXTS.numbers), j, qs.DUPLICATE_JACCARD)
+                out[(k, j)] = dedup_set(*TEXTS.dedup(e, TEXTS.numbers), j, qs.DUPLICATE_JACCARD)
         return out
 
     qs.search_quotes(memory.conn, memory.principal, QUERIES[0], None, 40)
@@ -700,10 +701,8 @@ def test_near_identical_sets_share_a_filing_word_whatever_words_are_filed_last()
             other[rng.randrange(len(other))] = rng.randrange(200, 260)
         late = frozenset(rng.sample(base, min(len(base), rng.randint(0, 6))))
         sets = [np.array(sorted(set(s)), dtype=np.int64) for s in (base, other)]
-        ids = np.concatenate(sets)
-        at = np.array([0, len(sets[0]), len(ids)], dtype=np.int64)
-        (a, pa), (b, pb) = (pc.dedup_set(ids, at, j, qs.DUPLICATE_JACCARD, late) for j in (0, 1))
-        assert a == frozenset(sets[0].tolist()) and b == frozenset(sets[1].tolist())
+        a, b = (frozenset(s.tolist()) for s in sets)
+        pa, pb = (nd.filing_prefix(s, late, qs.DUPLICATE_JACCARD) for s in sets)
         if nd._near_identical(a, b):
             near += 1
             assert set(pa) & set(pb), (sorted(a), sorted(b), late)
@@ -739,18 +738,18 @@ def test_reranker_facts_of_a_prepared_episode_are_those_of_splitting_each_passag
 
 
 def test_a_filing_prefix_is_the_set_read_in_one_order_the_question_words_last() -> None:
-    """`dedup_set`'s prefix is the first words of the set read last-met first, with `late` words
-    moved after all others, whatever share of the set they are (none, some, most, all)."""
+    """A set's filing prefix (`near_duplicates.filing_prefix`) is the first words of the set read
+    last-met first, with `late` words moved after all others, whatever share of the set they are
+    (none, some, most, all)."""
     rng = random.Random(5)
     for _ in range(400):
         words = sorted(rng.sample(range(200), rng.randint(1, 40)))
         late = frozenset(rng.sample(words, rng.randint(0, len(words))) + rng.sample(range(200, 210), 2))
-        at = np.array([0, len(words)], dtype=np.int64)
-        key, prefix = pc.dedup_set(np.array(words, dtype=np.int64), at, 0, qs.DUPLICATE_JACCARD, late)
+        prefix = nd.filing_prefix(np.array(words, dtype=np.int64), late, qs.DUPLICATE_JACCARD)
         order = words[::-1]
         length = len(order) - int(qs.DUPLICATE_JACCARD * len(order)) + 2
         expected = ([w for w in order if w not in late] + [w for w in order if w in late])[:length]
-        assert key == frozenset(words) and prefix == tuple(expected)
+        assert prefix == expected
 
 
 def test_a_fixed_word_sets_numbers_follow_the_words_met_later() -> None:
