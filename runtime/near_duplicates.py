@@ -8,22 +8,24 @@ prepared with. Both resolve a kept passage's relative dates (`_anchors`).
 
 The quote search keeps a passage once when an earlier one it keeps has
 nearly the same words (Jaccard of their distinct words at least `keep`,
-quote_search.DUPLICATE_JACCARD): the same reply quoted by two episodes, a
-long turn's repeated part. Each result's distinct words are a slice of the
-numbers its episode was prepared with (runtime.passage_columns), ascending.
+`DUPLICATE_JACCARD`): the same reply quoted by two episodes, a long turn's
+repeated part. For the lexical ranking each result's distinct words are a
+slice of the numbers its episode was prepared with (runtime.passage_columns),
+ascending.
 
 A result is compared only with the kept results that share a word of its
 filing prefix (its words read from the highest number down, the question's
-own words after all others, as many as near-identity needs): two near-identical sets always share one. Built one
-result at a time as a frozen set and a tuple each, with the question's
-words filtered out of the whole set, that was about ten microseconds a
-result, a tenth of a recall on a long conversation, while near-identical
-pairs are rare. Here a result's prefix is read from the top of its slice
-only (the few highest numbers, as many as the prefix and the question's
-words can take), and its whole set is built only when a comparison needs it
-(a kept result of a close enough size shares a prefix word): the same
-pairs compared, by the same arithmetic as `_near_identical`,
-so the same results kept.
+own words after all others, as many as near-identity needs): two
+near-identical sets always share one. Built one result at a time as a frozen
+set and a tuple each, with the question's words filtered out of the whole
+set, that was about ten microseconds a result, a tenth of a recall on a long
+conversation, while near-identical pairs are rare. Here a result's prefix is
+read from the top of its slice only (the few highest numbers, as many as the
+prefix and the question's words can take), and its whole set is built only
+when a comparison needs it (a kept result of a close enough size shares a
+prefix word): the same pairs compared, by the same arithmetic as
+`_near_identical`, so the same results kept. A `keep` outside (0, 1] is
+refused on both paths.
 """
 
 from __future__ import annotations
