@@ -60,7 +60,7 @@ if __name__ == "__main__":
         extra_compile_args=["-O2", "-ffp-contract=off"],
     )
     # The quote search's near-duplicate check over a run of results (optional too:
-    # `tiermem.runtime.passage_distinct` runs its Python path, which keeps the same results).
+    # `tiermem.runtime.near_duplicates` runs its Python path, which keeps the same results).
     DISTINCT = Extension(
         "tiermem.runtime._distinct", ["runtime/_distinct.c"], optional=True, extra_compile_args=["-O2"]
     )

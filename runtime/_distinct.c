@@ -1,6 +1,6 @@
 /* The quote search's near-duplicate check over a ranked run of results, compiled (optional).
  *
- * runtime/passage_distinct.py is the definition and the fallback; this does the same in one loop:
+ * runtime/near_duplicates.py is the definition and the fallback; this does the same in one loop:
  * each result's filing prefix read from the top of its set (the question's words after all
  * others), the kept results filed under its words looked up in a small hash table, and the
  * shared words of a pair counted by merging the two ascending sets. A pair is near-identical
@@ -133,6 +133,12 @@ static PyObject *distinct_run(PyObject *self, PyObject *args) {
     double keep;
     Py_ssize_t limit;
     if (!PyArg_ParseTuple(args, "OOdn", &ranked, &late_obj, &keep, &limit)) return NULL;
+    /* Outside (0, 1] (or NaN) the prefix length below would be meaningless and could overflow:
+     * refused, as the Python path refuses it. */
+    if (!(keep > 0.0 && keep <= 1.0)) {
+        PyErr_SetString(PyExc_ValueError, "keep must be a number in (0, 1]");
+        return NULL;
+    }
     Py_buffer late_view;
     if (check_set(late_obj, &late_view) < 0) return NULL;
     const int64_t *late = late_view.buf;
@@ -171,7 +177,11 @@ static PyObject *distinct_run(PyObject *self, PyObject *args) {
         }
         cur.n = cur.view.shape[0];
         const int64_t *w = cur.view.buf;
+        /* keep in (0, 1] puts keep * n in (0, n]: no overflow, and a prefix is never longer than
+         * its set, so the buffer is sized by the set. */
         Py_ssize_t length = cur.n - (Py_ssize_t)(keep * (double)cur.n) + 2;
+        if (length > cur.n) length = cur.n;
+        if (length < 0) length = 0;
         if (length > cap_prefix) {
             int64_t *p = PyMem_Realloc(prefix, sizeof(int64_t) * (size_t)length);
             if (p == NULL) {
@@ -255,7 +265,7 @@ static PyObject *distinct_run(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"distinct_run", distinct_run, METH_VARARGS,
      "distinct_run(ranked, late, keep, limit): the first `limit` of ranked (what, word set) pairs, "
-     "near-identical sets kept once (runtime.passage_distinct)."},
+     "near-identical sets kept once (runtime.near_duplicates)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import accumulate, islice, pairwise
+from itertools import accumulate, pairwise
 from typing import Any, overload
 
 import numpy as np
@@ -201,20 +201,3 @@ def dedup_words(lowered: str, indexed: Iterable[str] | None) -> Iterable[str]:
     if indexed is not None and lowered.isascii() and "_" not in lowered:
         return indexed
     return set(DEDUP_WORD.findall(lowered))
-
-
-def dedup_set(
-    ids: np.ndarray, at: np.ndarray, j: int, keep: float, late: frozenset[int] = frozenset()
-) -> tuple[frozenset[int], tuple[int, ...]]:
-    """Passage j's word set and its prefix for the near-duplicate check: its first `len - int(keep x len)
-    + 2` words in one order, last met first (the order of `WordNumbers`) but the words `late` after all
-    others (a search's own words: any one order for all the sets a check compares will do)."""
-    order = ids[int(at[j]) : int(at[j + 1])][::-1].tolist()
-    length = len(order) - int(keep * len(order)) + 2
-    key = frozenset(order)
-    if late and not late.isdisjoint(key):
-        prefix = list(islice((w for w in order if w not in late), length))
-        if len(prefix) < length:  # `order` descends: the late words it holds, in its order
-            prefix += sorted(late & key, reverse=True)[: length - len(prefix)]
-        return key, tuple(prefix)
-    return key, tuple(order[:length])

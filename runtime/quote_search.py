@@ -44,6 +44,7 @@ from tiermem.runtime.episode_search import (
 )
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.hotstore import database_key, item_clause
+from tiermem.runtime.near_duplicates import DUPLICATE_JACCARD, _anchors, _distinct, _keyed, distinct_run
 from tiermem.runtime.note_cache import episode_notes
 from tiermem.runtime.notes import Note, shown_notes
 from tiermem.runtime.packing import render_quote_block
@@ -52,19 +53,10 @@ from tiermem.runtime.passage_bounds import Factors, Passages, survivors
 from tiermem.runtime.passage_columns import WordNumbers
 from tiermem.runtime.passage_compiled import Shares
 from tiermem.runtime.passage_counts import header_counts
-from tiermem.runtime.passage_distinct import distinct_run
 from tiermem.runtime.passage_layout import layout
 from tiermem.runtime.passage_order import by_score
 from tiermem.runtime.passage_parts import Parts, Weights, add_notes, blocked, named_passages, weigh_captions
 from tiermem.runtime.query_terms import query_term_groups
-from tiermem.runtime.quote_distinct import (  # the check's own names, read here as before
-    DUPLICATE_JACCARD,
-    _anchors,
-    _dedup_key,  # noqa: F401
-    _distinct,
-    _keyed,
-    _near_identical,  # noqa: F401
-)
 from tiermem.runtime.time_query import (
     TimeWindow,
     event_phrase,
@@ -354,27 +346,21 @@ class _Scored:
     numbers: WordNumbers = field(default_factory=lambda: TEXTS.numbers)
     asked: tuple[str, ...] = ()  # the question's forms: filed under last (`late_words`)
 
-    def _said(self, k: int, j: int) -> tuple[Any, ...]:
-        """Passage j of candidate k: (text, speaker, event id, part, shown notes, row, start, date)."""
+    def item(self, i: int) -> dict[str, Any]:
+        """Passage `i` as a result item of the fused ranking (before the final touches of `_distinct`),
+        with the groups it holds (`hits`, which the restatement check reads)."""
+        k, j = int(self.episode[i]), int(self.local[i])
         row, p = self.rows[k], self.entries[k].passages
         start, date = self._starts.get(k) or self._starts.setdefault(
             k, (t := parse_ts(row[4]), human_date(t))
         )
         speaker, event_id = p.speaker(j), p.event_id(j)
-        notes = shown_notes(self.notes.get((event_id, speaker), []))
-        return p.text(j), speaker, event_id, int(p.part[j]), notes, row, start, date
-
-    def item(self, i: int, hits: bool = False) -> dict[str, Any]:
-        """Passage `i` as a result item (before the final touches of `_distinct`; `hits`: with the
-        groups it holds, which only the fused ranking's restatement check reads)."""
-        k, j = int(self.episode[i]), int(self.local[i])
-        text, speaker, event_id, part, notes, row, start, date = self._said(k, j)
-        item = {
-            "text": text,
+        return {
+            "text": p.text(j),
             "speaker": speaker,
             "event_id": event_id,
-            "part": part,
-            "notes": notes,
+            "part": int(p.part[j]),
+            "notes": shown_notes(self.notes.get((event_id, speaker), [])),
             "episode_id": row[0],
             "ts": row[4],
             "date": date,
@@ -382,10 +368,8 @@ class _Scored:
             "cosine": self.near.get((row[0], j)),
             "_passage": (self.entries[k], j),
             "boost": self.boosts[k],
+            "hits": frozenset(np.flatnonzero(self.counts[i]).tolist()),
         }
-        if hits:
-            item["hits"] = frozenset(np.flatnonzero(self.counts[i]).tolist())
-        return item
 
     def result(
         self, k: int, j: int, score: float, placed: list[tuple[Prepared, int]] | None
@@ -688,7 +672,7 @@ def search_quotes(
     found = _score_passages(rows, entries, asked, near, notes, None if dense else enough)
     found.asked = asked.forms
     if dense is not None:
-        scored = _fused([(s, found.item(i, True)) for i, s in enumerate(found.scores.tolist())], dense)
+        scored = _fused([(s, found.item(i)) for i, s in enumerate(found.scores.tolist())], dense)
         _restatements_first(scored, asked.weights)
         scored.sort(key=lambda s: (-s[0], s[1]["ts"], s[1]["event_id"], s[1]["part"]))
         return _distinct(((s, item, _keyed(item["text"])) for s, item in scored), limit, placed)

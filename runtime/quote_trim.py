@@ -51,9 +51,10 @@ def name_words(speakers: Sequence[str]) -> frozenset[str]:
     return frozenset(w for s in speakers if s for w in WORD_RE.findall(s.lower()))
 
 
-def filler_words(speakers: Sequence[str]) -> frozenset[str]:
-    """Words that carry no fact: stop words, small talk and the words of the speakers' names."""
-    return STOP_WORDS | SMALL_TALK | name_words(speakers)
+def filler_words(names: frozenset[str]) -> frozenset[str]:
+    """Words that carry no fact: stop words, small talk and the words of the speakers' names
+    (`name_words`)."""
+    return STOP_WORDS | SMALL_TALK | names
 
 
 def _sentences(text: str) -> list[str]:
@@ -89,7 +90,7 @@ def trim_filler(quotes: Sequence[dict[str, Any]], query: str) -> list[dict[str, 
     """The quotes with their filler sentences left out (a quote changed is a copy; the caption of
     a shared picture is kept as it was)."""
     names = name_words(list(dict.fromkeys(str(q.get("speaker") or "") for q in quotes)))  # each once
-    filler = STOP_WORDS | SMALL_TALK | names
+    filler = filler_words(names)
     # A small-talk word the question uses ("what makes her happy?") keeps its sentence: only stop
     # words and names (in nearly every sentence of their speaker) are no sign of an answer.
     asked = frozenset(WORD_RE.findall(query.lower())) - STOP_WORDS - names

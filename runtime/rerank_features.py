@@ -377,6 +377,10 @@ def placed_word_features(
             continue
         kept = _episode(entry)
         marks.append(kept.marks[j] or _marked(kept, entry, j))
+        # The reset and the tag below are plain stores, not one step: they assume one reranking of
+        # an episode at a time. The interpreter lock makes that nearly so (a thread switch between
+        # them is rare); without it (free-threading) two rerankings with other speakers could count
+        # with each other's names, so such a build needs a lock here.
         if kept.counted_for is not asked.names:
             if kept.counted_for != asked.names:  # other speakers: other words count as content
                 kept.counts = array("q", [-1]) * len(kept.counts)

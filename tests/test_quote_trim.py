@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from tiermem.runtime.packing import render_quote_block
-from tiermem.runtime.quote_trim import filler_words, trim_filler, trimmed
+from tiermem.runtime.quote_trim import filler_words, name_words, trim_filler, trimmed
 
 from tiermem.app.locomo import answer_tokens, tokens
 
-FILLER = filler_words(["Tim", "John"])
+FILLER = filler_words(name_words(["Tim", "John"]))
 
 
 def quote(i: int, text: str, speaker: str = "John", date: str = "8 May 2023") -> dict[str, Any]:
@@ -44,7 +44,7 @@ def test_a_turn_of_filler_only_or_of_one_sentence_is_shown_whole() -> None:
 
 
 def test_the_speakers_names_are_filler_but_no_word_that_begins_like_one() -> None:
-    words = filler_words(["Melanie", "Caroline"])
+    words = filler_words(name_words(["Melanie", "Caroline"]))
     assert {"melanie", "caroline"} <= words and not {"mel", "car"} & words
     assert trimmed("Thanks, Melanie! I painted a lake.", frozenset(), words) == "I painted a lake."
     out = trim_filler([quote(1, "Guess what I bought last week! A car.", speaker="Caroline")], "Which car?")
@@ -57,6 +57,9 @@ def test_a_small_talk_word_the_question_asks_about_keeps_its_sentence() -> None:
     assert out[0]["text"] == said
     out = trim_filler([quote(1, said, speaker="Melanie")], "What did Melanie paint?")
     assert out[0]["text"] == "We painted the fence on Sunday."
+    # The question's words are matched whatever their case.
+    out = trim_filler([quote(1, said, speaker="Melanie")], "Happy days for Melanie?")
+    assert out[0]["text"] == said
 
 
 def test_a_trimmed_quote_keeps_its_picture_and_the_rest_is_the_same_object() -> None:

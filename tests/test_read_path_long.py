@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from helpers_dedup import dedup_set
 from helpers_runtime import append, episode
+from tiermem.runtime import near_duplicates as nd
 from tiermem.runtime import passage_blocks, passage_compiled, turn_window
 from tiermem.runtime import passage_columns as pc
 from tiermem.runtime import quote_search as qs
@@ -285,7 +287,7 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
     out: list[dict[str, Any]] = []
     keys: list[frozenset[str]] = []
     for score, item in scored:
-        key = qs._dedup_key(item["text"])
+        key = nd._dedup_key(item["text"])
         if any(len(key & k) >= qs.DUPLICATE_JACCARD * len(key | k) for k in keys):
             continue
         keys.append(key)
@@ -464,7 +466,7 @@ def test_near_duplicate_word_sets_are_each_passages_words_numbered_in_one_order(
         out = {}
         for k, e in enumerate(TEXTS.entries.values()):
             for j in range(len(e.passages)):
-                out[(k, j)] = pc.dedup_set(*TEXTS.dedup(e, TEXTS.numbers), j, qs.DUPLICATE_JACCARD)
+                out[(k, j)] = dedup_set(*TEXTS.dedup(e, TEXTS.numbers), j, qs.DUPLICATE_JACCARD)
         return out
 
     qs.search_quotes(memory.conn, memory.principal, QUERIES[0], None, 40)
@@ -477,7 +479,7 @@ def test_near_duplicate_word_sets_are_each_passages_words_numbered_in_one_order(
     for k, e in enumerate(TEXTS.entries.values()):
         for j in range(len(e.passages)):
             key, prefix = after[(k, j)]
-            assert {word_of[n] for n in key} == qs._dedup_key(e.passages[j].text)
+            assert {word_of[n] for n in key} == nd._dedup_key(e.passages[j].text)
             by_order = sorted(key, reverse=True)  # the last met first
             assert prefix == tuple(by_order[: len(key) - int(qs.DUPLICATE_JACCARD * len(key)) + 2])
 
@@ -492,8 +494,8 @@ def test_near_duplicate_words_of_any_text_are_those_of_splitting_it() -> None:
     for text in ["Plain words, twice: words!", "snake_case and x2", "Café naïve ÉCOLE", "", "a1b2 c_d-e"]:
         low = text.lower()
         indexed = Counter(_RUN.findall(low)).keys()
-        assert set(pc.dedup_words(low, indexed)) == qs._dedup_key(text)
-        assert set(pc.dedup_words(low, None)) == qs._dedup_key(text)
+        assert set(pc.dedup_words(low, indexed)) == nd._dedup_key(text)
+        assert set(pc.dedup_words(low, None)) == nd._dedup_key(text)
 
 
 def _reference_episodes(m: AgentMemory, query: str, limit: int) -> list[tuple[str, float, list[Any]]]:
@@ -683,7 +685,7 @@ def test_one_search_numbers_every_word_set_in_one_vocabulary() -> None:
         ids, at = texts.dedup(e, texts.numbers)
         word_of = {n: w for w, n in texts.numbers.numbers.items()}
         for j, text in enumerate(e.passages.texts):
-            assert {word_of[n] for n in ids[at[j] : at[j + 1]].tolist()} == qs._dedup_key(text)
+            assert {word_of[n] for n in ids[at[j] : at[j + 1]].tolist()} == nd._dedup_key(text)
         assert e.dedup_by is texts.numbers
 
 
@@ -699,11 +701,9 @@ def test_near_identical_sets_share_a_filing_word_whatever_words_are_filed_last()
             other[rng.randrange(len(other))] = rng.randrange(200, 260)
         late = frozenset(rng.sample(base, min(len(base), rng.randint(0, 6))))
         sets = [np.array(sorted(set(s)), dtype=np.int64) for s in (base, other)]
-        ids = np.concatenate(sets)
-        at = np.array([0, len(sets[0]), len(ids)], dtype=np.int64)
-        (a, pa), (b, pb) = (pc.dedup_set(ids, at, j, qs.DUPLICATE_JACCARD, late) for j in (0, 1))
-        assert a == frozenset(sets[0].tolist()) and b == frozenset(sets[1].tolist())
-        if qs._near_identical(a, b):
+        a, b = (frozenset(s.tolist()) for s in sets)
+        pa, pb = (nd.filing_prefix(s, late, qs.DUPLICATE_JACCARD) for s in sets)
+        if nd._near_identical(a, b):
             near += 1
             assert set(pa) & set(pb), (sorted(a), sorted(b), late)
     assert near > 100
@@ -738,18 +738,18 @@ def test_reranker_facts_of_a_prepared_episode_are_those_of_splitting_each_passag
 
 
 def test_a_filing_prefix_is_the_set_read_in_one_order_the_question_words_last() -> None:
-    """`dedup_set`'s prefix is the first words of the set read last-met first, with `late` words
-    moved after all others, whatever share of the set they are (none, some, most, all)."""
+    """A set's filing prefix (`near_duplicates.filing_prefix`) is the first words of the set read
+    last-met first, with `late` words moved after all others, whatever share of the set they are
+    (none, some, most, all)."""
     rng = random.Random(5)
     for _ in range(400):
         words = sorted(rng.sample(range(200), rng.randint(1, 40)))
         late = frozenset(rng.sample(words, rng.randint(0, len(words))) + rng.sample(range(200, 210), 2))
-        at = np.array([0, len(words)], dtype=np.int64)
-        key, prefix = pc.dedup_set(np.array(words, dtype=np.int64), at, 0, qs.DUPLICATE_JACCARD, late)
+        prefix = nd.filing_prefix(np.array(words, dtype=np.int64), late, qs.DUPLICATE_JACCARD)
         order = words[::-1]
         length = len(order) - int(qs.DUPLICATE_JACCARD * len(order)) + 2
         expected = ([w for w in order if w not in late] + [w for w in order if w in late])[:length]
-        assert key == frozenset(words) and prefix == tuple(expected)
+        assert prefix == expected
 
 
 def test_a_fixed_word_sets_numbers_follow_the_words_met_later() -> None:
@@ -813,9 +813,9 @@ def test_quote_search_keeps_the_same_results_with_the_python_near_duplicate_chec
 ) -> None:
     """The near-duplicate check's Python path (no compiled `_distinct`) keeps what scoring every
     passage from its text keeps (the turns said again are dropped the same way)."""
-    from tiermem.runtime import passage_distinct
+    from tiermem.runtime import near_duplicates
 
-    monkeypatch.setattr(passage_distinct, "ENABLED", False)
+    monkeypatch.setattr(near_duplicates, "ENABLED", False)
     for query in QUERIES:
         for limit in (5, 40):
             expected = _reference_quotes(memory, query, limit)
@@ -834,6 +834,8 @@ def test_the_reranker_orders_a_search_s_results_alike_from_their_places_or_looke
     for query in QUERIES:
         placed: list[Any] = []
         found = qs.search_quotes(memory.conn, memory.principal, query, None, 60, placed=placed)
+        # Every result's place came back, in order: otherwise `recall_lines` silently looks them up again.
+        assert [entry.passages[j].text for entry, j in placed] == [item["text"] for item in found], query
         on_the_spot = reranker.reorder(memory.conn, query, found, placed)
         assert on_the_spot == reranker.reorder(memory.conn, query, found, None), query
         moved += on_the_spot != found

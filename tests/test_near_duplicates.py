@@ -1,16 +1,18 @@
-"""The quote search's near-duplicate check over a run of results (runtime/passage_distinct.py, and its
+"""The quote search's near-duplicate check over a run of results (runtime/near_duplicates.py, and its
 compiled form runtime/_distinct.c): the same results kept as checking one result at a time with
-`passage_columns.dedup_set`'s word sets and prefixes."""
+the reference word sets and prefixes of tests/helpers_dedup.py."""
 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from tiermem.runtime import passage_columns as pc
-from tiermem.runtime import passage_distinct as pd
+from helpers_dedup import dedup_set
+from tiermem.runtime import near_duplicates as pd
 from tiermem.runtime import quote_search as qs
 
 KEEP = qs.DUPLICATE_JACCARD
@@ -25,9 +27,9 @@ def _one_at_a_time(sets: list[np.ndarray], late: frozenset[int], limit: int) -> 
     by_word: dict[int, list[int]] = {}
     for i, words in enumerate(sets):
         at = np.array([0, len(words)], dtype=np.int64)
-        key, prefix = pc.dedup_set(words, at, 0, KEEP, late)
+        key, prefix = dedup_set(words, at, 0, KEEP, late)
         met = {m for w in prefix for m in by_word.get(w, ())}
-        if any(qs._near_identical(key, keys[m]) for m in met):
+        if any(pd._near_identical(key, keys[m]) for m in met):
             continue
         for w in prefix:
             by_word.setdefault(w, []).append(len(keys))
@@ -42,7 +44,7 @@ def _run(path: str, sets: list[np.ndarray], late: frozenset[int], limit: int) ->
     ranked: Iterator[tuple[int, np.ndarray]] = iter(list(enumerate(sets)))
     if path == "python":
         return pd.python_run(ranked, late, KEEP, limit)
-    if pd._distinct is None:
+    if pd._compiled is None:
         pytest.skip("the compiled check is not built")
     return pd.distinct_run(ranked, late, KEEP, limit)
 
@@ -108,7 +110,7 @@ def test_the_limit_and_the_end_of_the_run(path: str) -> None:
 
 
 def test_the_compiled_check_refuses_sets_it_cannot_read() -> None:
-    if pd._distinct is None:
+    if pd._compiled is None:
         pytest.skip("the compiled check is not built")
     late = np.zeros(0, dtype=np.int64)
     for bad, error in [
@@ -118,11 +120,54 @@ def test_the_compiled_check_refuses_sets_it_cannot_read() -> None:
         (np.array([[1, 2]], dtype=np.int64), TypeError),
     ]:
         with pytest.raises(error):
-            pd._distinct.distinct_run(iter([(0, np.array([5], dtype=np.int64)), (1, bad)]), late, KEEP, 5)
+            pd._compiled.distinct_run(iter([(0, np.array([5], dtype=np.int64)), (1, bad)]), late, KEEP, 5)
     with pytest.raises(TypeError):
-        pd._distinct.distinct_run(iter([0]), late, KEEP, 5)
+        pd._compiled.distinct_run(iter([0]), late, KEEP, 5)
     with pytest.raises(ValueError):
-        pd._distinct.distinct_run(iter([]), np.array([4, 1], dtype=np.int64), KEEP, 5)
+        pd._compiled.distinct_run(iter([]), np.array([4, 1], dtype=np.int64), KEEP, 5)
+
+
+# Calls with a `keep` outside (0, 1]: each path must refuse them alike. Run in a child process, so
+# that a path that reads or writes out of bounds fails this test instead of ending the test run.
+_HOSTILE_KEEPS = r"""
+import sys
+import numpy as np
+from tiermem.runtime import near_duplicates as pd
+
+n = 600
+sets = [np.arange(k * 10**7, k * 10**7 + n, dtype=np.int64) for k in range(1, 60)]
+late = np.zeros(0, dtype=np.int64)
+paths = [("python", lambda run, keep: pd.python_run(run, frozenset(), keep, 1000))]
+if pd._compiled is not None:
+    paths.append(("compiled", lambda run, keep: pd._compiled.distinct_run(run, late, keep, 1000)))
+# -(2**61 - 512) / n: a prefix length near 2**61, whose buffer size in bytes wraps to a small one.
+for keep in [float("nan"), float("inf"), -float("inf"), 1e300, -1e300, -(2**61 - 512) / n, 0.0, -0.5, 1.5]:
+    for name, run in paths:
+        try:
+            got = run(iter(list(enumerate(sets))), keep)
+            print(name, keep, "kept", len(got))
+        except ValueError:
+            print(name, keep, "ValueError")
+        except Exception as error:
+            print(name, keep, type(error).__name__)
+        sys.stdout.flush()
+for name, run in paths:
+    print(name, 1.0, "kept", len(run(iter(list(enumerate(sets + sets))), 1.0)))
+"""
+
+
+def test_either_path_refuses_a_keep_outside_zero_to_one() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _HOSTILE_KEEPS], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    paths = 2 if pd._compiled is not None else 1
+    assert len(lines) == 9 * paths + paths
+    for line in lines[:-paths]:
+        assert line.endswith(" ValueError"), line
+    for line in lines[-paths:]:
+        assert line.endswith(" 1.0 kept 59"), line  # the exact copies dropped: a sound keep still runs
 
 
 def test_a_quote_search_keeps_the_same_results_on_either_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,6 +176,6 @@ def test_a_quote_search_keeps_the_same_results_on_either_path(monkeypatch: pytes
     sets, late = _shortlist(rng)
     monkeypatch.setattr(pd, "ENABLED", False)
     python = pd.distinct_run(iter(list(enumerate(sets))), late, KEEP, 30)
-    monkeypatch.setattr(pd, "ENABLED", pd._distinct is not None)
+    monkeypatch.setattr(pd, "ENABLED", pd._compiled is not None)
     assert pd.distinct_run(iter(list(enumerate(sets))), late, KEEP, 30) == python
     assert python == _one_at_a_time(sets, late, 30)
