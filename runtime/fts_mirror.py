@@ -209,6 +209,8 @@ class Mirror:
                 self._file(doc * COLUMNS + col, found)
             self.rowids.append(int(row[0]))
             self.lengths.append(total)
+        if rows:
+            self.doc_counts = {}  # counted before these documents: too few now
         self.newest = max(self.newest, upto)
         block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
         averages = varints(block[0]) if block else [0]

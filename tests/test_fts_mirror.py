@@ -310,3 +310,36 @@ def test_the_tokenizers_runs_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     # Runs met before and a new one, past the bound: everything is tokenized again, none lost.
     assert fts_mirror.tokens(f"{text} Ünïcode") == [*want, "unicode"]
     assert len(fts_mirror._TOKENIZER.kept) <= len(ODD) + 1
+
+
+def _table() -> sqlite3.Connection:
+    """A bare store's index, with the erasures table the copy's mark is read from."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute(fts_mirror.DEFINITION)
+    conn.execute("CREATE TABLE erasures (x)")
+    return conn
+
+
+def _insert(conn: sqlite3.Connection, rowid: int, *columns: str) -> None:
+    conn.execute(
+        "INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (?, ?, ?, ?, ?)",
+        [rowid, *columns, *[""] * (4 - len(columns))],
+    )
+
+
+def test_document_counts_asked_before_episodes_are_added_are_counted_again() -> None:
+    conn = _table()
+    _insert(conn, 1, "teal lake")
+    _insert(conn, 2, "teal")
+    fts_mirror.clear()
+    try:
+        assert fts_mirror.documents(conn, ("db", 0, 2, "0"), "teal", False) == (2, "")
+        assert fts_mirror.documents(conn, ("db", 0, 2, "0"), "lake", True) == (1, "lake")
+        copy = fts_mirror._KEPT.mirror
+        _insert(conn, 3, "teal again", "lakeside")
+        assert fts_mirror.documents(conn, ("db", 0, 3, "0"), "teal", False) == (3, "")
+        assert fts_mirror.documents(conn, ("db", 0, 3, "0"), "lake", True) == (2, "")
+        assert fts_mirror._KEPT.mirror is copy  # the same copy, appended to
+    finally:
+        fts_mirror.clear()
+
