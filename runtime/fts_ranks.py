@@ -168,10 +168,11 @@ def _hidden(conn: sqlite3.Connection, where: str, params: list[Any], rowids: lis
     query returns the few it may not see, where returning every one it may
     cost twice the check itself. A row is seen exactly when the row is there
     and `where` holds for it (false or NULL: hidden), as a query for the
-    visible ones would say.
+    visible ones would say. `where` is bracketed: an OR in it must not
+    reach past the join's own condition.
     """
     sql = (
         "SELECT j.value FROM json_each(?) j LEFT JOIN episodes e ON e.rowid = j.value AND "
-        f"{where} WHERE e.rowid IS NULL"
+        f"({where}) WHERE e.rowid IS NULL"
     )
     return {r[0] for r in conn.execute(sql, [orjson.dumps(rowids).decode(), *params])}

@@ -343,3 +343,18 @@ def test_document_counts_asked_before_episodes_are_added_are_counted_again() -> 
     finally:
         fts_mirror.clear()
 
+
+def test_hidden_rows_under_a_condition_with_an_or_or_a_null(memory: AgentMemory) -> None:
+    """The condition is one bracketed term of the join (an OR in it reaches no further), and a row
+    for which it is NULL (no owner compared with one) is hidden, as a query's WHERE would hide it."""
+    conn = memory.conn
+    rowids = [r for (r,) in conn.execute("SELECT rowid FROM episodes")]
+    for where, params in [
+        ("e.agent_id = ? AND e.owner = ? OR e.owner IS NULL", ["npc", "alice"]),
+        ("e.owner = ?", ["alice"]),
+    ]:
+        visible = {r for (r,) in conn.execute(f"SELECT e.rowid FROM episodes e WHERE {where}", params)}
+        assert 0 < len(visible) < len(rowids)
+        assert set(rowids) - fts_ranks._hidden(conn, where, params, rowids) == visible, where
+    assert conn.execute("SELECT count(*) FROM episodes WHERE owner IS NULL").fetchone()[0]
+
