@@ -213,7 +213,9 @@ class Mirror:
             self.doc_counts = {}  # counted before these documents: too few now
         self.newest = max(self.newest, upto)
         block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
-        averages = varints(block[0]) if block else [0]
+        averages = varints(block[0]) if block else []
+        if len(averages) != 1 + COLUMNS:  # a table never written to has an empty record
+            raise Unsure("the index's averages record is not one of rows and four columns")
         self.n_row, self.n_token = averages[0], sum(averages[1:])
         if self.n_token > MAX_TOKENS:
             raise Unsure("too many tokens to keep")
@@ -230,7 +232,12 @@ class Mirror:
             found.append(shifted | n)
 
     def matching(self, word: str, prefix: bool) -> list[str] | None:
-        """The tokens a phrase of `word` matches (None: a prefix too short to look up)."""
+        """The tokens a phrase of `word` matches (None: a prefix too short to look up, or a word
+        longer than a token whose cut the index makes in bytes: left to the index)."""
+        if len(word) > MAX_TOKEN // 4 and len(word.encode()) > MAX_TOKEN:
+            if not word.isascii():
+                return None
+            word = word[:MAX_TOKEN]  # as the index cuts a query's token
         if not prefix:
             return [word] if word in self.postings else []
         if len(word) < PREFIX_HEAD:

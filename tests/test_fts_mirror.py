@@ -358,3 +358,35 @@ def test_hidden_rows_under_a_condition_with_an_or_or_a_null(memory: AgentMemory)
         assert set(rowids) - fts_ranks._hidden(conn, where, params, rowids) == visible, where
     assert conn.execute("SELECT count(*) FROM episodes WHERE owner IS NULL").fetchone()[0]
 
+
+def test_words_longer_than_a_token_are_cut_as_the_index_cuts_them() -> None:
+    conn = _table()
+    long = "a" * (fts_mirror.MAX_TOKEN + 5)
+    _insert(conn, 1, f"{long} b")
+    _insert(conn, 2, "other words here", "a" * 40)
+    copy = fts_mirror.Mirror(("db", 0, "0"), 0)
+    copy.add(conn, 0, 2)
+    for word, prefix in [(long, False), (long, True), (long[:-5], False), ("aaaa", True)]:
+        phrase = f'"{word}"' + ("*" if prefix else "")
+        want = conn.execute(
+            "SELECT rowid, bm25(episodes_fts) FROM episodes_fts WHERE episodes_fts MATCH ? ORDER BY rowid",
+            [phrase],
+        ).fetchall()
+        got = copy.ranks(word, prefix, [None])
+        assert got is not None and list(zip(got[0].tolist(), got[1][:, 0].tolist(), strict=True)) == want
+        assert want
+    assert copy.matching("é" * fts_mirror.MAX_TOKEN, False) is None  # cut in bytes: the index is asked
+
+
+def test_a_table_never_written_to_is_left_to_the_index() -> None:
+    conn = _table()
+    assert conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()[0] == b""
+    with pytest.raises(fts_mirror.Unsure):
+        fts_mirror.Mirror(("db", 0, "0"), 0).add(conn, 0, 0)
+    fts_mirror.clear()
+    try:
+        assert fts_mirror.documents(conn, ("db", 0, None, "0"), "teal", False) is None
+        _insert(conn, 1, "teal")
+        assert fts_mirror.documents(conn, ("db", 0, 1, "0"), "teal", False) == (1, "")
+    finally:
+        fts_mirror.clear()
