@@ -454,6 +454,10 @@ def _current(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | Non
         return _KEPT.mirror
     db, cookie, newest, count = version
     kept, base = _KEPT.mirror, (db, cookie, count)
+    if kept is not None and _older(base, newest or 0, kept):
+        # A reader still on a snapshot before the copy's: the index answers it, and the copy
+        # stays for the readers on the newer one (dropping it would read everything again).
+        return None
     _KEPT.mirror, _KEPT.version = None, version
     try:
         if kept is not None and kept.base == base and (newest or 0) >= kept.newest:
@@ -464,6 +468,18 @@ def _current(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | Non
         kept = None
     _KEPT.mirror = kept
     return kept
+
+
+def _older(base: tuple[Any, ...], newest: int, kept: Mirror) -> bool:
+    """Whether a version of the same store and schema comes before the kept copy's: fewer deletions
+    and updates counted, or as many and fewer episodes added."""
+    if base[:2] != kept.base[:2]:
+        return False
+    try:
+        count, kept_count = int(base[2]), int(kept.base[2])
+    except (TypeError, ValueError):
+        return False
+    return count < kept_count or (count == kept_count and newest < kept.newest)
 
 
 def _read(conn: sqlite3.Connection, base: tuple[Any, ...], newest: int) -> Mirror | None:

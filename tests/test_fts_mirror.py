@@ -390,3 +390,28 @@ def test_a_table_never_written_to_is_left_to_the_index() -> None:
         assert fts_mirror.documents(conn, ("db", 0, 1, "0"), "teal", False) == (1, "")
     finally:
         fts_mirror.clear()
+
+
+def test_a_reader_on_an_older_version_leaves_the_newer_copy() -> None:
+    """Readers on snapshots before the copy's are answered by the index; the copy is not dropped
+    and read again for them (two readers would otherwise take turns reading everything)."""
+    conn = _table()
+    for rowid in (1, 2, 3):
+        _insert(conn, rowid, "teal lake")
+    fts_mirror.clear()
+    try:
+        newer = ("db", 0, 3, "2")
+        assert fts_mirror.documents(conn, newer, "teal", False) == (3, "")
+        copy = fts_mirror._KEPT.mirror
+        assert copy is not None
+        for older in [("db", 0, 2, "2"), ("db", 0, 5, "1")]:  # fewer episodes; fewer changes counted
+            assert fts_mirror.documents(conn, older, "teal", False) is None
+            assert fts_mirror.ranks(conn, older, ['"teal"'], [None]) == [None]
+            assert fts_mirror._KEPT.mirror is copy and fts_mirror._KEPT.version == newer
+        assert fts_mirror.documents(conn, newer, "lake", False) == (3, "")
+        assert fts_mirror._KEPT.mirror is copy
+        # Another store, or a later change count: the copy is for that version now.
+        assert fts_mirror.documents(conn, ("db", 0, 3, "3"), "teal", False) == (3, "")
+        assert fts_mirror._KEPT.mirror is not copy
+    finally:
+        fts_mirror.clear()
