@@ -35,7 +35,8 @@ the store, its schema cookie, the newest episode rowid, the count of
 deletions and updates). Episodes only added (the count unchanged, the newest
 rowid higher) are read and appended; any other change reads everything
 again. Like the other copies of episode text, an erasure drops it at once
-(`EpisodeTexts.erasure_checks`), and it is bounded (`MAX_TOKENS`).
+(`EpisodeTexts.erasure_checks`), with the tokenizer's runs (of any store),
+and it is bounded (`MAX_TOKENS`).
 """
 
 from __future__ import annotations
@@ -96,32 +97,50 @@ def varints(blob: bytes) -> list[int]:
 
 
 class _Tokenizer:
-    """FTS5's default tokenizer over runs of non-ASCII text, in a private in-memory table."""
+    """FTS5's default tokenizer over runs of non-ASCII text, in a private in-memory table.
 
-    MAX_KEPT = 100_000
+    The runs tokenized are kept (the same words recur), bounded by their characters (a run can be
+    a paragraph of text without spaces), and dropped with the table's connection when the store
+    erases something (`forget`): they are episode text like the copy's tokens."""
+
+    MAX_CHARS = 2_000_000
 
     def __init__(self) -> None:
         self.kept: dict[str, tuple[str, ...]] = {}
+        self.chars = 0  # the kept runs' characters
         self.conn: sqlite3.Connection | None = None
 
+    def forget(self) -> None:
+        """Drop every run kept, and the private table with the pages that held them."""
+        self.kept, self.chars = {}, 0
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
     def tokens(self, runs: set[str]) -> dict[str, tuple[str, ...]]:
-        if len(self.kept) > self.MAX_KEPT:
-            self.kept = {}
-        missing = [r for r in runs if r not in self.kept]
-        if missing:
-            if self.conn is None:
-                self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-                self.conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
-                self.conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
-            conn = self.conn
-            conn.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", enumerate(missing, 1))
-            found: dict[int, list[tuple[int, str]]] = {}
-            for term, doc, offset in conn.execute("SELECT term, doc, offset FROM v"):
-                found.setdefault(doc, []).append((offset, term))
-            conn.execute("DELETE FROM t")
-            for k, run in enumerate(missing, 1):
-                self.kept[run] = tuple(t for _, t in sorted(found.get(k, [])))
-        return {r: self.kept[r] for r in runs}
+        out = {r: self.kept[r] for r in runs if r in self.kept}
+        missing = [r for r in runs if r not in out]
+        if not missing:
+            return out
+        if self.conn is None:
+            self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+            self.conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+            self.conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        conn = self.conn
+        conn.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", enumerate(missing, 1))
+        found: dict[int, list[tuple[int, str]]] = {}
+        for term, doc, offset in conn.execute("SELECT term, doc, offset FROM v"):
+            found.setdefault(doc, []).append((offset, term))
+        conn.execute("DELETE FROM t")
+        new = {run: tuple(t for _, t in sorted(found.get(k, []))) for k, run in enumerate(missing, 1)}
+        out.update(new)
+        size = sum(map(len, missing))
+        if self.chars + size > self.MAX_CHARS:
+            self.kept, self.chars = {}, 0
+        if size <= self.MAX_CHARS:
+            self.kept.update(new)
+            self.chars += size
+        return out
 
 
 _TOKENIZER = _Tokenizer()
@@ -401,12 +420,20 @@ class _Kept:
         self.lock = threading.Lock()
         self.mirror: Mirror | None = None
         self.version: tuple[Any, ...] | None = None  # the version `mirror` (or its absence) is for
+        self.marks: dict[str, int] = {}  # per store, the erasure mark last seen
 
     def erasure_seen(self, db: str, mark: int) -> None:
         """A read of `db` found its erasure mark at `mark`: a copy read before an erasure there goes."""
         with self.lock:
+            self.mark_seen(db, mark)
             if self.mirror is not None and self.mirror.base[0] == db and self.mirror.mark != mark:
                 self.mirror, self.version = None, None
+
+    def mark_seen(self, db: str, mark: int) -> None:
+        """(Under the lock.) The tokenizer's runs may hold any store's text: any erasure drops them."""
+        if self.marks.get(db, mark) != mark:
+            _TOKENIZER.forget()
+        self.marks[db] = mark
 
 
 _KEPT = _Kept()
@@ -489,11 +516,14 @@ def _read(conn: sqlite3.Connection, base: tuple[Any, ...], newest: int) -> Mirro
     if block is None or sum(varints(block[0])[1:]) > MAX_TOKENS:
         return None
     copy = Mirror(base, erasure_mark(conn))
+    _KEPT.mark_seen(base[0], copy.mark)
     copy.add(conn, 0, newest)
     return copy
 
 
 def clear() -> None:
-    """Drop the copy (tests)."""
+    """Drop the copy and the tokenizer's runs (tests)."""
     with _KEPT.lock:
         _KEPT.mirror, _KEPT.version = None, None
+        _KEPT.marks.clear()
+        _TOKENIZER.forget()

@@ -303,13 +303,20 @@ def test_weighted_frequencies_are_summed_one_instance_at_a_time() -> None:
     )
 
 
-def test_the_tokenizers_runs_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fts_mirror._Tokenizer, "MAX_KEPT", 2)
+def test_the_tokenizers_runs_are_bounded_by_their_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    fts_mirror.clear()
+    monkeypatch.setattr(fts_mirror._Tokenizer, "MAX_CHARS", 60)
+    kept = fts_mirror._TOKENIZER
     text = " ".join(ODD)
     want = fts_mirror.tokens(text)
-    # Runs met before and a new one, past the bound: everything is tokenized again, none lost.
-    assert fts_mirror.tokens(f"{text} Ünïcode") == [*want, "unicode"]
-    assert len(fts_mirror._TOKENIZER.kept) <= len(ODD) + 1
+    assert kept.kept and kept.chars == sum(map(len, kept.kept)) <= 60
+    # Runs met before and new ones, past the bound: everything is tokenized again, none lost.
+    for extra, tokens in [("Ünïcode", ["unicode"]), ("é" * 70, ["e" * 70]), ("façade", ["facade"])]:
+        assert fts_mirror.tokens(f"{text} {extra}") == [*want, *tokens]
+        assert kept.chars == sum(map(len, kept.kept)) <= 60
+    assert "é" * 70 not in kept.kept  # longer than the bound alone: not kept at all
+    fts_mirror.clear()
+    assert not kept.kept and kept.conn is None
 
 
 def _table() -> sqlite3.Connection:
@@ -413,5 +420,28 @@ def test_a_reader_on_an_older_version_leaves_the_newer_copy() -> None:
         # Another store, or a later change count: the copy is for that version now.
         assert fts_mirror.documents(conn, ("db", 0, 3, "3"), "teal", False) == (3, "")
         assert fts_mirror._KEPT.mirror is not copy
+    finally:
+        fts_mirror.clear()
+
+
+def test_the_erasure_mark_read_with_the_copy_is_the_stores() -> None:
+    conn = _table()
+    conn.execute("INSERT INTO erasures VALUES ('an earlier erasure')")
+    _insert(conn, 1, "teal café")
+    fts_mirror.clear()
+    try:
+        assert fts_mirror.documents(conn, ("db", 0, 1, "0"), "teal", False) == (1, "")
+        copy = fts_mirror._KEPT.mirror
+        assert copy is not None and copy.mark == 1 and fts_mirror._TOKENIZER.kept
+        fts_mirror._KEPT.erasure_seen("db", 1)  # no erasure since: both stay
+        assert fts_mirror._KEPT.mirror is copy and fts_mirror._TOKENIZER.kept
+        fts_mirror._KEPT.erasure_seen("db", 2)
+        assert fts_mirror._KEPT.mirror is None and not fts_mirror._TOKENIZER.kept
+        # The first the process hears of the store is the copy's read: its mark is noted there.
+        fts_mirror.clear()
+        assert fts_mirror.documents(conn, ("db", 0, 1, "0"), "teal", False) == (1, "")
+        assert fts_mirror._TOKENIZER.kept
+        fts_mirror._KEPT.erasure_seen("db", 2)
+        assert not fts_mirror._TOKENIZER.kept
     finally:
         fts_mirror.clear()
