@@ -445,3 +445,43 @@ def test_the_erasure_mark_read_with_the_copy_is_the_stores() -> None:
         assert not fts_mirror._TOKENIZER.kept
     finally:
         fts_mirror.clear()
+
+
+def test_counts_that_are_not_the_indexs_are_never_kept() -> None:
+    """Each document's tokens per column, and the table's rows and tokens per column, are checked
+    against the index's own records: a difference in any of them and nothing is kept."""
+    conn = _table()
+    _insert(conn, 1, "teal lake", "dawn")
+    _insert(conn, 2, "teal", "dawn bread")
+    block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()[0]
+    assert fts_mirror.varints(block) == [2, 3, 3, 0, 0] and len(block) == 5  # one byte each
+    fts_mirror.Mirror(("db", 0, "0"), 0).add(conn, 0, 2)  # as it is: kept
+    changes = [
+        # The documents' texts swapped: the same tokens in all, not in each document.
+        "UPDATE episodes_fts_content SET c0 = CASE id WHEN 1 THEN 'teal' ELSE 'teal lake' END",
+        "UPDATE episodes_fts_data SET block = x'0204030000' WHERE id = 1",  # a column's tokens
+        "UPDATE episodes_fts_data SET block = x'0303030000' WHERE id = 1",  # the rows
+    ]
+    for change in changes:
+        conn.execute("SAVEPOINT s")
+        conn.execute(change)
+        with pytest.raises(fts_mirror.Unsure):
+            fts_mirror.Mirror(("db", 0, "0"), 0).add(conn, 0, 2)
+        conn.execute("ROLLBACK TO s")
+        conn.execute("RELEASE s")
+
+
+def test_ranks_from_the_copy_count_toward_the_kept_rows_bound(
+    memory: AgentMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn = memory.conn
+    where, params = item_clause(Principal("npc"), "e")
+    match = '"teal"* OR "lake" OR "kit"'
+    assert fts_ranks.ranked_rows(conn, where, params, match, RANKS, RANKINGS)
+    kept = fts_ranks._KEPT
+    assert len(kept.phrases) == 3 and fts_mirror._KEPT.mirror is not None  # all three from the copy
+    assert kept.rows == sum(len(ids) for ids, _ in kept.phrases.values()) > 30
+    # Past the bound, what is kept goes at the next question.
+    monkeypatch.setattr(fts_ranks, "MAX_ROWS", kept.rows - 1)
+    assert fts_ranks.ranked_rows(conn, where, params, '"dawn"', RANKS, RANKINGS)
+    assert list(kept.phrases) == [('"dawn"', "|".join(RANKS))]
