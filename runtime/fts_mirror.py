@@ -36,7 +36,9 @@ deletions and updates). Episodes only added (the count unchanged, the newest
 rowid higher) are read and appended; any other change reads everything
 again. Like the other copies of episode text, an erasure drops it at once
 (`EpisodeTexts.erasure_checks`), with the tokenizer's runs (of any store),
-and it is bounded (`MAX_TOKENS`).
+and it is bounded by what it costs to read and to hold (`MAX_TOKENS`, `MAX_BYTES`): past
+either, nothing is kept and the index is asked, as before, without reading the store again until
+it has fewer tokens.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+import sys
 import threading
 from array import array
 from collections import Counter
@@ -59,8 +62,16 @@ DEFINITION = "CREATE VIRTUAL TABLE episodes_fts USING fts5(name, summary, quotes
 COLUMNS = 4
 K1, B = 1.2, 0.75  # bm25()'s constants
 MAX_TOKEN = 32768  # FTS5 keeps at most this many bytes of a token
-# A store with more tokens than this is not copied (about 16 bytes per distinct word of a document).
-MAX_TOKENS = 10_000_000
+# A store with more tokens than this is not copied: reading one takes about 0.2 us a token on a
+# conversation's text (a second for this many), more where most words are new.
+MAX_TOKENS = 5_000_000
+# Nor one whose copy would hold more than this many bytes (`Mirror.size`): a posting takes 8, a
+# distinct token its string and about `TOKEN_BYTES`, a distinct head its string and `HEAD_BYTES`.
+# Text of words each met once (identifiers, text without spaces) reaches it at two to four hundred
+# thousand tokens, about a second's read.
+MAX_BYTES = 100_000_000
+TOKEN_BYTES = 160  # its postings array and its entries in `postings` and its head's list
+HEAD_BYTES = 160  # a head's list and its entry in `by_head`
 # A phrase whose weighted frequencies would take more than this many additions is left to the index.
 MAX_ADDITIONS = 4_000_000
 PREFIX_HEAD = 4  # tokens are filed by their first characters: prefixes this long are looked up there
@@ -76,6 +87,15 @@ _RUN = re.compile(r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]+")
 
 class Unsure(Exception):
     """The copy would not be the index's: nothing is kept, the index is asked."""
+
+
+class TooCostly(Unsure):
+    """The copy would cost more than `MAX_BYTES`: the index is asked until the store has fewer
+    tokens than were read (`tokens`) when that was found."""
+
+    def __init__(self, tokens: int) -> None:
+        super().__init__(f"more than {MAX_BYTES} bytes to keep after {tokens} tokens")
+        self.tokens = tokens
 
 
 def varints(blob: bytes) -> list[int]:
@@ -103,7 +123,7 @@ class _Tokenizer:
     a paragraph of text without spaces), and dropped with the table's connection when the store
     erases something (`forget`): they are episode text like the copy's tokens."""
 
-    MAX_CHARS = 2_000_000
+    MAX_CHARS = 1_000_000
 
     def __init__(self) -> None:
         self.kept: dict[str, tuple[str, ...]] = {}
@@ -205,6 +225,7 @@ class Mirror:
         self.arrays: tuple[np.ndarray, np.ndarray] | None = None  # `_arrays`
         self.n_row = 0
         self.n_token = 0
+        self.size = 0  # about how many bytes the postings and tokens take (`MAX_BYTES`)
 
     def add(self, conn: sqlite3.Connection, after: int, upto: int) -> None:
         """Read the documents with rowids in (after, upto], then check the totals against the index."""
@@ -228,6 +249,9 @@ class Mirror:
                 self._file(doc * COLUMNS + col, found)
             self.rowids.append(int(row[0]))
             self.lengths.append(total)
+            self.size += 16
+            if self.size > MAX_BYTES:
+                raise TooCostly(sum(self.column_tokens))
         if rows:
             self.doc_counts = {}  # counted before these documents: too few now
         self.newest = max(self.newest, upto)
@@ -243,12 +267,20 @@ class Mirror:
 
     def _file(self, code: int, words: Counter[str]) -> None:
         postings, shifted = self.postings, code << COUNT_BITS
+        size = 8 * len(words)
         for word, n in words.items():
             found = postings.get(word)
             if found is None:
                 found = postings[word] = array("q")
-                self.by_head.setdefault(word[:PREFIX_HEAD], []).append(word)
+                head = word[:PREFIX_HEAD]
+                listed = self.by_head.get(head)
+                if listed is None:
+                    listed = self.by_head[head] = []
+                    size += HEAD_BYTES + sys.getsizeof(head)
+                listed.append(word)
+                size += TOKEN_BYTES + sys.getsizeof(word)
             found.append(shifted | n)
+        self.size += size
 
     def matching(self, word: str, prefix: bool) -> list[str] | None:
         """The tokens a phrase of `word` matches (None: a prefix too short to look up, or a word
@@ -382,20 +414,28 @@ def _weights(weights: tuple[float, ...] | None) -> tuple[list[float], int, np.nd
 
 
 _RUNNING: dict[float, np.ndarray] = {}  # weight -> 0, w, w + w, ...: its running sum from zero
+# A weight's running sum is made at most this long (a document's instances of a word in a column,
+# past it: the index is asked), and all of them together hold at most `MAX_RUNNING_ALL` numbers.
+MAX_RUNNING = 500_000
+MAX_RUNNING_ALL = 4_000_000
 
 
 def _running(w: float, times: int) -> np.ndarray:
     """The running sum of `w` added one at a time from zero, at least `times` additions long."""
     kept = _RUNNING.get(w)
     if kept is None or len(kept) <= times:
-        if len(_RUNNING) > 64:
+        length = min(max(2 * times, 1024), MAX_RUNNING) + 1
+        _RUNNING.pop(w, None)
+        if sum(map(len, _RUNNING.values())) + length > MAX_RUNNING_ALL:
             _RUNNING.clear()
-        kept = _RUNNING[w] = np.cumsum(np.concatenate(([0.0], np.full(max(2 * times, 1024), w))))
+        kept = _RUNNING[w] = np.cumsum(np.concatenate(([0.0], np.full(length - 1, w))))
     return kept
 
 
 def _add_times(freq: np.ndarray, rows: np.ndarray, times: np.ndarray, w: float) -> np.ndarray | None:
     """`freq` with `w` added `times[i]` times, one addition after another, to `freq[rows[i]]`."""
+    if int(times.max()) > MAX_RUNNING:
+        return None
     out = freq.copy()
     start = freq[rows]
     zero = start == 0.0
@@ -421,6 +461,7 @@ class _Kept:
         self.mirror: Mirror | None = None
         self.version: tuple[Any, ...] | None = None  # the version `mirror` (or its absence) is for
         self.marks: dict[str, int] = {}  # per store, the erasure mark last seen
+        self.too_costly: dict[str, int] = {}  # per store, the tokens read when `TooCostly` was found
 
     def erasure_seen(self, db: str, mark: int) -> None:
         """A read of `db` found its erasure mark at `mark`: a copy read before an erasure there goes."""
@@ -491,6 +532,9 @@ def _current(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | Non
             kept.add(conn, kept.newest, newest or 0)  # episodes only added: the new ones read
         else:
             kept = _read(conn, base, newest or 0)
+    except TooCostly as e:
+        _KEPT.too_costly[db] = e.tokens
+        kept = None
     except Unsure:
         kept = None
     _KEPT.mirror = kept
@@ -513,7 +557,8 @@ def _read(conn: sqlite3.Connection, base: tuple[Any, ...], newest: int) -> Mirro
     if not _defined_here(conn):
         return None
     block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
-    if block is None or sum(varints(block[0])[1:]) > MAX_TOKENS:
+    tokens = sum(varints(block[0])[1:]) if block is not None else 0
+    if block is None or tokens > MAX_TOKENS or tokens >= _KEPT.too_costly.get(base[0], tokens + 1):
         return None
     copy = Mirror(base, erasure_mark(conn))
     _KEPT.mark_seen(base[0], copy.mark)

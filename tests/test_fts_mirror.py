@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -485,3 +486,50 @@ def test_ranks_from_the_copy_count_toward_the_kept_rows_bound(
     monkeypatch.setattr(fts_ranks, "MAX_ROWS", kept.rows - 1)
     assert fts_ranks.ranked_rows(conn, where, params, '"dawn"', RANKS, RANKINGS)
     assert list(kept.phrases) == [('"dawn"', "|".join(RANKS))]
+
+
+def test_a_copy_that_would_cost_too_much_is_not_kept_nor_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text whose words are each met once (the costliest to hold per token): the copy is bounded by
+    what it holds, not by its tokens alone; once past the bound the store is not read again while it
+    has as many tokens (only grown since)."""
+    rng = random.Random(7)
+    conn = _table()
+    for rowid in range(1, 41):
+        _insert(conn, rowid, " ".join(f"{rng.getrandbits(48):x}" for _ in range(50)), "teal")
+    copy = fts_mirror.Mirror(("db", 0, "0"), 0)
+    copy.add(conn, 0, 40)
+    held = sum(sys.getsizeof(w) + sys.getsizeof(a) for w, a in copy.postings.items()) + sum(
+        sys.getsizeof(h) + sys.getsizeof(ws) for h, ws in copy.by_head.items()
+    )
+    assert held < copy.size  # what is counted is at least what the tokens, heads and postings hold
+    assert len(copy.postings) > 1900 and len(copy.by_head) > 1900
+    reads = []
+    real_add = fts_mirror.Mirror.add
+    monkeypatch.setattr(fts_mirror.Mirror, "add", lambda self, *a: reads.append(a) or real_add(self, *a))
+    fts_mirror.clear()
+    try:
+        monkeypatch.setattr(fts_mirror, "MAX_BYTES", copy.size // 2)
+        assert fts_mirror.documents(conn, ("db", 0, 40, "0"), "teal", False) is None
+        assert fts_mirror._KEPT.mirror is None and len(reads) == 1
+        assert 0 < fts_mirror._KEPT.too_costly["db"] < copy.n_token
+        _insert(conn, 41, "teal lake")
+        assert fts_mirror.ranks(conn, ("db", 0, 41, "0"), ['"teal"'], [None]) == [None]
+        assert len(reads) == 1  # not read again
+        # Within the bound (another store), it is kept.
+        monkeypatch.setattr(fts_mirror, "MAX_BYTES", copy.size + 1000)
+        assert fts_mirror.documents(conn, ("db2", 0, 41, "0"), "teal", False) == (41, "")
+    finally:
+        fts_mirror.clear()
+
+
+def test_running_sums_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fts_mirror, "MAX_RUNNING", 3000)
+    monkeypatch.setattr(fts_mirror, "MAX_RUNNING_ALL", 5000)
+    fts_mirror._RUNNING.clear()
+    per = np.array([[0.0, 0.0, 2500.0, 0.0], [0.0, 0.0, 3.0, 0.0]])
+    for w in (1.1, 1.3, 1.7):
+        got = fts_mirror._frequency(per, (1.0, 1.0, w))
+        assert got is not None and got[1] == w + w + w
+        assert sum(map(len, fts_mirror._RUNNING.values())) <= 5000
+    assert fts_mirror._frequency(np.array([[0.0, 0.0, 3001.0, 0.0]]), (1.0, 1.0, 1.1)) is None
+    assert all(len(r) <= 3001 for r in fts_mirror._RUNNING.values())
