@@ -167,7 +167,7 @@ def test_served_ranks_through_every_change(memory: AgentMemory, settings: Settin
         for match in matches:
             for who in readers:
                 where, params = item_clause(who, "e")
-                got = fts_ranks.ranked_rows(conn, where, params, match, RANKS, RANKINGS)
+                got = fts_ranks.ranked_rows(conn, where, params, match, RANKINGS)
                 sql = (
                     f"SELECT episodes_fts.rowid, {', '.join(RANKS)} FROM episodes_fts CROSS JOIN episodes e"
                     f" ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ? AND {where} ORDER BY episodes_fts.rowid"
@@ -204,7 +204,7 @@ def test_readers_see_only_their_own_canaries(memory: AgentMemory) -> None:
         for reader in ("alice", "bob", None):
             who = Principal("npc", user=reader)
             where, params = item_clause(who, "e")
-            rows = fts_ranks.ranked_rows(conn, where, params, f'"{canary}"', RANKS, RANKINGS)
+            rows = fts_ranks.ranked_rows(conn, where, params, f'"{canary}"', RANKINGS)
             assert rows is not None
             assert bool(rows) == (reader == user), (canary, reader)
             found = episode_search.search_episodes(conn, who, f"{canary} teal", limit=30)
@@ -213,7 +213,7 @@ def test_readers_see_only_their_own_canaries(memory: AgentMemory) -> None:
                 assert (word in shown) <= (other == reader), (word, reader)
             assert AGENT_CANARY not in shown
             where, params = item_clause(who, "e")
-            assert fts_ranks.ranked_rows(conn, where, params, f'"{AGENT_CANARY}"', RANKS, RANKINGS) == []
+            assert fts_ranks.ranked_rows(conn, where, params, f'"{AGENT_CANARY}"', RANKINGS) == []
     assert fts_mirror._KEPT.mirror is not None  # the counts were the copy's
 
 
@@ -238,8 +238,8 @@ def test_a_copy_that_is_not_the_index_is_never_used(
     monkeypatch.setattr(fts_mirror, "_words", lambda text: (text or "").split())
     assert fts_mirror.mirror(conn, version) is None
     where, params = item_clause(Principal("npc"), "e")
-    got = fts_ranks.ranked_rows(conn, where, params, '"teal"* OR "cafe"', RANKS, RANKINGS)
-    assert got == fts_ranks.ranked_rows(conn, where, params, '"teal"* OR "cafe"', RANKS)
+    got = fts_ranks.ranked_rows(conn, where, params, '"teal"* OR "cafe"', RANKINGS)
+    assert got == fts_ranks.ranked_rows(conn, where, params, '"teal"* OR "cafe"', RANKINGS, from_copy=False)
     assert got and fts_mirror._KEPT.mirror is None
     monkeypatch.undo()
     fts_mirror.clear()
@@ -478,13 +478,13 @@ def test_ranks_from_the_copy_count_toward_the_kept_rows_bound(
     conn = memory.conn
     where, params = item_clause(Principal("npc"), "e")
     match = '"teal"* OR "lake" OR "kit"'
-    assert fts_ranks.ranked_rows(conn, where, params, match, RANKS, RANKINGS)
+    assert fts_ranks.ranked_rows(conn, where, params, match, RANKINGS)
     kept = fts_ranks._KEPT
     assert len(kept.phrases) == 3 and fts_mirror._KEPT.mirror is not None  # all three from the copy
     assert kept.rows == sum(len(ids) for ids, _ in kept.phrases.values()) > 30
     # Past the bound, what is kept goes at the next question.
     monkeypatch.setattr(fts_ranks, "MAX_ROWS", kept.rows - 1)
-    assert fts_ranks.ranked_rows(conn, where, params, '"dawn"', RANKS, RANKINGS)
+    assert fts_ranks.ranked_rows(conn, where, params, '"dawn"', RANKINGS)
     assert list(kept.phrases) == [('"dawn"', "|".join(RANKS))]
 
 
@@ -533,3 +533,22 @@ def test_running_sums_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         assert sum(map(len, fts_mirror._RUNNING.values())) <= 5000
     assert fts_mirror._frequency(np.array([[0.0, 0.0, 3001.0, 0.0]]), (1.0, 1.0, 1.1)) is None
     assert all(len(r) <= 3001 for r in fts_mirror._RUNNING.values())
+
+
+def test_ranks_are_kept_under_the_sql_of_their_weightings(memory: AgentMemory) -> None:
+    """The rankings asked are their weightings alone: the SQL the index is asked with and the key
+    the copy's ranks are kept under are both made of them, whatever the order or weights."""
+    conn = memory.conn
+    where, params = item_clause(Principal("npc"), "e")
+    match = '"teal"* OR "lake" OR "cafe"'
+    for weightings in [RANKINGS, RANKINGS[::-1], ((1.5, 1.0, 0.5),), RANKINGS]:
+        got = fts_ranks.ranked_rows(conn, where, params, match, weightings)
+        ranks = ", ".join(fts_ranks.rank_sql(w) for w in weightings)
+        sql = (
+            f"SELECT episodes_fts.rowid, {ranks} FROM episodes_fts CROSS JOIN episodes e"
+            f" ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ? AND {where} ORDER BY episodes_fts.rowid"
+        )
+        assert got == [tuple(r) for r in conn.execute(sql, [match, *params])], weightings
+    assert {key for _, key in fts_ranks._KEPT.phrases} == {
+        "|".join(fts_ranks.rank_sql(w) for w in ws) for ws in [RANKINGS, RANKINGS[::-1], ((1.5, 1.0, 0.5),)]
+    }
