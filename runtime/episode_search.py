@@ -231,7 +231,7 @@ _T = TypeVar("_T")
 
 
 def _rank_sql(weights: tuple[float, ...] | None) -> str:
-    return f"bm25(episodes_fts, {', '.join(str(w) for w in weights)})" if weights else "bm25(episodes_fts)"
+    return fts_ranks.rank_sql(weights)
 
 
 def _store_state(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -314,7 +314,7 @@ _FROM_FTS = (
 
 
 def _ranked_rows(conn: sqlite3.Connection, where: str, params: list[Any], full: str) -> list[tuple[Any, ...]]:
-    kept = fts_ranks.ranked_rows(conn, where, params, full, [_rank_sql(w) for w in RANKINGS], RANKINGS)
+    kept = fts_ranks.ranked_rows(conn, where, params, full, RANKINGS)
     if kept is not None:  # an OR of words: summed from each word's kept ranks, bit for bit
         return kept
     ranks = ", ".join(_rank_sql(w) for w in RANKINGS)

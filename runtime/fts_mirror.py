@@ -35,7 +35,10 @@ the store, its schema cookie, the newest episode rowid, the count of
 deletions and updates). Episodes only added (the count unchanged, the newest
 rowid higher) are read and appended; any other change reads everything
 again. Like the other copies of episode text, an erasure drops it at once
-(`EpisodeTexts.erasure_checks`), and it is bounded (`MAX_TOKENS`).
+(`EpisodeTexts.erasure_checks`), with the tokenizer's runs (of any store),
+and it is bounded by what it costs to read and to hold (`MAX_TOKENS`, `MAX_BYTES`): past
+either, nothing is kept and the index is asked, as before, without reading the store again until
+it has fewer tokens.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+import sys
 import threading
 from array import array
 from collections import Counter
@@ -58,8 +62,16 @@ DEFINITION = "CREATE VIRTUAL TABLE episodes_fts USING fts5(name, summary, quotes
 COLUMNS = 4
 K1, B = 1.2, 0.75  # bm25()'s constants
 MAX_TOKEN = 32768  # FTS5 keeps at most this many bytes of a token
-# A store with more tokens than this is not copied (about 16 bytes per distinct word of a document).
-MAX_TOKENS = 10_000_000
+# A store with more tokens than this is not copied: reading one takes about 0.2 us a token on a
+# conversation's text (a second for this many), more where most words are new.
+MAX_TOKENS = 5_000_000
+# Nor one whose copy would hold more than this many bytes (`Mirror.size`): a posting takes 8, a
+# distinct token its string and about `TOKEN_BYTES`, a distinct head its string and `HEAD_BYTES`.
+# Text of words each met once (identifiers, text without spaces) reaches it at two to four hundred
+# thousand tokens, about a second's read.
+MAX_BYTES = 100_000_000
+TOKEN_BYTES = 160  # its postings array and its entries in `postings` and its head's list
+HEAD_BYTES = 160  # a head's list and its entry in `by_head`
 # A phrase whose weighted frequencies would take more than this many additions is left to the index.
 MAX_ADDITIONS = 4_000_000
 PREFIX_HEAD = 4  # tokens are filed by their first characters: prefixes this long are looked up there
@@ -75,6 +87,15 @@ _RUN = re.compile(r"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]+")
 
 class Unsure(Exception):
     """The copy would not be the index's: nothing is kept, the index is asked."""
+
+
+class TooCostly(Unsure):
+    """The copy would cost more than `MAX_BYTES`: the index is asked until the store has fewer
+    tokens than were read (`tokens`) when that was found."""
+
+    def __init__(self, tokens: int) -> None:
+        super().__init__(f"more than {MAX_BYTES} bytes to keep after {tokens} tokens")
+        self.tokens = tokens
 
 
 def varints(blob: bytes) -> list[int]:
@@ -96,32 +117,50 @@ def varints(blob: bytes) -> list[int]:
 
 
 class _Tokenizer:
-    """FTS5's default tokenizer over runs of non-ASCII text, in a private in-memory table."""
+    """FTS5's default tokenizer over runs of non-ASCII text, in a private in-memory table.
 
-    MAX_KEPT = 100_000
+    The runs tokenized are kept (the same words recur), bounded by their characters (a run can be
+    a paragraph of text without spaces), and dropped with the table's connection when the store
+    erases something (`forget`): they are episode text like the copy's tokens."""
+
+    MAX_CHARS = 1_000_000
 
     def __init__(self) -> None:
         self.kept: dict[str, tuple[str, ...]] = {}
+        self.chars = 0  # the kept runs' characters
         self.conn: sqlite3.Connection | None = None
 
+    def forget(self) -> None:
+        """Drop every run kept, and the private table with the pages that held them."""
+        self.kept, self.chars = {}, 0
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
     def tokens(self, runs: set[str]) -> dict[str, tuple[str, ...]]:
-        if len(self.kept) > self.MAX_KEPT:
-            self.kept = {}
-        missing = [r for r in runs if r not in self.kept]
-        if missing:
-            if self.conn is None:
-                self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
-                self.conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
-                self.conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
-            conn = self.conn
-            conn.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", enumerate(missing, 1))
-            found: dict[int, list[tuple[int, str]]] = {}
-            for term, doc, offset in conn.execute("SELECT term, doc, offset FROM v"):
-                found.setdefault(doc, []).append((offset, term))
-            conn.execute("DELETE FROM t")
-            for k, run in enumerate(missing, 1):
-                self.kept[run] = tuple(t for _, t in sorted(found.get(k, [])))
-        return {r: self.kept[r] for r in runs}
+        out = {r: self.kept[r] for r in runs if r in self.kept}
+        missing = [r for r in runs if r not in out]
+        if not missing:
+            return out
+        if self.conn is None:
+            self.conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+            self.conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+            self.conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        conn = self.conn
+        conn.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", enumerate(missing, 1))
+        found: dict[int, list[tuple[int, str]]] = {}
+        for term, doc, offset in conn.execute("SELECT term, doc, offset FROM v"):
+            found.setdefault(doc, []).append((offset, term))
+        conn.execute("DELETE FROM t")
+        new = {run: tuple(t for _, t in sorted(found.get(k, []))) for k, run in enumerate(missing, 1)}
+        out.update(new)
+        size = sum(map(len, missing))
+        if self.chars + size > self.MAX_CHARS:
+            self.kept, self.chars = {}, 0
+        if size <= self.MAX_CHARS:
+            self.kept.update(new)
+            self.chars += size
+        return out
 
 
 _TOKENIZER = _Tokenizer()
@@ -186,6 +225,7 @@ class Mirror:
         self.arrays: tuple[np.ndarray, np.ndarray] | None = None  # `_arrays`
         self.n_row = 0
         self.n_token = 0
+        self.size = 0  # about how many bytes the postings and tokens take (`MAX_BYTES`)
 
     def add(self, conn: sqlite3.Connection, after: int, upto: int) -> None:
         """Read the documents with rowids in (after, upto], then check the totals against the index."""
@@ -209,9 +249,16 @@ class Mirror:
                 self._file(doc * COLUMNS + col, found)
             self.rowids.append(int(row[0]))
             self.lengths.append(total)
+            self.size += 16
+            if self.size > MAX_BYTES:
+                raise TooCostly(sum(self.column_tokens))
+        if rows:
+            self.doc_counts = {}  # counted before these documents: too few now
         self.newest = max(self.newest, upto)
         block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
-        averages = varints(block[0]) if block else [0]
+        averages = varints(block[0]) if block else []
+        if len(averages) != 1 + COLUMNS:  # a table never written to has an empty record
+            raise Unsure("the index's averages record is not one of rows and four columns")
         self.n_row, self.n_token = averages[0], sum(averages[1:])
         if self.n_token > MAX_TOKENS:
             raise Unsure("too many tokens to keep")
@@ -220,15 +267,28 @@ class Mirror:
 
     def _file(self, code: int, words: Counter[str]) -> None:
         postings, shifted = self.postings, code << COUNT_BITS
+        size = 8 * len(words)
         for word, n in words.items():
             found = postings.get(word)
             if found is None:
                 found = postings[word] = array("q")
-                self.by_head.setdefault(word[:PREFIX_HEAD], []).append(word)
+                head = word[:PREFIX_HEAD]
+                listed = self.by_head.get(head)
+                if listed is None:
+                    listed = self.by_head[head] = []
+                    size += HEAD_BYTES + sys.getsizeof(head)
+                listed.append(word)
+                size += TOKEN_BYTES + sys.getsizeof(word)
             found.append(shifted | n)
+        self.size += size
 
     def matching(self, word: str, prefix: bool) -> list[str] | None:
-        """The tokens a phrase of `word` matches (None: a prefix too short to look up)."""
+        """The tokens a phrase of `word` matches (None: a prefix too short to look up, or a word
+        longer than a token whose cut the index makes in bytes: left to the index)."""
+        if len(word) > MAX_TOKEN // 4 and len(word.encode()) > MAX_TOKEN:
+            if not word.isascii():
+                return None
+            word = word[:MAX_TOKEN]  # as the index cuts a query's token
         if not prefix:
             return [word] if word in self.postings else []
         if len(word) < PREFIX_HEAD:
@@ -354,20 +414,28 @@ def _weights(weights: tuple[float, ...] | None) -> tuple[list[float], int, np.nd
 
 
 _RUNNING: dict[float, np.ndarray] = {}  # weight -> 0, w, w + w, ...: its running sum from zero
+# A weight's running sum is made at most this long (a document's instances of a word in a column,
+# past it: the index is asked), and all of them together hold at most `MAX_RUNNING_ALL` numbers.
+MAX_RUNNING = 500_000
+MAX_RUNNING_ALL = 4_000_000
 
 
 def _running(w: float, times: int) -> np.ndarray:
     """The running sum of `w` added one at a time from zero, at least `times` additions long."""
     kept = _RUNNING.get(w)
     if kept is None or len(kept) <= times:
-        if len(_RUNNING) > 64:
+        length = min(max(2 * times, 1024), MAX_RUNNING) + 1
+        _RUNNING.pop(w, None)
+        if sum(map(len, _RUNNING.values())) + length > MAX_RUNNING_ALL:
             _RUNNING.clear()
-        kept = _RUNNING[w] = np.cumsum(np.concatenate(([0.0], np.full(max(2 * times, 1024), w))))
+        kept = _RUNNING[w] = np.cumsum(np.concatenate(([0.0], np.full(length - 1, w))))
     return kept
 
 
 def _add_times(freq: np.ndarray, rows: np.ndarray, times: np.ndarray, w: float) -> np.ndarray | None:
     """`freq` with `w` added `times[i]` times, one addition after another, to `freq[rows[i]]`."""
+    if int(times.max()) > MAX_RUNNING:
+        return None
     out = freq.copy()
     start = freq[rows]
     zero = start == 0.0
@@ -392,12 +460,21 @@ class _Kept:
         self.lock = threading.Lock()
         self.mirror: Mirror | None = None
         self.version: tuple[Any, ...] | None = None  # the version `mirror` (or its absence) is for
+        self.marks: dict[str, int] = {}  # per store, the erasure mark last seen
+        self.too_costly: dict[str, int] = {}  # per store, the tokens read when `TooCostly` was found
 
     def erasure_seen(self, db: str, mark: int) -> None:
         """A read of `db` found its erasure mark at `mark`: a copy read before an erasure there goes."""
         with self.lock:
+            self.mark_seen(db, mark)
             if self.mirror is not None and self.mirror.base[0] == db and self.mirror.mark != mark:
                 self.mirror, self.version = None, None
+
+    def mark_seen(self, db: str, mark: int) -> None:
+        """(Under the lock.) The tokenizer's runs may hold any store's text: any erasure drops them."""
+        if self.marks.get(db, mark) != mark:
+            _TOKENIZER.forget()
+        self.marks[db] = mark
 
 
 _KEPT = _Kept()
@@ -445,30 +522,53 @@ def _current(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | Non
         return _KEPT.mirror
     db, cookie, newest, count = version
     kept, base = _KEPT.mirror, (db, cookie, count)
+    if kept is not None and _older(base, newest or 0, kept):
+        # A reader still on a snapshot before the copy's: the index answers it, and the copy
+        # stays for the readers on the newer one (dropping it would read everything again).
+        return None
     _KEPT.mirror, _KEPT.version = None, version
     try:
         if kept is not None and kept.base == base and (newest or 0) >= kept.newest:
             kept.add(conn, kept.newest, newest or 0)  # episodes only added: the new ones read
         else:
             kept = _read(conn, base, newest or 0)
+    except TooCostly as e:
+        _KEPT.too_costly[db] = e.tokens
+        kept = None
     except Unsure:
         kept = None
     _KEPT.mirror = kept
     return kept
 
 
+def _older(base: tuple[Any, ...], newest: int, kept: Mirror) -> bool:
+    """Whether a version of the same store and schema comes before the kept copy's: fewer deletions
+    and updates counted, or as many and fewer episodes added."""
+    if base[:2] != kept.base[:2]:
+        return False
+    try:
+        count, kept_count = int(base[2]), int(kept.base[2])
+    except (TypeError, ValueError):
+        return False
+    return count < kept_count or (count == kept_count and newest < kept.newest)
+
+
 def _read(conn: sqlite3.Connection, base: tuple[Any, ...], newest: int) -> Mirror | None:
     if not _defined_here(conn):
         return None
     block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
-    if block is None or sum(varints(block[0])[1:]) > MAX_TOKENS:
+    tokens = sum(varints(block[0])[1:]) if block is not None else 0
+    if block is None or tokens > MAX_TOKENS or tokens >= _KEPT.too_costly.get(base[0], tokens + 1):
         return None
     copy = Mirror(base, erasure_mark(conn))
+    _KEPT.mark_seen(base[0], copy.mark)
     copy.add(conn, 0, newest)
     return copy
 
 
 def clear() -> None:
-    """Drop the copy (tests)."""
+    """Drop the copy and the tokenizer's runs (tests)."""
     with _KEPT.lock:
         _KEPT.mirror, _KEPT.version = None, None
+        _KEPT.marks.clear()
+        _TOKENIZER.forget()

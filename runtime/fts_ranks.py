@@ -97,19 +97,27 @@ def kept_counts(conn: sqlite3.Connection) -> Callable[[str, bool], tuple[int, st
     return counts
 
 
+def rank_sql(weights: tuple[float, ...] | None) -> str:
+    """`bm25()` of the episode index with these column weights (None: plain `bm25()`)."""
+    return f"bm25(episodes_fts, {', '.join(str(w) for w in weights)})" if weights else "bm25(episodes_fts)"
+
+
 def ranked_rows(
     conn: sqlite3.Connection,
     where: str,
     params: list[Any],
     match: str,
-    ranks: list[str],
-    weightings: Sequence[tuple[float, ...] | None] | None = None,
+    weightings: Sequence[tuple[float, ...] | None],
+    from_copy: bool = True,
 ) -> list[tuple[Any, ...]] | None:
-    """(rowid, rank per `ranks`) of every match the principal may see (`where` on `e`), or None
+    """(rowid, rank per weighting) of every match the principal may see (`where` on `e`), or None
     when this query cannot be served from kept phrase ranks (the caller asks the index).
 
-    `weightings`, when given, are the column weights of `ranks` (None: plain `bm25()`): a phrase
-    met for the first time is then ranked from the kept copy of the index (runtime.fts_mirror)."""
+    `weightings` are the column weights of each ranking (None: plain `bm25()`); the ranks are kept
+    under the SQL made of them (`rank_sql`), so the copy's ranks and the index's are filed alike. A
+    phrase met for the first time is ranked from the kept copy of the index (runtime.fts_mirror),
+    unless `from_copy` is false."""
+    ranks = [rank_sql(w) for w in weightings]
     phrases = phrases_of(match)
     version = kept_version(conn) if phrases else None
     if phrases is None or version is None:
@@ -121,7 +129,7 @@ def ranked_rows(
     kept = _KEPT.phrases
     key = "|".join(ranks)
     new = [p for p in dict.fromkeys(phrases) if (p, key) not in kept]
-    if new and weightings is not None:
+    if new and from_copy:
         # The phrases met for the first time, from the kept copy of the index, together.
         for phrase, found in zip(new, fts_mirror.ranks(conn, version, new, weightings), strict=True):
             if found is not None:
@@ -168,10 +176,11 @@ def _hidden(conn: sqlite3.Connection, where: str, params: list[Any], rowids: lis
     query returns the few it may not see, where returning every one it may
     cost twice the check itself. A row is seen exactly when the row is there
     and `where` holds for it (false or NULL: hidden), as a query for the
-    visible ones would say.
+    visible ones would say. `where` is bracketed: an OR in it must not
+    reach past the join's own condition.
     """
     sql = (
         "SELECT j.value FROM json_each(?) j LEFT JOIN episodes e ON e.rowid = j.value AND "
-        f"{where} WHERE e.rowid IS NULL"
+        f"({where}) WHERE e.rowid IS NULL"
     )
     return {r[0] for r in conn.execute(sql, [orjson.dumps(rowids).decode(), *params])}

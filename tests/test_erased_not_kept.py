@@ -104,3 +104,45 @@ def test_an_erased_episode_leaves_the_kept_rows_whoever_reads_first(tmp_path: Pa
         assert _held("BOBCANARY")[0]  # what is read after the erasure is kept again
     finally:
         mem.close()
+
+
+def test_an_erased_episode_leaves_the_tokenizers_runs(tmp_path: Path) -> None:
+    """Text with other than ASCII letters is tokenized by the index's own tokenizer, whose runs are
+    kept for every store of the process: an erasure in any store drops them."""
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    append(
+        settings,
+        *(
+            episode(
+                "a1",
+                f"{user} and the red pot",
+                f"{user} told the {canary} secret about the red pot",
+                key_quotes=[{"speaker": user, "text": f"red pot {FILLER}", "event_id": f"q-{user}"}],
+                participants=[user],
+                source_event_ids=[f"s-{user}"],
+            )
+            for user, canary in (("alice", "EPICANARYé"), ("bob", "BOBCANARYé"))
+        ),
+    )
+    fts_mirror.clear()
+    mem = Memory.open(tmp_path / "data", env={})
+
+    def runs(canary: str) -> int:
+        return sum(canary in run for run in fts_mirror._TOKENIZER.kept)
+
+    try:
+        mem.refresh()
+        bot = mem.agent("a1")
+        bot.call_tool("recall_memory", {"query": "red pot secret"}, user="alice")
+        bot.call_tool("recall_memory", {"query": "told the secret"}, user="alice")  # new words: the copy
+        assert fts_mirror._KEPT.mirror is not None and runs("EPICANARY")
+        mem.forget(user="alice", reason="test")
+        mem.refresh()
+        bot.call_tool("recall_memory", {"query": "what is it"}, user="carol")
+        assert not runs("EPICANARY")
+        bot.call_tool("recall_memory", {"query": "red pot secret"}, user="bob")
+        bot.call_tool("recall_memory", {"query": "told the pot"}, user="bob")
+        assert fts_mirror._KEPT.mirror is not None and runs("BOBCANARY") and not runs("EPICANARY")
+    finally:
+        mem.close()
+        fts_mirror.clear()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -166,7 +167,7 @@ def test_served_ranks_through_every_change(memory: AgentMemory, settings: Settin
         for match in matches:
             for who in readers:
                 where, params = item_clause(who, "e")
-                got = fts_ranks.ranked_rows(conn, where, params, match, RANKS, RANKINGS)
+                got = fts_ranks.ranked_rows(conn, where, params, match, RANKINGS)
                 sql = (
                     f"SELECT episodes_fts.rowid, {', '.join(RANKS)} FROM episodes_fts CROSS JOIN episodes e"
                     f" ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ? AND {where} ORDER BY episodes_fts.rowid"
@@ -203,7 +204,7 @@ def test_readers_see_only_their_own_canaries(memory: AgentMemory) -> None:
         for reader in ("alice", "bob", None):
             who = Principal("npc", user=reader)
             where, params = item_clause(who, "e")
-            rows = fts_ranks.ranked_rows(conn, where, params, f'"{canary}"', RANKS, RANKINGS)
+            rows = fts_ranks.ranked_rows(conn, where, params, f'"{canary}"', RANKINGS)
             assert rows is not None
             assert bool(rows) == (reader == user), (canary, reader)
             found = episode_search.search_episodes(conn, who, f"{canary} teal", limit=30)
@@ -212,7 +213,7 @@ def test_readers_see_only_their_own_canaries(memory: AgentMemory) -> None:
                 assert (word in shown) <= (other == reader), (word, reader)
             assert AGENT_CANARY not in shown
             where, params = item_clause(who, "e")
-            assert fts_ranks.ranked_rows(conn, where, params, f'"{AGENT_CANARY}"', RANKS, RANKINGS) == []
+            assert fts_ranks.ranked_rows(conn, where, params, f'"{AGENT_CANARY}"', RANKINGS) == []
     assert fts_mirror._KEPT.mirror is not None  # the counts were the copy's
 
 
@@ -237,8 +238,8 @@ def test_a_copy_that_is_not_the_index_is_never_used(
     monkeypatch.setattr(fts_mirror, "_words", lambda text: (text or "").split())
     assert fts_mirror.mirror(conn, version) is None
     where, params = item_clause(Principal("npc"), "e")
-    got = fts_ranks.ranked_rows(conn, where, params, '"teal"* OR "cafe"', RANKS, RANKINGS)
-    assert got == fts_ranks.ranked_rows(conn, where, params, '"teal"* OR "cafe"', RANKS)
+    got = fts_ranks.ranked_rows(conn, where, params, '"teal"* OR "cafe"', RANKINGS)
+    assert got == fts_ranks.ranked_rows(conn, where, params, '"teal"* OR "cafe"', RANKINGS, from_copy=False)
     assert got and fts_mirror._KEPT.mirror is None
     monkeypatch.undo()
     fts_mirror.clear()
@@ -303,10 +304,251 @@ def test_weighted_frequencies_are_summed_one_instance_at_a_time() -> None:
     )
 
 
-def test_the_tokenizers_runs_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fts_mirror._Tokenizer, "MAX_KEPT", 2)
+def test_the_tokenizers_runs_are_bounded_by_their_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    fts_mirror.clear()
+    monkeypatch.setattr(fts_mirror._Tokenizer, "MAX_CHARS", 60)
+    kept = fts_mirror._TOKENIZER
     text = " ".join(ODD)
     want = fts_mirror.tokens(text)
-    # Runs met before and a new one, past the bound: everything is tokenized again, none lost.
-    assert fts_mirror.tokens(f"{text} Ünïcode") == [*want, "unicode"]
-    assert len(fts_mirror._TOKENIZER.kept) <= len(ODD) + 1
+    assert kept.kept and kept.chars == sum(map(len, kept.kept)) <= 60
+    # Runs met before and new ones, past the bound: everything is tokenized again, none lost.
+    for extra, tokens in [("Ünïcode", ["unicode"]), ("é" * 70, ["e" * 70]), ("façade", ["facade"])]:
+        assert fts_mirror.tokens(f"{text} {extra}") == [*want, *tokens]
+        assert kept.chars == sum(map(len, kept.kept)) <= 60
+    assert "é" * 70 not in kept.kept  # longer than the bound alone: not kept at all
+    fts_mirror.clear()
+    assert not kept.kept and kept.conn is None
+
+
+def _table() -> sqlite3.Connection:
+    """A bare store's index, with the erasures table the copy's mark is read from."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute(fts_mirror.DEFINITION)
+    conn.execute("CREATE TABLE erasures (x)")
+    return conn
+
+
+def _insert(conn: sqlite3.Connection, rowid: int, *columns: str) -> None:
+    conn.execute(
+        "INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (?, ?, ?, ?, ?)",
+        [rowid, *columns, *[""] * (4 - len(columns))],
+    )
+
+
+def test_document_counts_asked_before_episodes_are_added_are_counted_again() -> None:
+    conn = _table()
+    _insert(conn, 1, "teal lake")
+    _insert(conn, 2, "teal")
+    fts_mirror.clear()
+    try:
+        assert fts_mirror.documents(conn, ("db", 0, 2, "0"), "teal", False) == (2, "")
+        assert fts_mirror.documents(conn, ("db", 0, 2, "0"), "lake", True) == (1, "lake")
+        copy = fts_mirror._KEPT.mirror
+        _insert(conn, 3, "teal again", "lakeside")
+        assert fts_mirror.documents(conn, ("db", 0, 3, "0"), "teal", False) == (3, "")
+        assert fts_mirror.documents(conn, ("db", 0, 3, "0"), "lake", True) == (2, "")
+        assert fts_mirror._KEPT.mirror is copy  # the same copy, appended to
+    finally:
+        fts_mirror.clear()
+
+
+def test_hidden_rows_under_a_condition_with_an_or_or_a_null(memory: AgentMemory) -> None:
+    """The condition is one bracketed term of the join (an OR in it reaches no further), and a row
+    for which it is NULL (no owner compared with one) is hidden, as a query's WHERE would hide it."""
+    conn = memory.conn
+    rowids = [r for (r,) in conn.execute("SELECT rowid FROM episodes")]
+    for where, params in [
+        ("e.agent_id = ? AND e.owner = ? OR e.owner IS NULL", ["npc", "alice"]),
+        ("e.owner = ?", ["alice"]),
+    ]:
+        visible = {r for (r,) in conn.execute(f"SELECT e.rowid FROM episodes e WHERE {where}", params)}
+        assert 0 < len(visible) < len(rowids)
+        assert set(rowids) - fts_ranks._hidden(conn, where, params, rowids) == visible, where
+    assert conn.execute("SELECT count(*) FROM episodes WHERE owner IS NULL").fetchone()[0]
+
+
+def test_words_longer_than_a_token_are_cut_as_the_index_cuts_them() -> None:
+    conn = _table()
+    long = "a" * (fts_mirror.MAX_TOKEN + 5)
+    _insert(conn, 1, f"{long} b")
+    _insert(conn, 2, "other words here", "a" * 40)
+    copy = fts_mirror.Mirror(("db", 0, "0"), 0)
+    copy.add(conn, 0, 2)
+    for word, prefix in [(long, False), (long, True), (long[:-5], False), ("aaaa", True)]:
+        phrase = f'"{word}"' + ("*" if prefix else "")
+        want = conn.execute(
+            "SELECT rowid, bm25(episodes_fts) FROM episodes_fts WHERE episodes_fts MATCH ? ORDER BY rowid",
+            [phrase],
+        ).fetchall()
+        got = copy.ranks(word, prefix, [None])
+        assert got is not None and list(zip(got[0].tolist(), got[1][:, 0].tolist(), strict=True)) == want
+        assert want
+    assert copy.matching("é" * fts_mirror.MAX_TOKEN, False) is None  # cut in bytes: the index is asked
+
+
+def test_a_table_never_written_to_is_left_to_the_index() -> None:
+    conn = _table()
+    assert conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()[0] == b""
+    with pytest.raises(fts_mirror.Unsure):
+        fts_mirror.Mirror(("db", 0, "0"), 0).add(conn, 0, 0)
+    fts_mirror.clear()
+    try:
+        assert fts_mirror.documents(conn, ("db", 0, None, "0"), "teal", False) is None
+        _insert(conn, 1, "teal")
+        assert fts_mirror.documents(conn, ("db", 0, 1, "0"), "teal", False) == (1, "")
+    finally:
+        fts_mirror.clear()
+
+
+def test_a_reader_on_an_older_version_leaves_the_newer_copy() -> None:
+    """Readers on snapshots before the copy's are answered by the index; the copy is not dropped
+    and read again for them (two readers would otherwise take turns reading everything)."""
+    conn = _table()
+    for rowid in (1, 2, 3):
+        _insert(conn, rowid, "teal lake")
+    fts_mirror.clear()
+    try:
+        newer = ("db", 0, 3, "2")
+        assert fts_mirror.documents(conn, newer, "teal", False) == (3, "")
+        copy = fts_mirror._KEPT.mirror
+        assert copy is not None
+        for older in [("db", 0, 2, "2"), ("db", 0, 5, "1")]:  # fewer episodes; fewer changes counted
+            assert fts_mirror.documents(conn, older, "teal", False) is None
+            assert fts_mirror.ranks(conn, older, ['"teal"'], [None]) == [None]
+            assert fts_mirror._KEPT.mirror is copy and fts_mirror._KEPT.version == newer
+        assert fts_mirror.documents(conn, newer, "lake", False) == (3, "")
+        assert fts_mirror._KEPT.mirror is copy
+        # Another store, or a later change count: the copy is for that version now.
+        assert fts_mirror.documents(conn, ("db", 0, 3, "3"), "teal", False) == (3, "")
+        assert fts_mirror._KEPT.mirror is not copy
+    finally:
+        fts_mirror.clear()
+
+
+def test_the_erasure_mark_read_with_the_copy_is_the_stores() -> None:
+    conn = _table()
+    conn.execute("INSERT INTO erasures VALUES ('an earlier erasure')")
+    _insert(conn, 1, "teal café")
+    fts_mirror.clear()
+    try:
+        assert fts_mirror.documents(conn, ("db", 0, 1, "0"), "teal", False) == (1, "")
+        copy = fts_mirror._KEPT.mirror
+        assert copy is not None and copy.mark == 1 and fts_mirror._TOKENIZER.kept
+        fts_mirror._KEPT.erasure_seen("db", 1)  # no erasure since: both stay
+        assert fts_mirror._KEPT.mirror is copy and fts_mirror._TOKENIZER.kept
+        fts_mirror._KEPT.erasure_seen("db", 2)
+        assert fts_mirror._KEPT.mirror is None and not fts_mirror._TOKENIZER.kept
+        # The first the process hears of the store is the copy's read: its mark is noted there.
+        fts_mirror.clear()
+        assert fts_mirror.documents(conn, ("db", 0, 1, "0"), "teal", False) == (1, "")
+        assert fts_mirror._TOKENIZER.kept
+        fts_mirror._KEPT.erasure_seen("db", 2)
+        assert not fts_mirror._TOKENIZER.kept
+    finally:
+        fts_mirror.clear()
+
+
+def test_counts_that_are_not_the_indexs_are_never_kept() -> None:
+    """Each document's tokens per column, and the table's rows and tokens per column, are checked
+    against the index's own records: a difference in any of them and nothing is kept."""
+    conn = _table()
+    _insert(conn, 1, "teal lake", "dawn")
+    _insert(conn, 2, "teal", "dawn bread")
+    block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()[0]
+    assert fts_mirror.varints(block) == [2, 3, 3, 0, 0] and len(block) == 5  # one byte each
+    fts_mirror.Mirror(("db", 0, "0"), 0).add(conn, 0, 2)  # as it is: kept
+    changes = [
+        # The documents' texts swapped: the same tokens in all, not in each document.
+        "UPDATE episodes_fts_content SET c0 = CASE id WHEN 1 THEN 'teal' ELSE 'teal lake' END",
+        "UPDATE episodes_fts_data SET block = x'0204030000' WHERE id = 1",  # a column's tokens
+        "UPDATE episodes_fts_data SET block = x'0303030000' WHERE id = 1",  # the rows
+    ]
+    for change in changes:
+        conn.execute("SAVEPOINT s")
+        conn.execute(change)
+        with pytest.raises(fts_mirror.Unsure):
+            fts_mirror.Mirror(("db", 0, "0"), 0).add(conn, 0, 2)
+        conn.execute("ROLLBACK TO s")
+        conn.execute("RELEASE s")
+
+
+def test_ranks_from_the_copy_count_toward_the_kept_rows_bound(
+    memory: AgentMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn = memory.conn
+    where, params = item_clause(Principal("npc"), "e")
+    match = '"teal"* OR "lake" OR "kit"'
+    assert fts_ranks.ranked_rows(conn, where, params, match, RANKINGS)
+    kept = fts_ranks._KEPT
+    assert len(kept.phrases) == 3 and fts_mirror._KEPT.mirror is not None  # all three from the copy
+    assert kept.rows == sum(len(ids) for ids, _ in kept.phrases.values()) > 30
+    # Past the bound, what is kept goes at the next question.
+    monkeypatch.setattr(fts_ranks, "MAX_ROWS", kept.rows - 1)
+    assert fts_ranks.ranked_rows(conn, where, params, '"dawn"', RANKINGS)
+    assert list(kept.phrases) == [('"dawn"', "|".join(RANKS))]
+
+
+def test_a_copy_that_would_cost_too_much_is_not_kept_nor_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text whose words are each met once (the costliest to hold per token): the copy is bounded by
+    what it holds, not by its tokens alone; once past the bound the store is not read again while it
+    has as many tokens (only grown since)."""
+    rng = random.Random(7)
+    conn = _table()
+    for rowid in range(1, 41):
+        _insert(conn, rowid, " ".join(f"{rng.getrandbits(48):x}" for _ in range(50)), "teal")
+    copy = fts_mirror.Mirror(("db", 0, "0"), 0)
+    copy.add(conn, 0, 40)
+    held = sum(sys.getsizeof(w) + sys.getsizeof(a) for w, a in copy.postings.items()) + sum(
+        sys.getsizeof(h) + sys.getsizeof(ws) for h, ws in copy.by_head.items()
+    )
+    assert held < copy.size  # what is counted is at least what the tokens, heads and postings hold
+    assert len(copy.postings) > 1900 and len(copy.by_head) > 1900
+    reads = []
+    real_add = fts_mirror.Mirror.add
+    monkeypatch.setattr(fts_mirror.Mirror, "add", lambda self, *a: reads.append(a) or real_add(self, *a))
+    fts_mirror.clear()
+    try:
+        monkeypatch.setattr(fts_mirror, "MAX_BYTES", copy.size // 2)
+        assert fts_mirror.documents(conn, ("db", 0, 40, "0"), "teal", False) is None
+        assert fts_mirror._KEPT.mirror is None and len(reads) == 1
+        assert 0 < fts_mirror._KEPT.too_costly["db"] < copy.n_token
+        _insert(conn, 41, "teal lake")
+        assert fts_mirror.ranks(conn, ("db", 0, 41, "0"), ['"teal"'], [None]) == [None]
+        assert len(reads) == 1  # not read again
+        # Within the bound (another store), it is kept.
+        monkeypatch.setattr(fts_mirror, "MAX_BYTES", copy.size + 1000)
+        assert fts_mirror.documents(conn, ("db2", 0, 41, "0"), "teal", False) == (41, "")
+    finally:
+        fts_mirror.clear()
+
+
+def test_running_sums_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fts_mirror, "MAX_RUNNING", 3000)
+    monkeypatch.setattr(fts_mirror, "MAX_RUNNING_ALL", 5000)
+    fts_mirror._RUNNING.clear()
+    per = np.array([[0.0, 0.0, 2500.0, 0.0], [0.0, 0.0, 3.0, 0.0]])
+    for w in (1.1, 1.3, 1.7):
+        got = fts_mirror._frequency(per, (1.0, 1.0, w))
+        assert got is not None and got[1] == w + w + w
+        assert sum(map(len, fts_mirror._RUNNING.values())) <= 5000
+    assert fts_mirror._frequency(np.array([[0.0, 0.0, 3001.0, 0.0]]), (1.0, 1.0, 1.1)) is None
+    assert all(len(r) <= 3001 for r in fts_mirror._RUNNING.values())
+
+
+def test_ranks_are_kept_under_the_sql_of_their_weightings(memory: AgentMemory) -> None:
+    """The rankings asked are their weightings alone: the SQL the index is asked with and the key
+    the copy's ranks are kept under are both made of them, whatever the order or weights."""
+    conn = memory.conn
+    where, params = item_clause(Principal("npc"), "e")
+    match = '"teal"* OR "lake" OR "cafe"'
+    for weightings in [RANKINGS, RANKINGS[::-1], ((1.5, 1.0, 0.5),), RANKINGS]:
+        got = fts_ranks.ranked_rows(conn, where, params, match, weightings)
+        ranks = ", ".join(fts_ranks.rank_sql(w) for w in weightings)
+        sql = (
+            f"SELECT episodes_fts.rowid, {ranks} FROM episodes_fts CROSS JOIN episodes e"
+            f" ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ? AND {where} ORDER BY episodes_fts.rowid"
+        )
+        assert got == [tuple(r) for r in conn.execute(sql, [match, *params])], weightings
+    assert {key for _, key in fts_ranks._KEPT.phrases} == {
+        "|".join(fts_ranks.rank_sql(w) for w in ws) for ws in [RANKINGS, RANKINGS[::-1], ((1.5, 1.0, 0.5),)]
+    }

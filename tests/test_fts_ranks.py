@@ -57,7 +57,7 @@ def _sql(conn: sqlite3.Connection, who: Principal, match: str) -> list[tuple[Any
 
 def _served(conn: sqlite3.Connection, who: Principal, match: str) -> list[tuple[Any, ...]] | None:
     where, params = item_clause(who, "e")
-    return fts_ranks.ranked_rows(conn, where, params, match, RANKS)
+    return fts_ranks.ranked_rows(conn, where, params, match, RANKINGS, from_copy=False)
 
 
 def _matches(rng: random.Random) -> list[str]:
