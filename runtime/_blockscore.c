@@ -48,6 +48,24 @@ static const void *take(Views *v, PyObject *o, Py_ssize_t size, Py_ssize_t count
     return b->buf;
 }
 
+/* Whether `out` (the caller's array written into) shares a byte with any other buffer of `v`, or
+ * with `other` (NULL: none): then 0 is returned with a ValueError set. An index read from an input
+ * is checked once, before anything is written; an input in the same memory as `out` would change
+ * under the writes and turn a checked index into one far outside the arrays. */
+static int apart(const Views *v, const Py_buffer *out, const Py_buffer *other) {
+    uintptr_t a = (uintptr_t)out->buf, z = a + (uintptr_t)out->len;
+    for (int i = 0; i <= v->n; i++) {
+        const Py_buffer *b = i < v->n ? &v->b[i] : other;
+        if (!b || b == out || !b->len || !out->len) continue;
+        uintptr_t c = (uintptr_t)b->buf, d = c + (uintptr_t)b->len;
+        if (c < z && a < d) {
+            PyErr_SetString(PyExc_ValueError, "out: shares memory with an input");
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* numpy's maximum of two doubles. */
 static inline double npmax(double a, double b) { return (a >= b || isnan(a)) ? a : b; }
 
@@ -302,7 +320,7 @@ static PyObject *inside_counts(PyObject *self, PyObject *args) {
     const int64_t *starts = take(&v, o_starts, 8, -1, "starts", &R);
     const int64_t *sizes = starts ? take(&v, o_sizes, 8, R, "sizes", NULL) : NULL;
     const int64_t *offsets = sizes ? take(&v, o_offsets, 8, R, "offsets", NULL) : NULL;
-    if (!offsets) goto done;
+    if (!offsets || !apart(&v, ob, NULL)) goto done;
     for (Py_ssize_t r = 0; r < R; r++) {
         /* Written without a sum that could overflow. */
         if (sizes[r] < 0 || offsets[r] < 0 || offsets[r] > rows || sizes[r] > rows - offsets[r] || starts[r] < 0 ||
@@ -324,6 +342,11 @@ static PyObject *inside_counts(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(postings, w), &pb, PyBUF_C_CONTIGUOUS) < 0) goto done;
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(counts, w), &cb, PyBUF_C_CONTIGUOUS) < 0) {
             PyBuffer_Release(&pb);
+            goto done;
+        }
+        if (!apart(&v, ob, &pb) || !apart(&v, ob, &cb)) {
+            PyBuffer_Release(&pb);
+            PyBuffer_Release(&cb);
             goto done;
         }
         if (pb.itemsize != 8 || cb.itemsize != 8 || pb.len != cb.len) {
@@ -442,6 +465,7 @@ static PyObject *near_counts(PyObject *self, PyObject *args) {
         extra[k] = take(&v, PyTuple_GET_ITEM(extras, k), 8, P * G, "extras", NULL);
         if (!extra[k]) goto done;
     }
+    if (!apart(&v, ob, NULL)) goto done;
     for (Py_ssize_t w = 0; w < W; w++) {
         if (groups[w] < 0 || groups[w] >= G) {
             PyErr_SetString(PyExc_ValueError, "a word's group is out of range");
@@ -486,6 +510,11 @@ static PyObject *near_counts(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(pair, 0), &pb, PyBUF_C_CONTIGUOUS) < 0) goto done;
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(pair, 1), &cb, PyBUF_C_CONTIGUOUS) < 0) {
             PyBuffer_Release(&pb);
+            goto done;
+        }
+        if (!apart(&v, ob, &pb) || !apart(&v, ob, &cb)) {
+            PyBuffer_Release(&pb);
+            PyBuffer_Release(&cb);
             goto done;
         }
         int ok = pb.itemsize == 8 && cb.itemsize == 8 && pb.len == cb.len;
@@ -562,7 +591,7 @@ static PyObject *block_sums(PyObject *self, PyObject *args) {
     const int64_t *firsts = take(&v, o_firsts, 8, -1, "firsts", &E);
     const int64_t *counts = firsts ? take(&v, o_counts, 8, E, "counts", NULL) : NULL;
     const int64_t *rows = counts ? take(&v, o_rows, 8, E, "rows", NULL) : NULL;
-    if (!rows) goto done;
+    if (!rows || !apart(&v, ob, NULL)) goto done;
     ranges = malloc((size_t)(E ? E : 1) * sizeof(Range));
     if (!ranges) {
         PyErr_NoMemory();
@@ -594,7 +623,7 @@ static PyObject *block_sums(PyObject *self, PyObject *args) {
         Py_ssize_t m;
         const int64_t *found = take(&w, PyTuple_GET_ITEM(item, 0), 8, -1, "found", &m);
         const int64_t *top = found ? take(&w, PyTuple_GET_ITEM(item, 1), 8, m, "top", NULL) : NULL;
-        if (!top) {
+        if (!top || !apart(&w, ob, NULL)) {
             release(&w);
             goto done;
         }
