@@ -373,12 +373,15 @@ class EpisodeTexts:
             return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1, None)
         start = self.words.size
         counted = [Counter(_RUN.findall(text)) for text in lowered]
+        # Its blocks numbered before its passages enter the index: a search in another thread that
+        # reads the postings meanwhile finds every passage in them already in a block.
+        block = self.blocks.add(len(counted))
         for counts in counted:
             self.words.add_counted(counts)
         self.chars += len(raw or "")
         words = [dedup_words(t, c.keys()) for t, c in zip(lowered, counted, strict=True)]
         entry = self._prepared(quotes, passages, lowered, quote_spaces, ids, start, words)
-        entry.block, entry.block_by = self.blocks.add(len(counted)), self.blocks
+        entry.block, entry.block_by = block, self.blocks
         return entry
 
     def _prepared(

@@ -366,3 +366,40 @@ def test_compiled_counts_hold_their_lists_while_reading_a_word_s_numbers() -> No
         1,
     )
     assert out.ravel().tolist() == [4.0, 6.0]  # both pairs counted, from the list as it was given
+
+
+def test_a_search_reading_the_index_while_an_episode_is_indexed_finds_every_passage_in_a_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another thread's search can read the postings between any two steps of preparing a long episode:
+    every passage it finds there must already be numbered in a block. The reader runs here after each
+    passage enters the index (the interleaving two threads can give), and its maxima must be those of the
+    passages indexed so far."""
+    import orjson
+    from tiermem.runtime.episode_text import EpisodeTexts, WordIndex
+
+    texts = EpisodeTexts()
+    quotes = [
+        {"text": f"the kitten {'ran ' * (k % 3)}{'filler ' * 60}{k}", "event_id": f"t{k}", "speaker": "Ada"}
+        for k in range(9)
+    ]
+    raw = orjson.dumps(quotes).decode()
+    texts._add(raw)  # one episode before: the second one's passages are not at the index's start
+    seen: list[tuple[list[int], list[int]]] = []
+    real = WordIndex.add_counted
+
+    def add_counted(self: WordIndex, words: Any) -> int:
+        pid = real(self, words)
+        if self is texts.words:
+            found, top = texts.blocks.maxima("kitten")  # a search's read, between two passages
+            seen.append((found.tolist(), top.tolist()))
+        return pid
+
+    monkeypatch.setattr(WordIndex, "add_counted", add_counted)
+    texts._add(raw)
+    assert len(seen) == len(quotes)
+    # After the k-th passage: the first episode's three blocks, then the second's blocks so far.
+    for k, (found, top) in enumerate(seen):
+        blocks = 3 + k // passage_blocks.BLOCK + 1
+        assert found == list(range(blocks)) and top == [1] * blocks
+    assert len(texts.blocks.block_of) == texts.words.size == 2 * len(quotes)
