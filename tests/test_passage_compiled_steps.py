@@ -404,3 +404,30 @@ def test_a_whole_turn_opening_an_episode_does_not_answer_the_episode_before() ->
         False,
         True,
     ]
+
+
+def test_blocked_counts_add_captions_then_notes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scoring every passage subtracts what captions change from the counts, then adds the notes'
+    counts: the blocked search must add its two change arrays in that order (a caption's change is
+    not a whole number when CAPTION_WEIGHT is not a sum of powers of two)."""
+    from tiermem.runtime import passage_parts
+
+    got: list[tuple[np.ndarray, ...]] = []
+
+    class Stop(Exception):
+        pass
+
+    class Spy:
+        def __init__(self, *args: Any) -> None:
+            got.append(args[-1])
+            raise Stop
+
+    monkeypatch.setattr(passage_parts, "NearCounts", Spy)
+    captions, noted = np.full((3, 1), -0.1), np.full((3, 1), 1 / 3)
+    blocks = SimpleNamespace(index=SimpleNamespace(words=None))
+    parts = SimpleNamespace(episode=np.zeros(3, dtype=np.int64))
+    asked = SimpleNamespace(weights=[1.0], groups=[("paint",)], rx=None)
+    for changes, expected in (((captions, noted), (captions, noted)), ((captions, captions), (captions,))):
+        with pytest.raises(Stop):
+            passage_parts.blocked(blocks, parts, np.ones(3), asked, (None, None, changes, None), 1, None)  # type: ignore[arg-type]
+        assert len(got[-1]) == len(expected) and all(a is b for a, b in zip(got[-1], expected, strict=True))
