@@ -35,6 +35,7 @@ import gc
 import re
 import sqlite3
 from array import array
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ import numpy as np
 import orjson
 from tiermem.runtime import passage_compiled as compiled
 from tiermem.runtime.hotstore import erasure_mark
-from tiermem.runtime.passage_blocks import BlockIndex
+from tiermem.runtime.passage_blocks import BlockIndex, postings_of
 from tiermem.runtime.passage_columns import JoinedTexts, PassageColumns, WordNumbers, dedup_words
 
 from tiermem.attachments import split_described
@@ -230,14 +231,14 @@ class WordIndex:
             position, labels, counts = self._inside(wids, group_of, s_starts, s_sizes, s_offsets)
             flat = np.bincount(position * n_groups + labels, weights=counts, minlength=total * n_groups)
             return flat.reshape(total, n_groups)
-        pids = np.concatenate([np.frombuffer(self.postings[w], dtype=np.int64) for w in wids])
-        counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
-        lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
+        size = self.size  # texts indexed meanwhile (another thread) are left out
+        pids, counts = postings_of(self, wids, size)
+        lengths = np.array([bisect_left(self.postings[w], size) for w in wids], dtype=np.int64)
         labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
         # Each text id's row among the blocks (-1: in none), then each posting's row by one lookup.
         inside = int(s_sizes.sum())
         step = np.arange(inside, dtype=np.int64) - np.repeat(np.cumsum(s_sizes) - s_sizes, s_sizes)
-        row_of = np.full(self.size, -1, dtype=np.int64)
+        row_of = np.full(size, -1, dtype=np.int64)
         row_of[np.repeat(s_starts, s_sizes) + step] = np.repeat(s_offsets, s_sizes) + step
         position = row_of[pids]
         ok = position >= 0
@@ -261,7 +262,8 @@ class WordIndex:
         """
         positions, labels, counts = [], [], []
         for w in wids:
-            pids = np.frombuffer(self.postings[w], dtype=np.int64)
+            # Copied: a view would stop another thread from indexing (an array with a view cannot grow).
+            pids, times = postings_of(self, [w], self.size)
             lo = np.searchsorted(pids, starts)
             n = np.searchsorted(pids, starts + sizes) - lo
             total = int(n.sum())
@@ -270,7 +272,7 @@ class WordIndex:
             block = np.repeat(np.arange(len(starts), dtype=np.int64), n)
             at = np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(n) - n), n)
             positions.append(offsets[block] + pids[at] - starts[block])
-            counts.append(np.frombuffer(self.counts[w], dtype=np.int64)[at])
+            counts.append(times[at])
             labels.append(np.full(total, group_of[w], dtype=np.int64))
         if not positions:
             nothing = np.zeros(0, dtype=np.int64)

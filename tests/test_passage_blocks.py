@@ -403,3 +403,71 @@ def test_a_search_reading_the_index_while_an_episode_is_indexed_finds_every_pass
         blocks = 3 + k // passage_blocks.BLOCK + 1
         assert found == list(range(blocks)) and top == [1] * blocks
     assert len(texts.blocks.block_of) == texts.words.size == 2 * len(quotes)
+
+
+class _Meanwhile:
+    """numpy, except that every view it makes of a buffer is followed by `step()`: what another thread
+    can do right then (the interpreter may switch threads after any call)."""
+
+    def __init__(self, step: Any) -> None:
+        self.step = step
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(np, name)
+
+    def frombuffer(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        view = np.frombuffer(*args, **kwargs)
+        self.step()
+        return view
+
+
+def test_a_search_holds_no_view_of_the_index_that_another_thread_grows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The index's arrays grow while other threads search; an array with a view cannot grow (the
+    thread indexing an episode would fail half way). The reads of the postings (block maxima, the
+    numpy way of counting) run here with an episode indexed after every view they make: nothing
+    fails, and they count the texts indexed when they started."""
+    import orjson
+    from tiermem.runtime import episode_text
+    from tiermem.runtime.episode_text import EpisodeTexts
+
+    def raw(seed: int) -> str:
+        quotes = [
+            {
+                "text": f"the kitten {'ran ' * ((k + seed) % 3)}{'filler ' * 60}{k}",
+                "event_id": f"t{k}",
+                "speaker": "A",
+            }
+            for k in range(9)
+        ]
+        return orjson.dumps(quotes).decode()
+
+    texts = EpisodeTexts()
+    for seed in range(2):
+        texts._add(raw(seed))
+    groups = [("kitten",), ("ran",)]
+    starts, sizes = np.array([0, 9], dtype=np.int64), np.array([9, 9], dtype=np.int64)
+    small, small_sizes = np.array([9], dtype=np.int64), np.array([3], dtype=np.int64)
+    monkeypatch.setattr(passage_compiled, "ENABLED", False)
+    expected = (
+        texts.blocks.maxima("kitten"),
+        texts.words.counts_in(starts, groups, sizes, [0, 1]),
+        texts.words.counts_in(small, groups, small_sizes, [0]),
+    )
+    texts.blocks._maxima.clear()
+    later = [raw(seed) for seed in range(2, 40)]
+    meanwhile = _Meanwhile(lambda: later and texts._add(later.pop()))
+    monkeypatch.setattr(passage_blocks, "np", meanwhile)
+    monkeypatch.setattr(episode_text, "np", meanwhile)
+    found, top = texts.blocks.maxima("kitten")
+    assert (found.tolist(), top.tolist()) == (expected[0][0].tolist(), expected[0][1].tolist())
+    size = texts.words.size
+    assert texts.words.counts_in(starts, groups, sizes, [0, 1]).tolist() == expected[1].tolist()
+    assert texts.words.counts_in(small, groups, small_sizes, [0]).tolist() == expected[2].tolist()
+    n = texts.words.size  # every text, in one range: counted by the pass over whole postings
+    whole = texts.words.counts_in(np.array([0]), groups, np.array([n]), [0])
+    assert len(later) < 38 - 3 and texts.words.size > n > size  # episodes were indexed during the reads
+    later.clear()
+    assert whole.tolist() == texts.words.counts_in(np.array([0]), groups, np.array([n]), [0]).tolist()
+    assert len(texts.blocks.block_of) == texts.words.size
