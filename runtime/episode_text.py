@@ -83,7 +83,9 @@ class Prepared:
     name: str | None = None  # the episode's name when it was prepared
     head: int = -1  # its header's (name and summary) id in the index
     head_spaces: int = 0  # spaces in the lowered header (its length in words is this + 1)
-    flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
+    # Per pattern: the passages it is found in; and, under a key no pattern has (a NUL first), the
+    # passages' layout bits for a question pattern (runtime.passage_layout's `packed`).
+    flags: dict[str, np.ndarray] = field(default_factory=dict)
     # The passages' words for the near-duplicate check (runtime.passage_columns): each passage's
     # numbers, ascending, at dedup_ids[dedup_at[j]:dedup_at[j + 1]].
     # None until asked for, on a short episode (EpisodeTexts.dedup).
