@@ -220,6 +220,9 @@ class Blocks:
         for g, forms in enumerate(groups):
             for form in forms:
                 found, top = index.maxima(form)
+                # Blocks numbered since `row_of` was made (another thread preparing) are none of the search's.
+                known = found < len(row_of)
+                found, top = found[known], top[known]
                 rows = row_of[found]
                 inside = rows >= 0
                 counts[:, g] += np.bincount(rows[inside], weights=top[inside], minlength=n)

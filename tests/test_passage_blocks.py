@@ -406,19 +406,23 @@ def test_a_search_reading_the_index_while_an_episode_is_indexed_finds_every_pass
 
 
 class _Meanwhile:
-    """numpy, except that every view it makes of a buffer is followed by `step()`: what another thread
-    can do right then (the interpreter may switch threads after any call)."""
+    """numpy, except that each call of one of `names` (a view of a buffer, by default) is followed by
+    `step()`: what another thread can do right then (the interpreter may switch threads after any call)."""
 
-    def __init__(self, step: Any) -> None:
-        self.step = step
+    def __init__(self, step: Any, names: tuple[str, ...] = ("frombuffer",)) -> None:
+        self.step, self.names = step, names
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(np, name)
+        real = getattr(np, name)
+        if name not in self.names:
+            return real
 
-    def frombuffer(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        view = np.frombuffer(*args, **kwargs)
-        self.step()
-        return view
+        def then(*args: Any, **kwargs: Any) -> Any:
+            got = real(*args, **kwargs)
+            self.step()
+            return got
+
+        return then
 
 
 def test_a_search_holds_no_view_of_the_index_that_another_thread_grows(
@@ -471,3 +475,31 @@ def test_a_search_holds_no_view_of_the_index_that_another_thread_grows(
     later.clear()
     assert whole.tolist() == texts.words.counts_in(np.array([0]), groups, np.array([n]), [0]).tolist()
     assert len(texts.blocks.block_of) == texts.words.size
+
+
+def test_blocks_numbered_while_a_search_bounds_its_own_are_none_of_its(
+    memory: AgentMemory,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The numpy way of bounding blocks gives each of the search's blocks a row, then reads the forms'
+    maxima: another thread may prepare an episode in between, whose blocks hold the question's words.
+    They are none of the search's (results unchanged), not an index past the rows."""
+    import orjson
+    from tiermem.runtime.episode_text import TEXTS
+
+    monkeypatch.setattr(passage_blocks, "MIN_PASSAGES", 0)
+    monkeypatch.setattr(passage_compiled, "ENABLED", False)
+    expected = [qs.search_quotes(memory.conn, memory.principal, q, None, 5) for q in QUERIES]
+    said = " ".join(WORDS) + " " + " ".join(["filler"] * 300)
+    later = [
+        orjson.dumps([{"text": said, "event_id": f"x{k}", "speaker": "Ada"}]).decode() for k in range(30)
+    ]
+    monkeypatch.setattr(
+        passage_blocks, "np", _Meanwhile(lambda: later and TEXTS._add(later.pop()), ("full",))
+    )
+    try:
+        got = [qs.search_quotes(memory.conn, memory.principal, q, None, 5) for q in QUERIES]
+        assert len(later) < 30  # episodes were prepared while searches bounded their blocks
+    finally:
+        TEXTS.clear()  # the stand-ins are in no store
+    assert got == expected
