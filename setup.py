@@ -50,12 +50,14 @@ if __name__ == "__main__":
         extra_compile_args=["-O2"],
         libraries=["sqlite3"],
     )
-    # The quote search's block bounds and exact passage scores in one pass (optional too:
-    # `tiermem.runtime.passage_compiled` falls back to numpy). Multiplies and adds are not
-    # contracted: the scores must equal numpy's to the last bit.
+    # The quote search's block bounds and exact passage scores (_blockscore.c) and term counts
+    # (_blockcounts.c) in one pass per call (optional too: `tiermem.runtime.passage_compiled` falls
+    # back to numpy). Multiplies and adds are not contracted: the scores must equal numpy's to the
+    # last bit.
     BLOCKSCORE = Extension(
         "tiermem.runtime._blockscore",
-        ["runtime/_blockscore.c"],
+        ["runtime/_blockscore.c", "runtime/_blockcounts.c"],
+        depends=["runtime/_blockscore.h"],
         optional=True,
         extra_compile_args=["-O2", "-ffp-contract=off"],
     )

@@ -35,6 +35,7 @@ import gc
 import re
 import sqlite3
 from array import array
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ import numpy as np
 import orjson
 from tiermem.runtime import passage_compiled as compiled
 from tiermem.runtime.hotstore import erasure_mark
-from tiermem.runtime.passage_blocks import BlockIndex
+from tiermem.runtime.passage_blocks import BlockIndex, postings_of
 from tiermem.runtime.passage_columns import JoinedTexts, PassageColumns, WordNumbers, dedup_words
 
 from tiermem.attachments import split_described
@@ -82,7 +83,9 @@ class Prepared:
     name: str | None = None  # the episode's name when it was prepared
     head: int = -1  # its header's (name and summary) id in the index
     head_spaces: int = 0  # spaces in the lowered header (its length in words is this + 1)
-    flags: dict[str, np.ndarray] = field(default_factory=dict)  # per pattern: passages it is found in
+    # Per pattern: the passages it is found in; and, under a key no pattern has (a NUL first), the
+    # passages' layout bits for a question pattern (runtime.passage_layout's `packed`).
+    flags: dict[str, np.ndarray] = field(default_factory=dict)
     # The passages' words for the near-duplicate check (runtime.passage_columns): each passage's
     # numbers, ascending, at dedup_ids[dedup_at[j]:dedup_at[j + 1]].
     # None until asked for, on a short episode (EpisodeTexts.dedup).
@@ -230,14 +233,14 @@ class WordIndex:
             position, labels, counts = self._inside(wids, group_of, s_starts, s_sizes, s_offsets)
             flat = np.bincount(position * n_groups + labels, weights=counts, minlength=total * n_groups)
             return flat.reshape(total, n_groups)
-        pids = np.concatenate([np.frombuffer(self.postings[w], dtype=np.int64) for w in wids])
-        counts = np.concatenate([np.frombuffer(self.counts[w], dtype=np.int64) for w in wids])
-        lengths = np.array([len(self.postings[w]) for w in wids], dtype=np.int64)
+        size = self.size  # texts indexed meanwhile (another thread) are left out
+        pids, counts = postings_of(self, wids, size)
+        lengths = np.array([bisect_left(self.postings[w], size) for w in wids], dtype=np.int64)
         labels = np.repeat(np.array([group_of[w] for w in wids], dtype=np.int64), lengths)
         # Each text id's row among the blocks (-1: in none), then each posting's row by one lookup.
         inside = int(s_sizes.sum())
         step = np.arange(inside, dtype=np.int64) - np.repeat(np.cumsum(s_sizes) - s_sizes, s_sizes)
-        row_of = np.full(self.size, -1, dtype=np.int64)
+        row_of = np.full(size, -1, dtype=np.int64)
         row_of[np.repeat(s_starts, s_sizes) + step] = np.repeat(s_offsets, s_sizes) + step
         position = row_of[pids]
         ok = position >= 0
@@ -261,7 +264,8 @@ class WordIndex:
         """
         positions, labels, counts = [], [], []
         for w in wids:
-            pids = np.frombuffer(self.postings[w], dtype=np.int64)
+            # Copied: a view would stop another thread from indexing (an array with a view cannot grow).
+            pids, times = postings_of(self, [w], self.size)
             lo = np.searchsorted(pids, starts)
             n = np.searchsorted(pids, starts + sizes) - lo
             total = int(n.sum())
@@ -270,7 +274,7 @@ class WordIndex:
             block = np.repeat(np.arange(len(starts), dtype=np.int64), n)
             at = np.arange(total, dtype=np.int64) + np.repeat(lo - (np.cumsum(n) - n), n)
             positions.append(offsets[block] + pids[at] - starts[block])
-            counts.append(np.frombuffer(self.counts[w], dtype=np.int64)[at])
+            counts.append(times[at])
             labels.append(np.full(total, group_of[w], dtype=np.int64))
         if not positions:
             nothing = np.zeros(0, dtype=np.int64)
@@ -373,12 +377,15 @@ class EpisodeTexts:
             return self._prepared(quotes, passages, lowered, quote_spaces, ids, -1, None)
         start = self.words.size
         counted = [Counter(_RUN.findall(text)) for text in lowered]
+        # Its blocks numbered before its passages enter the index: a search in another thread that
+        # reads the postings meanwhile finds every passage in them already in a block.
+        block = self.blocks.add(len(counted))
         for counts in counted:
             self.words.add_counted(counts)
         self.chars += len(raw or "")
         words = [dedup_words(t, c.keys()) for t, c in zip(lowered, counted, strict=True)]
         entry = self._prepared(quotes, passages, lowered, quote_spaces, ids, start, words)
-        entry.block, entry.block_by = self.blocks.add(len(counted)), self.blocks
+        entry.block, entry.block_by = block, self.blocks
         return entry
 
     def _prepared(

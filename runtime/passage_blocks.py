@@ -44,6 +44,7 @@ short episodes (counted per question, not indexed) and of episodes with notes
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -73,7 +74,9 @@ class BlockIndex:
     def add(self, n: int) -> int:
         """Number the blocks of the next `n` indexed passages (one episode); its first block (returned)."""
         first = self.blocks
-        self.block_of.extend(first + i // BLOCK for i in range(n))
+        # A new array rather than this one grown: a search in another thread may hold a view of it,
+        # and an array with a view cannot grow.
+        self.block_of = self.block_of + array("q", (first + i // BLOCK for i in range(n)))
         self.blocks += -(-n // BLOCK)
         return first
 
@@ -89,9 +92,7 @@ class BlockIndex:
             return kept[1], kept[2]
         wids = words.matching(form)
         nothing = np.zeros(0, dtype=np.int64)
-        # Copies: no view of the index's arrays stays (an array with a view cannot grow).
-        pids = np.concatenate([np.frombuffer(words.postings[w], dtype=np.int64) for w in wids] or [nothing])
-        counts = np.concatenate([np.frombuffer(words.counts[w], dtype=np.int64) for w in wids] or [nothing])
+        pids, counts = postings_of(words, wids, size)
         if len(wids) > 1:  # several words: summed per passage first
             order = np.argsort(pids, kind="stable")
             pids, counts = pids[order], counts[order]
@@ -107,6 +108,23 @@ class BlockIndex:
             self._maxima.clear()
         self._maxima[form] = (size, found, top)
         return found, top
+
+
+def postings_of(words: WordIndex, wids: Sequence[int], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(text ids, their counts) of the words `wids` in order, joined, of the first `size` texts only.
+
+    The index grows while other threads search (a long episode prepared meanwhile): the arrays are
+    copied (each in one call, which no other thread interrupts) rather than viewed, since an array
+    with a view cannot grow (the thread indexing would fail); and a text indexed after `size` was read
+    is left out, since one half added has its word's text id but not yet its count.
+    """
+    pids, counts = array("q"), array("q")
+    for w in wids:
+        held, times = words.postings[w], words.counts[w]
+        k = bisect_left(held, size)  # ascending ids: the texts before `size`, all added whole
+        pids += held[:k]
+        counts += times[:k]
+    return np.frombuffer(pids, dtype=np.int64), np.frombuffer(counts, dtype=np.int64)
 
 
 class Factors(NamedTuple):
@@ -202,6 +220,9 @@ class Blocks:
         for g, forms in enumerate(groups):
             for form in forms:
                 found, top = index.maxima(form)
+                # Blocks numbered since `row_of` was made (another thread preparing) are none of the search's.
+                known = found < len(row_of)
+                found, top = found[known], top[known]
                 rows = row_of[found]
                 inside = rows >= 0
                 counts[:, g] += np.bincount(rows[inside], weights=top[inside], minlength=n)

@@ -217,7 +217,8 @@ def spread(start: np.ndarray, size: np.ndarray, chosen: np.ndarray, n: int) -> t
 def first_pass(high: np.ndarray, size: np.ndarray, want: int) -> np.ndarray | None:
     """The blocks (ascending) of the shortest start of the blocks ordered by bound, highest first and
     ties in block order, whose sizes reach `want`: `Blocks.scored`'s first pass, selected and sorted
-    in one call. None for a NaN bound or an empty block (the numpy way decides then)."""
+    in one call. None for a NaN bound, an empty block or one of more than 2^40 passages, whose sum
+    could overflow (the numpy way decides then)."""
     assert _blockscore is not None
     got = _blockscore.first_pass(_f(high), _i(size), want)
     return None if got is None else np.frombuffer(got, dtype=np.int64)

@@ -74,13 +74,8 @@ class NearCounts:
     ) -> None:
         """`place`: per candidate passage its candidate and its position there; `extras`: (passages,
         groups) arrays added to the counts in order (what captions, then notes, change)."""
-        self.words, self.entries, self.groups, self.matcher, self.extras = (
-            words,
-            entries,
-            groups,
-            matcher,
-            extras,
-        )
+        self.words, self.entries, self.groups = words, entries, groups
+        self.matcher, self.extras = matcher, extras
         self.episode, self.local = place
         self.starts = np.array([e.start for e in entries], dtype=np.int64)
         self.lists, self.group_of = word_lists(words, groups)

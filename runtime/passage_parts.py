@@ -108,7 +108,7 @@ class Parts:
     boost: np.ndarray  # per candidate: its time boost
     gain: np.ndarray  # per candidate: its importance
     k: Weights
-    answers: np.ndarray | None = None  # whether it may take the turn before whole (None: worked out)
+    answers: np.ndarray  # whether it may take the turn before whole (a whole turn after a question)
 
     def exact(
         self,
@@ -164,14 +164,11 @@ def blocked(
         own = bm25_rows(counted, parts.turn_words[near], weights, shares.avg_words)
         return parts.exact(idx, near, counted, own, neighbours)
 
-    answers = parts.answers  # may take the turn before whole
-    if answers is None:
-        answers = parts.whole & np.r_[False, parts.asking[:-1]] & ~parts.first
     high = blocks.bounds(
         asked.groups,
         weights,
         parts.turn_words,
-        (parts.heads, parts.head_seen, parts.boost, parts.gain, most, answers),
+        (parts.heads, parts.head_seen, parts.boost, parts.gain, most, parts.answers),
         lambda c, length: bm25_rows(c, length, weights, shares.avg_words),
         Factors(parts.k.head, parts.k.floor, shares.answer, max(shares.neighbour, shares.far)),
         (K1, B, shares.avg_words),

@@ -366,3 +366,140 @@ def test_compiled_counts_hold_their_lists_while_reading_a_word_s_numbers() -> No
         1,
     )
     assert out.ravel().tolist() == [4.0, 6.0]  # both pairs counted, from the list as it was given
+
+
+def test_a_search_reading_the_index_while_an_episode_is_indexed_finds_every_passage_in_a_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another thread's search can read the postings between any two steps of preparing a long episode:
+    every passage it finds there must already be numbered in a block. The reader runs here after each
+    passage enters the index (the interleaving two threads can give), and its maxima must be those of the
+    passages indexed so far."""
+    import orjson
+    from tiermem.runtime.episode_text import EpisodeTexts, WordIndex
+
+    texts = EpisodeTexts()
+    quotes = [
+        {"text": f"the kitten {'ran ' * (k % 3)}{'filler ' * 60}{k}", "event_id": f"t{k}", "speaker": "Ada"}
+        for k in range(9)
+    ]
+    raw = orjson.dumps(quotes).decode()
+    texts._add(raw)  # one episode before: the second one's passages are not at the index's start
+    seen: list[tuple[list[int], list[int]]] = []
+    real = WordIndex.add_counted
+
+    def add_counted(self: WordIndex, words: Any) -> int:
+        pid = real(self, words)
+        if self is texts.words:
+            found, top = texts.blocks.maxima("kitten")  # a search's read, between two passages
+            seen.append((found.tolist(), top.tolist()))
+        return pid
+
+    monkeypatch.setattr(WordIndex, "add_counted", add_counted)
+    texts._add(raw)
+    assert len(seen) == len(quotes)
+    # After the k-th passage: the first episode's three blocks, then the second's blocks so far.
+    for k, (found, top) in enumerate(seen):
+        blocks = 3 + k // passage_blocks.BLOCK + 1
+        assert found == list(range(blocks)) and top == [1] * blocks
+    assert len(texts.blocks.block_of) == texts.words.size == 2 * len(quotes)
+
+
+class _Meanwhile:
+    """numpy, except that each call of one of `names` (a view of a buffer, by default) is followed by
+    `step()`: what another thread can do right then (the interpreter may switch threads after any call)."""
+
+    def __init__(self, step: Any, names: tuple[str, ...] = ("frombuffer",)) -> None:
+        self.step, self.names = step, names
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(np, name)
+        if name not in self.names:
+            return real
+
+        def then(*args: Any, **kwargs: Any) -> Any:
+            got = real(*args, **kwargs)
+            self.step()
+            return got
+
+        return then
+
+
+def test_a_search_holds_no_view_of_the_index_that_another_thread_grows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The index's arrays grow while other threads search; an array with a view cannot grow (the
+    thread indexing an episode would fail half way). The reads of the postings (block maxima, the
+    numpy way of counting) run here with an episode indexed after every view they make: nothing
+    fails, and they count the texts indexed when they started."""
+    import orjson
+    from tiermem.runtime import episode_text
+    from tiermem.runtime.episode_text import EpisodeTexts
+
+    def raw(seed: int) -> str:
+        quotes = [
+            {
+                "text": f"the kitten {'ran ' * ((k + seed) % 3)}{'filler ' * 60}{k}",
+                "event_id": f"t{k}",
+                "speaker": "A",
+            }
+            for k in range(9)
+        ]
+        return orjson.dumps(quotes).decode()
+
+    texts = EpisodeTexts()
+    for seed in range(2):
+        texts._add(raw(seed))
+    groups = [("kitten",), ("ran",)]
+    starts, sizes = np.array([0, 9], dtype=np.int64), np.array([9, 9], dtype=np.int64)
+    small, small_sizes = np.array([9], dtype=np.int64), np.array([3], dtype=np.int64)
+    monkeypatch.setattr(passage_compiled, "ENABLED", False)
+    expected = (
+        texts.blocks.maxima("kitten"),
+        texts.words.counts_in(starts, groups, sizes, [0, 1]),
+        texts.words.counts_in(small, groups, small_sizes, [0]),
+    )
+    texts.blocks._maxima.clear()
+    later = [raw(seed) for seed in range(2, 40)]
+    meanwhile = _Meanwhile(lambda: later and texts._add(later.pop()))
+    monkeypatch.setattr(passage_blocks, "np", meanwhile)
+    monkeypatch.setattr(episode_text, "np", meanwhile)
+    found, top = texts.blocks.maxima("kitten")
+    assert (found.tolist(), top.tolist()) == (expected[0][0].tolist(), expected[0][1].tolist())
+    size = texts.words.size
+    assert texts.words.counts_in(starts, groups, sizes, [0, 1]).tolist() == expected[1].tolist()
+    assert texts.words.counts_in(small, groups, small_sizes, [0]).tolist() == expected[2].tolist()
+    n = texts.words.size  # every text, in one range: counted by the pass over whole postings
+    whole = texts.words.counts_in(np.array([0]), groups, np.array([n]), [0])
+    assert len(later) < 38 - 3 and texts.words.size > n > size  # episodes were indexed during the reads
+    later.clear()
+    assert whole.tolist() == texts.words.counts_in(np.array([0]), groups, np.array([n]), [0]).tolist()
+    assert len(texts.blocks.block_of) == texts.words.size
+
+
+def test_blocks_numbered_while_a_search_bounds_its_own_are_none_of_its(
+    memory: AgentMemory,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The numpy way of bounding blocks gives each of the search's blocks a row, then reads the forms'
+    maxima: another thread may prepare an episode in between, whose blocks hold the question's words.
+    They are none of the search's (results unchanged), not an index past the rows."""
+    import orjson
+    from tiermem.runtime.episode_text import TEXTS
+
+    monkeypatch.setattr(passage_blocks, "MIN_PASSAGES", 0)
+    monkeypatch.setattr(passage_compiled, "ENABLED", False)
+    expected = [qs.search_quotes(memory.conn, memory.principal, q, None, 5) for q in QUERIES]
+    said = " ".join(WORDS) + " " + " ".join(["filler"] * 300)
+    later = [
+        orjson.dumps([{"text": said, "event_id": f"x{k}", "speaker": "Ada"}]).decode() for k in range(30)
+    ]
+    monkeypatch.setattr(
+        passage_blocks, "np", _Meanwhile(lambda: later and TEXTS._add(later.pop()), ("full",))
+    )
+    try:
+        got = [qs.search_quotes(memory.conn, memory.principal, q, None, 5) for q in QUERIES]
+        assert len(later) < 30  # episodes were prepared while searches bounded their blocks
+    finally:
+        TEXTS.clear()  # the stand-ins are in no store
+    assert got == expected

@@ -24,11 +24,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from test_read_path_long import memory  # noqa: F401  (fixture)
 from tiermem.runtime import passage_blocks, passage_compiled, passage_counts, passage_layout
 from tiermem.runtime import quote_search as qs
-from tiermem.runtime.episode_text import TEXTS, TermMatcher, WordIndex
+from tiermem.runtime.episode_text import TEXTS, EpisodeTexts, TermMatcher, WordIndex
 from tiermem.runtime.memory import AgentMemory
 
 
@@ -123,6 +124,15 @@ def test_spread_refuses_blocks_outside_the_passages(built: Any, chosen: list[int
     size = np.array([4, 4, 4], dtype=np.int64)
     with pytest.raises(ValueError):
         built.spread(start, size, np.array(chosen, dtype=np.int64), n)
+
+
+def test_spread_refuses_blocks_that_share_a_passage(built: Any) -> None:
+    # Blocks 0 .. 3 and 3 .. 6: ascending starts, but passage 3 would be spread twice.
+    start, size = np.array([0, 3], dtype=np.int64), np.array([4, 4], dtype=np.int64)
+    with pytest.raises(ValueError):
+        built.spread(start, size, np.array([0, 1], dtype=np.int64), 12)
+    got = built.spread(start, np.array([3, 4], dtype=np.int64), np.array([0, 1], dtype=np.int64), 12)
+    assert np.frombuffer(got[0], dtype=np.int64).tolist() == list(range(7))  # touching, not sharing: fine
 
 
 def _numpy_block_sums(
@@ -225,6 +235,9 @@ GROUPS = [
 ]
 
 
+CHANGES = (0.1, -1 / 3, 7.7)
+
+
 def test_near_counts_are_counts_at_with_the_changes_added_in_order(built: Any) -> None:
     rng = random.Random(5)
     nprng = np.random.default_rng(5)
@@ -250,7 +263,11 @@ def test_near_counts_are_counts_at_with_the_changes_added_in_order(built: Any) -
         episode = np.repeat(np.arange(len(entries), dtype=np.int64), sizes)
         local = np.arange(at, dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
         near = np.flatnonzero(nprng.random(at) < 0.5)
-        extras = tuple(np.where(nprng.random((at, len(groups))) < 0.2, -0.25, 0.0) for _ in range(trial % 3))
+        # Changes that are not sums of powers of two (as captions' and notes' are): added in another
+        # order, their sums differ in the last bit somewhere.
+        extras = tuple(
+            np.where(nprng.random((at, len(groups))) < 0.3, change, 0.0) for change in CHANGES[: trial % 4]
+        )
         matcher = TermMatcher(groups)
         counter = passage_counts.NearCounts(index, entries, (episode, local), groups, matcher, extras)  # type: ignore[arg-type]
         got = counter(near)
@@ -291,6 +308,10 @@ def _hostile_counts(built: Any, **change: Any) -> None:
         {"near": np.array([-1, 0], dtype=np.int64)},
         {"episode": np.array([0, 1], dtype=np.int64)},  # a candidate past the starts
         {"local": np.array([0, 2**62], dtype=np.int64)},  # an id near overflow
+        {
+            "local": np.array([-1, 0], dtype=np.int64),
+            "starts": np.array([1], dtype=np.int64),
+        },  # before its start
         {"extras": (np.zeros((1, 1)),)},  # changes of other passages
         {"out": np.zeros((2, 1), dtype=np.float32)},
     ],
@@ -354,3 +375,59 @@ def test_layout_is_each_prepared_episodes_own_arrays_joined(memory: AgentMemory)
             assert laid.turn_words.tobytes() == np.concatenate([e.turn_words for e in chosen]).tobytes()
             assert asking.any() and whole.any() and when.any() and not whole.all()
     assert all(passage_layout._key(qs._ENDS_ASKING) in e.flags for e in long)
+
+
+def test_a_whole_turn_opening_an_episode_does_not_answer_the_episode_before() -> None:
+    """A question closing one candidate and a whole turn opening the next: not an answer (the turn
+    before is in another episode), with short candidates (joined per search) and long ones (kept bits)."""
+    texts = EpisodeTexts()
+
+    def prepared(*said: str) -> Any:
+        quotes = [{"text": t, "event_id": f"t{k}", "speaker": "Ada"} for k, t in enumerate(said)]
+        return texts._add(orjson.dumps(quotes).decode())
+
+    asks, replies = (
+        prepared("I painted today.", "Did you see the kitten?"),
+        prepared("Yes, at noon.", "Fine."),
+    )
+    filler = " ".join(["garden"] * 400)
+    long_asks, long_replies = prepared(filler, "Did you see it?"), prepared("Yes, I did.", filler)
+    assert asks.start < 0 and long_asks.start >= 0 and long_replies.start >= 0
+    for chosen in ([asks, replies], [long_asks, long_replies], [long_asks, replies]):
+        laid = passage_layout.layout(chosen, qs._ENDS_ASKING, qs._SAYS_WHEN, False)
+        at = int(laid.sizes[0])  # the second candidate's first passage
+        assert laid.asking[at - 1] and laid.whole[at] and laid.first[at]
+        assert not laid.answers.any()
+    # Inside one episode a whole turn after a question does answer it.
+    within = prepared("Did you see the kitten?", "Yes, at noon.")
+    assert passage_layout.layout([within], qs._ENDS_ASKING, qs._SAYS_WHEN, False).answers.tolist() == [
+        False,
+        True,
+    ]
+
+
+def test_blocked_counts_add_captions_then_notes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scoring every passage subtracts what captions change from the counts, then adds the notes'
+    counts: the blocked search must add its two change arrays in that order (a caption's change is
+    not a whole number when CAPTION_WEIGHT is not a sum of powers of two)."""
+    from tiermem.runtime import passage_parts
+
+    got: list[tuple[np.ndarray, ...]] = []
+
+    class Stop(Exception):
+        pass
+
+    class Spy:
+        def __init__(self, *args: Any) -> None:
+            got.append(args[-1])
+            raise Stop
+
+    monkeypatch.setattr(passage_parts, "NearCounts", Spy)
+    captions, noted = np.full((3, 1), -0.1), np.full((3, 1), 1 / 3)
+    blocks = SimpleNamespace(index=SimpleNamespace(words=None))
+    parts = SimpleNamespace(episode=np.zeros(3, dtype=np.int64))
+    asked = SimpleNamespace(weights=[1.0], groups=[("paint",)], rx=None)
+    for changes, expected in (((captions, noted), (captions, noted)), ((captions, captions), (captions,))):
+        with pytest.raises(Stop):
+            passage_parts.blocked(blocks, parts, np.ones(3), asked, (None, None, changes, None), 1, None)  # type: ignore[arg-type]
+        assert len(got[-1]) == len(expected) and all(a is b for a, b in zip(got[-1], expected, strict=True))
