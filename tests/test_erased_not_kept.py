@@ -26,6 +26,25 @@ def _held(canary: str) -> tuple[int, int]:
     return texts + rows + tokens, words
 
 
+def _red_pot_episodes(tmp_path: Path, **canaries: str) -> None:
+    """One long episode of agent a1 per user, each holding that user's canary."""
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    append(
+        settings,
+        *(
+            episode(
+                "a1",
+                f"{user} and the red pot",
+                f"{user} told the {canary} secret about the red pot",
+                key_quotes=[{"speaker": user, "text": f"red pot {FILLER}", "event_id": f"q-{user}"}],
+                participants=[user],
+                source_event_ids=[f"s-{user}"],
+            )
+            for user, canary in canaries.items()
+        ),
+    )
+
+
 def test_an_erased_turn_leaves_the_prepared_texts_and_the_turn_words(tmp_path: Path) -> None:
     mem = Memory.open(tmp_path / "data", env={}, compressor={"min_unprocessed": 1, "keep_recent": 0})
     try:
@@ -67,21 +86,7 @@ def test_an_erased_turn_leaves_the_prepared_texts_and_the_turn_words(tmp_path: P
 def test_an_erased_episode_leaves_the_kept_rows_whoever_reads_first(tmp_path: Path) -> None:
     """The kept candidate rows go at the first read after an erasure, even a reader's whose
     question reads no episode row at all."""
-    settings = resolve_settings(data_dir=tmp_path / "data", env={})
-    append(
-        settings,
-        *(
-            episode(
-                "a1",
-                f"{user} and the red pot",
-                f"{user} told the {canary} secret about the red pot",
-                key_quotes=[{"speaker": user, "text": f"red pot {FILLER}", "event_id": f"q-{user}"}],
-                participants=[user],
-                source_event_ids=[f"s-{user}"],
-            )
-            for user, canary in (("alice", "EPICANARY"), ("bob", "BOBCANARY"))
-        ),
-    )
+    _red_pot_episodes(tmp_path, alice="EPICANARY", bob="BOBCANARY")
     mem = Memory.open(tmp_path / "data", env={})
     try:
         mem.refresh()
@@ -109,21 +114,7 @@ def test_an_erased_episode_leaves_the_kept_rows_whoever_reads_first(tmp_path: Pa
 def test_an_erased_episode_leaves_the_tokenizers_runs(tmp_path: Path) -> None:
     """Text with other than ASCII letters is tokenized by the index's own tokenizer, whose runs are
     kept for every store of the process: an erasure in any store drops them."""
-    settings = resolve_settings(data_dir=tmp_path / "data", env={})
-    append(
-        settings,
-        *(
-            episode(
-                "a1",
-                f"{user} and the red pot",
-                f"{user} told the {canary} secret about the red pot",
-                key_quotes=[{"speaker": user, "text": f"red pot {FILLER}", "event_id": f"q-{user}"}],
-                participants=[user],
-                source_event_ids=[f"s-{user}"],
-            )
-            for user, canary in (("alice", "EPICANARYé"), ("bob", "BOBCANARYé"))
-        ),
-    )
+    _red_pot_episodes(tmp_path, alice="EPICANARYé", bob="BOBCANARYé")
     fts_mirror.clear()
     mem = Memory.open(tmp_path / "data", env={})
 
