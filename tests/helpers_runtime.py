@@ -6,6 +6,7 @@ import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 from tiermem.eventlog import EventLog
@@ -94,3 +95,14 @@ def projector_held(settings: Settings) -> Iterator[None]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+class Rows:
+    """The episode rows `TEXTS.prepared` reads, without a database."""
+
+    def __init__(self, rows: list[tuple[str, ...]]) -> None:
+        self.rows = rows
+
+    def execute(self, sql: str, ids: Any = ()) -> SimpleNamespace:
+        found = [r for r in self.rows if r[0] in ids]
+        return SimpleNamespace(fetchall=lambda: found, fetchone=lambda: (0,))

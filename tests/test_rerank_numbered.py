@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 import random
 import re
-from types import SimpleNamespace
 from typing import Any
 
 import orjson
+from helpers_runtime import Rows
 from tiermem.runtime import rerank_features as rf
 from tiermem.runtime.episode_text import TEXTS, Prepared
 
@@ -41,17 +41,6 @@ WORDS = [
     "zzq",
 ]
 WORD = re.compile(r"[a-z0-9]+")
-
-
-class Rows:
-    """The episode rows `TEXTS.prepared` reads, without a database."""
-
-    def __init__(self, rows: list[tuple[str, ...]]) -> None:
-        self.rows = rows
-
-    def execute(self, sql: str, ids: Any = ()) -> SimpleNamespace:
-        found = [r for r in self.rows if r[0] in ids]
-        return SimpleNamespace(fetchall=lambda: found, fetchone=lambda: (0,))
 
 
 def _row(episode_id: str, passages: list[tuple[str, str]]) -> tuple[str, ...]:

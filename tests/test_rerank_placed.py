@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import random
 import sys
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import orjson
+from helpers_runtime import Rows
 from tiermem.runtime import rerank_features as rf
 from tiermem.runtime.episode_text import TEXTS, Prepared
 
@@ -44,17 +44,6 @@ ENDINGS = [
     "?\u200b",
 ]
 SPEAKERS = ["Ada", "ada", "Melanie", "MELANIE", "Bob", ""]
-
-
-class Rows:
-    """The episode rows `TEXTS.prepared` reads, without a database."""
-
-    def __init__(self, rows: list[tuple[str, ...]]) -> None:
-        self.rows = rows
-
-    def execute(self, sql: str, ids: Any = ()) -> SimpleNamespace:
-        found = [r for r in self.rows if r[0] in ids]
-        return SimpleNamespace(fetchall=lambda: found, fetchone=lambda: (0,))
 
 
 def _episode(rng: random.Random, episode_id: str) -> tuple[str, ...]:
