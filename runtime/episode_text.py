@@ -34,6 +34,7 @@ from __future__ import annotations
 import gc
 import re
 import sqlite3
+import threading
 from array import array
 from bisect import bisect_left
 from collections import Counter
@@ -289,6 +290,10 @@ class EpisodeTexts:
         # Other per-process caches of episode text (runtime.fts_rows), told the store's erasure
         # mark at every read as this cache checks it: each drops what it read before an erasure.
         self.erasure_checks: list[Callable[[str, int], None]] = []
+        # Held by whoever prepares (adds to the indexes, or clears them): an episode's passages are
+        # numbered as one run (its `start` onwards), so two threads preparing at once would interleave
+        # their ids. Searches only read, and do not take it.
+        self.lock = threading.RLock()
         self.clear()
 
     def clear(self) -> None:
@@ -327,48 +332,49 @@ class EpisodeTexts:
         whose name is not the one it was prepared with: a row that was deleted
         and inserted again with other content is never scored with the old text.
         """
-        if self.passages > MAX_PASSAGES or self.heads.size > MAX_PASSAGES or self.chars > MAX_CHARS:
-            self.clear()  # before looking: every episode asked for is then prepared again
-        # An erasure since this store's entries were read: everything goes (erasures are rare), so
-        # that no erased text stays in this process, served or not.
-        mark = erasure_mark(conn)
-        if self.erased.get(db, mark) != mark:
-            self.clear()
-        self.erased[db] = mark
-        for check in self.erasure_checks:
-            check(db, mark)
-        stale = {
-            e
-            for e, name in zip(episode_ids, names or (), strict=False)
-            if (db, e) in self.entries and self.entries[(db, e)].name != name
-        }
-        missing = [e for e in dict.fromkeys(episode_ids) if (db, e) not in self.entries or e in stale]
-        if missing:
-            marks = ",".join("?" * len(missing))
-            raws = {
-                r[0]: r[1:]
-                for r in conn.execute(
-                    "SELECT episode_id, key_quotes, name, summary, start_ts FROM episodes"
-                    f" WHERE episode_id IN ({marks})",
-                    missing,
-                ).fetchall()
+        with self.lock:
+            if self.passages > MAX_PASSAGES or self.heads.size > MAX_PASSAGES or self.chars > MAX_CHARS:
+                self.clear()  # before looking: every episode asked for is then prepared again
+            # An erasure since this store's entries were read: everything goes (erasures are rare), so
+            # that no erased text stays in this process, served or not.
+            mark = erasure_mark(conn)
+            if self.erased.get(db, mark) != mark:
+                self.clear()
+            self.erased[db] = mark
+            for check in self.erasure_checks:
+                check(db, mark)
+            stale = {
+                e
+                for e, name in zip(episode_ids, names or (), strict=False)
+                if (db, e) in self.entries and self.entries[(db, e)].name != name
             }
-            named = dict(zip(episode_ids, names or (), strict=False))
-            added = 0
-            for episode_id in missing:
-                raw, name, summary, said = raws.get(episode_id, (None, None, None, None))
-                entry = self._add(raw)
-                added += entry.passages.n
-                if entry.start >= 0:  # long: its passages are shown again and again
-                    _anchor(entry, said)
-                    self.long_dbs.add(db)
-                # The header as the searches score it: name and summary, lowered, one word run each.
-                head = f"{name or ''} {summary or ''}".lower()
-                entry.head, entry.head_spaces = self.heads.add(head), head.count(" ")
-                entry.name = named.get(episode_id)
-                self.entries[(db, episode_id)] = entry
-            settle(added)
-        return [self.entries[(db, e)] for e in episode_ids]
+            missing = [e for e in dict.fromkeys(episode_ids) if (db, e) not in self.entries or e in stale]
+            if missing:
+                marks = ",".join("?" * len(missing))
+                raws = {
+                    r[0]: r[1:]
+                    for r in conn.execute(
+                        "SELECT episode_id, key_quotes, name, summary, start_ts FROM episodes"
+                        f" WHERE episode_id IN ({marks})",
+                        missing,
+                    ).fetchall()
+                }
+                named = dict(zip(episode_ids, names or (), strict=False))
+                added = 0
+                for episode_id in missing:
+                    raw, name, summary, said = raws.get(episode_id, (None, None, None, None))
+                    entry = self._add(raw)
+                    added += entry.passages.n
+                    if entry.start >= 0:  # long: its passages are shown again and again
+                        _anchor(entry, said)
+                        self.long_dbs.add(db)
+                    # The header as the searches score it: name and summary, lowered, one word run each.
+                    head = f"{name or ''} {summary or ''}".lower()
+                    entry.head, entry.head_spaces = self.heads.add(head), head.count(" ")
+                    entry.name = named.get(episode_id)
+                    self.entries[(db, episode_id)] = entry
+                settle(added)
+            return [self.entries[(db, e)] for e in episode_ids]
 
     def _add(self, raw: str | None) -> Prepared:
         quotes, passages, lowered, quote_spaces, ids = _prepare(raw)

@@ -121,13 +121,15 @@ def _responses(conn: sqlite3.Connection, event_ids: list[str]) -> dict[str, str]
 
 
 def _prepare(db: str, episode_id: str, raw: str, said: str) -> Prepared:
-    """A stand-in prepared as `EpisodeTexts.prepared` prepares a stored episode, with an empty header."""
-    entry = TEXTS._add(raw)
-    if entry.start >= 0:
-        _anchor(entry, said)
-        TEXTS.long_dbs.add(db)
-    entry.head, entry.head_spaces = TEXTS.heads.add(""), 0
-    TEXTS.entries[(db, episode_id)] = entry
+    """A stand-in prepared as `EpisodeTexts.prepared` prepares a stored episode, with an empty header
+    (under the same lock: its passages are numbered as one run)."""
+    with TEXTS.lock:
+        entry = TEXTS._add(raw)
+        if entry.start >= 0:
+            _anchor(entry, said)
+            TEXTS.long_dbs.add(db)
+        entry.head, entry.head_spaces = TEXTS.heads.add(""), 0
+        TEXTS.entries[(db, episode_id)] = entry
     return entry
 
 

@@ -18,6 +18,7 @@ scores are numpy's to the last bit, call by call.
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -503,3 +504,66 @@ def test_blocks_numbered_while_a_search_bounds_its_own_are_none_of_its(
     finally:
         TEXTS.clear()  # the stand-ins are in no store
     assert got == expected
+
+
+class _WatchedLock:
+    """The preparers' lock, telling when another thread has come to it (to wait, or to take it)."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock, self.owner = lock, threading.get_ident()
+        self.others = threading.Event()
+
+    def __enter__(self) -> None:
+        if threading.get_ident() != self.owner:
+            self.others.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_two_threads_preparing_at_once_number_each_episodes_passages_as_one_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long episode's passages are its `start` onwards in the index. Another thread preparing an
+    episode of another store right after this one's first passage entered the index must wait for it:
+    here it is started at that moment, and this thread goes on only once it has either come to the lock
+    or finished. Every passage's words must then be found under its own number."""
+    import orjson
+    from helpers_runtime import Rows
+    from tiermem.runtime.episode_text import _RUN, EpisodeTexts, WordIndex
+
+    def row(episode_id: str, word: str) -> tuple[str, ...]:
+        quotes = [
+            {
+                "text": f"{word}{k} the {word} {'filler ' * 60}{k}",
+                "event_id": f"{episode_id}-{k}",
+                "speaker": "Ada",
+            }
+            for k in range(9)
+        ]
+        return (episode_id, orjson.dumps(quotes).decode(), episode_id, "", "2024-01-01T00:00:00Z")
+
+    texts = EpisodeTexts()
+    watched = _WatchedLock(texts.lock)
+    monkeypatch.setattr(texts, "lock", watched)
+    other = threading.Thread(target=lambda: texts.prepared(Rows([row("b", "otter")]), "db-b", ["b"]))
+    real = WordIndex.add_counted
+
+    def add_counted(self: WordIndex, words: Any) -> int:
+        pid = real(self, words)
+        if self is texts.words and not other.is_alive() and other.ident is None:
+            other.start()  # the other preparer, between this episode's first and second passage
+            while not (watched.others.is_set() or not other.is_alive()):
+                other.join(0.001)
+        return pid
+
+    monkeypatch.setattr(WordIndex, "add_counted", add_counted)
+    (first,) = texts.prepared(Rows([row("a", "kitten")]), "db-a", ["a"])
+    other.join()
+    second = texts.entries[("db-b", "b")]
+    assert first.start >= 0 and second.start >= 0
+    for entry in (first, second):
+        for j, text in enumerate(entry.lowered):
+            for word in set(_RUN.findall(text)):
+                assert entry.start + j in texts.words.postings[texts.words.word_ids[word]]
