@@ -167,36 +167,39 @@ def stand_ins(
     for row in reversed(newest):  # oldest first: the order the turns were said
         spans.setdefault(str(row[1])[:SPAN], []).append(row)
     db = database_key(conn)
-    TEXTS.prepared(conn, db, [])  # the prepared texts' bounds and erasure mark checked first
-    # The name is part of what a stand-in says: readers who see the agent under different names
-    # (from the episodes each may see) never share one. The erasure mark is the one just read.
-    agent = agent_name(conn, who, db, TEXTS.erased[db])
-    rows: list[tuple[Any, ...]] = []
-    entries: list[Prepared] = []
-    missing: dict[str, list[tuple[Any, ...]]] = {}
-    keys: list[tuple[str, list[tuple[Any, ...]]]] = []
-    for day_rows in spans.values():
-        said = "\n".join([agent, *(str(r[0]) for r in day_rows)])
-        digest = hashlib.blake2b(said.encode(), digest_size=12).hexdigest()
-        episode_id = PREFIX + digest
-        keys.append((episode_id, day_rows))
-        if (db, episode_id) not in TEXTS.entries:
-            missing[episode_id] = day_rows
-    if missing:
-        texts = turn_texts(conn, [str(r[3]) for day_rows in missing.values() for r in day_rows])
-        added = 0
-        for episode_id, day_rows in missing.items():
-            raw = orjson.dumps(_quotes(day_rows, texts, agent)).decode()
-            added += _prepare(db, episode_id, raw, str(day_rows[0][1])).passages.n
-        settle(added)
-    _forget_replaced(db, (who.agent_id, where, *params), {e for e, _ in keys})
-    for episode_id, day_rows in keys:
-        entry = TEXTS.entries.get((db, episode_id))
-        if entry is None or not entry.passages.n:
-            continue
-        rows.append((episode_id, "", "", None, str(day_rows[0][1]), str(day_rows[-1][1]), 0))
-        entries.append(entry)
-    return rows, entries
+    # Under the preparers' lock to the end: another thread's preparing may clear the texts (a bound
+    # passed, an erasure in another store) or drop stand-ins this search has just looked up.
+    with TEXTS.lock:
+        TEXTS.prepared(conn, db, [])  # the prepared texts' bounds and erasure mark checked first
+        # The name is part of what a stand-in says: readers who see the agent under different names
+        # (from the episodes each may see) never share one. The erasure mark is the one just read.
+        agent = agent_name(conn, who, db, TEXTS.erased[db])
+        rows: list[tuple[Any, ...]] = []
+        entries: list[Prepared] = []
+        missing: dict[str, list[tuple[Any, ...]]] = {}
+        keys: list[tuple[str, list[tuple[Any, ...]]]] = []
+        for day_rows in spans.values():
+            said = "\n".join([agent, *(str(r[0]) for r in day_rows)])
+            digest = hashlib.blake2b(said.encode(), digest_size=12).hexdigest()
+            episode_id = PREFIX + digest
+            keys.append((episode_id, day_rows))
+            if (db, episode_id) not in TEXTS.entries:
+                missing[episode_id] = day_rows
+        if missing:
+            texts = turn_texts(conn, [str(r[3]) for day_rows in missing.values() for r in day_rows])
+            added = 0
+            for episode_id, day_rows in missing.items():
+                raw = orjson.dumps(_quotes(day_rows, texts, agent)).decode()
+                added += _prepare(db, episode_id, raw, str(day_rows[0][1])).passages.n
+            settle(added)
+        _forget_replaced(db, (who.agent_id, where, *params), {e for e, _ in keys})
+        for episode_id, day_rows in keys:
+            entry = TEXTS.entries.get((db, episode_id))
+            if entry is None or not entry.passages.n:
+                continue
+            rows.append((episode_id, "", "", None, str(day_rows[0][1]), str(day_rows[-1][1]), 0))
+            entries.append(entry)
+        return rows, entries
 
 
 def _forget_replaced(db: str, reader: tuple[Any, ...], now: set[str]) -> None:

@@ -9,6 +9,7 @@ return it; it is now quoted because it answers the question before it. Fixtures 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -471,3 +472,43 @@ def test_a_new_turn_prepares_only_its_own_ten_minutes_again(settings: Settings) 
         assert TEXTS.entries[(database_key(m.conn), after[0])] is kept  # not prepared again
         lines = qs.recall_lines(m.conn, m.principal, "When do the sails arrive?", budget=60)
         assert any("Monday" in text for text, _ in lines)
+
+
+def test_another_threads_preparing_waits_for_a_search_of_the_unfolded_turns(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between checking the prepared texts and reading what that check left (the store's erasure
+    mark, the stand-ins just looked up), another thread's preparing may clear everything (here: an
+    erasure seen in another store). It is started at that moment and this search goes on only once it
+    has come to the preparers' lock or finished: the search must still answer."""
+    append(settings, interaction("notes", "The boat is moored at pier four.", "Noted.", user="James"))
+    project(settings)
+    lock, came = TEXTS.lock, threading.Event()
+
+    class Watched:
+        def __enter__(self) -> None:
+            if threading.current_thread() is not threading.main_thread():
+                came.set()
+            lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            lock.release()
+
+    other = threading.Thread(target=lambda: TEXTS.prepared(SimpleNamespace(), "another-store", []))
+    real = TEXTS.prepared
+
+    def prepared(conn: object, db: str, *args: object) -> object:
+        found = real(conn, db, *args)  # type: ignore[arg-type]
+        if db != "another-store" and other.ident is None:
+            TEXTS.erased["another-store"] = 7  # its next read finds another mark: everything goes
+            other.start()
+            while not (came.is_set() or not other.is_alive()):
+                other.join(0.001)
+        return found
+
+    monkeypatch.setattr(TEXTS, "lock", Watched())
+    monkeypatch.setattr(TEXTS, "prepared", prepared)
+    with open_memory(settings, "notes", user="James") as m:
+        rows, entries = unfolded_passages.stand_ins(m.conn, m.principal)
+    other.join()
+    assert rows and any("pier four" in t for e in entries for t in e.passages.texts)
