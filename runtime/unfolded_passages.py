@@ -122,14 +122,13 @@ def _responses(conn: sqlite3.Connection, event_ids: list[str]) -> dict[str, str]
 
 def _prepare(db: str, episode_id: str, raw: str, said: str) -> Prepared:
     """A stand-in prepared as `EpisodeTexts.prepared` prepares a stored episode, with an empty header
-    (under the same lock: its passages are numbered as one run)."""
-    with TEXTS.lock:
-        entry = TEXTS._add(raw)
-        if entry.start >= 0:
-            _anchor(entry, said)
-            TEXTS.long_dbs.add(db)
-        entry.head, entry.head_spaces = TEXTS.heads.add(""), 0
-        TEXTS.entries[(db, episode_id)] = entry
+    (called under `TEXTS.lock`, as `stand_ins` holds it: its passages are numbered as one run)."""
+    entry = TEXTS._add(raw)
+    if entry.start >= 0:
+        _anchor(entry, said)
+        TEXTS.long_dbs.add(db)
+    entry.head, entry.head_spaces = TEXTS.heads.add(""), 0
+    TEXTS.entries[(db, episode_id)] = entry
     return entry
 
 
