@@ -96,11 +96,7 @@ def test_an_id_indexed_between_two_appends_is_a_duplicate_for_the_second(
                 timeout=60,
             )
         else:  # another connection of this process: a commit the filter did not see either
-            conn = open_index(log.root)
-            try:
-                record_ids(conn, [(other, ["x-1", "x-2"], 0)])
-            finally:
-                conn.close()
+            _index_ids(log.root, "x-1", "x-2", segment=other)
         assert log.append(interaction(1, event_id="x-1", ts=TS)).duplicate
         _fill(log, "b", 100)  # back to the one step, the index read again
         assert log.append(interaction(2, event_id="x-2", ts=TS)).duplicate
@@ -116,11 +112,7 @@ def test_an_id_indexed_between_two_appends_is_a_duplicate_for_the_second(
 def test_ids_in_the_index_when_it_is_read_are_never_answered_absent(settings: Settings) -> None:
     with EventLog(replace(settings, fsync="always")) as log:
         _fill(log, "a", 2)
-        conn = open_index(log.root)
-        try:
-            record_ids(conn, [("interactions/date=2026-03-01/old", [f"old-{k}" for k in range(3000)], 0)])
-        finally:
-            conn.close()
+        _index_ids(log.root, *(f"old-{k}" for k in range(3000)), segment="interactions/date=2026-03-01/old")
         _fill(log, "b", 150)
         valid, n, _misses, answered = _filter(log)
         assert valid and n == 3000 and answered > 0
@@ -136,11 +128,7 @@ def test_reading_the_index_leaves_no_read_transaction_behind(settings: Settings)
     # write-ahead log (the reason each lookup is its own read).
     with EventLog(replace(settings, fsync="always")) as log:
         _fill(log, "a", 2)
-        conn = open_index(log.root)
-        try:
-            record_ids(conn, [("interactions/date=2026-03-01/old", [f"old-{k}" for k in range(500)], 0)])
-        finally:
-            conn.close()
+        _index_ids(log.root, *(f"old-{k}" for k in range(500)), segment="interactions/date=2026-03-01/old")
         _fill(log, "b", 150)
         assert _filter(log)[0]
         other = sqlite3.connect(log.root / INDEX_NAME, isolation_level=None)
@@ -222,11 +210,11 @@ def test_an_index_committed_to_after_every_append_is_read_ever_more_rarely(setti
     assert 1 <= readings <= 4
 
 
-def _index_ids(root: Path, *ids: str) -> None:
+def _index_ids(root: Path, *ids: str, segment: str = "interactions/date=2026-03-01/other") -> None:
     """Commit ids to the index through a connection of its own (as another writer would)."""
     conn = open_index(root)
     try:
-        record_ids(conn, [("interactions/date=2026-03-01/other", list(ids), 0)])
+        record_ids(conn, [(segment, list(ids), 0)])
     finally:
         conn.close()
 
