@@ -669,10 +669,11 @@ class _FirstSyncHeld:
         return True
 
 
-def test_the_next_group_waits_for_this_one_to_be_durable_and_is_written_whole() -> None:
-    """One group of a process in flight at a time: callers that come while a group syncs are
-    not written beside it (a second fsync of their own) but after it, all together."""
-    queue = GroupQueue(overlap_after=3600.0)  # a sync never counts as long here
+def _first_group_syncing(
+    queue: GroupQueue,
+) -> tuple[_FirstSyncHeld, list[list[str]], dict[str, list[Any]], Callable[[str], None], threading.Thread]:
+    """A caller "first" whose group is being synced (held until `sync.release`), in a thread of its
+    own; `caller(name)` appends one numbered record through the same queue, its answer in `got`."""
     sync = _FirstSyncHeld()
     batches: list[list[str]] = []
     write = _numbered_writes(batches)
@@ -681,9 +682,17 @@ def test_the_next_group_waits_for_this_one_to_be_durable_and_is_written_whole() 
     def caller(name: str) -> None:
         got[name] = group_commit(queue, cast(SharedSync, sync), [{"id": name}], write)
 
-    leader = threading.Thread(target=caller, args=("first",), daemon=True)
-    leader.start()
+    first = threading.Thread(target=caller, args=("first",), daemon=True)
+    first.start()
     sync.syncing.wait()
+    return sync, batches, got, caller, first
+
+
+def test_the_next_group_waits_for_this_one_to_be_durable_and_is_written_whole() -> None:
+    """One group of a process in flight at a time: callers that come while a group syncs are
+    not written beside it (a second fsync of their own) but after it, all together."""
+    queue = GroupQueue(overlap_after=3600.0)  # a sync never counts as long here
+    sync, batches, got, caller, leader = _first_group_syncing(queue)
     others = [threading.Thread(target=caller, args=(f"c{i}",), daemon=True) for i in range(3)]
     for th in others:
         th.start()
@@ -702,17 +711,7 @@ def test_a_queued_caller_takes_the_lead_when_the_running_sync_lasts_past_overlap
     """A sync that runs long (a busy disk) does not hold the next group back: the first caller
     queued behind it writes its group beside it, and the first leader does not hand the lead on."""
     queue = GroupQueue(overlap_after=0.001)
-    sync = _FirstSyncHeld()
-    batches: list[list[str]] = []
-    write = _numbered_writes(batches)
-    got: dict[str, list[Any]] = {}
-
-    def caller(name: str) -> None:
-        got[name] = group_commit(queue, cast(SharedSync, sync), [{"id": name}], write)
-
-    first = threading.Thread(target=caller, args=("first",), daemon=True)
-    first.start()
-    sync.syncing.wait()
+    sync, batches, got, caller, first = _first_group_syncing(queue)
     second = threading.Thread(target=caller, args=("second",), daemon=True)
     second.start()
     second.join(timeout=60)  # written, synced and answered while the first group's sync still runs
