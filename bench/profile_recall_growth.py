@@ -100,10 +100,18 @@ def _instrument(rec: Recorder) -> Callable[[], None]:
         if name == "_walk":
 
             def after(
-                out: Any, conn: Any, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+                out: Any,
+                conn: Any,
+                source: str,
+                agent_id: str,
+                where: str,
+                params: list[Any],
+                full: str,
+                windowed: bool,
             ) -> None:
                 rec.tries[-1].append(
                     {
+                        "source": source,
                         "match": full,
                         "windowed": windowed,
                         "visible": len(out.visible),
@@ -246,8 +254,16 @@ def dissect(conn: Any, tries: list[dict[str, Any]]) -> dict[str, tuple[float, fl
             ).fetchall(),
         ),
         (
+            "postings + each match's narrow access row (agent, owner)",
+            lambda t: conn.execute(
+                "SELECT f.rowid, e.agent_id, e.owner FROM episodes_fts f CROSS JOIN episode_access e"
+                " ON e.rowid = f.rowid WHERE episodes_fts MATCH ?",
+                [t["match"]],
+            ).fetchall(),
+        ),
+        (
             "the walk as the search makes it (join, visibility, ranks)",
-            lambda t: episode_search._ranked_rows(conn, t["where"], t["params"], t["match"]),
+            lambda t: episode_search._ranked_rows(conn, t["source"], t["where"], t["params"], t["match"]),
         ),
     ]
     docs = sum(t["matches"] for t in tries) or 1

@@ -127,7 +127,8 @@ def compare(root: Path, episodes: int, n: int) -> None:
             readers = f'readers : ("{_reader(who.agent_id, "public")}" OR "{_reader(who.agent_id, user)}")'
             full = f"({match}) AND {readers}"
             c0 = time.process_time()
-            found = episode_search._walk(conn, who.agent_id, where, params, match, windowed)
+            source = episode_search._FROM_EPISODES  # the row join this prototype was measured against
+            found = episode_search._walk(conn, source, who.agent_id, where, params, match, windowed)
             a = (time.process_time() - c0) * 1000
             c0 = time.process_time()
             if windowed:
@@ -188,9 +189,11 @@ def _walk_in_index(px: sqlite3.Connection, today: Callable[..., Any]) -> Callabl
     """`episode_search._walk` with an unwindowed try answered from the prototype index (the bench's
     reader: `item_clause`'s parameters are the agent, then the user and its member pattern)."""
 
-    def walk(conn: Any, agent_id: str, where: str, params: list[Any], full: str, windowed: bool) -> Any:
+    def walk(
+        conn: Any, source: str, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+    ) -> Any:
         if windowed or "EXISTS" in where:  # the window keeps today's meaning; a participant filter too
-            return today(conn, agent_id, where, params, full, windowed)
+            return today(conn, source, agent_id, where, params, full, windowed)
         user = params[1] if len(params) > 1 else None
         owners = [_reader(agent_id, "public")] + ([_reader(agent_id, user)] if user else [])
         readers = " OR ".join(f'"{o}"' for o in owners)

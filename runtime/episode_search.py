@@ -37,7 +37,7 @@ import orjson
 from tiermem.runtime import fts_ranks, fts_rows, fts_terms
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window
-from tiermem.runtime.hotstore import HotConnection, database_key, item_clause
+from tiermem.runtime.hotstore import HotConnection, database_key, item_clause, keeps_episode_access
 from tiermem.runtime.visibility import Principal
 
 from tiermem.dates import MONTHS, human_range
@@ -249,7 +249,13 @@ class _Matches:
 
 
 def _visible_matches(
-    conn: sqlite3.Connection, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+    conn: sqlite3.Connection,
+    source: str,
+    agent_id: str,
+    where: str,
+    params: list[Any],
+    full: str,
+    windowed: bool,
 ) -> _Matches:
     """The principal's matches of one candidate try (`full`), ranked unless the try is windowed.
 
@@ -268,22 +274,28 @@ def _visible_matches(
     (which moves when another connection commits), so no stale row, and none
     another principal may see, is ever served.
     """
-    key = ("try", full, where, tuple(params), windowed, fts_terms.WINDOW_DOCS)
-    return _kept(conn, key, lambda: _walk(conn, agent_id, where, params, full, windowed))
+    key = ("try", source, full, where, tuple(params), windowed, fts_terms.WINDOW_DOCS)
+    return _kept(conn, key, lambda: _walk(conn, source, agent_id, where, params, full, windowed))
 
 
 def _walk(
-    conn: sqlite3.Connection, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+    conn: sqlite3.Connection,
+    source: str,
+    agent_id: str,
+    where: str,
+    params: list[Any],
+    full: str,
+    windowed: bool,
 ) -> _Matches:
     if windowed:
         window = fts_terms.WINDOW_DOCS
         newest = conn.execute(
-            f"SELECT episodes_fts.rowid, {where} {_FROM_FTS} AND e.agent_id = ?"
+            f"SELECT episodes_fts.rowid, {where} {source} AND e.agent_id = ?"
             f" ORDER BY episodes_fts.rowid DESC LIMIT {window}",
             [*params, full, agent_id],
         ).fetchall()
         return _Matches([r[0] for r in newest if r[1]], newest=len(newest) >= window)
-    ranked = _ranked_rows(conn, where, params, full)
+    ranked = _ranked_rows(conn, source, where, params, full)
     return _Matches([r[0] for r in ranked], newest=False, ranked=ranked)
 
 
@@ -306,24 +318,39 @@ def _kept(conn: sqlite3.Connection, key: tuple[Any, ...], compute: Callable[[], 
     return found
 
 
-# CROSS JOIN: the index's matches drive the loop (without an ORDER BY on the rank, the planner
-# would otherwise walk all of the agent's episodes and probe the index for each).
-_FROM_FTS = (
-    "FROM episodes_fts CROSS JOIN episodes e ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ?"
-)
+def _from_fts(table: str) -> str:
+    """The candidate tries' FROM: the index's matches, each joined to its row of `table` as `e`.
+
+    CROSS JOIN: the matches drive the loop (without an ORDER BY on the rank,
+    the planner would otherwise walk all of the agent's episodes and probe the
+    index for each).
+    """
+    return (
+        f"FROM episodes_fts CROSS JOIN {table} e ON e.rowid = episodes_fts.rowid WHERE episodes_fts MATCH ?"
+    )
 
 
-def _ranked_rows(conn: sqlite3.Connection, where: str, params: list[Any], full: str) -> list[tuple[Any, ...]]:
+# Who may see each match is checked on `episode_access`, the narrow copy of the episodes' agent and
+# owner (runtime.hotstore): the same rule (`item_clause`) on the same values, from rows that stay in
+# the page cache. A try that names a participant needs the episode row itself.
+_FROM_ACCESS = _from_fts("episode_access")
+_FROM_EPISODES = _from_fts("episodes")
+
+
+def _ranked_rows(
+    conn: sqlite3.Connection, source: str, where: str, params: list[Any], full: str
+) -> list[tuple[Any, ...]]:
     kept = fts_ranks.ranked_rows(conn, where, params, full, RANKINGS)
     if kept is not None:  # an OR of words: summed from each word's kept ranks, bit for bit
         return kept
     ranks = ", ".join(_rank_sql(w) for w in RANKINGS)
-    rows = conn.execute(f"SELECT episodes_fts.rowid, {ranks} {_FROM_FTS} AND {where}", [full, *params])
+    rows = conn.execute(f"SELECT episodes_fts.rowid, {ranks} {source} AND {where}", [full, *params])
     return [tuple(r) for r in rows]
 
 
 def _chosen(
     conn: sqlite3.Connection,
+    source: str,
     found: _Matches,
     where: str,
     params: list[Any],
@@ -336,7 +363,7 @@ def _chosen(
         # Newest first, ranked 0: a window's newest matches, or every visible match when all are wanted.
         return [(r, *(0.0 for _ in RANKINGS)) for r in found.visible[:candidates]]
     if found.ranked is None:
-        found.ranked = _ranked_rows(conn, where, params, full)
+        found.ranked = _ranked_rows(conn, source, where, params, full)
     return sorted(found.ranked, key=lambda r: (r[rank], r[0]))[:candidates]
 
 
@@ -379,7 +406,9 @@ def _candidate_rows(
         )
         return rows
     where, params = item_clause(who, "e")
+    source = _FROM_ACCESS if keeps_episode_access(conn) else _FROM_EPISODES
     if participant:
+        source = _FROM_EPISODES
         where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
         params.append(participant)
     phrase = _participant_match(participant) if participant else None
@@ -391,9 +420,9 @@ def _candidate_rows(
         rank = 1 + RANKINGS.index(column_weights)
         for match in candidate_matches(frequencies, lambda t: _fts([t], single)):
             full = f"({match}) AND {phrase}" if phrase else match
-            found = _visible_matches(conn, who.agent_id, where, params, full, windowed)
+            found = _visible_matches(conn, source, who.agent_id, where, params, full, windowed)
             if found.visible:
-                chosen = _chosen(conn, found, where, params, full, rank, candidates)
+                chosen = _chosen(conn, source, found, where, params, full, rank, candidates)
                 return _rows_at(conn, cols, chosen, rank)
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
     if phrase:

@@ -170,6 +170,12 @@ CREATE TRIGGER IF NOT EXISTS episodes_au AFTER UPDATE OF name, summary, key_quot
         (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]'))));
 END;
 
+-- Who may see each episode (its agent and owner), copied into narrow rows under the same rowid:
+-- the search checks every match it walks (up to ~1,500 per question, most of them other readers'
+-- on a shared archive), and these rows fit in the page cache where the wide episode rows do not.
+-- Kept by the triggers `EPISODE_ACCESS` adds (an older store gets them, filled, on its next open).
+CREATE TABLE IF NOT EXISTS episode_access (rowid INTEGER PRIMARY KEY, agent_id TEXT, owner TEXT);
+
 -- Notes derived from one turn (absolute dates, who did what), shown and scored with that turn.
 CREATE TABLE IF NOT EXISTS notes (
     note_id TEXT PRIMARY KEY,
@@ -380,6 +386,60 @@ ADDED_INDEXES = (
 )
 
 
+# The triggers that keep `episode_access` equal to the episodes' (rowid, agent_id, owner), in the
+# transaction of every change; the last one named is how a reader knows the copy is kept.
+EPISODE_ACCESS_TRIGGER = "episode_access_au"
+EPISODE_ACCESS = (
+    "CREATE TRIGGER IF NOT EXISTS episode_access_ai AFTER INSERT ON episodes BEGIN"
+    " INSERT OR REPLACE INTO episode_access (rowid, agent_id, owner) VALUES (new.rowid, new.agent_id, new.owner);"
+    " END",
+    "CREATE TRIGGER IF NOT EXISTS episode_access_ad AFTER DELETE ON episodes BEGIN"
+    " DELETE FROM episode_access WHERE rowid = old.rowid; END",
+    f"CREATE TRIGGER IF NOT EXISTS {EPISODE_ACCESS_TRIGGER} AFTER UPDATE OF agent_id, owner ON episodes BEGIN"
+    " DELETE FROM episode_access WHERE rowid = old.rowid;"
+    " INSERT OR REPLACE INTO episode_access (rowid, agent_id, owner) VALUES (new.rowid, new.agent_id, new.owner);"
+    " END",
+)
+
+
+def _ensure_episode_access(conn: sqlite3.Connection) -> None:
+    """Give a store made before `episode_access` the table, its triggers and its rows, at once.
+
+    In one write transaction, asked again inside it: two processes opening the
+    same older store both find it missing, and the second finds it done.
+    """
+    present = "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?"
+    if conn.execute(present, [EPISODE_ACCESS_TRIGGER]).fetchone() is not None:
+        return
+    with write_transaction(conn):
+        if conn.execute(present, [EPISODE_ACCESS_TRIGGER]).fetchone() is not None:
+            return
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS episode_access (rowid INTEGER PRIMARY KEY, agent_id TEXT, owner TEXT)"
+        )
+        conn.execute("DELETE FROM episode_access")
+        conn.execute(
+            "INSERT INTO episode_access (rowid, agent_id, owner) SELECT rowid, agent_id, owner FROM episodes"
+        )
+        for statement in EPISODE_ACCESS:
+            conn.execute(statement)
+
+
+def keeps_episode_access(conn: sqlite3.Connection) -> bool:
+    """Whether this store keeps `episode_access` (its triggers are there); asked once per connection."""
+    known = getattr(conn, "counting_triggers", None)
+    if known is not None and EPISODE_ACCESS_TRIGGER in known:
+        return bool(known[EPISODE_ACCESS_TRIGGER])
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", [EPISODE_ACCESS_TRIGGER]
+    ).fetchone()
+    if isinstance(conn, HotConnection):
+        if conn.counting_triggers is None:
+            conn.counting_triggers = {}
+        conn.counting_triggers[EPISODE_ACCESS_TRIGGER] = found is not None
+    return found is not None
+
+
 class HotConnection(sqlite3.Connection):
     """A hot-store connection; carries per-connection caches (erasure targets)."""
 
@@ -497,6 +557,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
                 conn.execute(statement)  # a no-op once built
             if conn.execute("SELECT 1 FROM meta WHERE key = 'store_id'").fetchone() is None:
                 conn.execute(_NEW_STORE_ID)  # a store made before stores had one
+            _ensure_episode_access(conn)
             return
         stale = version is not None
     with write_transaction(conn):
@@ -512,6 +573,8 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
         conn.execute(_NEW_STORE_ID)
+        for statement in EPISODE_ACCESS:
+            conn.execute(statement)
 
 
 def _drop_all(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,184 @@
+"""`episode_access`: the narrow copy of who may see each episode, that the episode search checks.
+
+The candidate tries check every match against the principal on the copy's
+rows instead of the wide episode rows (runtime.hotstore, runtime.episode_search).
+A copy that drifted from the episodes would show an episode to a reader the
+row no longer allows, so these tests hold it equal to the rows through every
+way an episode changes (projection, a changed owner or agent, deletion, a
+user's erasure), on a store made before the copy existed, and when two
+processes open such a store at once; and they look for two users' canaries.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import pytest
+from helpers_runtime import append, episode
+from tiermem.runtime import episode_search
+from tiermem.runtime.hotstore import EPISODE_ACCESS_TRIGGER, connect, keeps_episode_access
+
+from tiermem import Memory
+from tiermem.settings import resolve_settings
+
+
+def _copy_and_rows(conn: sqlite3.Connection) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    copy = [
+        tuple(r) for r in conn.execute("SELECT rowid, agent_id, owner FROM episode_access ORDER BY rowid")
+    ]
+    rows = [tuple(r) for r in conn.execute("SELECT rowid, agent_id, owner FROM episodes ORDER BY rowid")]
+    return copy, rows
+
+
+def _canary_episodes(data: Path) -> None:
+    """Agent a1: one episode per user holding that user's canary, one shared, one of nobody's; agent a2 too."""
+    settings = resolve_settings(data_dir=data, env={})
+    events = []
+    for agent in ("a1", "a2"):
+        for user, canary in (("alice", "ALICECANARY"), ("bob", "BOBCANARY")):
+            events.append(
+                episode(
+                    agent,
+                    f"{user} and the red pot",
+                    f"{user} hid the {canary}{agent} key under the red pot",
+                    participants=[user],
+                    source_event_ids=[f"s-{agent}-{user}"],
+                )
+            )
+        events.append(
+            episode(
+                agent,
+                "the red pot for both",
+                f"alice and bob moved the SHAREDCANARY{agent} red pot",
+                participants=["alice", "bob"],
+                source_event_ids=[f"s-{agent}-both"],
+            )
+        )
+        events.append(
+            episode(
+                agent,
+                "the red pot in the hall",
+                f"the PUBLICCANARY{agent} red pot stands in the hall",
+                source_event_ids=[f"s-{agent}-none"],
+            )
+        )
+    append(settings, *events)
+
+
+def _recalled(mem: Memory, agent: str, user: str | None) -> str:
+    return str(mem.agent(agent).call_tool("recall_memory", {"query": "red pot key"}, user=user))
+
+
+def test_the_copy_follows_projection_owner_changes_deletion_and_erasure(tmp_path: Path) -> None:
+    _canary_episodes(tmp_path / "data")
+    mem = Memory.open(tmp_path / "data", env={})
+    try:
+        mem.refresh()
+        conn = connect(mem.settings.hot_db)
+        assert keeps_episode_access(conn)
+        copy, rows = _copy_and_rows(conn)
+        assert copy == rows and len(rows) == 8
+        conn.execute("UPDATE episodes SET owner = 'carol' WHERE summary LIKE '%ALICECANARYa1%'")
+        conn.execute("UPDATE episodes SET agent_id = 'a2' WHERE summary LIKE '%PUBLICCANARYa1%'")
+        conn.execute("UPDATE episodes SET recall_count = recall_count + 1")  # not a column of the copy
+        conn.execute("DELETE FROM episodes WHERE summary LIKE '%BOBCANARYa2%'")
+        copy, rows = _copy_and_rows(conn)
+        assert copy == rows and len(rows) == 7
+        mem.forget(user="bob", reason="test")
+        mem.refresh()
+        copy, rows = _copy_and_rows(conn)
+        assert copy == rows
+        assert not any(r[2] and "bob" in str(r[2]) for r in copy)
+    finally:
+        mem.close()
+
+
+def test_a_reowned_episode_leaves_its_former_reader_at_once(tmp_path: Path) -> None:
+    """Fails if the copy missed an owner's change: alice would still get the episode."""
+    _canary_episodes(tmp_path / "data")
+    mem = Memory.open(tmp_path / "data", env={})
+    try:
+        mem.refresh()
+        assert "ALICECANARYa1" in _recalled(mem, "a1", "alice")
+        conn = connect(mem.settings.hot_db)
+        conn.execute("UPDATE episodes SET owner = 'bob' WHERE summary LIKE '%ALICECANARYa1%'")
+        assert "ALICECANARYa1" not in _recalled(mem, "a1", "alice")
+        assert "ALICECANARYa1" in _recalled(mem, "a1", "bob")
+        conn.execute("UPDATE episodes SET agent_id = 'a2' WHERE summary LIKE '%PUBLICCANARYa1%'")
+        assert "PUBLICCANARYa1" not in _recalled(mem, "a1", "alice")
+        assert "PUBLICCANARYa1" in _recalled(mem, "a2", "alice")
+    finally:
+        mem.close()
+
+
+@pytest.mark.parametrize("user", ["alice", "bob", None])
+def test_each_reader_gets_only_what_it_may_see(tmp_path: Path, user: str | None) -> None:
+    _canary_episodes(tmp_path / "data")
+    mem = Memory.open(tmp_path / "data", env={})
+    try:
+        mem.refresh()
+        out = _recalled(mem, "a1", user)
+        assert "a2" not in out.replace("a1", "")  # no canary of the other agent
+        allowed = {"PUBLICCANARYa1"} | ({"SHAREDCANARYa1", f"{user.upper()}CANARYa1"} if user else set())
+        every = {"PUBLICCANARYa1", "SHAREDCANARYa1", "ALICECANARYa1", "BOBCANARYa1"}
+        assert {c for c in every if c in out} == allowed
+    finally:
+        mem.close()
+
+
+def _older_store(data: Path) -> Path:
+    """A projected store, then made as a store from before the copy: no table, no triggers."""
+    _canary_episodes(data)
+    mem = Memory.open(data, env={})
+    try:
+        mem.refresh()
+        path = Path(mem.settings.hot_db)
+    finally:
+        mem.close()
+    raw = sqlite3.connect(path)
+    for name in ("episode_access_ai", "episode_access_ad", EPISODE_ACCESS_TRIGGER):
+        raw.execute(f"DROP TRIGGER {name}")
+    raw.execute("DROP TABLE episode_access")
+    raw.commit()
+    raw.close()
+    return path
+
+
+def test_an_older_store_gets_the_copy_filled_on_its_next_open(tmp_path: Path) -> None:
+    path = _older_store(tmp_path / "data")
+    unopened = connect(path, create=False)  # a connection that does not set the schema up
+    assert not keeps_episode_access(unopened)
+    who = episode_search.Principal("a1", user="alice")
+    before = episode_search.search_episodes(unopened, who, "red pot key")
+    unopened.close()
+    conn = connect(path)
+    try:
+        assert keeps_episode_access(conn)
+        copy, rows = _copy_and_rows(conn)
+        assert copy == rows and len(rows) == 8
+        assert episode_search.search_episodes(conn, who, "red pot key") == before
+    finally:
+        conn.close()
+
+
+def _open_store(path: str) -> None:
+    connect(path).close()
+
+
+def test_two_processes_opening_an_older_store_fill_the_copy_once(tmp_path: Path) -> None:
+    path = _older_store(tmp_path / "data")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_open_store, args=(str(path),)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    conn = connect(path)
+    try:
+        copy, rows = _copy_and_rows(conn)
+        assert copy == rows and len(rows) == 8
+    finally:
+        conn.close()
