@@ -38,7 +38,7 @@ from tiermem.runtime import fts_ranks, fts_rows, fts_terms
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window
 from tiermem.runtime.hotstore import HotConnection, database_key, item_clause, keeps_episode_access
-from tiermem.runtime.visibility import Principal
+from tiermem.runtime.visibility import Principal, can_read_item
 
 from tiermem.dates import MONTHS, human_range
 from tiermem.ids import parse_ts
@@ -368,13 +368,22 @@ def _chosen(
 
 
 def _rows_at(
-    conn: sqlite3.Connection, cols: str, chosen: list[tuple[Any, ...]], rank: int
+    conn: sqlite3.Connection, who: Principal, cols: str, chosen: list[tuple[Any, ...]], rank: int
 ) -> list[tuple[Any, ...]]:
-    """`cols` of the chosen matches, in their order, each with its rank (position `rank`) last."""
+    """`cols` of the chosen matches, in their order, each with its rank (position `rank`) last.
+
+    Each row's own agent and owner are checked again (`can_read_item`): the matches were
+    found visible on `episode_access` or in an earlier statement, and a row read here is the one served.
+    """
     if not chosen:
         return []
-    by_rowid = fts_rows.rows_by_rowid(conn, cols, [c[0] for c in chosen])  # kept while unchanged
-    return [(*by_rowid[c[0]], c[rank]) for c in chosen if c[0] in by_rowid]
+    by_rowid = fts_rows.rows_by_rowid(conn, f"{cols}, e.agent_id, e.owner", [c[0] for c in chosen])
+    out = []
+    for c in chosen:
+        row = by_rowid.get(c[0])
+        if row is not None and can_read_item(who, row[-2], row[-1]):
+            out.append((*tuple(row)[:-2], c[rank]))
+    return out
 
 
 def _candidate_rows(
@@ -423,7 +432,7 @@ def _candidate_rows(
             found = _visible_matches(conn, source, who.agent_id, where, params, full, windowed)
             if found.visible:
                 chosen = _chosen(conn, source, found, where, params, full, rank, candidates)
-                return _rows_at(conn, cols, chosen, rank)
+                return _rows_at(conn, who, cols, chosen, rank)
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
     if phrase:
         sql = f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} {latest}"
@@ -437,7 +446,7 @@ def _candidate_rows(
     args = [who.agent_id, *params, fallback]
     key = ("fallback", where, tuple(params), fallback, FALLBACK_SCAN)
     rowids = _kept(conn, key, lambda: [r[0] for r in conn.execute(sql, args)])
-    return _rows_at(conn, cols, [(r, 0.0) for r in rowids], 1)
+    return _rows_at(conn, who, cols, [(r, 0.0) for r in rowids], 1)
 
 
 def bm25_rows(counts: np.ndarray, lengths: np.ndarray, weights: list[float], avg_len: float) -> np.ndarray:

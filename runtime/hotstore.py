@@ -406,38 +406,48 @@ def _ensure_episode_access(conn: sqlite3.Connection) -> None:
     """Give a store made before `episode_access` the table, its triggers and its rows, at once.
 
     In one write transaction, asked again inside it: two processes opening the
-    same older store both find it missing, and the second finds it done.
+    same older store both find it missing, and the second finds it done, and no
+    writer's change can fall between the copy's rows and its triggers. A store
+    that cannot be written here (opened read-only) is left as it is: its
+    searches check the episode rows themselves (`keeps_episode_access`).
     """
     present = "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?"
     if conn.execute(present, [EPISODE_ACCESS_TRIGGER]).fetchone() is not None:
         return
-    with write_transaction(conn):
-        if conn.execute(present, [EPISODE_ACCESS_TRIGGER]).fetchone() is not None:
-            return
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS episode_access (rowid INTEGER PRIMARY KEY, agent_id TEXT, owner TEXT)"
-        )
-        conn.execute("DELETE FROM episode_access")
-        conn.execute(
-            "INSERT INTO episode_access (rowid, agent_id, owner) SELECT rowid, agent_id, owner FROM episodes"
-        )
-        for statement in EPISODE_ACCESS:
-            conn.execute(statement)
+    try:
+        with write_transaction(conn):
+            if conn.execute(present, [EPISODE_ACCESS_TRIGGER]).fetchone() is not None:
+                return
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS episode_access (rowid INTEGER PRIMARY KEY, agent_id TEXT, owner TEXT)"
+            )
+            conn.execute("DELETE FROM episode_access")  # rows left without their triggers may be stale
+            conn.execute(
+                "INSERT INTO episode_access (rowid, agent_id, owner) SELECT rowid, agent_id, owner FROM episodes"
+            )
+            for statement in EPISODE_ACCESS:
+                conn.execute(statement)
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
+            raise
 
 
 def keeps_episode_access(conn: sqlite3.Connection) -> bool:
-    """Whether this store keeps `episode_access` (its triggers are there); asked once per connection."""
-    known = getattr(conn, "counting_triggers", None)
-    if known is not None and EPISODE_ACCESS_TRIGGER in known:
-        return bool(known[EPISODE_ACCESS_TRIGGER])
-    found = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", [EPISODE_ACCESS_TRIGGER]
-    ).fetchone()
+    """Whether this store keeps `episode_access` (its triggers are there); asked again whenever
+    the schema cookie moves (a trigger dropped by another connection moves it)."""
+    cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
+    known = getattr(conn, "episode_access_known", None)
+    if known is not None and known[0] == cookie:
+        return bool(known[1])
+    found = (
+        conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", [EPISODE_ACCESS_TRIGGER]
+        ).fetchone()
+        is not None
+    )
     if isinstance(conn, HotConnection):
-        if conn.counting_triggers is None:
-            conn.counting_triggers = {}
-        conn.counting_triggers[EPISODE_ACCESS_TRIGGER] = found is not None
-    return found is not None
+        conn.episode_access_known = (cookie, found)
+    return found
 
 
 class HotConnection(sqlite3.Connection):
@@ -450,6 +460,7 @@ class HotConnection(sqlite3.Connection):
     level_memo: Any = None
     # Whether the store has each change-counting trigger asked about (`counts_changes`).
     counting_triggers: dict[str, bool] | None = None
+    episode_access_known: tuple[int, bool] | None = None
     database_file: str | None = (
         None  # `database_key`, once asked (a connection's main database never changes)
     )

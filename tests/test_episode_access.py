@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers_runtime import append, episode
-from tiermem.runtime import episode_search
+from tiermem.runtime import episode_search, hotstore
 from tiermem.runtime.hotstore import EPISODE_ACCESS_TRIGGER, connect, keeps_episode_access
 
 from tiermem import Memory
@@ -182,3 +182,127 @@ def test_two_processes_opening_an_older_store_fill_the_copy_once(tmp_path: Path)
         assert copy == rows and len(rows) == 8
     finally:
         conn.close()
+
+
+ALICE = episode_search.Principal("a1", user="alice")
+
+
+def _canaries(conn: sqlite3.Connection, who: episode_search.Principal = ALICE) -> set[str]:
+    rows = episode_search.search_episodes(conn, who, "red pot key")
+    return {w for r in rows for w in str(r).replace("'", " ").split() if "CANARY" in w or "SECRET" in w}
+
+
+def test_a_stale_copy_left_without_its_triggers_is_filled_again(tmp_path: Path) -> None:
+    path = _older_store(tmp_path / "data")
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE episode_access (rowid INTEGER PRIMARY KEY, agent_id TEXT, owner TEXT)")
+    raw.execute("INSERT INTO episode_access SELECT rowid, 'a1', 'alice' FROM episodes")  # all wrong
+    raw.commit()
+    raw.close()
+    conn = connect(path)
+    try:
+        copy, rows = _copy_and_rows(conn)
+        assert copy == rows
+        assert _canaries(conn) == {"PUBLICCANARYa1", "SHAREDCANARYa1", "ALICECANARYa1"}
+    finally:
+        conn.close()
+
+
+def test_a_writer_cannot_slip_a_change_between_the_copy_and_its_triggers(tmp_path: Path) -> None:
+    """The fill and the triggers are one write transaction: a re-owning committed by another
+    connection while they are made waits for them, and the copy follows it."""
+    path = _older_store(tmp_path / "data")
+    conn = connect(path, create=False)
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    tried: list[str] = []
+
+    def between(sql: str) -> None:
+        if not tried and "CREATE TRIGGER" in sql and "episode_access_ai" in sql:
+            try:
+                other.execute("UPDATE episodes SET owner = 'bob' WHERE summary LIKE '%ALICECANARYa1%'")
+                tried.append("written")
+            except sqlite3.OperationalError as exc:  # locked out, as it must be
+                tried.append(str(exc))
+
+    conn.set_trace_callback(between)
+    hotstore._ensure_episode_access(conn)
+    conn.set_trace_callback(None)
+    assert tried and tried != ["written"]
+    other.execute("UPDATE episodes SET owner = 'bob' WHERE summary LIKE '%ALICECANARYa1%'")
+    copy, rows = _copy_and_rows(conn)
+    assert copy == rows
+    assert "ALICECANARYa1" not in _canaries(connect(path))
+
+
+def test_a_connection_notices_when_the_copy_stops_being_kept(tmp_path: Path) -> None:
+    """Triggers dropped by another connection (as an in-place rebuild of `episodes` would):
+    a connection that trusted the copy before asks the rows again."""
+    _canary_episodes(tmp_path / "data")
+    mem = Memory.open(tmp_path / "data", env={})
+    mem.refresh()
+    hot = mem.settings.hot_db
+    mem.close()
+    a = connect(hot)
+    assert "ALICECANARYa1" in _canaries(a)
+    b = connect(hot)
+    for name in ("episode_access_ai", "episode_access_ad", EPISODE_ACCESS_TRIGGER):
+        b.execute(f"DROP TRIGGER {name}")
+    b.execute("UPDATE episodes SET owner = 'bob' WHERE summary LIKE '%ALICECANARYa1%'")
+    assert not keeps_episode_access(a)
+    assert "ALICECANARYa1" not in _canaries(a)
+
+
+def test_a_row_changed_between_the_visibility_check_and_its_read_is_not_served(tmp_path: Path) -> None:
+    """Between the candidate try and the reading of the chosen rows, another process erases
+    alice's newest episode and projects bob's into the freed rowid: the row read is checked
+    again, so bob's words never reach alice (they did, before the check)."""
+    data = tmp_path / "data"
+    _canary_episodes(data)
+    settings = resolve_settings(data_dir=data, env={})
+    append(
+        settings,
+        episode("a1", "alice red pot key", "alice NEWESTALICE red pot key", participants=["alice"]),
+    )
+    mem = Memory.open(data, env={})
+    mem.refresh()
+    hot = mem.settings.hot_db
+    mem.close()
+    reader = connect(hot)
+    other = sqlite3.connect(hot, isolation_level=None)
+    newest = other.execute("SELECT max(rowid) FROM episodes").fetchone()[0]
+    swapped: list[int] = []
+
+    def between(sql: str) -> None:
+        if not swapped and "FROM episodes e WHERE e.rowid IN" in sql:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("DELETE FROM episodes WHERE rowid = ?", [newest])
+            cols = [r[1] for r in other.execute("PRAGMA table_info(episodes)")]
+            bob = {
+                "episode_id": "'bob-new'",
+                "owner": "'bob'",
+                "summary": "'bob BOBSECRET red pot key'",
+                "participants": "'[\"bob\"]'",
+            }
+            picked = ", ".join(bob.get(c, c) for c in cols)
+            other.execute(
+                f"INSERT INTO episodes ({', '.join(cols)}) SELECT {picked} FROM episodes WHERE rowid = 1"
+            )
+            swapped.append(
+                other.execute("SELECT rowid FROM episodes WHERE episode_id = 'bob-new'").fetchone()[0]
+            )
+            other.execute("COMMIT")
+
+    reader.set_trace_callback(between)
+    got = _canaries(reader)
+    reader.set_trace_callback(None)
+    assert swapped == [newest]  # bob's episode took alice's rowid between the two statements
+    assert "BOBSECRET" not in got
+    assert "BOBSECRET" in _canaries(connect(hot), episode_search.Principal("a1", user="bob"))
+
+
+def test_a_read_only_older_store_opens_and_searches_the_rows(tmp_path: Path) -> None:
+    path = _older_store(tmp_path / "data")
+    ro = sqlite3.connect(f"file:{path}?mode=ro", uri=True, factory=hotstore.HotConnection)
+    hotstore._ensure_episode_access(ro)  # cannot write: leaves the store as it is
+    assert not keeps_episode_access(ro)
+    assert _canaries(ro) == {"PUBLICCANARYa1", "SHAREDCANARYa1", "ALICECANARYa1"}
