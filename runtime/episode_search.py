@@ -34,9 +34,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 import orjson
-from tiermem.runtime import fts_ranks, fts_rows, fts_terms
+from tiermem.runtime import archive_stats, fts_ranks, fts_rows, fts_terms
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
-from tiermem.runtime.fts_terms import candidate_matches, document_frequencies, needs_window
+from tiermem.runtime.fts_terms import candidate_matches, needs_window
 from tiermem.runtime.hotstore import HotConnection, database_key, item_clause, keeps_episode_access
 from tiermem.runtime.visibility import Principal, can_read_item
 
@@ -90,7 +90,7 @@ AVG_QUOTE_WORDS = 24.0
 AVG_HEAD_WORDS = 30.0
 
 
-_IDF_CACHE: dict[tuple[str, str, int, str], float] = {}
+_AGENT_DF: dict[tuple[str, str, int, str], int] = {}  # another backend's counts of a term per agent
 _SIZE_CACHE: dict[tuple[str, str], tuple[int, int, int]] = {}
 # Terms in at most this many episodes overall are counted exactly per agent (well under a ms).
 EXACT_DF_LIMIT = 300
@@ -106,12 +106,14 @@ def _archive_version(conn: sqlite3.Connection) -> tuple[str, int]:
 
 
 def _archive_sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:
-    """(database file, the agent's episode count, all episodes), cached per archive version.
+    """(database file, the agent's episode count, all episodes).
 
-    Counting an agent's episodes walks its index range (milliseconds at 100k);
-    the newest rowid says cheaply whether the archive grew since the counts
-    were taken (an erasure may leave them briefly high: they only weigh terms).
+    Counting an agent's episodes walks its index range (milliseconds at 100k),
+    so the counts are kept and brought up to date with the episodes added
+    (runtime.archive_stats); another backend's are kept per archive version.
     """
+    if _index(conn) is None:
+        return archive_stats.sizes(conn, agent_id)
     db, newest = _archive_version(conn)
     sizes = _SIZE_CACHE.get((db, agent_id))
     if sizes is None or sizes[0] != newest:
@@ -139,29 +141,25 @@ def _idf(
     agent, so a query made of common words never walks tens of thousands of rows.
     """
     db, total, all_docs = _archive_sizes(conn, agent_id)
+    index = _index(conn)
     out = {}
     for t in terms:
-        # Cached per database file, agent and archive size: a new episode changes the key.
-        key = (db, agent_id, total, t)
-        cached = _IDF_CACHE.get(key)
-        if cached is not None:
-            out[t] = cached
-            continue
-        if len(_IDF_CACHE) > 50_000:
-            _IDF_CACHE.clear()
         if overall[t] > EXACT_DF_LIMIT or total == all_docs:
             # Common overall (or one agent holds the whole archive): the overall count, scaled to
             # this agent's share, instead of walking thousands of rows for a word that weighs little.
             df = overall[t] * total / all_docs
-        elif (index := _index(conn)) is not None:
-            df = index.agent_frequency(conn, agent_id, t)
+        elif index is None:
+            # Kept, and brought up to date with the episodes added (runtime.archive_stats).
+            df = archive_stats.agent_frequency(conn, agent_id, t, _fts([t], single))
         else:
-            df = conn.execute(
-                "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid IN "
-                "(SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH ?)",
-                [agent_id, _fts([t], single)],
-            ).fetchone()[0]
-        out[t] = _IDF_CACHE[key] = math.log(1 + (total - df + 0.5) / (df + 0.5))
+            key = (db, agent_id, total, t)  # another backend: per database file, agent and archive size
+            found = _AGENT_DF.get(key)
+            if found is None:
+                if len(_AGENT_DF) > 50_000:
+                    _AGENT_DF.clear()
+                found = _AGENT_DF[key] = int(index.agent_frequency(conn, agent_id, t))
+            df = found
+        out[t] = math.log(1 + (total - df + 0.5) / (df + 0.5))
     return out
 
 
@@ -218,10 +216,10 @@ def _frequencies(conn: Any, terms: list[str], single: dict[str, str] | None = No
     index = _index(conn)
     if index is not None:
         return dict(index.frequencies(conn, terms))
-    # From the FTS index, not the rows; `single` learns the terms that cover one indexed word.
-    version = _archive_version(conn)
+    # From the FTS index, not the rows; `single` learns the terms that cover one indexed word. Kept,
+    # and brought up to date with the episodes added (runtime.archive_stats).
     kept = fts_ranks.kept_counts(conn)  # a copy of the index's counts where one is kept
-    return document_frequencies(conn, "episodes_fts", terms, single=single, version=version, kept=kept)
+    return archive_stats.frequencies(conn, terms, single, kept)
 
 
 # The two rankings the searches ask the index for: `search_episodes` weighs the columns,

@@ -73,7 +73,6 @@ def document_frequencies(
     (its documents and, for a prefix, the one word it covers, else ""; None when it cannot):
     a copy of the index's counts that costs no query (runtime.fts_mirror).
     """
-    vocab = _ensure_vocab(conn, fts_table)
     out: dict[str, int] = {}
     for term in terms:
         key = (fts_table, version, term)
@@ -86,20 +85,10 @@ def document_frequencies(
         found = kept(term, len(term) >= prefix_min_len) if kept is not None else None
         if found is not None:
             out[term], only = found
-        elif len(term) >= prefix_min_len:
-            # Every indexed word starting with `term`: [term, term + U+10FFFF) in the index order.
-            row = conn.execute(
-                f"SELECT coalesce(sum(doc), 0), count(*), min(term) FROM temp.{vocab} WHERE term >= ? AND term < ?",
-                (term, term + "\U0010ffff"),
-            ).fetchone()
-            only = str(row[2]) if row[1] == 1 else ""
-            out[term] = int(row[0] or 0)
         else:
-            row = conn.execute(
-                f"SELECT coalesce(sum(doc), 0) FROM temp.{vocab} WHERE term = ?", (term,)
-            ).fetchone()
-            only = ""
-            out[term] = int(row[0] or 0)
+            prefix = len(term) >= prefix_min_len
+            out[term], words, first = vocab_counts(conn, fts_table, term, prefix)
+            only = first if prefix and words == 1 else ""
         if single is not None and only:
             single[term] = only
         if version is not None:
@@ -107,6 +96,22 @@ def document_frequencies(
                 _DF_CACHE.clear()
             _DF_CACHE[key] = (out[term], only)
     return out
+
+
+def vocab_counts(conn: sqlite3.Connection, fts_table: str, term: str, prefix: bool) -> tuple[int, int, str]:
+    """(documents, words, the first word) of a term in the index: a prefix term sums the documents of
+    every indexed word it covers; a whole word covers itself."""
+    vocab = _ensure_vocab(conn, fts_table)
+    if prefix:
+        # Every indexed word starting with `term`: [term, term + U+10FFFF) in the index order.
+        row = conn.execute(
+            f"SELECT coalesce(sum(doc), 0), count(*), min(term) FROM temp.{vocab} WHERE term >= ? AND term < ?",
+            (term, term + "\U0010ffff"),
+        ).fetchone()
+        return int(row[0] or 0), int(row[1]), str(row[2] or "")
+    row = conn.execute(f"SELECT coalesce(sum(doc), 0) FROM temp.{vocab} WHERE term = ?", (term,)).fetchone()
+    docs = int(row[0] or 0)
+    return docs, int(docs > 0), term if docs else ""
 
 
 def candidate_terms(frequencies: dict[str, int], cap: int | None = None) -> list[str]:

@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
+from tiermem.runtime import archive_stats
 from tiermem.runtime.episode_search import (
     _MONTHS,
     _WORD,
@@ -83,10 +83,6 @@ def _group_matcher(groups: list[tuple[str, ...]]) -> TermMatcher:
     return TermMatcher(groups)
 
 
-_QUOTE_INDEX: dict[tuple[str, str], tuple[int, int, list[str], list[int]]] = {}
-_GROUP_DF: dict[tuple[str, str, int, str], float] = {}
-
-
 def _group_idf(
     conn: sqlite3.Connection, agent_id: str, groups: list[tuple[str, ...]], overall: dict[str, int]
 ) -> list[float]:
@@ -94,13 +90,13 @@ def _group_idf(
 
     Quotes are what is ranked, and an episode-level count makes every word of
     a long episode look as common as its commonest. The quotes' word sets are
-    loaded once per archive version (the episode count is the version: a
-    compression run adds episodes) as an index from word to quotes, and only
-    the newest version per agent is kept.
+    read once as an index from word to quotes and brought up to date with the
+    episodes added (runtime.archive_stats), so a new query's term weights cost
+    a binary search per form, not a pass over every word of every remembered turn.
     Above QUOTE_IDF_MAX_EPISODES the index's episode-level counts are used
     instead (measured on LoCoMo: 0.807 evidence recall instead of 0.811).
     """
-    db, total, all_docs = _archive_sizes(conn, agent_id)
+    _, total, all_docs = _archive_sizes(conn, agent_id)
     if total > QUOTE_IDF_MAX_EPISODES:
         # A large archive: counting over every remembered turn would take longer than the search,
         # so the search index's episode counts stand in (scaled to this agent's share).
@@ -109,56 +105,32 @@ def _group_idf(
             df = min(total, max((overall[f] for f in g), default=0) * total / all_docs)
             out_index.append(math.log(1 + (total - df + 0.5) / (df + 0.5)))
         return out_index
-    _, n_quotes, vocabulary, masks = _quote_index(conn, db, agent_id, total)
-    n = n_quotes or 1
+    quotes = archive_stats.quote_words(conn, agent_id, _WORD.findall)
     out = []
-    for g in groups:
-        key = (db, agent_id, total, "|".join(g))
-        idf = _GROUP_DF.get(key)
-        if idf is None:
-            if len(_GROUP_DF) > 50_000:
-                _GROUP_DF.clear()
-            # The quotes holding a form of the group: a short form as a whole word, a longer one
-            # as the prefix of any word (all such words sit together in the sorted vocabulary).
-            found = 0
-            for form in g:
-                i = bisect_left(vocabulary, form)
-                if len(form) < 4:
-                    if i < len(vocabulary) and vocabulary[i] == form:
-                        found |= masks[i]
-                    continue
-                while i < len(vocabulary) and vocabulary[i].startswith(form):
-                    found |= masks[i]
-                    i += 1
-            df = found.bit_count()
-            idf = _GROUP_DF[key] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-        out.append(idf)
+    with archive_stats.lock():  # the index grows in place when episodes are added
+        n, vocabulary, by_word = quotes.n or 1, quotes.sorted_words(), quotes.by_word
+        for g in groups:
+            key = "|".join(g)
+            idf = quotes.idf.get(key)
+            if idf is None:
+                if len(quotes.idf) > 50_000:
+                    quotes.idf.clear()
+                # The quotes holding a form of the group: a short form as a whole word, a longer one
+                # as the prefix of any word (all such words sit together in the sorted vocabulary).
+                found = 0
+                for form in g:
+                    i = bisect_left(vocabulary, form)
+                    if len(form) < 4:
+                        if i < len(vocabulary) and vocabulary[i] == form:
+                            found |= by_word[form]
+                        continue
+                    while i < len(vocabulary) and vocabulary[i].startswith(form):
+                        found |= by_word[vocabulary[i]]
+                        i += 1
+                df = found.bit_count()
+                idf = quotes.idf[key] = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            out.append(idf)
     return out
-
-
-def _quote_index(
-    conn: sqlite3.Connection, db: str, agent_id: str, total: int
-) -> tuple[int, int, list[str], list[int]]:
-    """(version, quotes, sorted vocabulary, per word the set of quotes holding it as a bit mask).
-
-    Built once per archive version of the agent (the newest only), so a new
-    query's term weights cost a binary search per form, not a pass over every
-    word of every remembered turn.
-    """
-    cached = _QUOTE_INDEX.get((db, agent_id))
-    if cached is None or cached[0] != total:
-        by_word: dict[str, int] = {}
-        n = 0
-        for (raw,) in conn.execute("SELECT key_quotes FROM episodes WHERE agent_id = ?", [agent_id]):
-            for q in orjson.loads(raw or "[]"):
-                if isinstance(q, dict) and q.get("text"):
-                    bit = 1 << n
-                    for word in set(_WORD.findall(str(q["text"]).lower())):
-                        by_word[word] = by_word.get(word, 0) | bit
-                    n += 1
-        vocabulary = sorted(by_word)
-        cached = _QUOTE_INDEX[(db, agent_id)] = (total, n, vocabulary, [by_word[w] for w in vocabulary])
-    return cached
 
 
 QUOTE_CANDIDATES = 200  # episodes whose quotes are scored one by one

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from helpers_runtime import append, episode
-from tiermem.runtime import episode_search, fts_terms
+from tiermem.runtime import archive_stats, episode_search, fts_terms
 from tiermem.runtime.episode_search import search_episodes
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.projector import project
@@ -89,11 +89,9 @@ def memory(settings: Settings) -> Iterator[AgentMemory]:
         yield m
 
 
-def _plain_frequencies(
-    conn: Any, table: str, terms: Any, prefix_min_len: int = 4, **_: Any
-) -> dict[str, int]:
+def _plain_frequencies(conn: Any, terms: Any, *_: Any) -> dict[str, int]:
     """The frequencies as before: no single-word rewrite, no cache."""
-    return fts_terms.document_frequencies(conn, table, terms, prefix_min_len)
+    return fts_terms.document_frequencies(conn, "episodes_fts", terms)
 
 
 def _all_results(m: AgentMemory) -> list[Any]:
@@ -114,7 +112,7 @@ def test_the_fast_path_ranks_exactly_as_the_plain_queries(
     fast = _all_results(memory)
     again = _all_results(memory)  # now from the caches
     with monkeypatch.context() as patch:
-        patch.setattr(episode_search, "document_frequencies", _plain_frequencies)
+        patch.setattr(archive_stats, "frequencies", _plain_frequencies)
         plain = _all_results(memory)
     assert fast == again == plain
     assert sum(1 for r in fast if r) > len(fast) // 2  # most queries do find something

@@ -1,0 +1,419 @@
+"""The archive's statistics that term weights are made of, kept per process and brought up to date
+with the episodes added since, instead of counted again whenever the archive grows.
+
+A search weighs each query term by how many of the archive's episodes hold it
+(runtime.fts_terms: fts5vocab's counts), by the agent's and the archive's
+episode counts, by the agent's own count of a rare term, and, for the
+remembered turns, by how many of the agent's quotes hold it. Counted from the
+store, each walks a word's whole list of documents or a whole index range:
+milliseconds that grow with the archive (a common word at a million episodes
+is ~12 ms, `count(*)` of the episodes ~8 ms at 100,000), and the agent's quote
+words ~300 ms on a long conversation. Episodes arrive all the time in a live
+system (any agent's compression run), and keyed by the newest episode each
+new one threw all of them away.
+
+So they are kept per store under what says the episodes changed otherwise
+than by being added: the store (`database_key`: its file and store id), its
+schema cookie and the count of deletions and updates kept by triggers
+(`meta.episodes_changed`, runtime.hotstore). While that holds, the episodes
+with a higher rowid than the counts were taken at are read once, and every
+kept count gets what they add, exactly: a term's documents from the new
+documents' tokens (FTS5's own, `fts_mirror.counted`, checked against each
+document's token counts in the index), the sizes and the agent's counts from
+their rows, the quote words from their quotes. Any other change (a deletion,
+an erasure, an update, a store rebuilt at the same path) starts again from
+nothing, and each count is then taken from the store the first time it is
+asked, bounded by the newest rowid the others are at. A count is only filed
+when the store still is where it was read, so none is ever taken twice.
+
+A term of four characters or more is a prefix (as in fts_terms and the
+searches' MATCH): it counts, per document, each distinct token starting with
+it (fts5vocab sums the documents of every word it covers), and a match of an
+agent's episode counts it once. FTS5's tokenizer never makes a token holding
+U+10FFFF (not a letter or digit), so "starts with" is fts5vocab's range too.
+
+Nothing is kept inside a transaction (a rollback does not take the count
+back) nor on a store without the counting triggers: there every count is
+taken from the store, uncached.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import orjson
+from tiermem.runtime import fts_mirror, fts_terms
+from tiermem.runtime.episode_text import TEXTS
+from tiermem.runtime.hotstore import counts_changes, database_key
+
+TRIGGER = "episodes_changed_ad"  # one of the counting triggers: their presence says the count can be trusted
+PREFIX_MIN = 4  # terms this long or longer match as prefixes (fts_terms, episode_search's MATCH)
+# More new episodes than this since the counts were taken: they are dropped (each is then counted
+# from the store once), not brought up to date one document at a time.
+MAX_NEW_ROWS = 5_000
+MAX_TERMS = 50_000  # kept terms per store (overall and per agent, each); past it, they are dropped
+MAX_STORES = 8
+# What the kept statistics are filed under, read in one statement (one snapshot of the store).
+_STATE = (
+    "SELECT (SELECT max(rowid) FROM episodes),"
+    " (SELECT value FROM meta WHERE key = 'episodes_changed'),"
+    " (SELECT schema_version FROM pragma_schema_version)"
+)
+
+
+class TermCount:
+    """What fts5vocab says of a term: its documents (summed over the words a prefix covers), how
+    many words it covers (0, 1, or 2 for two or more) and the one word when it covers one."""
+
+    __slots__ = ("docs", "word", "words")
+
+    def __init__(self, docs: int, words: int, word: str) -> None:
+        self.docs, self.words, self.word = docs, min(words, 2), word if words == 1 else ""
+
+
+class QuoteWords:
+    """One agent's remembered turns (quotes) as an index from word to the quotes holding it
+    (a bit per quote, in the order read), with its words sorted; `idf` keeps what was worked
+    out of it until quotes are added."""
+
+    def __init__(self, split: Callable[[str], Iterable[str]]) -> None:
+        self.split = split
+        self.n = 0
+        self.by_word: dict[str, int] = {}
+        self.vocabulary: list[str] = []
+        self.new_words: list[str] = []
+        self.idf: dict[str, float] = {}
+
+    def add(self, raw: str | None) -> None:
+        """The quotes of one episode (its `key_quotes`)."""
+        by_word = self.by_word
+        for q in orjson.loads(raw or "[]"):
+            if isinstance(q, dict) and q.get("text"):
+                bit = 1 << self.n
+                for word in set(self.split(str(q["text"]).lower())):
+                    found = by_word.get(word)
+                    if found is None:
+                        self.new_words.append(word)
+                        found = 0
+                    by_word[word] = found | bit
+                self.n += 1
+        self.idf.clear()
+
+    def sorted_words(self) -> list[str]:
+        """Every word, sorted (the words added since last asked merged in)."""
+        if self.new_words:
+            self.new_words.sort()
+            self.vocabulary += self.new_words  # two sorted runs: the sort merges them
+            self.vocabulary.sort()
+            self.new_words = []
+        return self.vocabulary
+
+
+class _Store:
+    """One store's kept statistics, at `newest` (its episodes up to that rowid)."""
+
+    def __init__(self, base: tuple[Any, ...], newest: int) -> None:
+        self.base = base  # (database, schema cookie, deletions and updates counted)
+        self.newest = newest
+        self.terms: dict[str, TermCount] = {}
+        self.total: int | None = None  # episodes
+        self.agents: dict[str, int] = {}  # episodes per agent
+        self.agent_terms: dict[tuple[str, str], int] = {}  # (agent, term) -> its episodes matching
+        self.quotes: dict[str, QuoteWords] = {}
+        self.longest = 0  # the longest prefix term kept (overall or per agent)
+        self.mark: int | None = None  # the erasure mark last seen
+
+
+class _Kept:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stores: dict[str, _Store] = {}
+
+    def erasure_seen(self, db: str, mark: int) -> None:
+        """A read of `db` found its erasure mark at `mark`: what was kept before an erasure goes
+        (its words are the archive's text), whatever the next search's version says."""
+        with self.lock:
+            store = self.stores.get(db)
+            if store is not None and store.mark not in (None, mark):
+                del self.stores[db]
+            elif store is not None:
+                store.mark = mark
+
+
+_KEPT = _Kept()
+TEXTS.erasure_checks.append(_KEPT.erasure_seen)
+
+
+def _state(conn: sqlite3.Connection) -> tuple[tuple[Any, ...], int] | None:
+    """(base, newest rowid) of the store now; None when nothing may be kept for it here."""
+    if not counts_changes(conn, TRIGGER):
+        return None
+    newest, changed, cookie = conn.execute(_STATE).fetchone()
+    return (database_key(conn), int(cookie), str(changed or "0")), int(newest or 0)
+
+
+def current(conn: sqlite3.Connection) -> tuple[_Store, int] | None:
+    """This store's kept statistics brought up to its newest episode (and that rowid), or None."""
+    state = _state(conn)
+    if state is None:
+        return None
+    base, newest = state
+    with _KEPT.lock:
+        store = _KEPT.stores.get(base[0])
+        if store is None or store.base != base or newest < store.newest:
+            store = _renewed(base, newest)
+        elif newest > store.newest:
+            try:
+                _add(conn, store, newest)
+            except fts_mirror.Unsure:
+                store.terms.clear()  # its tokens could not be the index's: counted again
+                store.agent_terms.clear()
+                store.newest = newest
+        return store, newest
+
+
+def _renewed(base: tuple[Any, ...], newest: int) -> _Store:
+    """(Under the lock.) An empty store at `newest`, in place of what was kept for this database."""
+    stores = _KEPT.stores
+    stores.pop(base[0], None)
+    if len(stores) >= MAX_STORES:
+        del stores[next(iter(stores))]
+    store = stores[base[0]] = _Store(base, newest)
+    return store
+
+
+def file(conn: sqlite3.Connection, store: _Store, newest: int, put: Callable[[], None]) -> None:
+    """Run `put` (filing counts taken from the store at `newest`) if the store still is there:
+    counted after the version was read, they may hold episodes added since (then not kept)."""
+    if _state(conn) != (store.base, newest):
+        return
+    with _KEPT.lock:
+        if _KEPT.stores.get(store.base[0]) is store and store.newest == newest:
+            put()
+
+
+def _add(conn: sqlite3.Connection, store: _Store, upto: int) -> None:
+    """(Under the lock.) What the episodes with rowids in (store.newest, upto] add to each count."""
+    after = store.newest
+    if store.total is None and not (store.agents or store.terms or store.agent_terms or store.quotes):
+        store.newest = upto  # nothing kept: nothing to read
+        return
+    if upto - after > MAX_NEW_ROWS:  # at most this many rows (rowids are not reused while the count holds)
+        _renewed(store.base, upto)
+        return
+    rows = conn.execute(
+        "SELECT rowid, agent_id, key_quotes FROM episodes WHERE rowid > ? AND rowid <= ? ORDER BY rowid",
+        [after, upto],
+    ).fetchall()
+    agents = {}
+    for rowid, agent, raw in rows:
+        agents[rowid] = agent
+        if store.total is not None:
+            store.total += 1
+        if agent in store.agents:
+            store.agents[agent] += 1
+        quotes = store.quotes.get(agent)
+        if quotes is not None:
+            quotes.add(raw)
+    if rows and (store.terms or store.agent_terms):
+        _add_tokens(conn, store, after, upto, agents)
+    store.newest = upto
+
+
+def _add_tokens(
+    conn: sqlite3.Connection, store: _Store, after: int, upto: int, agents: dict[int, str]
+) -> None:
+    docs = conn.execute(
+        "SELECT c.id, c.c0, c.c1, c.c2, c.c3, d.sz FROM episodes_fts_content c"
+        " JOIN episodes_fts_docsize d ON d.id = c.id WHERE c.id > ? AND c.id <= ? ORDER BY c.id",
+        [after, upto],
+    ).fetchall()
+    if len(docs) != len(agents) or not _defined_here(conn):
+        raise fts_mirror.Unsure("the index's documents are not the episodes")
+    terms, agent_terms, longest = store.terms, store.agent_terms, store.longest
+    for row in docs:
+        sizes = fts_mirror.varints(row[5])
+        tokens: set[str] = set()
+        for col in range(fts_mirror.COLUMNS):
+            found, n = fts_mirror.counted(row[1 + col])
+            if n != (sizes[col] if col < len(sizes) else -1):
+                raise fts_mirror.Unsure(f"rowid {row[0]}: column {col} has {n} tokens here")
+            tokens.update(found)
+        # Per kept term, the document's distinct tokens it covers: a prefix of each token, or it whole.
+        covered: Counter[str] = Counter()
+        for w in tokens:
+            if len(w) < PREFIX_MIN:
+                covered[w] += 1
+            else:
+                covered.update(w[:k] for k in range(PREFIX_MIN, min(len(w), longest) + 1))
+        agent = agents.get(int(row[0]), "")
+        for term, n in covered.items():
+            kept = terms.get(term)
+            if kept is not None:
+                _count(kept, term, n, tokens)
+            if (agent, term) in agent_terms:
+                agent_terms[(agent, term)] += 1
+
+
+def _count(kept: TermCount, term: str, n: int, tokens: set[str]) -> None:
+    """A new document holding `n` distinct tokens `term` covers (`tokens`: all of its own)."""
+    kept.docs += n
+    if len(term) < PREFIX_MIN or kept.words >= 2:
+        return
+    words = {w for w in tokens if w.startswith(term)}
+    if kept.words == 1:
+        words.add(kept.word)
+    kept.words, kept.word = min(len(words), 2), next(iter(words)) if len(words) == 1 else ""
+
+
+def _defined_here(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'episodes_fts'").fetchone()
+    return row is not None and row[0] == fts_mirror.DEFINITION
+
+
+def keep_terms(store: _Store, found: dict[str, TermCount]) -> None:
+    """(Through `file`.) Terms counted by the index at the store's version."""
+    if len(store.terms) + len(found) > MAX_TERMS:
+        store.terms.clear()
+    store.terms.update(found)
+    store.longest = max([store.longest, *(len(t) for t in found)])
+
+
+def keep_agent_terms(store: _Store, found: dict[tuple[str, str], int]) -> None:
+    """(Through `file`.) An agent's episodes matching a term, counted at the store's version."""
+    if len(store.agent_terms) + len(found) > MAX_TERMS:
+        store.agent_terms.clear()
+    store.agent_terms.update(found)
+    store.longest = max([store.longest, *(len(t) for _, t in found)])
+
+
+def frequencies(
+    conn: sqlite3.Connection,
+    terms: Sequence[str],
+    single: dict[str, str] | None,
+    copy: Callable[[str, bool], tuple[int, str] | None] | None,
+) -> dict[str, int]:
+    """`fts_terms.document_frequencies` of the episode index, kept (`copy`: the kept copy of the
+    index, runtime.fts_mirror, which answers first where there is one and keeps itself)."""
+    found = current(conn)
+    if found is None:
+        return fts_terms.document_frequencies(conn, "episodes_fts", terms, single=single, kept=copy)
+    store, newest = found
+    out: dict[str, int] = {}
+    missing = []
+    with _KEPT.lock:
+        for t in terms:
+            kept = store.terms.get(t)
+            if kept is None:
+                missing.append(t)
+                continue
+            out[t] = kept.docs
+            if single is not None and kept.word:
+                single[t] = kept.word
+    counted: dict[str, TermCount] = {}
+    copied = False
+    for t in missing:
+        prefix = len(t) >= PREFIX_MIN
+        answer = copy(t, prefix) if copy is not None else None
+        if answer is not None:
+            out[t], only = answer
+            copied = True
+        else:
+            docs, words, first = fts_terms.vocab_counts(conn, "episodes_fts", t, prefix)
+            kept = counted[t] = TermCount(docs, words if prefix else 0, first)
+            out[t], only = docs, kept.word
+        if single is not None and only:
+            single[t] = only
+    if counted:
+        file(conn, store, newest, lambda: keep_terms(store, counted))
+    if copied:
+        with _KEPT.lock:
+            store.terms.clear()  # the copy answers for this store, and brings itself up to date
+    return out
+
+
+def lock() -> threading.Lock:
+    """Held while reading what is kept (it is changed in place when episodes are added)."""
+    return _KEPT.lock
+
+
+def sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:
+    """(database, the agent's episodes, all episodes), each at least 1."""
+    found = current(conn)
+    if found is None:
+        total = conn.execute("SELECT count(*) FROM episodes WHERE agent_id = ?", [agent_id]).fetchone()[0]
+        all_docs = conn.execute("SELECT count(*) FROM episodes").fetchone()[0]
+        return database_key(conn), total or 1, all_docs or 1
+    store, newest = found
+    with _KEPT.lock:
+        total, all_docs = store.agents.get(agent_id), store.total
+    if total is None or all_docs is None:
+        # Bounded by the version: an episode added meanwhile is the next version's.
+        if total is None:
+            sql = "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid <= ?"
+            total = int(conn.execute(sql, [agent_id, newest]).fetchone()[0])
+        if all_docs is None:
+            all_docs = int(
+                conn.execute("SELECT count(*) FROM episodes WHERE rowid <= ?", [newest]).fetchone()[0]
+            )
+        agent_total, archive = total, all_docs
+
+        def put() -> None:
+            store.agents[agent_id], store.total = agent_total, archive
+
+        file(conn, store, newest, put)
+    return store.base[0], total or 1, all_docs or 1
+
+
+def agent_frequency(conn: sqlite3.Connection, agent_id: str, term: str, match: str) -> int:
+    """The agent's episodes matching `term` (`match`: its MATCH expression, a prefix from
+    `PREFIX_MIN` characters, or the one word it covers)."""
+    sql = (
+        "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid IN "
+        "(SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH ?{bound})"
+    )
+    found = current(conn)
+    if found is None:
+        return int(conn.execute(sql.format(bound=""), [agent_id, match]).fetchone()[0])
+    store, newest = found
+    with _KEPT.lock:
+        kept = store.agent_terms.get((agent_id, term))
+    if kept is not None:
+        return kept
+    df = int(conn.execute(sql.format(bound=" AND rowid <= ?"), [agent_id, match, newest]).fetchone()[0])
+    file(conn, store, newest, lambda: keep_agent_terms(store, {(agent_id, term): df}))
+    return df
+
+
+def quote_words(conn: sqlite3.Connection, agent_id: str, split: Callable[[str], Iterable[str]]) -> QuoteWords:
+    """The agent's quote words (`split` makes the words of a lowered text), read once per version of
+    the store and then brought up to date with the quotes of its episodes added since."""
+    found = current(conn)
+    if found is not None:
+        store, newest = found
+        with _KEPT.lock:
+            kept = store.quotes.get(agent_id)
+        if kept is not None:
+            return kept
+    quotes = QuoteWords(split)
+    sql = "SELECT key_quotes FROM episodes WHERE agent_id = ?" + (" AND rowid <= ?" if found else "")
+    for (raw,) in conn.execute(sql, [agent_id, *([found[1]] if found else [])]):
+        quotes.add(raw)
+    if found is not None:
+        store, newest = found
+
+        def put() -> None:
+            store.quotes[agent_id] = quotes
+
+        file(conn, store, newest, put)
+    return quotes
+
+
+def clear() -> None:
+    """Drop everything kept (tests)."""
+    with _KEPT.lock:
+        _KEPT.stores.clear()
