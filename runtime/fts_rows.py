@@ -5,13 +5,14 @@ dates, importance...) for the candidates the index chose, by rowid. On a
 long conversation every question chooses nearly the same two hundred
 episodes, and reading their rows again is a quarter of a millisecond of
 every recall for the same answer. So the rows read are kept, per column list
-and per rowid, while the episodes are unchanged: under the same version as
-the kept phrase ranks (runtime.fts_ranks: the store, the newest episode
-rowid, and the count of deletions and updates kept by triggers, read with
-SQLite's schema cookie) and the store's erasure mark, on the same stores (of
-at most `fts_ranks.MAX_DOCS` episodes where long episodes have been met: on
-a large archive a question's candidates are mostly new ones, and keeping them
-would only cost). As with the phrase ranks, one database is kept at a time:
+and per rowid, while the episodes kept are unchanged: under the version of
+the kept phrase ranks (runtime.fts_ranks: the store, and the count of
+deletions and updates kept by triggers, read with SQLite's schema cookie)
+but for its newest episode rowid (an episode added changes no row kept, and
+its own row is read when first asked for), and the store's erasure mark, on
+the same stores (of at most `fts_ranks.MAX_DOCS` episodes where long
+episodes have been met: on a large archive a question's candidates are
+mostly new ones, and keeping them would only cost). As with the phrase ranks, one database is kept at a time:
 a process reads one store (reading another drops the first's rows).
 
 Only what a row says is kept, never who may see it: the rowids asked for
@@ -49,7 +50,7 @@ class _Kept:
         self.clear()
 
     def clear(self) -> None:
-        # (database, schema cookie, newest rowid, change count, erasure mark) of the rows kept
+        # (database, schema cookie, change count, erasure mark) of the rows kept
         self.version: tuple[Any, ...] | None = None
         self.by_cols: dict[str, dict[int, Row]] = {}
         self.rows = 0
@@ -76,7 +77,9 @@ def _version(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
     # The erasure mark first: rows read after it are filed under it, never under a later one.
     mark = erasure_mark(conn) if counts_changes(conn, TRIGGER) else None
     ranks = fts_ranks.kept_version(conn) if mark is not None else None
-    return None if ranks is None else (*ranks, mark)
+    # Not the newest rowid: an episode added changes none of the rows kept (rowids are not
+    # reused while the count holds), and a new one's row is read when first asked for.
+    return None if ranks is None else (ranks[0], ranks[1], ranks[3], mark)
 
 
 def rows_by_rowid(conn: sqlite3.Connection, cols: str, rowids: Sequence[int]) -> Mapping[int, Row]:
