@@ -125,6 +125,7 @@ class _Store:
         self.agent_terms: dict[tuple[str, str], int] = {}  # (agent, term) -> its episodes matching
         self.quotes: dict[str, QuoteWords] = {}
         self.longest = 0  # the longest prefix term kept (overall or per agent)
+        self.heads: set[str] = set()  # the first `PREFIX_MIN` characters of each prefix term kept
         self.mark: int | None = None  # the erasure mark last seen
 
 
@@ -227,36 +228,52 @@ def _add(conn: sqlite3.Connection, store: _Store, upto: int) -> None:
 def _add_tokens(
     conn: sqlite3.Connection, store: _Store, after: int, upto: int, agents: dict[int, str]
 ) -> None:
+    """(Under the lock.) The new documents' tokens, added to the kept terms' counts (`agents`: each
+    new rowid's agent)."""
+    if not _defined_here(conn):  # another table definition: its tokens are left to the index
+        raise fts_mirror.Unsure("the index is not defined as the one copied")
     docs = conn.execute(
         "SELECT c.id, c.c0, c.c1, c.c2, c.c3, d.sz FROM episodes_fts_content c"
         " JOIN episodes_fts_docsize d ON d.id = c.id WHERE c.id > ? AND c.id <= ? ORDER BY c.id",
         [after, upto],
     ).fetchall()
-    if len(docs) != len(agents) or not _defined_here(conn):
+    if len(docs) != len(agents):
         raise fts_mirror.Unsure("the index's documents are not the episodes")
-    terms, agent_terms, longest = store.terms, store.agent_terms, store.longest
+    terms, agent_terms = store.terms, store.agent_terms
     for row in docs:
-        sizes = fts_mirror.varints(row[5])
-        tokens: set[str] = set()
-        for col in range(fts_mirror.COLUMNS):
-            found, n = fts_mirror.counted(row[1 + col])
-            if n != (sizes[col] if col < len(sizes) else -1):
-                raise fts_mirror.Unsure(f"rowid {row[0]}: column {col} has {n} tokens here")
-            tokens.update(found)
-        # Per kept term, the document's distinct tokens it covers: a prefix of each token, or it whole.
-        covered: Counter[str] = Counter()
-        for w in tokens:
-            if len(w) < PREFIX_MIN:
-                covered[w] += 1
-            else:
-                covered.update(w[:k] for k in range(PREFIX_MIN, min(len(w), longest) + 1))
+        tokens = _tokens(row)
         agent = agents.get(int(row[0]), "")
-        for term, n in covered.items():
+        for term, n in _covered(tokens, store.heads, store.longest).items():
             kept = terms.get(term)
             if kept is not None:
                 _count(kept, term, n, tokens)
             if (agent, term) in agent_terms:
                 agent_terms[(agent, term)] += 1
+
+
+def _tokens(row: tuple[Any, ...]) -> set[str]:
+    """The distinct tokens of an index row (id, four columns, sizes), as FTS5 made them."""
+    sizes = fts_mirror.varints(row[5])
+    tokens: set[str] = set()
+    for col in range(fts_mirror.COLUMNS):
+        found, n = fts_mirror.counted(row[1 + col])
+        if n != (sizes[col] if col < len(sizes) else -1):
+            raise fts_mirror.Unsure(f"rowid {row[0]}: column {col} has {n} tokens here")
+        tokens.update(found)
+    return tokens
+
+
+def _covered(tokens: set[str], heads: set[str], longest: int) -> Counter[str]:
+    """Per term that may be kept, the distinct tokens among `tokens` it covers: each prefix of a
+    token (up to the longest term kept), or a short token whole."""
+    covered: Counter[str] = Counter()
+    for w in tokens:
+        if len(w) < PREFIX_MIN:
+            covered[w] += 1
+        elif w[:PREFIX_MIN] in heads:  # mostly not: a token no kept term starts
+            for k in range(PREFIX_MIN, min(len(w), longest) + 1):
+                covered[w[:k]] += 1
+    return covered
 
 
 def _count(kept: TermCount, term: str, n: int, tokens: set[str]) -> None:
@@ -280,7 +297,7 @@ def keep_terms(store: _Store, found: dict[str, TermCount]) -> None:
     if len(store.terms) + len(found) > MAX_TERMS:
         store.terms.clear()
     store.terms.update(found)
-    store.longest = max([store.longest, *(len(t) for t in found)])
+    _met(store, found)
 
 
 def keep_agent_terms(store: _Store, found: dict[tuple[str, str], int]) -> None:
@@ -288,7 +305,14 @@ def keep_agent_terms(store: _Store, found: dict[tuple[str, str], int]) -> None:
     if len(store.agent_terms) + len(found) > MAX_TERMS:
         store.agent_terms.clear()
     store.agent_terms.update(found)
-    store.longest = max([store.longest, *(len(t) for _, t in found)])
+    _met(store, [t for _, t in found])
+
+
+def _met(store: _Store, terms: Iterable[str]) -> None:
+    for t in terms:
+        if len(t) >= PREFIX_MIN:
+            store.heads.add(t[:PREFIX_MIN])
+            store.longest = max(store.longest, len(t))
 
 
 def frequencies(

@@ -29,10 +29,37 @@ from tiermem.runtime.visibility import Principal
 from tiermem.app.forget import forget
 from tiermem.settings import Settings, resolve_settings
 
-WORDS = (
-    "paint painted painting lake dawn teal kitchen hike hiked trail dog bread baking sourdough quilt "
-    "mustard guitar lesson concert january kitten miso weather rain report garden pot red key"
-).split()
+WORDS = [
+    "paint",
+    "painted",
+    "painting",
+    "lake",
+    "dawn",
+    "teal",
+    "kitchen",
+    "hike",
+    "hiked",
+    "trail",
+    "dog",
+    "bread",
+    "baking",
+    "sourdough",
+    "quilt",
+    "mustard",
+    "guitar",
+    "lesson",
+    "concert",
+    "january",
+    "kitten",
+    "miso",
+    "weather",
+    "rain",
+    "report",
+    "garden",
+    "pot",
+    "red",
+    "key",
+]
 QUERIES = [
     "What did she paint?",
     "kitten name",
@@ -40,6 +67,7 @@ QUERIES = [
     "guitar lessons",
     "paintbrush kittens",  # words the first episodes do not hold: later ones bring them
     "red pot key garden",
+    "cafe naive unicode",
     "zebra",
 ]
 AGENTS = ("npc", "other")
@@ -117,7 +145,12 @@ def test_kept_statistics_equal_a_fresh_count_through_every_kind_of_change(settin
         store = _kept_store(conn)
         assert store is not None and store.terms and store.agent_terms and store.quotes
         # Inserts: of one agent, of the other, of several at once (new words among them).
-        for agents, extra in ((("npc",), "paintbrush"), (("other",), "kittens"), (("npc", "other", "third"), "")):
+        for agents, extra in (
+            (("npc",), "paintbrush"),
+            (("other",), "kittens"),
+            (("npc", "other", "third"), ""),
+            (("npc",), "Café naïve “paintbrush” Ünïcode 🎨 caféteria"),  # the tokenizer's own rules
+        ):
             append(settings, *(_episode(rng, a, 100 + rng.randrange(10**6), extra) for a in agents))
             project(settings)
             _same_as_fresh(conn)
