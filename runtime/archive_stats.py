@@ -169,11 +169,14 @@ def current(conn: sqlite3.Connection) -> tuple[_Store, int] | None:
             store = _renewed(base, newest)
         elif newest > store.newest:
             try:
-                _add(conn, store, newest)
+                store = _add(conn, store, newest)
             except fts_mirror.Unsure:
                 store.terms.clear()  # its tokens could not be the index's: counted again
                 store.agent_terms.clear()
                 store.newest = newest
+            except BaseException:
+                _KEPT.stores.pop(base[0], None)  # part added, part not: nothing of it is kept
+                raise
         return store, newest
 
 
@@ -197,15 +200,15 @@ def file(conn: sqlite3.Connection, store: _Store, newest: int, put: Callable[[],
             put()
 
 
-def _add(conn: sqlite3.Connection, store: _Store, upto: int) -> None:
-    """(Under the lock.) What the episodes with rowids in (store.newest, upto] add to each count."""
+def _add(conn: sqlite3.Connection, store: _Store, upto: int) -> _Store:
+    """(Under the lock.) What the episodes with rowids in (store.newest, upto] add to each count
+    (returned: the store, or an empty one in its place when there are too many to add)."""
     after = store.newest
     if store.total is None and not (store.agents or store.terms or store.agent_terms or store.quotes):
         store.newest = upto  # nothing kept: nothing to read
-        return
+        return store
     if upto - after > MAX_NEW_ROWS:  # at most this many rows (rowids are not reused while the count holds)
-        _renewed(store.base, upto)
-        return
+        return _renewed(store.base, upto)
     rows = conn.execute(
         "SELECT rowid, agent_id, key_quotes FROM episodes WHERE rowid > ? AND rowid <= ? ORDER BY rowid",
         [after, upto],
@@ -223,6 +226,7 @@ def _add(conn: sqlite3.Connection, store: _Store, upto: int) -> None:
     if rows and (store.terms or store.agent_terms):
         _add_tokens(conn, store, after, upto, agents)
     store.newest = upto
+    return store
 
 
 def _add_tokens(

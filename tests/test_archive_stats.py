@@ -219,3 +219,26 @@ def test_a_question_after_new_episodes_walks_no_word_and_counts_no_archive(setti
             assert not walks and not counts, (walks, counts)
     finally:
         conn.close()
+
+
+def test_more_new_episodes_than_are_worth_adding_are_counted_anew(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(archive_stats, "MAX_NEW_ROWS", 2)
+    rng = random.Random(11)
+    append(settings, *(_episode(rng, agent, n) for agent in AGENTS for n in range(20)))
+    project(settings)
+    conn = connect(settings.hot_db)
+    try:
+        _same_as_fresh(conn)
+        store = _kept_store(conn)
+        append(settings, _episode(rng, "npc", 100, "paintbrush"), _episode(rng, "other", 101, "kittens"))
+        project(settings)
+        _same_as_fresh(conn)
+        assert _kept_store(conn) is store  # two: added
+        append(settings, *(_episode(rng, "npc", 200 + n, "paintbrush kittens") for n in range(3)))
+        project(settings)
+        _same_as_fresh(conn)
+        assert _kept_store(conn) is not store  # three: counted anew
+    finally:
+        conn.close()
