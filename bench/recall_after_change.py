@@ -22,6 +22,9 @@ of `npc` itself appended to the log and projected as the compressor's
 would be, and the same question again (the figure after: what the new
 episode alone makes it recompute). With --cprofile, the questions after
 an append (in either mode) are profiled, their top functions printed.
+With --archive N --seek: what counting a common and a rare word's documents
+costs, from fts5vocab, as a whole MATCH, and past a rowid near the newest
+(the new documents only), and for a prefix of the word past that rowid.
 
 Prints each figure (CPU ms) with the load average; nothing is written.
 """
@@ -39,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runtime as br
+from tiermem.runtime.hotstore import connect
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.projector import project
 from tiermem.runtime.tools import call_tool
@@ -122,12 +126,46 @@ def _archive(settings: Settings, rounds: int, profile: cProfile.Profile | None) 
         print(f"  after: {[round(x, 1) for x in after]}")
 
 
+def _seek(settings: Settings) -> None:
+    """What counting a word's documents costs, whole and past a rowid (the new ones only)."""
+    conn = connect(settings.hot_db)
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.v USING fts5vocab(main, episodes_fts, 'row')")
+    words = conn.execute("SELECT term, doc FROM temp.v ORDER BY doc DESC LIMIT 2").fetchall()
+    words += conn.execute("SELECT term, doc FROM temp.v WHERE doc BETWEEN 200 AND 400 LIMIT 1").fetchall()
+    newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0]
+
+    def ms(sql: str, *args: object) -> float:
+        conn.execute(sql, args).fetchall()
+        c0 = time.perf_counter()
+        for _ in range(20):
+            conn.execute(sql, args).fetchall()
+        return (time.perf_counter() - c0) / 20 * 1000
+
+    count = "SELECT count(*) FROM episodes_fts WHERE episodes_fts MATCH ? AND rowid > ?"
+    print(f"load {os.getloadavg()[0]:.1f}; wall ms per count, {newest:,} episodes")
+    for word, docs in words:
+        phrase, prefix = '"' + word + '"', '"' + word[:4] + '"*'
+        vocab = ms("SELECT doc FROM temp.v WHERE term = ?", word)
+        whole, last, last_k = (
+            ms(count, phrase, 0),
+            ms(count, phrase, newest - 1),
+            ms(count, phrase, newest - 1000),
+        )
+        print(
+            f"{word!r} ({docs:,} documents): fts5vocab {vocab:.3f}, MATCH whole {whole:.3f},"
+            f" past newest - 1 {last:.3f}, past newest - 1000 {last_k:.3f};"
+            f" the prefix {word[:4]}* past newest - 1 {ms(count, prefix, newest - 1):.3f}"
+        )
+    conn.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", required=True, help="the --root of bench_read_paths.py")
     p.add_argument("--scratch", help="where the store is copied (default: <root>/after_change)")
     p.add_argument("--archive", type=int, help="the archive of this many episodes (--only recall's store)")
     p.add_argument("--rounds", type=int, default=20, help="with --archive: appends of each kind")
+    p.add_argument("--seek", action="store_true", help="with --archive: time counting a word's new documents")
     p.add_argument("--cprofile", action="store_true", help="profile the questions after an append")
     args = p.parse_args(argv)
     name = f"recall{args.archive}" if args.archive else "long"
@@ -141,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = resolve_settings(data_dir=dst, env={}, fsync="none")
     profile = cProfile.Profile() if args.cprofile else None
     try:
-        if args.archive:
+        if args.archive and args.seek:
+            _seek(settings)
+        elif args.archive:
             _archive(settings, args.rounds, profile)
         else:
             _long(settings, profile)
