@@ -242,3 +242,36 @@ def test_more_new_episodes_than_are_worth_adding_are_counted_anew(
         assert _kept_store(conn) is not store  # three: counted anew
     finally:
         conn.close()
+
+
+def test_a_count_taken_while_an_episode_is_added_is_not_kept(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index counts a term at its newest state, which may already hold an episode added after
+    the version was read: kept under the older version, that episode would be added twice."""
+    rng = random.Random(13)
+    append(settings, *(_episode(rng, agent, n) for agent in AGENTS for n in range(20)))
+    project(settings)
+    conn = connect(settings.hot_db)
+    counted = archive_stats.fts_terms.vocab_counts
+    added: list[int] = []
+
+    def meanwhile(*args: Any) -> tuple[int, int, str]:
+        if not added:  # another process's compression run commits during the first count
+            append(settings, _episode(rng, "other", 99, "sourdough"))
+            project(settings)
+            added.append(1)
+        return counted(*args)
+
+    try:
+        _statistics(conn)  # sizes and the quote words kept: the store is brought up to date after
+        monkeypatch.setattr(archive_stats.fts_terms, "vocab_counts", meanwhile)
+        terms, single = ["sourdough"], {}
+        first = episode_search._frequencies(conn, terms, single)
+        assert added and "sourdough" not in _kept_store(conn).terms  # taken past its version: not kept
+        again = episode_search._frequencies(conn, terms, single)
+        fresh = _fresh(lambda: episode_search._frequencies(conn, terms, {}))
+        assert again == fresh and first == fresh
+        assert _statistics(conn) == _fresh(lambda: _statistics(conn))
+    finally:
+        conn.close()
