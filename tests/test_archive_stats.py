@@ -113,7 +113,7 @@ def _statistics(conn: Any) -> list[Any]:
     for agent in (*AGENTS, "third"):
         out.append(episode_search._archive_sizes(conn, agent))
         for q in QUERIES:
-            terms, single = query_terms(q), {}
+            terms, single = query_terms(q), dict[str, str]()
             overall = episode_search._frequencies(conn, terms, single)
             out += [overall, single, episode_search._idf(conn, agent, terms, overall, single)]
             groups = query_term_groups(q)
@@ -266,7 +266,7 @@ def test_a_count_taken_while_an_episode_is_added_is_not_kept(
     try:
         _statistics(conn)  # sizes and the quote words kept: the store is brought up to date after
         monkeypatch.setattr(archive_stats.fts_terms, "vocab_counts", meanwhile)
-        terms, single = ["sourdough"], {}
+        terms, single = ["sourdough"], dict[str, str]()
         first = episode_search._frequencies(conn, terms, single)
         assert added and "sourdough" not in _kept_store(conn).terms  # taken past its version: not kept
         again = episode_search._frequencies(conn, terms, single)
