@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from helpers_runtime import append, episode
-from tiermem.runtime import fts_mirror, fts_rows, unfolded
+from tiermem.runtime import archive_stats, fts_mirror, fts_rows, unfolded
 from tiermem.runtime.episode_text import TEXTS
 
 from tiermem import Memory
@@ -17,12 +17,16 @@ FILLER = " ".join(f"filler{k} about the garden and the pot" for k in range(120))
 
 def _held(canary: str) -> tuple[int, int]:
     """(prepared episodes whose passages hold `canary` and kept episode rows that name it, words of
-    met turns that are `canary`)."""
+    met turns and kept term statistics that are `canary`)."""
     texts = sum(any(canary in t for t in e.passages.texts) for e in TEXTS.entries.values())
     rows = sum(canary in str(row) for kept in fts_rows._KEPT.by_cols.values() for row in kept.values())
     copy = fts_mirror._KEPT.mirror  # the kept copy of the index's counts: its tokens
     tokens = sum(canary.lower() in token for token in copy.postings) if copy is not None else 0
     words = sum(1 for _, word in unfolded._TURNS.by_word if canary.lower() in word)
+    # The term statistics' words: each agent's quote words, the one word a prefix term covers.
+    for kept in archive_stats._KEPT.stores.values():
+        words += sum(canary.lower() in w for q in kept.quotes.values() for w in q.by_word)
+        words += sum(canary.lower() in t.word for t in kept.terms.values())
     return texts + rows + tokens, words
 
 
@@ -73,6 +77,10 @@ def test_an_erased_turn_leaves_the_prepared_texts_and_the_turn_words(tmp_path: P
 
         recall()  # reads the episodes and the unfolded turn into the caches
         assert _held("FOLDEDCANARY2")[0] and _held("LOOSECANARY")[1]
+        quote_words = [
+            w for kept in archive_stats._KEPT.stores.values() for q in kept.quotes.values() for w in q.by_word
+        ]
+        assert "foldedcanary2" in quote_words  # the term weights' index of the agent's quotes
         mem.forget(event=folded[2], reason="test")
         mem.forget(event=unfolded_id, reason="test")
         mem.refresh()
