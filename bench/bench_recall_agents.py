@@ -103,22 +103,22 @@ def measured(agents: int) -> list[str]:
     return [f"agent{k}" for k in range(min(agents, MEASURED_AGENTS))]
 
 
-def own_words(conn: sqlite3.Connection, agent: str) -> list[str]:
-    rows = conn.execute("SELECT name, summary FROM episodes WHERE agent_id = ?", [agent]).fetchall()
-    return [w for name, summary in rows for w in f"{name} {summary}".split()]
-
-
-def questions(conn: sqlite3.Connection, agent: str, n: int) -> list[tuple[str, str]]:
-    """(kind, question): alternately 3 vocabulary words and 3 of the agent's own words (seeded by name)."""
+def questions(conn: sqlite3.Connection, agent: str, user: str, n: int) -> list[tuple[str, str, str]]:
+    """(kind, question, the episode it was made from or ""), alternately: 3 words of the vocabulary,
+    and 3 words of one of the agent's episodes the user may see (its name and summary; seeded by name)."""
     rng = random.Random(agent)
     vocab = random.Random("vocab" + agent)
-    mine = own_words(conn, agent)
+    mine = conn.execute(
+        "SELECT episode_id, name, summary FROM episodes WHERE agent_id = ? AND instr(owner, ?) > 0 ORDER BY rowid",
+        [agent, f"\x1f{user}\x1f"],
+    ).fetchall()
     out = []
     for i in range(n):
         if i % 2 == 0:
-            out.append(("vocabulary", " ".join(vocab.choices(br.VOCAB, cum_weights=br.CUM_ZIPF, k=3))))
+            out.append(("vocabulary", " ".join(vocab.choices(br.VOCAB, cum_weights=br.CUM_ZIPF, k=3)), ""))
         else:
-            out.append(("own words", " ".join(rng.sample(mine, 3))))
+            episode, name, summary = rng.choice(mine)
+            out.append(("own episode", " ".join(rng.sample(f"{name} {summary}".split(), 3)), episode))
     return out
 
 
@@ -150,6 +150,10 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
     per_call_tries: list[int] = []
     loads = []
     by_kind: dict[str, list[float]] = {}
+    fell_back: dict[str, int] = {}
+    answers: list[bytes] = []
+    fallbacks: list[tuple[str, str, str]] = []
+    hits = {"first": 0, "any": 0, "asked": 0}
     windowed_kind: dict[str, list[bool]] = {}
     walk = episode_search._walk
 
@@ -166,6 +170,7 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
                 "full": full,
                 "windowed": windowed,
                 "newest": found.newest,
+                "visible": len(found.visible),
             }
         )
         return found
@@ -173,8 +178,8 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
     for agent in measured(agents):
         user = users_of(agent)[0]
         with open_memory(settings, agent, user=user) as m:
-            qs = questions(m.conn, agent, n + 4)
-            for _, q in qs[n:]:  # warm-up: the connection and its caches, on questions not timed
+            qs = questions(m.conn, agent, user, n + 4)
+            for _, q, _ in qs[n:]:  # warm-up: the connection and its caches, on questions not timed
                 call_tool(m, "recall_memory", {"query": q})
             qs = qs[:n]
             episode_search._walk = recording
@@ -185,19 +190,28 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
                 _wrap(quote_search, "_candidate_rows", qcand_one),
             ]
             try:
-                for kind, q in qs:
+                for kind, q, target in qs:
                     before = len(tries)
                     cand_one.clear()
                     qcand_one.clear()
                     t0, c0 = time.perf_counter(), time.process_time()
-                    call_tool(m, "recall_memory", {"query": q})
+                    answer = call_tool(m, "recall_memory", {"query": q})
                     cpu.append((time.process_time() - c0) * 1000)
+                    answers.append(orjson.dumps(answer, option=orjson.OPT_SORT_KEYS))
                     by_kind.setdefault(kind, []).append(cpu[-1])
                     windowed_kind.setdefault(kind, []).append(any(t["windowed"] for t in tries[before:]))
                     wall.append((time.perf_counter() - t0) * 1000)
                     cand.append(sum(cand_one))
                     qcand.append(sum(qcand_one))
                     per_call_tries.append(len(tries) - before)
+                    if not any(t["visible"] for t in tries[before:]):
+                        fell_back[kind] = fell_back.get(kind, 0) + 1
+                        fallbacks.append((agent, user, q))
+                    if target:
+                        found_ids = [mem["episode_id"] for mem in answer.get("memories", [])]
+                        hits["first"] += bool(found_ids) and found_ids[0] == target
+                        hits["any"] += target in found_ids
+                        hits["asked"] += 1
             finally:
                 episode_search._walk = walk
                 for u in undo:
@@ -214,6 +228,8 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
         "candidate_cpu_p99": pct(cand, 0.99),
         "candidate_cpu_mean": round(sum(cand) / len(cand), 3),
         "quote_candidate_cpu_mean": round(sum(qcand) / len(qcand), 3),
+        "own_episode_first": round(hits["first"] / max(1, hits["asked"]), 3),
+        "own_episode_found": round(hits["any"] / max(1, hits["asked"]), 3),
         "tries_per_call": round(sum(per_call_tries) / len(per_call_tries), 2),
         "load": round(max(loads), 1),
         "by_kind": {
@@ -221,10 +237,13 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
                 "cpu_p50": pct(v, 0.5),
                 "cpu_p99": pct(v, 0.99),
                 "windowed_calls": round(sum(windowed_kind[k]) / len(v), 3),
+                "no_try_visible": round(fell_back.get(k, 0) / len(v), 3),
             }
             for k, v in by_kind.items()
         },
         "_tries": tries,
+        "_answers": answers,
+        "_fallbacks": fallbacks,
     }
 
 
@@ -258,6 +277,26 @@ def count_documents(settings: Settings, tries: list[dict[str, Any]]) -> dict[str
         "docs_own_mean": round(sum(own) / len(own), 2) if own else 0,
         "docs_own_max": max(own, default=0),
     }
+
+
+def missed(settings: Settings, fallbacks: list[tuple[str, str, str]]) -> dict[str, Any]:
+    """Of the calls where no try found a visible episode (the search fell back to the most important
+    recent ones): how many had a visible episode holding one of the question's words after all."""
+    hot = next((settings.data_dir / "hot").glob("*.sqlite"))
+    db = sqlite3.connect(f"file:{hot}?mode=ro", uri=True)
+    had = 0
+    for agent, user, q in fallbacks:
+        terms = episode_search.query_terms(q)
+        if not terms:
+            continue
+        row = db.execute(
+            "SELECT count(*) FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid"
+            " WHERE episodes_fts MATCH ? AND e.agent_id = ? AND instr(e.owner, ?) > 0",
+            [episode_search._fts(terms), agent, f"\x1f{user}\x1f"],
+        ).fetchone()
+        had += row[0] > 0
+    db.close()
+    return {"fell_back": len(fallbacks), "fell_back_with_a_visible_match": had}
 
 
 def build_proto(hot: Path, proto: Path) -> None:
@@ -482,6 +521,63 @@ def rank_check(settings: Settings, tries: list[dict[str, Any]]) -> dict[str, Any
     }
 
 
+def token_walks(settings: Settings) -> tuple[Callable[..., Any], Callable[..., Any], sqlite3.Connection]:
+    """`episode_search._walk` and `_ranked_rows` answered from the prototype copy with the agent token
+    (the visibility join on the hot store's `episode_access`, attached read-only)."""
+    hot = next((settings.data_dir / "hot").glob("*.sqlite"))
+    px = sqlite3.connect(f"file:{settings.data_dir / PROTO}?mode=ro", uri=True)
+    px.execute("PRAGMA cache_size=-65536")
+    px.execute("ATTACH ? AS hot", [f"file:{hot}?mode=ro"])
+    frm = "FROM ep CROSS JOIN hot.episode_access e ON e.rowid = ep.rowid WHERE ep MATCH ?"
+
+    def token_match(full: str, agent_id: str) -> str:
+        return f'({full}) AND agent : "{agent_token(agent_id)}"'
+
+    def ranked(conn: Any, source: str, where: str, params: list[Any], full: str) -> list[tuple[Any, ...]]:
+        sql = f"SELECT ep.rowid, bm25(ep, {WEIGHTS}), bm25(ep, {PLAIN}) {frm} AND {where}"
+        return [tuple(r) for r in px.execute(sql, [token_match(full, params[0]), *params])]
+
+    def walk(
+        conn: Any, source: str, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+    ) -> Any:
+        if "EXISTS" in where:  # a participant filter needs the episode row (none asked here)
+            return today_walk(conn, source, agent_id, where, params, full, windowed)
+        if windowed:
+            window = episode_search.fts_terms.WINDOW_DOCS
+            sql = f"SELECT ep.rowid, {where} {frm} ORDER BY ep.rowid DESC LIMIT {window}"
+            newest = px.execute(sql, [*params, token_match(full, agent_id)]).fetchall()
+            return episode_search._Matches([r[0] for r in newest if r[1]], newest=len(newest) >= window)
+        rows = ranked(conn, source, where, params, full)
+        return episode_search._Matches([r[0] for r in rows], newest=False, ranked=rows)
+
+    today_walk = episode_search._walk
+    return walk, ranked, px
+
+
+def tool_ab(settings: Settings, agents: int, n: int, rounds: int) -> dict[str, Any]:
+    """The whole tool, today's walk against the agent token's, alternating rounds; answers compared."""
+    walk, ranked, px = token_walks(settings)
+    today = (episode_search._walk, episode_search._ranked_rows)
+    out: dict[str, list[dict[str, Any]]] = {"today": [], "token": []}
+    for r in range(rounds):
+        for side in ("today", "token") if r % 2 == 0 else ("token", "today"):
+            if side == "token":
+                episode_search._walk, episode_search._ranked_rows = walk, ranked
+            try:
+                out[side].append(run_tool(settings, agents, n))
+            finally:
+                episode_search._walk, episode_search._ranked_rows = today
+    px.close()
+    same = sum(a == b for a, b in zip(out["today"][0]["_answers"], out["token"][0]["_answers"], strict=True))
+    keys = ("tool_cpu_p50", "tool_cpu_p99", "tool_cpu_mean", "candidate_cpu_p50", "candidate_cpu_p99", "load")
+    return {
+        "rounds": rounds,
+        **{side: [{k: run[k] for k in keys} for run in runs] for side, runs in out.items()},
+        "answers_identical": same,
+        "answers": len(out["today"][0]["_answers"]),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", required=True, help="where the stores are built (kept for the next run)")
@@ -493,6 +589,13 @@ def main(argv: list[str] | None = None) -> int:
         "--rank-sizes",
         default="1,100,1000",
         help="agents of the stores whose ranks are checked on varied lengths",
+    )
+    p.add_argument(
+        "--tool-ab",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead: the whole tool, today's walk against the agent token's, ROUNDS alternating rounds",
     )
     p.add_argument("--out", default=str(RESULTS / "recall_agents.json"))
     args = p.parse_args(argv)
@@ -509,11 +612,21 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"nproc": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
         "sizes": [],
     }
+    if args.tool_ab:
+        results["tool_ab"] = []
+        for a in sizes:
+            ab = {"agents": a, **tool_ab(store(root, a), a, args.n, args.tool_ab)}
+            results["tool_ab"].append(ab)
+            print(orjson.dumps(ab).decode(), flush=True)
+        Path(args.out).write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+        return 0
     for a in sizes:
         settings = store(root, a)
         row: dict[str, Any] = {"agents": a, "episodes": a * PER_AGENT}
         row.update(run_tool(settings, a, args.n))
         tries = row.pop("_tries")
+        row.pop("_answers")
+        row.update(missed(settings, row.pop("_fallbacks")))
         row.update(count_documents(settings, tries))
         if not args.no_proto:
             row["proto"] = prototype(settings, tries)
