@@ -3,6 +3,7 @@
     nice -n 10 .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --build-only   # stores first
     .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents                          # every size
     .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --agents 1,1000 --n 20 --no-proto
+    .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --n 40 --tool-ab 2       # the tool, A/B
 
 Stores of A agents x 100 episodes each (`--agents`, default 1,100,1000,10000: the one-agent
 control, then 10k, 100k and 1M episodes), built under --root once and reused. The episodes are
@@ -13,22 +14,28 @@ once), each agent with its own 10 users as participants.
 
 For 20 fixed agents (the same names at every size), each serving one of its own users, the tool
 is asked `--n` questions per agent: half made like `profile_recall.py`'s (3 words of the
-vocabulary), half of 3 words taken from the agent's own episodes. Per size: the tool's CPU and
-wall p50/p99, the episode search's candidate query (`episode_search._candidate_rows`), and per
+vocabulary), half of 3 words of one episode the user may see (found first? found at all?). Per
+size: the tool's CPU and wall p50/p99, the episode search's candidate query (`episode_search._candidate_rows`), and per
 candidate try walked (`episode_search._walk`): windowed or not, and the documents its MATCH has
-in the whole index against in the agent's own episodes (counted afterwards, not timed).
+in the whole index against in the agent's own episodes (counted afterwards, not timed); and the
+calls where no try found a visible episode (the search fell back to the most important recent
+ones), with how many of them had a visible episode holding one of the question's words.
 
 With the prototype (default; `--no-proto` to skip): the index copied into a scratch database
 (`ROOT/agentsA/agent_token_proto.sqlite`, built once; the hot store is only read) with one more
 FTS5 column, `agent`, holding one token per episode (`a` + hex of a hash of its agent). Every try
-recorded above is then asked again, today's walk on the hot store against
-`(terms) AND agent : "<token>"` on the copy (the visibility join on the hot store's
-`episode_access`, attached read-only), best of 3 each, and the rows compared: the same rowids in
-the same order for a windowed try, the same set for an unwindowed one, and how many of the
-unwindowed tries keep the same candidate order under BM25 (the extra token lengthens every
-document by one, which moves the ranks a little).
+recorded above is then asked again, best of 3 each: today's walk on the hot store, today's query
+on the copy (the control: the same index, no token) and `(terms) AND agent : "<token>"` on the
+copy (the visibility join on the hot store's `episode_access`, attached read-only); the rows are
+compared (the same rowids in the same order for a windowed try, the same set for an unwindowed
+one) and the BM25 ranks. The generator's documents are all of one length, so the extra token moves
+no rank there; for the stores of `--rank-sizes`, two more copies with the summaries cut to 5-25
+words (without and with the token) say how many unwindowed tries change their candidate order.
 
-Prints a table and writes bench/results/recall_agents.json.
+With `--tool-ab ROUNDS`, instead: the whole tool with `_walk` and `_ranked_rows` answered from
+the copy with the token, alternating with today's, and every answer of the first round compared.
+
+Prints a table and writes bench/results/recall_agents.json (`--tool-ab`: `--out` to choose).
 """
 
 from __future__ import annotations
