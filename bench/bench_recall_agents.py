@@ -35,7 +35,7 @@ words (without and with the token) say how many unwindowed tries change their ca
 With `--tool-ab ROUNDS`, instead: the whole tool with `_walk` and `_ranked_rows` answered from
 the copy with the token, alternating with today's, and every answer of the first round compared.
 
-Prints a table and writes bench/results/recall_agents.json (`--tool-ab`: `--out` to choose).
+Prints a table and writes bench/results/recall_agents.json (`--tool-ab`: recall_agents_tool_ab.json).
 """
 
 from __future__ import annotations
@@ -604,7 +604,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ROUNDS",
         help="instead: the whole tool, today's walk against the agent token's, ROUNDS alternating rounds",
     )
-    p.add_argument("--out", default=str(RESULTS / "recall_agents.json"))
+    p.add_argument(
+        "--out", help="default bench/results/recall_agents.json (--tool-ab: recall_agents_tool_ab.json)"
+    )
     args = p.parse_args(argv)
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
@@ -619,6 +621,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"nproc": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
         "sizes": [],
     }
+    args.out = args.out or str(
+        RESULTS / ("recall_agents_tool_ab.json" if args.tool_ab else "recall_agents.json")
+    )
     if args.tool_ab:
         results["tool_ab"] = []
         for a in sizes:
