@@ -63,6 +63,10 @@ PREFIX_MIN = 4  # terms this long or longer match as prefixes (fts_terms, episod
 # from the store once), not brought up to date one document at a time.
 MAX_NEW_ROWS = 5_000
 MAX_TERMS = 50_000  # kept terms per store (overall and per agent, each); past it, they are dropped
+# Longer terms are counted from the index each time, not kept: FTS5 cuts a query token past 32,768
+# bytes, which "starts with" here would not, and every kept length is a prefix cut from each new
+# token under its head (a term of thousands of characters made thousands per token).
+MAX_TERM = 64
 MAX_STORES = 8
 # What the kept statistics are filed under, read in one statement (one snapshot of the store).
 _STATE = (
@@ -131,8 +135,8 @@ class _Store:
         self.agents: dict[str, int] = {}  # episodes per agent
         self.agent_terms: dict[tuple[str, str], int] = {}  # (agent, term) -> its episodes matching
         self.quotes: dict[str, QuoteWords] = {}
-        self.longest = 0  # the longest prefix term kept (overall or per agent)
-        self.heads: set[str] = set()  # the first `PREFIX_MIN` characters of each prefix term kept
+        # The first `PREFIX_MIN` characters of each prefix term kept -> the lengths kept under them.
+        self.heads: dict[str, set[int]] = {}
         self.mark: int | None = None  # the erasure mark last seen
 
 
@@ -254,7 +258,7 @@ def _add_tokens(
     for row in docs:
         tokens = _tokens(row)
         agent = agents.get(int(row[0]), "")
-        for term, n in _covered(tokens, store.heads, store.longest).items():
+        for term, n in _covered(tokens, store.heads).items():
             kept = terms.get(term)
             if kept is not None:
                 _count(kept, term, n, tokens)
@@ -274,16 +278,19 @@ def _tokens(row: tuple[Any, ...]) -> set[str]:
     return tokens
 
 
-def _covered(tokens: set[str], heads: set[str], longest: int) -> Counter[str]:
+def _covered(tokens: set[str], heads: dict[str, set[int]]) -> Counter[str]:
     """Per term that may be kept, the distinct tokens among `tokens` it covers: each prefix of a
-    token (up to the longest term kept), or a short token whole."""
+    token as long as a term kept under its head, or a short token whole."""
     covered: Counter[str] = Counter()
     for w in tokens:
         if len(w) < PREFIX_MIN:
             covered[w] += 1
-        elif w[:PREFIX_MIN] in heads:  # mostly not: a token no kept term starts
-            for k in range(PREFIX_MIN, min(len(w), longest) + 1):
-                covered[w[:k]] += 1
+            continue
+        lengths = heads.get(w[:PREFIX_MIN])
+        if lengths is not None:  # mostly not: a token no kept term starts
+            for k in lengths:
+                if k <= len(w):
+                    covered[w[:k]] += 1
     return covered
 
 
@@ -304,7 +311,8 @@ def _defined_here(conn: sqlite3.Connection) -> bool:
 
 
 def keep_terms(store: _Store, found: dict[str, TermCount]) -> None:
-    """(Through `file`.) Terms counted by the index at the store's version."""
+    """(Through `file`.) Terms counted by the index at the store's version (a long one is not kept)."""
+    found = {t: c for t, c in found.items() if len(t) <= MAX_TERM}
     if len(store.terms) + len(found) > MAX_TERMS:
         store.terms.clear()
     store.terms.update(found)
@@ -312,7 +320,9 @@ def keep_terms(store: _Store, found: dict[str, TermCount]) -> None:
 
 
 def keep_agent_terms(store: _Store, found: dict[tuple[str, str], int]) -> None:
-    """(Through `file`.) An agent's episodes matching a term, counted at the store's version."""
+    """(Through `file`.) An agent's episodes matching a term, counted at the store's version (a long
+    term is not kept)."""
+    found = {k: n for k, n in found.items() if len(k[1]) <= MAX_TERM}
     if len(store.agent_terms) + len(found) > MAX_TERMS:
         store.agent_terms.clear()
     store.agent_terms.update(found)
@@ -322,8 +332,7 @@ def keep_agent_terms(store: _Store, found: dict[tuple[str, str], int]) -> None:
 def _met(store: _Store, terms: Iterable[str]) -> None:
     for t in terms:
         if len(t) >= PREFIX_MIN:
-            store.heads.add(t[:PREFIX_MIN])
-            store.longest = max(store.longest, len(t))
+            store.heads.setdefault(t[:PREFIX_MIN], set()).add(len(t))
 
 
 def frequencies(
@@ -406,7 +415,12 @@ def sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:
 
 def agent_frequency(conn: sqlite3.Connection, agent_id: str, term: str, match: str) -> int:
     """The agent's episodes matching `term` (`match`: its MATCH expression, a prefix from
-    `PREFIX_MIN` characters, or the one word it covers)."""
+    `PREFIX_MIN` characters, or the one word it covers).
+
+    What is kept is counted with the term's own MATCH (its prefix), not `match`: the one word was
+    worked out at the version the overall counts were read, and another connection may have added
+    a second word the prefix covers before this count's version (then the one word's count, filed
+    for the prefix, would be short for good). While it covers one word, the two count alike."""
     sql = (
         "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid IN "
         "(SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH ?{bound})"
@@ -419,7 +433,8 @@ def agent_frequency(conn: sqlite3.Connection, agent_id: str, term: str, match: s
         kept = store.agent_terms.get((agent_id, term))
     if kept is not None:
         return kept
-    df = int(conn.execute(sql.format(bound=" AND rowid <= ?"), [agent_id, match, newest]).fetchone()[0])
+    own = f'"{term}"*' if len(term) >= PREFIX_MIN else f'"{term}"'
+    df = int(conn.execute(sql.format(bound=" AND rowid <= ?"), [agent_id, own, newest]).fetchone()[0])
     file(conn, store, newest, lambda: keep_agent_terms(store, {(agent_id, term): df}))
     return df
 

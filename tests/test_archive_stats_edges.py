@@ -85,7 +85,7 @@ def test_the_tokenizer_serves_two_threads_one_at_a_time(monkeypatch: pytest.Monk
     def first() -> None:
         try:
             got["first"] = fts_mirror.tokens("Café naïve wörd")
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:
             errors.append(e)
 
     def second() -> None:
@@ -95,7 +95,7 @@ def test_the_tokenizer_serves_two_threads_one_at_a_time(monkeypatch: pytest.Monk
                 got["second"] = fts_mirror.tokens("Ünïque ëlse")
             else:
                 tokenizer.forget()
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:
             errors.append(e)
         finally:
             go_on.set()  # without the lock: done while the first is inside
@@ -114,3 +114,124 @@ def test_the_tokenizer_serves_two_threads_one_at_a_time(monkeypatch: pytest.Monk
     assert got["first"] == _fresh_tokens("Café naïve wörd")
     if other == "tokens":
         assert got["second"] == _fresh_tokens("Ünïque ëlse")
+
+
+class _Episodes:
+    """A store written by one connection (another process's compression run) and read by another."""
+
+    def __init__(self, path: Path) -> None:
+        self.writer = connect(path)
+        self.reader = connect(path)
+        self.n = 0
+
+    def add(self, agent: str, summary: str) -> None:
+        self.n += 1
+        self.writer.execute(
+            "INSERT INTO episodes (episode_id, agent_id, name, summary, owner) VALUES (?,?,?,?,?)",
+            [f"e{self.n}", agent, "x", summary, agent],
+        )
+
+    def close(self) -> None:
+        self.writer.close()
+        self.reader.close()
+
+
+@pytest.fixture
+def episodes(tmp_path: Path) -> Any:
+    archive_stats.clear()
+    fts_mirror.clear()
+    found = _Episodes(tmp_path / "hot.db")
+    yield found
+    found.close()
+    archive_stats.clear()
+    fts_mirror.clear()
+
+
+def _idf_now(conn: Any, agent: str, terms: list[str]) -> tuple[Any, ...]:
+    single: dict[str, str] = {}
+    overall = episode_search._frequencies(conn, terms, single)
+    return overall, single, episode_search._idf(conn, agent, terms, overall, single)
+
+
+def _fresh(compute: Any) -> Any:
+    kept = dict(archive_stats._KEPT.stores)
+    archive_stats._KEPT.stores.clear()
+    try:
+        return compute()
+    finally:
+        archive_stats._KEPT.stores.clear()
+        archive_stats._KEPT.stores.update(kept)
+
+
+def test_an_agent_count_is_not_kept_for_one_word_when_the_prefix_covers_two(episodes: _Episodes) -> None:
+    """The overall counts find "sourdough" covering one word; another connection adds
+    "sourdoughs" before the agent's count is taken: what is kept counts both."""
+    episodes.add("a", "sourdough bread")
+    episodes.add("b", "other stuff")
+    episodes.add("a", "plain")
+    r, terms = episodes.reader, ["sourdough"]
+    single: dict[str, str] = {}
+    overall = episode_search._frequencies(r, terms, single)
+    assert single == {"sourdough": "sourdough"}
+    episodes.add("a", "sourdoughs starter")  # committed between the two reads
+    episode_search._idf(r, "a", terms, overall, single)
+    kept = _idf_now(r, "a", terms)
+    assert kept == _fresh(lambda: _idf_now(r, "a", terms))
+    store = next(iter(archive_stats._KEPT.stores.values()))
+    assert store.agent_terms.get(("a", "sourdough")) in (None, 2)
+
+
+@pytest.mark.parametrize("length", [32768, 32769, 40000])
+def test_a_very_long_term_counts_as_the_index_does(episodes: _Episodes, length: int) -> None:
+    """FTS5 cuts a query token past 32,768 bytes: the count after a new episode is the index's."""
+    episodes.add("a", "hello world")
+    episodes.add("b", "other stuff")
+    r, term = episodes.reader, "s" * length
+    match = episode_search._fts([term], {})
+    archive_stats.agent_frequency(r, "a", term, match)
+    episode_search._frequencies(r, [term], {})
+    episodes.add("a", "s" * 32769)
+    kept = archive_stats.agent_frequency(r, "a", term, match), episode_search._frequencies(r, [term], {})
+    fresh = _fresh(
+        lambda: (
+            archive_stats.agent_frequency(r, "a", term, match),
+            episode_search._frequencies(r, [term], {}),
+        )
+    )
+    assert kept == fresh
+    assert (
+        kept[0]
+        == r.execute(
+            "SELECT count(*) FROM episodes WHERE agent_id = 'a' AND rowid IN"
+            " (SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH ?)",
+            [match],
+        ).fetchone()[0]
+    )
+
+
+def test_a_long_term_is_not_kept_and_cuts_no_prefix_per_character(
+    episodes: _Episodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A question with a word of 16,000 characters: a new episode holding a token as long is cut
+    into the prefixes of the terms kept under its head, not into one per character."""
+    episodes.add("a", "hello world ssss")
+    episodes.add("b", "other stuff")
+    r, long_term, term = episodes.reader, "s" * 16_000, "s" * 20
+    episode_search._frequencies(r, [long_term, term], {})
+    archive_stats.agent_frequency(r, "a", long_term, episode_search._fts([long_term], {}))
+    store = next(iter(archive_stats._KEPT.stores.values()))
+    assert term in store.terms
+    assert all(len(t) <= archive_stats.MAX_TERM for t in store.terms)
+    assert all(len(t) <= archive_stats.MAX_TERM for _, t in store.agent_terms)
+    real, made = archive_stats._covered, []
+
+    def covered(*args: Any) -> Any:
+        found = real(*args)
+        made.append(len(found))
+        return found
+
+    monkeypatch.setattr(archive_stats, "_covered", covered)
+    episodes.add("a", "s" * 16_000)
+    kept = episode_search._frequencies(r, [long_term, term], {})
+    assert made and max(made) <= 3  # "x", "s" * 20 (and nothing else)
+    assert kept == _fresh(lambda: episode_search._frequencies(r, [long_term, term], {}))
