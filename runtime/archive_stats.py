@@ -155,9 +155,16 @@ class _Kept:
             elif store is not None:
                 store.mark = mark
 
+    def erased(self, db: str) -> None:
+        """This process has just erased something in `db`: nothing kept of it stays (its words and
+        the questions' terms are the archive's text)."""
+        with self.lock:
+            self.stores.pop(db, None)
+
 
 _KEPT = _Kept()
 TEXTS.erasure_checks.append(_KEPT.erasure_seen)
+TEXTS.erasure_drops.append(_KEPT.erased)
 
 
 def _state(conn: sqlite3.Connection) -> tuple[tuple[Any, ...], int] | None:

@@ -487,9 +487,17 @@ class _Kept:
             _TOKENIZER.forget()
         self.marks[db] = mark
 
+    def erased(self, db: str) -> None:
+        """This process has just erased something in `db`: its copy goes, and the tokenizer's runs."""
+        with self.lock:
+            _TOKENIZER.forget()
+            if self.mirror is not None and self.mirror.base[0] == db:
+                self.mirror, self.version = None, None
+
 
 _KEPT = _Kept()
 TEXTS.erasure_checks.append(_KEPT.erasure_seen)
+TEXTS.erasure_drops.append(_KEPT.erased)
 
 
 def _defined_here(conn: sqlite3.Connection) -> bool:

@@ -60,9 +60,15 @@ class _Kept:
         if self.version is not None and self.version[0] == db and self.version[-1] != mark:
             self.clear()
 
+    def erased(self, db: str) -> None:
+        """This process has just erased something in `db`: the rows read of it go."""
+        if self.version is not None and self.version[0] == db:
+            self.clear()
+
 
 _KEPT = _Kept()
 TEXTS.erasure_checks.append(_KEPT.erasure_seen)
+TEXTS.erasure_drops.append(_KEPT.erased)
 
 
 def _read(conn: sqlite3.Connection, cols: str, rowids: Sequence[int]) -> dict[int, Row]:
