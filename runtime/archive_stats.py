@@ -46,8 +46,10 @@ taken from the store, uncached.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -86,14 +88,28 @@ class TermCount:
         self.docs, self.words, self.word = docs, min(words, 2), word if words == 1 else ""
 
 
+# The quote words kept in all (`QuoteWords.size`, every store's agents together); past it, they are
+# dropped. A word's quotes take a bit per quote up to its last: at 5,000 episodes of ten quotes each
+# an agent's took ~124 MB.
+MAX_QUOTE_BYTES = 64_000_000
+WORD_BYTES = 120  # a word's string, its entry and its number, besides its bits
+
+
 class QuoteWords:
     """One agent's remembered turns (quotes) as an index from word to the quotes holding it
     (a bit per quote, in the order read), with its words sorted; `idf` keeps what was worked
-    out of it until quotes are added."""
+    out of it until quotes are added.
 
-    def __init__(self, split: Callable[[str], Iterable[str]]) -> None:
+    It is kept for at most `max_episodes` episodes of the agent (past them its searches weigh terms
+    by the index's counts, and it would only grow), and `size` says about how many bytes it holds."""
+
+    def __init__(self, split: Callable[[str], Iterable[str]], max_episodes: int) -> None:
         self.split = split
+        self.max_episodes = max_episodes
         self.n = 0
+        self.episodes = 0
+        self.words_size = 0  # the words' strings and entries
+        self.bits = 0  # every word's bits, up to its last quote
         self.by_word: dict[str, int] = {}
         self.vocabulary: list[str] = []
         self.new_words: list[str] = []
@@ -102,6 +118,7 @@ class QuoteWords:
     def add(self, raw: str | None) -> None:
         """The quotes of one episode (its `key_quotes`)."""
         by_word = self.by_word
+        self.episodes += 1
         for q in orjson.loads(raw or "[]"):
             if isinstance(q, dict) and q.get("text"):
                 bit = 1 << self.n
@@ -110,9 +127,43 @@ class QuoteWords:
                     if found is None:
                         self.new_words.append(word)
                         found = 0
+                        self.words_size += WORD_BYTES + len(word)
+                    self.bits += self.n + 1 - found.bit_length()
                     by_word[word] = found | bit
                 self.n += 1
         self.idf.clear()
+
+    @property
+    def size(self) -> int:
+        """About how many bytes it holds."""
+        return self.words_size + self.bits // 8
+
+    def df(self, groups: Sequence[tuple[str, ...]]) -> list[float]:
+        """(Under the lock.) Each group's IDF over the quotes: a quote holds a group when it holds
+        one of its forms, a short form as a whole word, a longer one as the prefix of any word
+        (all such words sit together in the sorted vocabulary); kept until quotes are added."""
+        n, vocabulary, by_word, idfs = self.n or 1, self.sorted_words(), self.by_word, self.idf
+        out = []
+        for g in groups:
+            key = "|".join(g)
+            idf = idfs.get(key)
+            if idf is None:
+                if len(idfs) > 50_000:
+                    idfs.clear()
+                found = 0
+                for form in g:
+                    i = bisect_left(vocabulary, form)
+                    if len(form) < PREFIX_MIN:
+                        if i < len(vocabulary) and vocabulary[i] == form:
+                            found |= by_word[form]
+                        continue
+                    while i < len(vocabulary) and vocabulary[i].startswith(form):
+                        found |= by_word[vocabulary[i]]
+                        i += 1
+                d = found.bit_count()
+                idf = idfs[key] = math.log(1 + (n - d + 0.5) / (d + 0.5))
+            out.append(idf)
+        return out
 
     def sorted_words(self) -> list[str]:
         """Every word, sorted (the words added since last asked merged in)."""
@@ -241,6 +292,10 @@ def _add(conn: sqlite3.Connection, store: _Store, upto: int) -> _Store:
         quotes = store.quotes.get(agent)
         if quotes is not None:
             quotes.add(raw)
+            if quotes.episodes > quotes.max_episodes:  # its searches no longer read it
+                del store.quotes[agent]
+    if rows and store.quotes and _quote_bytes() > MAX_QUOTE_BYTES:
+        _drop_quotes()
     if rows and (store.terms or store.agent_terms):
         _add_tokens(conn, store, after, upto, agents)
     store.newest = upto
@@ -446,9 +501,23 @@ def agent_frequency(conn: sqlite3.Connection, agent_id: str, term: str, match: s
     return df
 
 
-def quote_words(conn: sqlite3.Connection, agent_id: str, split: Callable[[str], Iterable[str]]) -> QuoteWords:
+def _quote_bytes() -> int:
+    """(Under the lock.) What the quote words of every store take."""
+    return sum(q.size for store in _KEPT.stores.values() for q in store.quotes.values())
+
+
+def _drop_quotes() -> None:
+    """(Under the lock.) Every store's quote words dropped: each is read again when next asked."""
+    for store in _KEPT.stores.values():
+        store.quotes.clear()
+
+
+def quote_words(
+    conn: sqlite3.Connection, agent_id: str, split: Callable[[str], Iterable[str]], max_episodes: int
+) -> QuoteWords:
     """The agent's quote words (`split` makes the words of a lowered text), read once per version of
-    the store and then brought up to date with the quotes of its episodes added since."""
+    the store and then brought up to date with the quotes of its episodes added since, while the
+    agent has at most `max_episodes` episodes and all of them fit in `MAX_QUOTE_BYTES`."""
     found = current(conn)
     if found is not None:
         store, newest = found
@@ -456,7 +525,7 @@ def quote_words(conn: sqlite3.Connection, agent_id: str, split: Callable[[str], 
             kept = store.quotes.get(agent_id)
         if kept is not None:
             return kept
-    quotes = QuoteWords(split)
+    quotes = QuoteWords(split, max_episodes)
     sql = "SELECT key_quotes FROM episodes WHERE agent_id = ?" + (" AND rowid <= ?" if found else "")
     for (raw,) in conn.execute(sql, [agent_id, *([found[1]] if found else [])]):
         quotes.add(raw)
@@ -464,6 +533,10 @@ def quote_words(conn: sqlite3.Connection, agent_id: str, split: Callable[[str], 
         store, newest = found
 
         def put() -> None:
+            if quotes.episodes > max_episodes or quotes.size > MAX_QUOTE_BYTES:
+                return
+            if _quote_bytes() + quotes.size > MAX_QUOTE_BYTES:
+                _drop_quotes()
             store.quotes[agent_id] = quotes
 
         file(conn, store, newest, put)

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from tiermem.runtime import archive_stats, episode_search, fts_mirror
 from tiermem.runtime.hotstore import connect
@@ -235,3 +236,55 @@ def test_a_long_term_is_not_kept_and_cuts_no_prefix_per_character(
     kept = episode_search._frequencies(r, [long_term, term], {})
     assert made and max(made) <= 3  # "x", "s" * 20 (and nothing else)
     assert kept == _fresh(lambda: episode_search._frequencies(r, [long_term, term], {}))
+
+
+def _add_quoted(episodes: _Episodes, agent: str, text: str) -> None:
+    episodes.n += 1
+    quotes = orjson.dumps([{"speaker": "x", "text": f"{text} {k}"} for k in range(10)]).decode()
+    episodes.writer.execute(
+        "INSERT INTO episodes (episode_id, agent_id, name, summary, owner, key_quotes) VALUES (?,?,?,?,?,?)",
+        [f"e{episodes.n}", agent, "x", text, agent, quotes],
+    )
+
+
+def test_an_agents_quote_words_go_once_it_has_more_episodes_than_they_serve(episodes: _Episodes) -> None:
+    """Past `max_episodes` (quote_search.QUOTE_IDF_MAX_EPISODES) its searches no longer read them:
+    they are not kept growing with every new episode."""
+    for k in range(3):
+        _add_quoted(episodes, "a", f"the red pot {k}")
+    _add_quoted(episodes, "b", "other words")
+    r = episodes.reader
+    split = episode_search._WORD.findall
+    archive_stats.quote_words(r, "a", split, 4)
+    archive_stats.quote_words(r, "b", split, 4)
+    store = next(iter(archive_stats._KEPT.stores.values()))
+    assert set(store.quotes) == {"a", "b"}
+    _add_quoted(episodes, "a", "a fourth pot")
+    archive_stats.current(r)
+    assert set(store.quotes) == {"a", "b"} and store.quotes["a"].episodes == 4
+    _add_quoted(episodes, "a", "a fifth pot")
+    archive_stats.current(r)
+    assert set(store.quotes) == {"b"}
+    archive_stats.quote_words(r, "a", split, 4)  # read, answered, not kept
+    assert set(store.quotes) == {"b"}
+
+
+def test_the_quote_words_kept_stay_within_their_bytes(
+    episodes: _Episodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for agent in ("a", "b", "c"):
+        for k in range(5):
+            _add_quoted(episodes, agent, " ".join(f"{agent}word{j}" for j in range(20 * k, 20 * k + 20)))
+    r, split = episodes.reader, episode_search._WORD.findall
+    one = archive_stats.quote_words(r, "a", split, 100)
+    monkeypatch.setattr(archive_stats, "MAX_QUOTE_BYTES", int(one.size * 2.5), raising=False)
+    store = next(iter(archive_stats._KEPT.stores.values()))
+    for agent in ("a", "b", "c"):
+        found = archive_stats.quote_words(r, agent, split, 100)
+        assert found.size <= one.size * 1.1
+        assert sum(q.size for q in store.quotes.values()) <= int(one.size * 2.5)
+    assert "c" in store.quotes  # the newest read is kept, the others dropped to make room
+    for k in range(5):
+        _add_quoted(episodes, "c", " ".join(f"cmore{j}" for j in range(40 * k, 40 * k + 40)))
+    archive_stats.current(r)
+    assert sum(q.size for q in store.quotes.values()) <= int(one.size * 2.5)
