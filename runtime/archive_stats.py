@@ -175,7 +175,7 @@ class QuoteWords:
         return self.vocabulary
 
 
-class _Store:
+class _Statistics:
     """One store's kept statistics, at `newest` (its episodes up to that rowid)."""
 
     def __init__(self, base: tuple[Any, ...], newest: int) -> None:
@@ -194,7 +194,7 @@ class _Store:
 class _Kept:
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.stores: dict[str, _Store] = {}
+        self.stores: dict[str, _Statistics] = {}
 
     def erasure_seen(self, db: str, mark: int) -> None:
         """A read of `db` found its erasure mark at `mark`: what was kept before an erasure goes
@@ -226,7 +226,7 @@ def _state(conn: sqlite3.Connection) -> tuple[tuple[Any, ...], int] | None:
     return (database_key(conn), int(cookie), str(changed or "0")), int(newest or 0)
 
 
-def current(conn: sqlite3.Connection) -> tuple[_Store, int] | None:
+def current(conn: sqlite3.Connection) -> tuple[_Statistics, int] | None:
     """This store's kept statistics brought up to its newest episode (and that rowid), or None."""
     state = _state(conn)
     if state is None:
@@ -234,6 +234,10 @@ def current(conn: sqlite3.Connection) -> tuple[_Store, int] | None:
     base, newest = state
     with _KEPT.lock:
         store = _KEPT.stores.get(base[0])
+        if store is not None and _older(base, newest, store):
+            # A reader still on a snapshot before the kept one's: the index answers it, and what is
+            # kept stays for the readers on the newer one (dropping it would count everything again).
+            return None
         if store is None or store.base != base or newest < store.newest:
             store = _renewed(base, newest)
         elif newest > store.newest:
@@ -249,17 +253,29 @@ def current(conn: sqlite3.Connection) -> tuple[_Store, int] | None:
         return store, newest
 
 
-def _renewed(base: tuple[Any, ...], newest: int) -> _Store:
+def _older(base: tuple[Any, ...], newest: int, store: _Statistics) -> bool:
+    """Whether a version of the same store and schema comes before the kept one: fewer deletions and
+    updates counted, or as many and fewer episodes added (as runtime.fts_mirror's `_older`)."""
+    if base[:2] != store.base[:2]:
+        return False
+    try:
+        count, kept_count = int(base[2]), int(store.base[2])
+    except (TypeError, ValueError):
+        return False
+    return count < kept_count or (count == kept_count and newest < store.newest)
+
+
+def _renewed(base: tuple[Any, ...], newest: int) -> _Statistics:
     """(Under the lock.) An empty store at `newest`, in place of what was kept for this database."""
     stores = _KEPT.stores
     stores.pop(base[0], None)
     if len(stores) >= MAX_STORES:
         del stores[next(iter(stores))]
-    store = stores[base[0]] = _Store(base, newest)
+    store = stores[base[0]] = _Statistics(base, newest)
     return store
 
 
-def file(conn: sqlite3.Connection, store: _Store, newest: int, put: Callable[[], None]) -> None:
+def file(conn: sqlite3.Connection, store: _Statistics, newest: int, put: Callable[[], None]) -> None:
     """Run `put` (filing counts taken from the store at `newest`) if the store still is there:
     counted after the version was read, they may hold episodes added since (then not kept)."""
     if _state(conn) != (store.base, newest):
@@ -269,7 +285,7 @@ def file(conn: sqlite3.Connection, store: _Store, newest: int, put: Callable[[],
             put()
 
 
-def _add(conn: sqlite3.Connection, store: _Store, upto: int) -> _Store:
+def _add(conn: sqlite3.Connection, store: _Statistics, upto: int) -> _Statistics:
     """(Under the lock.) What the episodes with rowids in (store.newest, upto] add to each count
     (returned: the store, or an empty one in its place when there are too many to add)."""
     after = store.newest
@@ -303,7 +319,7 @@ def _add(conn: sqlite3.Connection, store: _Store, upto: int) -> _Store:
 
 
 def _add_tokens(
-    conn: sqlite3.Connection, store: _Store, after: int, upto: int, agents: dict[int, str]
+    conn: sqlite3.Connection, store: _Statistics, after: int, upto: int, agents: dict[int, str]
 ) -> None:
     """(Under the lock.) The new documents' tokens, added to the kept terms' counts (`agents`: each
     new rowid's agent)."""
@@ -372,7 +388,7 @@ def _defined_here(conn: sqlite3.Connection) -> bool:
     return row is not None and row[0] == fts_mirror.DEFINITION
 
 
-def keep_terms(store: _Store, found: dict[str, TermCount]) -> None:
+def keep_terms(store: _Statistics, found: dict[str, TermCount]) -> None:
     """(Through `file`.) Terms counted by the index at the store's version (a long one is not kept)."""
     found = {t: c for t, c in found.items() if len(t) <= MAX_TERM}
     if len(store.terms) + len(found) > MAX_TERMS:
@@ -381,7 +397,7 @@ def keep_terms(store: _Store, found: dict[str, TermCount]) -> None:
     _met(store, found)
 
 
-def keep_agent_terms(store: _Store, found: dict[tuple[str, str], int]) -> None:
+def keep_agent_terms(store: _Statistics, found: dict[tuple[str, str], int]) -> None:
     """(Through `file`.) An agent's episodes matching a term, counted at the store's version (a long
     term is not kept)."""
     found = {k: n for k, n in found.items() if len(k[1]) <= MAX_TERM}
@@ -391,7 +407,7 @@ def keep_agent_terms(store: _Store, found: dict[tuple[str, str], int]) -> None:
     _met(store, [t for _, t in found])
 
 
-def _met(store: _Store, terms: Iterable[str]) -> None:
+def _met(store: _Statistics, terms: Iterable[str]) -> None:
     for t in terms:
         if len(t) >= PREFIX_MIN:
             store.heads.setdefault(t[:PREFIX_MIN], set()).add(len(t))

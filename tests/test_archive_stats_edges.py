@@ -288,3 +288,38 @@ def test_the_quote_words_kept_stay_within_their_bytes(
         _add_quoted(episodes, "c", " ".join(f"cmore{j}" for j in range(40 * k, 40 * k + 40)))
     archive_stats.current(r)
     assert sum(q.size for q in store.quotes.values()) <= int(one.size * 2.5)
+
+
+def test_a_reader_on_an_older_snapshot_leaves_what_is_kept(
+    episodes: _Episodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that read the store's version before another brought what is kept past it (a new
+    episode, counted by the other reader in between) is answered by the index; what is kept at the
+    newer version stays for the others."""
+    for k in range(4):
+        episodes.add("ab"[k % 2], f"zebra paint {k}")
+    terms = ["zebra", "paint"]
+    _idf_now(episodes.reader, "a", terms)
+    store = archive_stats._KEPT.stores[next(iter(archive_stats._KEPT.stores))]
+    slow = connect(tmp_path / "hot.db")
+    real, seen = archive_stats._state, []
+
+    def state(conn: Any) -> Any:
+        found = real(conn)
+        if conn is slow and not seen:
+            seen.append(found)
+            episodes.add("a", "zebra painting again")  # and the other reader counts it first
+            seen.append(_idf_now(episodes.reader, "a", terms))
+        return found
+
+    monkeypatch.setattr(archive_stats, "_state", state)
+    try:
+        kept_terms = dict(store.terms)
+        at_slow = _idf_now(slow, "a", terms)
+        assert seen and seen[0][1] == 4 and store.newest == 5
+        assert archive_stats._KEPT.stores[store.base[0]] is store and store.terms == kept_terms
+        assert kept_terms == {t: store.terms[t] for t in terms}
+        assert at_slow[0] == {"zebra": 5, "paint": 5}  # the index's counts, now
+        assert _idf_now(episodes.reader, "a", terms) == seen[1]
+    finally:
+        slow.close()
