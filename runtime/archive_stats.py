@@ -64,6 +64,7 @@ PREFIX_MIN = 4  # terms this long or longer match as prefixes (fts_terms, episod
 # More new episodes than this since the counts were taken: they are dropped (each is then counted
 # from the store once), not brought up to date one document at a time.
 MAX_NEW_ROWS = 5_000
+MAX_NEW_CHARS = 2_000_000  # nor more characters of their text (tokenized at 20-120 ns a character)
 MAX_TERMS = 50_000  # kept terms per store (overall and per agent, each); past it, they are dropped
 # Longer terms are counted from the index each time, not kept: FTS5 cuts a query token past 32,768
 # bytes, which "starts with" here would not, and every kept length is a prefix cut from each new
@@ -227,30 +228,45 @@ def _state(conn: sqlite3.Connection) -> tuple[tuple[Any, ...], int] | None:
 
 
 def current(conn: sqlite3.Connection) -> tuple[_Statistics, int] | None:
-    """This store's kept statistics brought up to its newest episode (and that rowid), or None."""
+    """This store's kept statistics brought up to its newest episode (and that rowid), or None.
+
+    The new episodes are read and tokenized without the lock (every store's searches wait on it),
+    and what they add is applied under it only if nothing moved meanwhile: neither what is kept
+    nor the store (else it is looked at again, once; then the index answers)."""
     state = _state(conn)
     if state is None:
         return None
     base, newest = state
-    with _KEPT.lock:
-        store = _KEPT.stores.get(base[0])
-        if store is not None and _older(base, newest, store):
-            # A reader still on a snapshot before the kept one's: the index answers it, and what is
-            # kept stays for the readers on the newer one (dropping it would count everything again).
-            return None
-        if store is None or store.base != base or newest < store.newest:
-            store = _renewed(base, newest)
-        elif newest > store.newest:
+    for _ in range(2):
+        with _KEPT.lock:
+            store = _KEPT.stores.get(base[0])
+            if store is not None and _older(base, newest, store):
+                # A reader still on a snapshot before the kept one's: the index answers it, and what
+                # is kept stays for the readers on the newer one (dropping it would count it again).
+                return None
+            if store is None or store.base != base or newest < store.newest:
+                store = _renewed(base, newest)
+            if newest == store.newest:
+                return store, newest
+            if store.total is None and not (store.agents or store.terms or store.agent_terms or store.quotes):
+                store.newest = newest  # nothing kept: nothing to read
+                return store, newest
+            after, tokens = store.newest, bool(store.terms or store.agent_terms)
+        new = _New.read(conn, after, newest, tokens)
+        moved = _state(conn) != (base, newest)  # a deletion meanwhile: what was read may miss rows
+        with _KEPT.lock:
+            if moved or _KEPT.stores.get(base[0]) is not store or store.newest != after:
+                continue
+            if new is None:  # too much to add: counted again from the store
+                return _renewed(base, newest), newest
             try:
-                store = _add(conn, store, newest)
-            except fts_mirror.Unsure:
-                store.terms.clear()  # its tokens could not be the index's: counted again
-                store.agent_terms.clear()
-                store.newest = newest
+                new.apply(store)
             except BaseException:
                 _KEPT.stores.pop(base[0], None)  # part added, part not: nothing of it is kept
                 raise
-        return store, newest
+            store.newest = newest
+            return store, newest
+    return None
 
 
 def _older(base: tuple[Any, ...], newest: int, store: _Statistics) -> bool:
@@ -285,44 +301,75 @@ def file(conn: sqlite3.Connection, store: _Statistics, newest: int, put: Callabl
             put()
 
 
-def _add(conn: sqlite3.Connection, store: _Statistics, upto: int) -> _Statistics:
-    """(Under the lock.) What the episodes with rowids in (store.newest, upto] add to each count
-    (returned: the store, or an empty one in its place when there are too many to add)."""
-    after = store.newest
-    if store.total is None and not (store.agents or store.terms or store.agent_terms or store.quotes):
-        store.newest = upto  # nothing kept: nothing to read
-        return store
-    if upto - after > MAX_NEW_ROWS:  # at most this many rows (rowids are not reused while the count holds)
-        return _renewed(store.base, upto)
-    rows = conn.execute(
-        "SELECT rowid, agent_id, key_quotes FROM episodes WHERE rowid > ? AND rowid <= ? ORDER BY rowid",
-        [after, upto],
-    ).fetchall()
-    agents = {}
-    for rowid, agent, raw in rows:
-        agents[rowid] = agent
-        if store.total is not None:
-            store.total += 1
-        if agent in store.agents:
-            store.agents[agent] += 1
-        quotes = store.quotes.get(agent)
-        if quotes is not None:
-            quotes.add(raw)
-            if quotes.episodes > quotes.max_episodes:  # its searches no longer read it
-                del store.quotes[agent]
-    if rows and store.quotes and _quote_bytes() > MAX_QUOTE_BYTES:
-        _drop_quotes()
-    if rows and (store.terms or store.agent_terms):
-        _add_tokens(conn, store, after, upto, agents)
-    store.newest = upto
-    return store
+class _New:
+    """The episodes with rowids in (after, upto]: their agents and quotes, and each document's
+    tokens (when terms are kept) or why they could not be the index's (`unsure`)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, str, str | None]] = []
+        self.docs: list[tuple[int, set[str]]] = []
+        self.unsure = False
+
+    @classmethod
+    def read(cls, conn: sqlite3.Connection, after: int, upto: int, tokens: bool) -> _New | None:
+        """(Without the lock.) None when there is more than is worth adding (`MAX_NEW_ROWS` rows,
+        `MAX_NEW_CHARS` characters of text: rowids are not reused while the count holds)."""
+        if upto - after > MAX_NEW_ROWS:
+            return None
+        chars = conn.execute(
+            "SELECT coalesce(sum(ifnull(length(name), 0) + ifnull(length(summary), 0)"
+            " + ifnull(length(key_quotes), 0) + ifnull(length(participants), 0)), 0)"
+            " FROM episodes WHERE rowid > ? AND rowid <= ?",
+            [after, upto],
+        ).fetchone()[0]
+        if chars > MAX_NEW_CHARS:
+            return None
+        new = cls()
+        new.rows = conn.execute(
+            "SELECT rowid, agent_id, key_quotes FROM episodes WHERE rowid > ? AND rowid <= ? ORDER BY rowid",
+            [after, upto],
+        ).fetchall()
+        if new.rows and tokens:
+            try:
+                new.docs = _documents(conn, after, upto, len(new.rows))
+            except fts_mirror.Unsure:
+                new.unsure = True
+        return new
+
+    def apply(self, store: _Statistics) -> None:
+        """(Under the lock.) What these episodes add to each count kept."""
+        agents = {}
+        for rowid, agent, raw in self.rows:
+            agents[rowid] = agent
+            if store.total is not None:
+                store.total += 1
+            if agent in store.agents:
+                store.agents[agent] += 1
+            quotes = store.quotes.get(agent)
+            if quotes is not None:
+                quotes.add(raw)
+                if quotes.episodes > quotes.max_episodes:  # its searches no longer read it
+                    del store.quotes[agent]
+        if self.rows and store.quotes and _quote_bytes() > MAX_QUOTE_BYTES:
+            _drop_quotes()
+        if self.unsure:
+            store.terms.clear()  # its tokens could not be the index's: counted again
+            store.agent_terms.clear()
+            return
+        terms, agent_terms = store.terms, store.agent_terms
+        for rowid, tokens in self.docs:
+            agent = agents.get(rowid, "")
+            for term, n in _covered(tokens, store.heads).items():
+                kept = terms.get(term)
+                if kept is not None:
+                    _count(kept, term, n, tokens)
+                if (agent, term) in agent_terms:
+                    agent_terms[(agent, term)] += 1
 
 
-def _add_tokens(
-    conn: sqlite3.Connection, store: _Statistics, after: int, upto: int, agents: dict[int, str]
-) -> None:
-    """(Under the lock.) The new documents' tokens, added to the kept terms' counts (`agents`: each
-    new rowid's agent)."""
+def _documents(conn: sqlite3.Connection, after: int, upto: int, rows: int) -> list[tuple[int, set[str]]]:
+    """(Without the lock.) The distinct tokens of each new document of the index (`rows`: the
+    episodes read)."""
     if not _defined_here(conn):  # another table definition: its tokens are left to the index
         raise fts_mirror.Unsure("the index is not defined as the one copied")
     docs = conn.execute(
@@ -330,18 +377,9 @@ def _add_tokens(
         " JOIN episodes_fts_docsize d ON d.id = c.id WHERE c.id > ? AND c.id <= ? ORDER BY c.id",
         [after, upto],
     ).fetchall()
-    if len(docs) != len(agents):
+    if len(docs) != rows:
         raise fts_mirror.Unsure("the index's documents are not the episodes")
-    terms, agent_terms = store.terms, store.agent_terms
-    for row in docs:
-        tokens = _tokens(row)
-        agent = agents.get(int(row[0]), "")
-        for term, n in _covered(tokens, store.heads).items():
-            kept = terms.get(term)
-            if kept is not None:
-                _count(kept, term, n, tokens)
-            if (agent, term) in agent_terms:
-                agent_terms[(agent, term)] += 1
+    return [(int(row[0]), _tokens(row)) for row in docs]
 
 
 def _tokens(row: tuple[Any, ...]) -> set[str]:

@@ -323,3 +323,51 @@ def test_a_reader_on_an_older_snapshot_leaves_what_is_kept(
         assert _idf_now(episodes.reader, "a", terms) == seen[1]
     finally:
         slow.close()
+
+
+def test_new_episodes_are_tokenized_without_the_lock_and_added_once(
+    episodes: _Episodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every store's searches wait on the lock: the new documents are tokenized without it. Another
+    reader that brings what is kept up to date meanwhile does it once; the first then finds it done."""
+    for k in range(4):
+        episodes.add("ab"[k % 2], f"zebra paint {k}")
+    terms = ["zebra", "paint", "painting"]
+    first = connect(tmp_path / "hot.db")
+    try:
+        _idf_now(first, "a", terms)
+        episodes.add("a", "zebra painting again")
+        episodes.add("b", "paint it")
+        real, calls, other = fts_mirror.counted, [], []
+
+        def counted(text: Any) -> Any:
+            assert not archive_stats._KEPT.lock.locked(), "tokenized under the lock"
+            calls.append(text)
+            if len(calls) == 1:
+                other.append(_idf_now(episodes.reader, "a", terms))  # the other reader, meanwhile
+            return real(text)
+
+        monkeypatch.setattr(fts_mirror, "counted", counted)
+        kept = _idf_now(first, "a", terms)
+        monkeypatch.setattr(fts_mirror, "counted", real)
+        assert kept == other[0] == _fresh(lambda: _idf_now(first, "a", terms))
+        assert kept[0] == {"zebra": 5, "paint": 6, "painting": 1}
+    finally:
+        first.close()
+
+
+def test_new_episodes_with_more_text_than_is_worth_adding_are_counted_anew(
+    episodes: _Episodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k in range(4):
+        episodes.add("ab"[k % 2], f"zebra paint {k}")
+    terms = ["zebra", "paint"]
+    r = episodes.reader
+    _idf_now(r, "a", terms)
+    store = archive_stats._KEPT.stores[next(iter(archive_stats._KEPT.stores))]
+    assert store.terms
+    monkeypatch.setattr(archive_stats, "MAX_NEW_CHARS", 1000, raising=False)
+    episodes.add("a", "zebra " + "words " * 300)  # one row, 1,800 characters
+    found = archive_stats.current(r)
+    assert found is not None and found[0] is not store and not found[0].terms  # nothing read
+    assert _idf_now(r, "a", terms) == _fresh(lambda: _idf_now(r, "a", terms))
