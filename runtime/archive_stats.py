@@ -253,7 +253,8 @@ def current(conn: sqlite3.Connection) -> tuple[_Statistics, int] | None:
                 return store, newest
             after, tokens = store.newest, bool(store.terms or store.agent_terms)
         new = _New.read(conn, after, newest, tokens)
-        moved = _state(conn) != (base, newest)  # a deletion meanwhile: what was read may miss rows
+        now = _state(conn)  # a deletion or update meanwhile: what was read may not be the store's
+        moved = now is None or now[0] != base
         with _KEPT.lock:
             if moved or _KEPT.stores.get(base[0]) is not store or store.newest != after:
                 continue

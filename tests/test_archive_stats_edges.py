@@ -371,3 +371,29 @@ def test_new_episodes_with_more_text_than_is_worth_adding_are_counted_anew(
     found = archive_stats.current(r)
     assert found is not None and found[0] is not store and not found[0].terms  # nothing read
     assert _idf_now(r, "a", terms) == _fresh(lambda: _idf_now(r, "a", terms))
+
+
+def test_an_episode_added_while_the_new_ones_are_tokenized_does_not_stop_the_adding(
+    episodes: _Episodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k in range(4):
+        episodes.add("ab"[k % 2], f"zebra paint {k}")
+    terms = ["zebra", "paint"]
+    r = episodes.reader
+    _idf_now(r, "a", terms)
+    store = archive_stats._KEPT.stores[next(iter(archive_stats._KEPT.stores))]
+    episodes.add("a", "zebra again")
+    real, calls = fts_mirror.counted, []
+
+    def counted(text: Any) -> Any:
+        calls.append(text)
+        if len(calls) == 1:
+            episodes.add("b", "zebra once more")  # committed while the fifth is tokenized
+        return real(text)
+
+    monkeypatch.setattr(fts_mirror, "counted", counted)
+    found = archive_stats.current(r)
+    monkeypatch.setattr(fts_mirror, "counted", real)
+    assert found is not None and found[0] is store and store.newest == found[1] == 5
+    assert store.terms["zebra"].docs == 5
+    assert _idf_now(r, "a", terms) == _fresh(lambda: _idf_now(r, "a", terms))
