@@ -25,7 +25,13 @@ their rows, the quote words from their quotes. Any other change (a deletion,
 an erasure, an update, a store rebuilt at the same path) starts again from
 nothing, and each count is then taken from the store the first time it is
 asked, bounded by the newest rowid the others are at. A count is only filed
-when the store still is where it was read, so none is ever taken twice.
+when the store still is where it was read, so none is ever taken twice. An
+erasure this process makes drops its store's statistics at once (its words
+are the archive's text; `EpisodeTexts.erasure_drops`), and a reader still on
+an older version than what is kept is answered by the index. The new
+episodes are read and tokenized without the lock every store's searches
+wait on, and applied only if nothing moved meanwhile. A term longer than
+`MAX_TERM` is not kept: counted by the index each time.
 
 The index itself is not asked for the new documents: a whole word's MATCH
 past a rowid seeks (~0.05 ms for a word in 94% of 100,000 documents), but a
@@ -38,6 +44,12 @@ searches' MATCH): it counts, per document, each distinct token starting with
 it (fts5vocab sums the documents of every word it covers), and a match of an
 agent's episode counts it once. FTS5's tokenizer never makes a token holding
 U+10FFFF (not a letter or digit), so "starts with" is fts5vocab's range too.
+
+Episodes are taken to be added with rowids above every one before (SQLite's
+own rowids: nothing here inserts an explicit one). A row inserted with an
+explicit rowid into the gap a deletion left, after the counts were taken,
+would be below their newest rowid and not be seen (as by runtime.fts_mirror
+and runtime.fts_ranks, which assume the same).
 
 Nothing is kept inside a transaction (a rollback does not take the count
 back) nor on a store without the counting triggers: there every count is
@@ -292,7 +304,9 @@ def _renewed(base: tuple[Any, ...], newest: int) -> _Statistics:
     return store
 
 
-def file(conn: sqlite3.Connection, store: _Statistics, newest: int, put: Callable[[], None]) -> None:
+def file_if_current(
+    conn: sqlite3.Connection, store: _Statistics, newest: int, put: Callable[[], None]
+) -> None:
     """Run `put` (filing counts taken from the store at `newest`) if the store still is there:
     counted after the version was read, they may hold episodes added since (then not kept)."""
     if _state(conn) != (store.base, newest):
@@ -428,7 +442,7 @@ def _defined_here(conn: sqlite3.Connection) -> bool:
 
 
 def keep_terms(store: _Statistics, found: dict[str, TermCount]) -> None:
-    """(Through `file`.) Terms counted by the index at the store's version (a long one is not kept)."""
+    """(Through `file_if_current`.) Terms counted by the index at the store's version (a long one is not kept)."""
     found = {t: c for t, c in found.items() if len(t) <= MAX_TERM}
     if len(store.terms) + len(found) > MAX_TERMS:
         store.terms.clear()
@@ -437,7 +451,7 @@ def keep_terms(store: _Statistics, found: dict[str, TermCount]) -> None:
 
 
 def keep_agent_terms(store: _Statistics, found: dict[tuple[str, str], int]) -> None:
-    """(Through `file`.) An agent's episodes matching a term, counted at the store's version (a long
+    """(Through `file_if_current`.) An agent's episodes matching a term, counted at the store's version (a long
     term is not kept)."""
     found = {k: n for k, n in found.items() if len(k[1]) <= MAX_TERM}
     if len(store.agent_terms) + len(found) > MAX_TERMS:
@@ -490,7 +504,7 @@ def frequencies(
         if single is not None and only:
             single[t] = only
     if counted:
-        file(conn, store, newest, lambda: keep_terms(store, counted))
+        file_if_current(conn, store, newest, lambda: keep_terms(store, counted))
     if copied:
         with _KEPT.lock:
             store.terms.clear()  # the copy answers for this store, and brings itself up to date
@@ -526,7 +540,7 @@ def sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:
         def put() -> None:
             store.agents[agent_id], store.total = agent_total, archive
 
-        file(conn, store, newest, put)
+        file_if_current(conn, store, newest, put)
     return store.base[0], total or 1, all_docs or 1
 
 
@@ -552,7 +566,7 @@ def agent_frequency(conn: sqlite3.Connection, agent_id: str, term: str, match: s
         return kept
     own = f'"{term}"*' if len(term) >= PREFIX_MIN else f'"{term}"'
     df = int(conn.execute(sql.format(bound=" AND rowid <= ?"), [agent_id, own, newest]).fetchone()[0])
-    file(conn, store, newest, lambda: keep_agent_terms(store, {(agent_id, term): df}))
+    file_if_current(conn, store, newest, lambda: keep_agent_terms(store, {(agent_id, term): df}))
     return df
 
 
@@ -594,7 +608,7 @@ def quote_words(
                 _drop_quotes()
             store.quotes[agent_id] = quotes
 
-        file(conn, store, newest, put)
+        file_if_current(conn, store, newest, put)
     return quotes
 
 
