@@ -397,3 +397,48 @@ def test_an_episode_added_while_the_new_ones_are_tokenized_does_not_stop_the_add
     assert found is not None and found[0] is store and store.newest == found[1] == 5
     assert store.terms["zebra"].docs == 5
     assert _idf_now(r, "a", terms) == _fresh(lambda: _idf_now(r, "a", terms))
+
+
+def test_an_error_while_reading_new_episodes_leaves_nothing_half_added(
+    episodes: _Episodes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k in range(6):
+        episodes.add("ab"[k % 2], "zebra paint" if k % 3 else "plain")
+    r, terms = episodes.reader, ["zebra", "paint"]
+    _idf_now(r, "a", terms)
+    episodes.add("a", "zebra painting")
+    episodes.add("a", "zebra painting")
+    episodes.add("a", "zebra painting")
+    real, calls = fts_mirror.counted, [0]
+
+    def failing(text: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 6:  # the second new document
+            raise RuntimeError("boom")
+        return real(text)
+
+    monkeypatch.setattr(fts_mirror, "counted", failing)
+    with pytest.raises(RuntimeError):
+        _idf_now(r, "a", terms)
+    monkeypatch.setattr(fts_mirror, "counted", real)
+    kept = _idf_now(r, "a", terms)
+    assert kept == _fresh(lambda: _idf_now(r, "a", terms))
+    assert kept[0] == {"zebra": 7, "paint": 7}
+
+
+def test_an_index_defined_otherwise_is_counted_by_the_index(episodes: _Episodes) -> None:
+    """A porter tokenizer makes other tokens than the copied one: its new documents are not
+    tokenized here, the terms are counted again."""
+    episodes.writer.execute("DROP TABLE episodes_fts")
+    episodes.writer.execute(
+        "CREATE VIRTUAL TABLE episodes_fts USING fts5(name, summary, quotes, participants, tokenize='porter')"
+    )
+    terms = ["painting", "painti", "paint", "zebra", "zebras"]
+    for k in range(6):
+        episodes.add("ab"[k % 2], "zebras paintings" if k % 3 else "plain")
+    r = episodes.reader
+    _idf_now(r, "a", terms)
+    for _ in range(3):
+        episodes.add("a", "zebras painting")
+    kept = _idf_now(r, "a", terms)
+    assert kept == _fresh(lambda: _idf_now(r, "a", terms))
