@@ -25,7 +25,13 @@ their rows, the quote words from their quotes. Any other change (a deletion,
 an erasure, an update, a store rebuilt at the same path) starts again from
 nothing, and each count is then taken from the store the first time it is
 asked, bounded by the newest rowid the others are at. A count is only filed
-when the store still is where it was read, so none is ever taken twice.
+when the store still is where it was read, so none is ever taken twice. An
+erasure this process makes drops its store's statistics at once (its words
+are the archive's text; `EpisodeTexts.erasure_drops`), and a reader still on
+an older version than what is kept is answered by the index. The new
+episodes are read and tokenized without the lock every store's searches
+wait on, and applied only if nothing moved meanwhile. A term longer than
+`MAX_TERM` is not kept: counted by the index each time.
 
 The index itself is not asked for the new documents: a whole word's MATCH
 past a rowid seeks (~0.05 ms for a word in 94% of 100,000 documents), but a
@@ -39,6 +45,12 @@ it (fts5vocab sums the documents of every word it covers), and a match of an
 agent's episode counts it once. FTS5's tokenizer never makes a token holding
 U+10FFFF (not a letter or digit), so "starts with" is fts5vocab's range too.
 
+Episodes are taken to be added with rowids above every one before (SQLite's
+own rowids: nothing here inserts an explicit one). A row inserted with an
+explicit rowid into the gap a deletion left, after the counts were taken,
+would be below their newest rowid and not be seen (as by runtime.fts_mirror
+and runtime.fts_ranks, which assume the same).
+
 Nothing is kept inside a transaction (a rollback does not take the count
 back) nor on a store without the counting triggers: there every count is
 taken from the store, uncached.
@@ -46,8 +58,10 @@ taken from the store, uncached.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -62,7 +76,12 @@ PREFIX_MIN = 4  # terms this long or longer match as prefixes (fts_terms, episod
 # More new episodes than this since the counts were taken: they are dropped (each is then counted
 # from the store once), not brought up to date one document at a time.
 MAX_NEW_ROWS = 5_000
+MAX_NEW_CHARS = 2_000_000  # nor more characters of their text (tokenized at 20-120 ns a character)
 MAX_TERMS = 50_000  # kept terms per store (overall and per agent, each); past it, they are dropped
+# Longer terms are counted from the index each time, not kept: FTS5 cuts a query token past 32,768
+# bytes, which "starts with" here would not, and every kept length is a prefix cut from each new
+# token under its head (a term of thousands of characters made thousands per token).
+MAX_TERM = 64
 MAX_STORES = 8
 # What the kept statistics are filed under, read in one statement (one snapshot of the store).
 _STATE = (
@@ -82,14 +101,28 @@ class TermCount:
         self.docs, self.words, self.word = docs, min(words, 2), word if words == 1 else ""
 
 
+# The quote words kept in all (`QuoteWords.size`, every store's agents together); past it, they are
+# dropped. A word's quotes take a bit per quote up to its last: at 5,000 episodes of ten quotes each
+# an agent's took ~124 MB.
+MAX_QUOTE_BYTES = 64_000_000
+WORD_BYTES = 120  # a word's string, its entry and its number, besides its bits
+
+
 class QuoteWords:
     """One agent's remembered turns (quotes) as an index from word to the quotes holding it
     (a bit per quote, in the order read), with its words sorted; `idf` keeps what was worked
-    out of it until quotes are added."""
+    out of it until quotes are added.
 
-    def __init__(self, split: Callable[[str], Iterable[str]]) -> None:
+    It is kept for at most `max_episodes` episodes of the agent (past them its searches weigh terms
+    by the index's counts, and it would only grow), and `size` says about how many bytes it holds."""
+
+    def __init__(self, split: Callable[[str], Iterable[str]], max_episodes: int) -> None:
         self.split = split
+        self.max_episodes = max_episodes
         self.n = 0
+        self.episodes = 0
+        self.words_size = 0  # the words' strings and entries
+        self.bits = 0  # every word's bits, up to its last quote
         self.by_word: dict[str, int] = {}
         self.vocabulary: list[str] = []
         self.new_words: list[str] = []
@@ -98,6 +131,7 @@ class QuoteWords:
     def add(self, raw: str | None) -> None:
         """The quotes of one episode (its `key_quotes`)."""
         by_word = self.by_word
+        self.episodes += 1
         for q in orjson.loads(raw or "[]"):
             if isinstance(q, dict) and q.get("text"):
                 bit = 1 << self.n
@@ -106,9 +140,43 @@ class QuoteWords:
                     if found is None:
                         self.new_words.append(word)
                         found = 0
+                        self.words_size += WORD_BYTES + len(word)
+                    self.bits += self.n + 1 - found.bit_length()
                     by_word[word] = found | bit
                 self.n += 1
         self.idf.clear()
+
+    @property
+    def size(self) -> int:
+        """About how many bytes it holds."""
+        return self.words_size + self.bits // 8
+
+    def df(self, groups: Sequence[tuple[str, ...]]) -> list[float]:
+        """(Under the lock.) Each group's IDF over the quotes: a quote holds a group when it holds
+        one of its forms, a short form as a whole word, a longer one as the prefix of any word
+        (all such words sit together in the sorted vocabulary); kept until quotes are added."""
+        n, vocabulary, by_word, idfs = self.n or 1, self.sorted_words(), self.by_word, self.idf
+        out = []
+        for g in groups:
+            key = "|".join(g)
+            idf = idfs.get(key)
+            if idf is None:
+                if len(idfs) > 50_000:
+                    idfs.clear()
+                found = 0
+                for form in g:
+                    i = bisect_left(vocabulary, form)
+                    if len(form) < PREFIX_MIN:
+                        if i < len(vocabulary) and vocabulary[i] == form:
+                            found |= by_word[form]
+                        continue
+                    while i < len(vocabulary) and vocabulary[i].startswith(form):
+                        found |= by_word[vocabulary[i]]
+                        i += 1
+                d = found.bit_count()
+                idf = idfs[key] = math.log(1 + (n - d + 0.5) / (d + 0.5))
+            out.append(idf)
+        return out
 
     def sorted_words(self) -> list[str]:
         """Every word, sorted (the words added since last asked merged in)."""
@@ -120,7 +188,7 @@ class QuoteWords:
         return self.vocabulary
 
 
-class _Store:
+class _Statistics:
     """One store's kept statistics, at `newest` (its episodes up to that rowid)."""
 
     def __init__(self, base: tuple[Any, ...], newest: int) -> None:
@@ -131,15 +199,15 @@ class _Store:
         self.agents: dict[str, int] = {}  # episodes per agent
         self.agent_terms: dict[tuple[str, str], int] = {}  # (agent, term) -> its episodes matching
         self.quotes: dict[str, QuoteWords] = {}
-        self.longest = 0  # the longest prefix term kept (overall or per agent)
-        self.heads: set[str] = set()  # the first `PREFIX_MIN` characters of each prefix term kept
+        # The first `PREFIX_MIN` characters of each prefix term kept -> the lengths kept under them.
+        self.heads: dict[str, set[int]] = {}
         self.mark: int | None = None  # the erasure mark last seen
 
 
 class _Kept:
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.stores: dict[str, _Store] = {}
+        self.stores: dict[str, _Statistics] = {}
 
     def erasure_seen(self, db: str, mark: int) -> None:
         """A read of `db` found its erasure mark at `mark`: what was kept before an erasure goes
@@ -151,9 +219,16 @@ class _Kept:
             elif store is not None:
                 store.mark = mark
 
+    def erased(self, db: str) -> None:
+        """This process has just erased something in `db`: nothing kept of it stays (its words and
+        the questions' terms are the archive's text)."""
+        with self.lock:
+            self.stores.pop(db, None)
+
 
 _KEPT = _Kept()
 TEXTS.erasure_checks.append(_KEPT.erasure_seen)
+TEXTS.erasure_drops.append(_KEPT.erased)
 
 
 def _state(conn: sqlite3.Connection) -> tuple[tuple[Any, ...], int] | None:
@@ -164,40 +239,74 @@ def _state(conn: sqlite3.Connection) -> tuple[tuple[Any, ...], int] | None:
     return (database_key(conn), int(cookie), str(changed or "0")), int(newest or 0)
 
 
-def current(conn: sqlite3.Connection) -> tuple[_Store, int] | None:
-    """This store's kept statistics brought up to its newest episode (and that rowid), or None."""
+def current(conn: sqlite3.Connection) -> tuple[_Statistics, int] | None:
+    """This store's kept statistics brought up to its newest episode (and that rowid), or None.
+
+    The new episodes are read and tokenized without the lock (every store's searches wait on it),
+    and what they add is applied under it only if nothing moved meanwhile: neither what is kept
+    nor the store (else it is looked at again, once; then the index answers)."""
     state = _state(conn)
     if state is None:
         return None
     base, newest = state
-    with _KEPT.lock:
-        store = _KEPT.stores.get(base[0])
-        if store is None or store.base != base or newest < store.newest:
-            store = _renewed(base, newest)
-        elif newest > store.newest:
+    for _ in range(2):
+        with _KEPT.lock:
+            store = _KEPT.stores.get(base[0])
+            if store is not None and _older(base, newest, store):
+                # A reader still on a snapshot before the kept one's: the index answers it, and what
+                # is kept stays for the readers on the newer one (dropping it would count it again).
+                return None
+            if store is None or store.base != base or newest < store.newest:
+                store = _renewed(base, newest)
+            if newest == store.newest:
+                return store, newest
+            if store.total is None and not (store.agents or store.terms or store.agent_terms or store.quotes):
+                store.newest = newest  # nothing kept: nothing to read
+                return store, newest
+            after, tokens = store.newest, bool(store.terms or store.agent_terms)
+        new = _New.read(conn, after, newest, tokens)
+        now = _state(conn)  # a deletion or update meanwhile: what was read may not be the store's
+        moved = now is None or now[0] != base
+        with _KEPT.lock:
+            if moved or _KEPT.stores.get(base[0]) is not store or store.newest != after:
+                continue
+            if new is None:  # too much to add: counted again from the store
+                return _renewed(base, newest), newest
             try:
-                store = _add(conn, store, newest)
-            except fts_mirror.Unsure:
-                store.terms.clear()  # its tokens could not be the index's: counted again
-                store.agent_terms.clear()
-                store.newest = newest
+                new.apply(store)
             except BaseException:
                 _KEPT.stores.pop(base[0], None)  # part added, part not: nothing of it is kept
                 raise
-        return store, newest
+            store.newest = newest
+            return store, newest
+    return None
 
 
-def _renewed(base: tuple[Any, ...], newest: int) -> _Store:
+def _older(base: tuple[Any, ...], newest: int, store: _Statistics) -> bool:
+    """Whether a version of the same store and schema comes before the kept one: fewer deletions and
+    updates counted, or as many and fewer episodes added (as runtime.fts_mirror's `_older`)."""
+    if base[:2] != store.base[:2]:
+        return False
+    try:
+        count, kept_count = int(base[2]), int(store.base[2])
+    except (TypeError, ValueError):
+        return False
+    return count < kept_count or (count == kept_count and newest < store.newest)
+
+
+def _renewed(base: tuple[Any, ...], newest: int) -> _Statistics:
     """(Under the lock.) An empty store at `newest`, in place of what was kept for this database."""
     stores = _KEPT.stores
     stores.pop(base[0], None)
     if len(stores) >= MAX_STORES:
         del stores[next(iter(stores))]
-    store = stores[base[0]] = _Store(base, newest)
+    store = stores[base[0]] = _Statistics(base, newest)
     return store
 
 
-def file(conn: sqlite3.Connection, store: _Store, newest: int, put: Callable[[], None]) -> None:
+def file_if_current(
+    conn: sqlite3.Connection, store: _Statistics, newest: int, put: Callable[[], None]
+) -> None:
     """Run `put` (filing counts taken from the store at `newest`) if the store still is there:
     counted after the version was read, they may hold episodes added since (then not kept)."""
     if _state(conn) != (store.base, newest):
@@ -207,40 +316,75 @@ def file(conn: sqlite3.Connection, store: _Store, newest: int, put: Callable[[],
             put()
 
 
-def _add(conn: sqlite3.Connection, store: _Store, upto: int) -> _Store:
-    """(Under the lock.) What the episodes with rowids in (store.newest, upto] add to each count
-    (returned: the store, or an empty one in its place when there are too many to add)."""
-    after = store.newest
-    if store.total is None and not (store.agents or store.terms or store.agent_terms or store.quotes):
-        store.newest = upto  # nothing kept: nothing to read
-        return store
-    if upto - after > MAX_NEW_ROWS:  # at most this many rows (rowids are not reused while the count holds)
-        return _renewed(store.base, upto)
-    rows = conn.execute(
-        "SELECT rowid, agent_id, key_quotes FROM episodes WHERE rowid > ? AND rowid <= ? ORDER BY rowid",
-        [after, upto],
-    ).fetchall()
-    agents = {}
-    for rowid, agent, raw in rows:
-        agents[rowid] = agent
-        if store.total is not None:
-            store.total += 1
-        if agent in store.agents:
-            store.agents[agent] += 1
-        quotes = store.quotes.get(agent)
-        if quotes is not None:
-            quotes.add(raw)
-    if rows and (store.terms or store.agent_terms):
-        _add_tokens(conn, store, after, upto, agents)
-    store.newest = upto
-    return store
+class _New:
+    """The episodes with rowids in (after, upto]: their agents and quotes, and each document's
+    tokens (when terms are kept) or why they could not be the index's (`unsure`)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, str, str | None]] = []
+        self.docs: list[tuple[int, set[str]]] = []
+        self.unsure = False
+
+    @classmethod
+    def read(cls, conn: sqlite3.Connection, after: int, upto: int, tokens: bool) -> _New | None:
+        """(Without the lock.) None when there is more than is worth adding (`MAX_NEW_ROWS` rows,
+        `MAX_NEW_CHARS` characters of text: rowids are not reused while the count holds)."""
+        if upto - after > MAX_NEW_ROWS:
+            return None
+        chars = conn.execute(
+            "SELECT coalesce(sum(ifnull(length(name), 0) + ifnull(length(summary), 0)"
+            " + ifnull(length(key_quotes), 0) + ifnull(length(participants), 0)), 0)"
+            " FROM episodes WHERE rowid > ? AND rowid <= ?",
+            [after, upto],
+        ).fetchone()[0]
+        if chars > MAX_NEW_CHARS:
+            return None
+        new = cls()
+        new.rows = conn.execute(
+            "SELECT rowid, agent_id, key_quotes FROM episodes WHERE rowid > ? AND rowid <= ? ORDER BY rowid",
+            [after, upto],
+        ).fetchall()
+        if new.rows and tokens:
+            try:
+                new.docs = _documents(conn, after, upto, len(new.rows))
+            except fts_mirror.Unsure:
+                new.unsure = True
+        return new
+
+    def apply(self, store: _Statistics) -> None:
+        """(Under the lock.) What these episodes add to each count kept."""
+        agents = {}
+        for rowid, agent, raw in self.rows:
+            agents[rowid] = agent
+            if store.total is not None:
+                store.total += 1
+            if agent in store.agents:
+                store.agents[agent] += 1
+            quotes = store.quotes.get(agent)
+            if quotes is not None:
+                quotes.add(raw)
+                if quotes.episodes > quotes.max_episodes:  # its searches no longer read it
+                    del store.quotes[agent]
+        if self.rows and store.quotes and _quote_bytes() > MAX_QUOTE_BYTES:
+            _drop_quotes()
+        if self.unsure:
+            store.terms.clear()  # its tokens could not be the index's: counted again
+            store.agent_terms.clear()
+            return
+        terms, agent_terms = store.terms, store.agent_terms
+        for rowid, tokens in self.docs:
+            agent = agents.get(rowid, "")
+            for term, n in _covered(tokens, store.heads).items():
+                kept = terms.get(term)
+                if kept is not None:
+                    _count(kept, term, n, tokens)
+                if (agent, term) in agent_terms:
+                    agent_terms[(agent, term)] += 1
 
 
-def _add_tokens(
-    conn: sqlite3.Connection, store: _Store, after: int, upto: int, agents: dict[int, str]
-) -> None:
-    """(Under the lock.) The new documents' tokens, added to the kept terms' counts (`agents`: each
-    new rowid's agent)."""
+def _documents(conn: sqlite3.Connection, after: int, upto: int, rows: int) -> list[tuple[int, set[str]]]:
+    """(Without the lock.) The distinct tokens of each new document of the index (`rows`: the
+    episodes read)."""
     if not _defined_here(conn):  # another table definition: its tokens are left to the index
         raise fts_mirror.Unsure("the index is not defined as the one copied")
     docs = conn.execute(
@@ -248,18 +392,9 @@ def _add_tokens(
         " JOIN episodes_fts_docsize d ON d.id = c.id WHERE c.id > ? AND c.id <= ? ORDER BY c.id",
         [after, upto],
     ).fetchall()
-    if len(docs) != len(agents):
+    if len(docs) != rows:
         raise fts_mirror.Unsure("the index's documents are not the episodes")
-    terms, agent_terms = store.terms, store.agent_terms
-    for row in docs:
-        tokens = _tokens(row)
-        agent = agents.get(int(row[0]), "")
-        for term, n in _covered(tokens, store.heads, store.longest).items():
-            kept = terms.get(term)
-            if kept is not None:
-                _count(kept, term, n, tokens)
-            if (agent, term) in agent_terms:
-                agent_terms[(agent, term)] += 1
+    return [(int(row[0]), _tokens(row)) for row in docs]
 
 
 def _tokens(row: tuple[Any, ...]) -> set[str]:
@@ -274,16 +409,19 @@ def _tokens(row: tuple[Any, ...]) -> set[str]:
     return tokens
 
 
-def _covered(tokens: set[str], heads: set[str], longest: int) -> Counter[str]:
+def _covered(tokens: set[str], heads: dict[str, set[int]]) -> Counter[str]:
     """Per term that may be kept, the distinct tokens among `tokens` it covers: each prefix of a
-    token (up to the longest term kept), or a short token whole."""
+    token as long as a term kept under its head, or a short token whole."""
     covered: Counter[str] = Counter()
     for w in tokens:
         if len(w) < PREFIX_MIN:
             covered[w] += 1
-        elif w[:PREFIX_MIN] in heads:  # mostly not: a token no kept term starts
-            for k in range(PREFIX_MIN, min(len(w), longest) + 1):
-                covered[w[:k]] += 1
+            continue
+        lengths = heads.get(w[:PREFIX_MIN])
+        if lengths is not None:  # mostly not: a token no kept term starts
+            for k in lengths:
+                if k <= len(w):
+                    covered[w[:k]] += 1
     return covered
 
 
@@ -303,27 +441,29 @@ def _defined_here(conn: sqlite3.Connection) -> bool:
     return row is not None and row[0] == fts_mirror.DEFINITION
 
 
-def keep_terms(store: _Store, found: dict[str, TermCount]) -> None:
-    """(Through `file`.) Terms counted by the index at the store's version."""
+def keep_terms(store: _Statistics, found: dict[str, TermCount]) -> None:
+    """(Through `file_if_current`.) Terms counted by the index at the store's version (a long one is not kept)."""
+    found = {t: c for t, c in found.items() if len(t) <= MAX_TERM}
     if len(store.terms) + len(found) > MAX_TERMS:
         store.terms.clear()
     store.terms.update(found)
     _met(store, found)
 
 
-def keep_agent_terms(store: _Store, found: dict[tuple[str, str], int]) -> None:
-    """(Through `file`.) An agent's episodes matching a term, counted at the store's version."""
+def keep_agent_terms(store: _Statistics, found: dict[tuple[str, str], int]) -> None:
+    """(Through `file_if_current`.) An agent's episodes matching a term, counted at the store's version (a long
+    term is not kept)."""
+    found = {k: n for k, n in found.items() if len(k[1]) <= MAX_TERM}
     if len(store.agent_terms) + len(found) > MAX_TERMS:
         store.agent_terms.clear()
     store.agent_terms.update(found)
     _met(store, [t for _, t in found])
 
 
-def _met(store: _Store, terms: Iterable[str]) -> None:
+def _met(store: _Statistics, terms: Iterable[str]) -> None:
     for t in terms:
         if len(t) >= PREFIX_MIN:
-            store.heads.add(t[:PREFIX_MIN])
-            store.longest = max(store.longest, len(t))
+            store.heads.setdefault(t[:PREFIX_MIN], set()).add(len(t))
 
 
 def frequencies(
@@ -364,7 +504,7 @@ def frequencies(
         if single is not None and only:
             single[t] = only
     if counted:
-        file(conn, store, newest, lambda: keep_terms(store, counted))
+        file_if_current(conn, store, newest, lambda: keep_terms(store, counted))
     if copied:
         with _KEPT.lock:
             store.terms.clear()  # the copy answers for this store, and brings itself up to date
@@ -400,13 +540,18 @@ def sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:
         def put() -> None:
             store.agents[agent_id], store.total = agent_total, archive
 
-        file(conn, store, newest, put)
+        file_if_current(conn, store, newest, put)
     return store.base[0], total or 1, all_docs or 1
 
 
 def agent_frequency(conn: sqlite3.Connection, agent_id: str, term: str, match: str) -> int:
     """The agent's episodes matching `term` (`match`: its MATCH expression, a prefix from
-    `PREFIX_MIN` characters, or the one word it covers)."""
+    `PREFIX_MIN` characters, or the one word it covers).
+
+    What is kept is counted with the term's own MATCH (its prefix), not `match`: the one word was
+    worked out at the version the overall counts were read, and another connection may have added
+    a second word the prefix covers before this count's version (then the one word's count, filed
+    for the prefix, would be short for good). While it covers one word, the two count alike."""
     sql = (
         "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid IN "
         "(SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH ?{bound})"
@@ -419,14 +564,29 @@ def agent_frequency(conn: sqlite3.Connection, agent_id: str, term: str, match: s
         kept = store.agent_terms.get((agent_id, term))
     if kept is not None:
         return kept
-    df = int(conn.execute(sql.format(bound=" AND rowid <= ?"), [agent_id, match, newest]).fetchone()[0])
-    file(conn, store, newest, lambda: keep_agent_terms(store, {(agent_id, term): df}))
+    own = f'"{term}"*' if len(term) >= PREFIX_MIN else f'"{term}"'
+    df = int(conn.execute(sql.format(bound=" AND rowid <= ?"), [agent_id, own, newest]).fetchone()[0])
+    file_if_current(conn, store, newest, lambda: keep_agent_terms(store, {(agent_id, term): df}))
     return df
 
 
-def quote_words(conn: sqlite3.Connection, agent_id: str, split: Callable[[str], Iterable[str]]) -> QuoteWords:
+def _quote_bytes() -> int:
+    """(Under the lock.) What the quote words of every store take."""
+    return sum(q.size for store in _KEPT.stores.values() for q in store.quotes.values())
+
+
+def _drop_quotes() -> None:
+    """(Under the lock.) Every store's quote words dropped: each is read again when next asked."""
+    for store in _KEPT.stores.values():
+        store.quotes.clear()
+
+
+def quote_words(
+    conn: sqlite3.Connection, agent_id: str, split: Callable[[str], Iterable[str]], max_episodes: int
+) -> QuoteWords:
     """The agent's quote words (`split` makes the words of a lowered text), read once per version of
-    the store and then brought up to date with the quotes of its episodes added since."""
+    the store and then brought up to date with the quotes of its episodes added since, while the
+    agent has at most `max_episodes` episodes and all of them fit in `MAX_QUOTE_BYTES`."""
     found = current(conn)
     if found is not None:
         store, newest = found
@@ -434,7 +594,7 @@ def quote_words(conn: sqlite3.Connection, agent_id: str, split: Callable[[str], 
             kept = store.quotes.get(agent_id)
         if kept is not None:
             return kept
-    quotes = QuoteWords(split)
+    quotes = QuoteWords(split, max_episodes)
     sql = "SELECT key_quotes FROM episodes WHERE agent_id = ?" + (" AND rowid <= ?" if found else "")
     for (raw,) in conn.execute(sql, [agent_id, *([found[1]] if found else [])]):
         quotes.add(raw)
@@ -442,9 +602,13 @@ def quote_words(conn: sqlite3.Connection, agent_id: str, split: Callable[[str], 
         store, newest = found
 
         def put() -> None:
+            if quotes.episodes > max_episodes or quotes.size > MAX_QUOTE_BYTES:
+                return
+            if _quote_bytes() + quotes.size > MAX_QUOTE_BYTES:
+                _drop_quotes()
             store.quotes[agent_id] = quotes
 
-        file(conn, store, newest, put)
+        file_if_current(conn, store, newest, put)
     return quotes
 
 

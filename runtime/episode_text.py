@@ -290,6 +290,10 @@ class EpisodeTexts:
         # Other per-process caches of episode text (runtime.fts_rows), told the store's erasure
         # mark at every read as this cache checks it: each drops what it read before an erasure.
         self.erasure_checks: list[Callable[[str, int], None]] = []
+        # The same caches, told when this process has just erased something in a store:
+        # each drops what it holds of that store at once, not at the next read of it (which may
+        # never come): `erasure_done`.
+        self.erasure_drops: list[Callable[[str], None]] = []
         # Held by whoever prepares (adds to the indexes, or clears them): an episode's passages are
         # numbered as one run (its `start` onwards), so two threads preparing at once would interleave
         # their ids. Searches only read, and do not take it.
@@ -314,6 +318,14 @@ class EpisodeTexts:
         # (runtime.fts_ranks).
         self.long_dbs: set[str] = set()
         self.erased: dict[str, int] = {}  # database -> its erasure mark when its entries were read
+
+    def erasure_done(self, db: str) -> None:
+        """This process has just committed an erasure in `db` (runtime.sqlite_apply): the prepared
+        texts go (all of them, as on an erasure found by a read), and every cache drops that store."""
+        with self.lock:
+            self.clear()
+            for drop in self.erasure_drops:
+                drop(db)
 
     @property
     def passages(self) -> int:

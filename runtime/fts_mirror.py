@@ -121,23 +121,34 @@ class _Tokenizer:
 
     The runs tokenized are kept (the same words recur), bounded by their characters (a run can be
     a paragraph of text without spaces), and dropped with the table's connection when the store
-    erases something (`forget`): they are episode text like the copy's tokens."""
+    erases something (`forget`): they are episode text like the copy's tokens.
+
+    Its callers hold their own locks (this module's, runtime.archive_stats'), not each other's, and
+    its table is written and read per call: its own lock is held around every use of the table and
+    the runs, or two calls would number their rows alike and one would close the table under another."""
 
     MAX_CHARS = 1_000_000
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.kept: dict[str, tuple[str, ...]] = {}
         self.chars = 0  # the kept runs' characters
         self.conn: sqlite3.Connection | None = None
 
     def forget(self) -> None:
         """Drop every run kept, and the private table with the pages that held them."""
-        self.kept, self.chars = {}, 0
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        with self.lock:
+            self.kept, self.chars = {}, 0
+            if self.conn is not None:
+                self.conn.close()
+                self.conn = None
 
     def tokens(self, runs: set[str]) -> dict[str, tuple[str, ...]]:
+        with self.lock:
+            return self._tokens(runs)
+
+    def _tokens(self, runs: set[str]) -> dict[str, tuple[str, ...]]:
+        """(Under the lock.)"""
         out = {r: self.kept[r] for r in runs if r in self.kept}
         missing = [r for r in runs if r not in out]
         if not missing:
@@ -476,9 +487,17 @@ class _Kept:
             _TOKENIZER.forget()
         self.marks[db] = mark
 
+    def erased(self, db: str) -> None:
+        """This process has just erased something in `db`: its copy goes, and the tokenizer's runs."""
+        with self.lock:
+            _TOKENIZER.forget()
+            if self.mirror is not None and self.mirror.base[0] == db:
+                self.mirror, self.version = None, None
+
 
 _KEPT = _Kept()
 TEXTS.erasure_checks.append(_KEPT.erasure_seen)
+TEXTS.erasure_drops.append(_KEPT.erased)
 
 
 def _defined_here(conn: sqlite3.Connection) -> bool:

@@ -12,8 +12,9 @@ but for its newest episode rowid (an episode added changes no row kept, and
 its own row is read when first asked for), and the store's erasure mark, on
 the same stores (of at most `fts_ranks.MAX_DOCS` episodes where long
 episodes have been met: on a large archive a question's candidates are
-mostly new ones, and keeping them would only cost). As with the phrase ranks, one database is kept at a time:
-a process reads one store (reading another drops the first's rows).
+mostly new ones, and keeping them would only cost). As with the phrase
+ranks, one database is kept at a time: a process reads one store (reading
+another drops the first's rows).
 
 Only what a row says is kept, never who may see it: the rowids asked for
 come from the candidate query, which checks each row's visibility for the
@@ -60,9 +61,15 @@ class _Kept:
         if self.version is not None and self.version[0] == db and self.version[-1] != mark:
             self.clear()
 
+    def erased(self, db: str) -> None:
+        """This process has just erased something in `db`: the rows read of it go."""
+        if self.version is not None and self.version[0] == db:
+            self.clear()
+
 
 _KEPT = _Kept()
 TEXTS.erasure_checks.append(_KEPT.erasure_seen)
+TEXTS.erasure_drops.append(_KEPT.erased)
 
 
 def _read(conn: sqlite3.Connection, cols: str, rowids: Sequence[int]) -> dict[int, Row]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
-from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -105,32 +104,9 @@ def _group_idf(
             df = min(total, max((overall[f] for f in g), default=0) * total / all_docs)
             out_index.append(math.log(1 + (total - df + 0.5) / (df + 0.5)))
         return out_index
-    quotes = archive_stats.quote_words(conn, agent_id, _WORD.findall)
-    out = []
+    quotes = archive_stats.quote_words(conn, agent_id, _WORD.findall, QUOTE_IDF_MAX_EPISODES)
     with archive_stats.lock():  # the index grows in place when episodes are added
-        n, vocabulary, by_word = quotes.n or 1, quotes.sorted_words(), quotes.by_word
-        for g in groups:
-            key = "|".join(g)
-            idf = quotes.idf.get(key)
-            if idf is None:
-                if len(quotes.idf) > 50_000:
-                    quotes.idf.clear()
-                # The quotes holding a form of the group: a short form as a whole word, a longer one
-                # as the prefix of any word (all such words sit together in the sorted vocabulary).
-                found = 0
-                for form in g:
-                    i = bisect_left(vocabulary, form)
-                    if len(form) < 4:
-                        if i < len(vocabulary) and vocabulary[i] == form:
-                            found |= by_word[form]
-                        continue
-                    while i < len(vocabulary) and vocabulary[i].startswith(form):
-                        found |= by_word[vocabulary[i]]
-                        i += 1
-                df = found.bit_count()
-                idf = quotes.idf[key] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            out.append(idf)
-    return out
+        return quotes.df(groups)
 
 
 QUOTE_CANDIDATES = 200  # episodes whose quotes are scored one by one

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 from tiermem.runtime import hotstore
+from tiermem.runtime.episode_text import TEXTS
 from tiermem.runtime.store import ProjectionInfo, kv_fact_id
 from tiermem.runtime.visibility import merge_owners, owner_key
 
@@ -632,5 +633,11 @@ def apply_now(conn: sqlite3.Connection, events: Iterable[Mapping[str, Any]]) -> 
     with hotstore.write_transaction(conn):
         info = apply_events(conn, events)
     if info.erasures:
+        erased(conn)
         hotstore.scrub_after_erasure(conn)
     return info
+
+
+def erased(conn: sqlite3.Connection) -> None:
+    """(After an erasure's commit.) This process's caches of the store's text drop it now."""
+    TEXTS.erasure_done(hotstore.database_key(conn))

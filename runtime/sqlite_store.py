@@ -122,6 +122,7 @@ class SQLiteHotStore(SharedReads):
         return nullcontext(True)
 
     def scrub(self) -> bool:
+        sqlite_apply.erased(self.conn)  # run after every projection that erased something
         return hotstore.scrub_after_erasure(self.conn)
 
     def digest(self) -> str:

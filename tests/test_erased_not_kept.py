@@ -23,10 +23,17 @@ def _held(canary: str) -> tuple[int, int]:
     copy = fts_mirror._KEPT.mirror  # the kept copy of the index's counts: its tokens
     tokens = sum(canary.lower() in token for token in copy.postings) if copy is not None else 0
     words = sum(1 for _, word in unfolded._TURNS.by_word if canary.lower() in word)
-    # The term statistics' words: each agent's quote words, the one word a prefix term covers.
+    # The term statistics' words: each agent's quote words, the one word a prefix term covers, the
+    # terms (a question's words) and their heads, the agents.
+    low = canary.lower()
     for kept in archive_stats._KEPT.stores.values():
-        words += sum(canary.lower() in w for q in kept.quotes.values() for w in q.by_word)
-        words += sum(canary.lower() in t.word for t in kept.terms.values())
+        words += sum(low in w for q in kept.quotes.values() for w in q.by_word)
+        words += sum(low in t.word for t in kept.terms.values())
+        words += sum(low in t for t in kept.terms) + sum(low in t for _, t in kept.agent_terms)
+        words += sum(len(h) >= 4 and h in low for h in kept.heads)
+        words += sum(low in a.lower() for a in kept.agents) + sum(
+            low in a.lower() for a, _ in kept.agent_terms
+        )
     return texts + rows + tokens, words
 
 
@@ -145,3 +152,37 @@ def test_an_erased_episode_leaves_the_tokenizers_runs(tmp_path: Path) -> None:
     finally:
         mem.close()
         fts_mirror.clear()
+
+
+def test_an_erasure_leaves_the_term_statistics_with_no_read_after_it(tmp_path: Path) -> None:
+    """The erasure drops the store's term statistics at once: its quote words, the words its terms
+    cover and the terms of the erased user's questions, though no search reads the store after it."""
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    append(
+        settings,
+        *(
+            episode(
+                "a1",
+                f"{user} and the pot",
+                f"{user} told the {word} secret about the pot",
+                participants=[user],
+                key_quotes=[{"speaker": user, "text": f"my {word} secret is blue", "event_id": f"q-{user}"}],
+                source_event_ids=[f"s-{user}"],
+            )
+            for user, word in (("alice", "zqcanary"), ("bob", "pot"))
+        ),
+    )
+    mem = Memory.open(tmp_path / "data", env={})
+    try:
+        mem.refresh()
+        bot = mem.agent("a1")
+        bot.call_tool("recall_memory", {"query": "zqcanary secret"}, user="alice")
+        bot.call_tool("recall_memory", {"query": "my qzdiagnosis pot"}, user="alice")
+        assert _held("zqcanary")[1] and _held("qzdiagnosis")[1]  # kept before
+        mem.forget(user="alice", reason="test")
+        mem.refresh()
+        assert _held("zqcanary") == (0, 0) and _held("qzdiagnosis") == (0, 0)
+        bot.call_tool("recall_memory", {"query": "pot story"}, user="bob")
+        assert _held("zqcanary") == (0, 0) and _held("qzdiagnosis") == (0, 0)
+    finally:
+        mem.close()
