@@ -270,6 +270,8 @@ def current(conn: sqlite3.Connection) -> tuple[_Statistics, int] | None:
         with _KEPT.lock:
             if moved or _KEPT.stores.get(base[0]) is not store or store.newest != after:
                 continue
+            if new is not None and not tokens and (store.terms or store.agent_terms):
+                continue  # terms filed meanwhile: the new documents' tokens were not read
             if new is None:  # too much to add: counted again from the store
                 return _renewed(base, newest), newest
             try:
@@ -370,6 +372,7 @@ class _New:
         if self.unsure:
             store.terms.clear()  # its tokens could not be the index's: counted again
             store.agent_terms.clear()
+            _heads_again(store)
             return
         terms, agent_terms = store.terms, store.agent_terms
         for rowid, tokens in self.docs:
@@ -446,6 +449,7 @@ def keep_terms(store: _Statistics, found: dict[str, TermCount]) -> None:
     found = {t: c for t, c in found.items() if len(t) <= MAX_TERM}
     if len(store.terms) + len(found) > MAX_TERMS:
         store.terms.clear()
+        _heads_again(store)
     store.terms.update(found)
     _met(store, found)
 
@@ -456,6 +460,7 @@ def keep_agent_terms(store: _Statistics, found: dict[tuple[str, str], int]) -> N
     found = {k: n for k, n in found.items() if len(k[1]) <= MAX_TERM}
     if len(store.agent_terms) + len(found) > MAX_TERMS:
         store.agent_terms.clear()
+        _heads_again(store)
     store.agent_terms.update(found)
     _met(store, [t for _, t in found])
 
@@ -464,6 +469,14 @@ def _met(store: _Statistics, terms: Iterable[str]) -> None:
     for t in terms:
         if len(t) >= PREFIX_MIN:
             store.heads.setdefault(t[:PREFIX_MIN], set()).add(len(t))
+
+
+def _heads_again(store: _Statistics) -> None:
+    """(Under the lock.) The prefix lengths to cut new tokens at, for the terms still kept only: once
+    terms are dropped their heads would otherwise stay, and grow, for the store's whole life."""
+    store.heads = {}
+    _met(store, store.terms)
+    _met(store, [t for _, t in store.agent_terms])
 
 
 def frequencies(
@@ -508,6 +521,7 @@ def frequencies(
     if copied:
         with _KEPT.lock:
             store.terms.clear()  # the copy answers for this store, and brings itself up to date
+            _heads_again(store)
     return out
 
 

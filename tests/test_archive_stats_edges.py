@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from tiermem.runtime import archive_stats, episode_search, fts_mirror
+from tiermem.runtime import archive_stats, episode_search, fts_mirror, fts_terms
 from tiermem.runtime.hotstore import connect
 
 
@@ -442,3 +442,78 @@ def test_an_index_defined_otherwise_is_counted_by_the_index(episodes: _Episodes)
         episodes.add("a", "zebras painting")
     kept = _idf_now(r, "a", terms)
     assert kept == _fresh(lambda: _idf_now(r, "a", terms))
+
+
+def _add_plain(conn: Any, n: int, agent: str, summary: str) -> None:
+    conn.execute(
+        "INSERT INTO episodes (episode_id, agent_id, name, summary, owner) VALUES (?,?,?,?,?)",
+        [f"e{n}", agent, "x", summary, agent],
+    )
+
+
+def _terms_filed_during_the_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, term: str, new_summary: str
+) -> tuple[Any, Any]:
+    """Four episodes kept (sizes only, no terms); a fifth committed; while one reader reads it
+    without the lock, another files `term` counted at the fourth: what the first then applies."""
+    archive_stats.clear()
+    fts_mirror.clear()
+    writer, reader = connect(tmp_path / "hot.db"), connect(tmp_path / "hot.db")
+    for k in range(4):
+        _add_plain(writer, k + 1, "ab"[k % 2], f"zebra paint {k}")
+    archive_stats.sizes(reader, "a")
+    kept = next(iter(archive_stats._KEPT.stores.values()))
+    assert kept.total == 4 and not kept.terms
+    docs, words, first = fts_terms.vocab_counts(reader, "episodes_fts", term, True)
+    counted_before = {term: archive_stats.TermCount(docs, words, first)}
+    _add_plain(writer, 5, "a", new_summary)
+    read = archive_stats._New.read.__func__  # type: ignore[attr-defined]
+
+    def read_while_another_files(cls: Any, conn: Any, after: int, upto: int, tokens: bool) -> Any:
+        with archive_stats._KEPT.lock:
+            archive_stats.keep_terms(kept, counted_before)
+        return read(cls, conn, after, upto, tokens)
+
+    monkeypatch.setattr(archive_stats._New, "read", classmethod(read_while_another_files))
+    archive_stats.current(reader)
+    monkeypatch.undo()
+    writer.close()
+    return reader, kept
+
+
+def test_terms_filed_while_new_episodes_are_read_still_count_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fails if the catch-up applies documents read without their tokens over terms filed meanwhile."""
+    reader, _ = _terms_filed_during_the_read(tmp_path, monkeypatch, "zebra", "zebra again")
+    try:
+        fresh = fts_terms.vocab_counts(reader, "episodes_fts", "zebra", True)[0]
+        single: dict[str, str] = {}
+        assert archive_stats.frequencies(reader, ["zebra"], single, None) == {"zebra": fresh} == {"zebra": 5}
+    finally:
+        reader.close()
+        archive_stats.clear()
+
+
+def test_a_prefix_filed_while_new_episodes_are_read_learns_the_second_word(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Else `zebr` stays "the one word zebra" and episodes with `zebras` are never found."""
+    reader, _ = _terms_filed_during_the_read(tmp_path, monkeypatch, "zebr", "zebras galore")
+    try:
+        single: dict[str, str] = {}
+        assert (archive_stats.frequencies(reader, ["zebr"], single, None), single) == ({"zebr": 5}, {})
+    finally:
+        reader.close()
+        archive_stats.clear()
+
+
+def test_the_prefix_heads_follow_the_terms_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Terms dropped at the cap take their heads with them (else new tokens are cut for heads no kept
+    term needs, for the store's whole life)."""
+    monkeypatch.setattr(archive_stats, "MAX_TERMS", 3)
+    kept = archive_stats._Statistics((str(tmp_path), 0, "0"), 0)
+    archive_stats.keep_terms(kept, {f"word{k}x": archive_stats.TermCount(1, 1, "") for k in range(3)})
+    assert set(kept.heads) == {"word"}
+    archive_stats.keep_terms(kept, {"other": archive_stats.TermCount(1, 0, "")})
+    assert set(kept.terms) == {"other"} and set(kept.heads) == {"othe"}
