@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from tiermem.runtime import pg_hotstore, sqlite_apply
-from tiermem.runtime.hotstore import item_clause
+from tiermem.runtime.episode_text import TEXTS
+from tiermem.runtime.hotstore import database_key, item_clause
 from tiermem.runtime.pg_hotstore import PgConnection
 from tiermem.runtime.pg_vectors import PgVectorIndex
 from tiermem.runtime.query_expansion import expansion_for
@@ -366,7 +367,11 @@ class PostgresHotStore(SharedReads):
         return pg_hotstore.get_meta(self.conn, key)
 
     def scrub(self) -> bool:
+        self.erased()  # run after every projection that erased something, as on SQLite
         return pg_hotstore.scrub_after_erasure(self.conn)
+
+    def erased(self) -> None:
+        TEXTS.erasure_done(database_key(self.conn))  # keyed by the store's own name (its episode index)
 
     def digest(self) -> str:
         return pg_hotstore.store_digest(self.conn)

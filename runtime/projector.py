@@ -286,6 +286,12 @@ def _project_locked(
                     _flush(store, batch, pending, offsets, info)
             if batch or pending:
                 _flush(store, batch, pending, offsets, info)
+    except BaseException:
+        if info.erasures:
+            # An erasure committed by an earlier batch of this pass: the caches drop its text now,
+            # not at some later read (the scrub below is not reached).
+            store.erased()
+        raise
     finally:
         log.close()
         if skip is not None:

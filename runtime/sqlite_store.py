@@ -122,8 +122,11 @@ class SQLiteHotStore(SharedReads):
         return nullcontext(True)
 
     def scrub(self) -> bool:
-        sqlite_apply.erased(self.conn)  # run after every projection that erased something
+        self.erased()  # run after every projection that erased something
         return hotstore.scrub_after_erasure(self.conn)
+
+    def erased(self) -> None:
+        sqlite_apply.erased(self.conn)
 
     def digest(self) -> str:
         return hotstore.store_digest(self.conn)

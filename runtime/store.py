@@ -98,7 +98,13 @@ class HotStore(Protocol):
         ...
 
     def scrub(self) -> bool:
-        """Make erased text unrecoverable from the store's storage; True when every step ran."""
+        """Make erased text unrecoverable from the store's storage; True when every step ran.
+
+        Also drops this process's kept copies of the store's text (`erased`)."""
+        ...
+
+    def erased(self) -> None:
+        """(After an erasure's commit.) This process's caches of the store's text drop it now."""
         ...
 
     def digest(self) -> str:

@@ -4,10 +4,13 @@ serve it: the first read after an erasure drops what was read before it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 from helpers_runtime import append, episode
 from tiermem.runtime import archive_stats, fts_mirror, fts_rows, unfolded
 from tiermem.runtime.episode_text import TEXTS
+from tiermem.runtime.sqlite_store import SQLiteHotStore
 
 from tiermem import Memory
 from tiermem.settings import resolve_settings
@@ -185,4 +188,33 @@ def test_an_erasure_leaves_the_term_statistics_with_no_read_after_it(tmp_path: P
         bot.call_tool("recall_memory", {"query": "pot story"}, user="bob")
         assert _held("zqcanary") == (0, 0) and _held("qzdiagnosis") == (0, 0)
     finally:
+        mem.close()
+
+
+def test_a_projection_that_fails_after_its_erasure_still_drops_the_caches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erasure's batch is committed, then the pass fails (a later batch, a full disk): the scrub
+    at the pass's end is not reached, and the caches drop the erased text all the same."""
+    _red_pot_episodes(tmp_path, alice="EPICANARY", bob="BOBCANARY")
+    mem = Memory.open(tmp_path / "data", env={})
+    try:
+        mem.refresh()
+        bot = mem.agent("a1")
+        bot.call_tool("recall_memory", {"query": "red pot secret"}, user="alice")
+        assert _held("EPICANARY")[0]
+        apply_batch = SQLiteHotStore.apply_batch
+
+        def then_fail(self: SQLiteHotStore, batch: Any, meta: Any, info: Any) -> Any:
+            out = apply_batch(self, batch, meta, info)
+            if info.erasures:
+                raise OSError("no space left on device")
+            return out
+
+        monkeypatch.setattr(SQLiteHotStore, "apply_batch", then_fail)
+        with pytest.raises(OSError):
+            mem.forget(user="alice", reason="test")  # its projection pass fails after the erasure
+        assert _held("EPICANARY") == (0, 0)
+    finally:
+        monkeypatch.undo()
         mem.close()

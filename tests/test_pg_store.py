@@ -19,6 +19,8 @@ from helpers_pg import PgServer
 from helpers_runtime import append, episode, interaction
 from test_hotstore_contract import WORD, World, _load
 from tiermem.runtime import pg_hotstore
+from tiermem.runtime.episode_text import TEXTS
+from tiermem.runtime.hotstore import database_key
 from tiermem.runtime.memory import open_memory, record_turn
 from tiermem.runtime.pg_store import PostgresHotStore
 from tiermem.runtime.projector import project, rebuild
@@ -244,6 +246,22 @@ def test_an_erasure_leaves_no_copy_in_the_databases_files(pg_server: PgServer, p
         assert info.erasures == 1 and store.scrub() is True
         assert holders() == []
         assert store.conn.execute("SELECT count(*) FROM wm_items WHERE owner = 'alice'").fetchone()[0] == 0
+
+
+def test_an_erasure_on_postgres_tells_this_process_caches_at_once(pg_url: str) -> None:
+    """As on SQLite: the erasure's commit drops this process's kept text of that store (prepared
+    episodes, statistics, kept rows), not only the next read of it."""
+    told: list[str] = []
+    TEXTS.erasure_drops.append(told.append)
+    try:
+        with PostgresHotStore.connect(pg_url) as store:
+            secret = {"type": "interaction", "agent_id": "a1", "user": "alice", "agent_response": "noted"}
+            store.apply_now([validate({**secret, "user_message": "my plumquartz code"})])
+            assert told == []
+            store.apply_now([validate({"type": "erasure", "target_kind": "user", "target": "alice"})])
+            assert told and set(told) == {database_key(store.conn)}
+    finally:
+        TEXTS.erasure_drops.remove(told.append)
 
 
 def test_hot_url_comes_from_the_file_or_the_environment_and_is_checked(tmp_path: Path) -> None:
