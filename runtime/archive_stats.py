@@ -127,6 +127,7 @@ class QuoteWords:
         self.vocabulary: list[str] = []
         self.new_words: list[str] = []
         self.idf: dict[str, float] = {}
+        self.idf_size = 0  # the kept IDFs' keys and entries
 
     def add(self, raw: str | None) -> None:
         """The quotes of one episode (its `key_quotes`)."""
@@ -145,11 +146,12 @@ class QuoteWords:
                     by_word[word] = found | bit
                 self.n += 1
         self.idf.clear()
+        self.idf_size = 0
 
     @property
     def size(self) -> int:
         """About how many bytes it holds."""
-        return self.words_size + self.bits // 8
+        return self.words_size + self.bits // 8 + self.idf_size
 
     def df(self, groups: Sequence[tuple[str, ...]]) -> list[float]:
         """(Under the lock.) Each group's IDF over the quotes: a quote holds a group when it holds
@@ -163,6 +165,7 @@ class QuoteWords:
             if idf is None:
                 if len(idfs) > 50_000:
                     idfs.clear()
+                    self.idf_size = 0
                 found = 0
                 for form in g:
                     i = bisect_left(vocabulary, form)
@@ -175,6 +178,7 @@ class QuoteWords:
                         i += 1
                 d = found.bit_count()
                 idf = idfs[key] = math.log(1 + (n - d + 0.5) / (d + 0.5))
+                self.idf_size += WORD_BYTES + len(key)
             out.append(idf)
         return out
 

@@ -517,3 +517,15 @@ def test_the_prefix_heads_follow_the_terms_kept(tmp_path: Path, monkeypatch: pyt
     assert set(kept.heads) == {"word"}
     archive_stats.keep_terms(kept, {"other": archive_stats.TermCount(1, 0, "")})
     assert set(kept.terms) == {"other"} and set(kept.heads) == {"othe"}
+
+
+def test_the_idfs_worked_out_count_in_the_quote_words_size(episodes: _Episodes) -> None:
+    _add_quoted(episodes, "a", "the red pot and the blue kettle")
+    words = archive_stats.quote_words(episodes.reader, "a", episode_search._WORD.findall, 100)
+    before = words.size
+    with archive_stats._KEPT.lock:
+        words.df([(f"form{k}",) for k in range(1_000)])
+    assert words.size >= before + 1_000 * archive_stats.WORD_BYTES
+    _add_quoted(episodes, "a", "a new quote")
+    archive_stats.current(episodes.reader)  # quotes added: the IDFs go, and their bytes with them
+    assert words.size < before + 1_000
