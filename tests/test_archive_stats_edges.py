@@ -290,17 +290,22 @@ def test_the_quote_words_kept_stay_within_their_bytes(
     assert sum(q.size for q in store.quotes.values()) <= int(one.size * 2.5)
 
 
+def _four_kept(episodes: _Episodes, terms: list[str]) -> Any:
+    """Four episodes of agents a and b, with `terms` counted (and kept) for agent a: the kept statistics."""
+    for k in range(4):
+        episodes.add("ab"[k % 2], f"zebra paint {k}")
+    _idf_now(episodes.reader, "a", terms)
+    return archive_stats._KEPT.stores[next(iter(archive_stats._KEPT.stores))]
+
+
 def test_a_reader_on_an_older_snapshot_leaves_what_is_kept(
     episodes: _Episodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reader that read the store's version before another brought what is kept past it (a new
     episode, counted by the other reader in between) is answered by the index; what is kept at the
     newer version stays for the others."""
-    for k in range(4):
-        episodes.add("ab"[k % 2], f"zebra paint {k}")
     terms = ["zebra", "paint"]
-    _idf_now(episodes.reader, "a", terms)
-    store = archive_stats._KEPT.stores[next(iter(archive_stats._KEPT.stores))]
+    store = _four_kept(episodes, terms)
     slow = connect(tmp_path / "hot.db")
     real, seen = archive_stats._state, []
 
@@ -359,12 +364,9 @@ def test_new_episodes_are_tokenized_without_the_lock_and_added_once(
 def test_new_episodes_with_more_text_than_is_worth_adding_are_counted_anew(
     episodes: _Episodes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for k in range(4):
-        episodes.add("ab"[k % 2], f"zebra paint {k}")
     terms = ["zebra", "paint"]
     r = episodes.reader
-    _idf_now(r, "a", terms)
-    store = archive_stats._KEPT.stores[next(iter(archive_stats._KEPT.stores))]
+    store = _four_kept(episodes, terms)
     assert store.terms
     monkeypatch.setattr(archive_stats, "MAX_NEW_CHARS", 1000, raising=False)
     episodes.add("a", "zebra " + "words " * 300)  # one row, 1,800 characters
@@ -376,12 +378,9 @@ def test_new_episodes_with_more_text_than_is_worth_adding_are_counted_anew(
 def test_an_episode_added_while_the_new_ones_are_tokenized_does_not_stop_the_adding(
     episodes: _Episodes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for k in range(4):
-        episodes.add("ab"[k % 2], f"zebra paint {k}")
     terms = ["zebra", "paint"]
     r = episodes.reader
-    _idf_now(r, "a", terms)
-    store = archive_stats._KEPT.stores[next(iter(archive_stats._KEPT.stores))]
+    store = _four_kept(episodes, terms)
     episodes.add("a", "zebra again")
     real, calls = fts_mirror.counted, []
 
