@@ -170,12 +170,6 @@ CREATE TRIGGER IF NOT EXISTS episodes_au AFTER UPDATE OF name, summary, key_quot
         (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]'))));
 END;
 
--- Who may see each episode (its agent and owner), copied into narrow rows under the same rowid:
--- the search checks every match it walks (up to ~1,500 per question, most of them other readers'
--- on a shared archive), and these rows fit in the page cache where the wide episode rows do not.
--- Kept by the triggers `EPISODE_ACCESS` adds (an older store gets them, filled, on its next open).
-CREATE TABLE IF NOT EXISTS episode_access (rowid INTEGER PRIMARY KEY, agent_id TEXT, owner TEXT);
-
 -- Notes derived from one turn (absolute dates, who did what), shown and scored with that turn.
 CREATE TABLE IF NOT EXISTS notes (
     note_id TEXT PRIMARY KEY,
@@ -386,8 +380,15 @@ ADDED_INDEXES = (
 )
 
 
-# The triggers that keep `episode_access` equal to the episodes' (rowid, agent_id, owner), in the
-# transaction of every change; the last one named is how a reader knows the copy is kept.
+# Who may see each episode (its agent and owner), copied into narrow rows under the same rowid:
+# the search checks every match it walks (up to ~1,500 per question, most of them other readers'
+# on a shared archive), and these rows fit in the page cache where the wide episode rows do not.
+# The triggers keep it equal to the episodes' (rowid, agent_id, owner) in the transaction of every
+# change; the last one named is how a reader knows the copy is kept. Every store gets the table,
+# filled, and its triggers from `_ensure_episode_access` (a new one empty, an older one at its next open).
+EPISODE_ACCESS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS episode_access (rowid INTEGER PRIMARY KEY, agent_id TEXT, owner TEXT)"
+)
 EPISODE_ACCESS_TRIGGER = "episode_access_au"
 EPISODE_ACCESS = (
     "CREATE TRIGGER IF NOT EXISTS episode_access_ai AFTER INSERT ON episodes BEGIN"
@@ -411,16 +412,13 @@ def _ensure_episode_access(conn: sqlite3.Connection) -> None:
     that cannot be written here (opened read-only) is left as it is: its
     searches check the episode rows themselves (`keeps_episode_access`).
     """
-    present = "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?"
-    if conn.execute(present, [EPISODE_ACCESS_TRIGGER]).fetchone() is not None:
+    if _has_trigger(conn, EPISODE_ACCESS_TRIGGER):
         return
     try:
         with write_transaction(conn):
-            if conn.execute(present, [EPISODE_ACCESS_TRIGGER]).fetchone() is not None:
+            if _has_trigger(conn, EPISODE_ACCESS_TRIGGER):
                 return
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS episode_access (rowid INTEGER PRIMARY KEY, agent_id TEXT, owner TEXT)"
-            )
+            conn.execute(EPISODE_ACCESS_TABLE)
             conn.execute("DELETE FROM episode_access")  # rows left without their triggers may be stale
             conn.execute(
                 "INSERT INTO episode_access (rowid, agent_id, owner) SELECT rowid, agent_id, owner FROM episodes"
@@ -432,6 +430,13 @@ def _ensure_episode_access(conn: sqlite3.Connection) -> None:
             raise
 
 
+def _has_trigger(conn: sqlite3.Connection, name: str) -> bool:
+    return (
+        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", [name]).fetchone()
+        is not None
+    )
+
+
 def keeps_episode_access(conn: sqlite3.Connection) -> bool:
     """Whether this store keeps `episode_access` (its triggers are there); asked again whenever
     the schema cookie moves (a trigger dropped by another connection moves it)."""
@@ -439,12 +444,7 @@ def keeps_episode_access(conn: sqlite3.Connection) -> bool:
     known = getattr(conn, "episode_access_known", None)
     if known is not None and known[0] == cookie:
         return bool(known[1])
-    found = (
-        conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", [EPISODE_ACCESS_TRIGGER]
-        ).fetchone()
-        is not None
-    )
+    found = _has_trigger(conn, EPISODE_ACCESS_TRIGGER)
     if isinstance(conn, HotConnection):
         conn.episode_access_known = (cookie, found)
     return found
@@ -478,8 +478,7 @@ def counts_changes(conn: sqlite3.Connection, trigger: str) -> bool:
     if known is None:
         known = conn.counting_triggers = {}
     if trigger not in known:
-        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = ?", [trigger])
-        known[trigger] = found.fetchone() is not None
+        known[trigger] = _has_trigger(conn, trigger)
     return known[trigger]
 
 
@@ -584,8 +583,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
         )
         conn.execute(_NEW_STORE_ID)
-        for statement in EPISODE_ACCESS:
-            conn.execute(statement)
+    _ensure_episode_access(conn)
 
 
 def _drop_all(conn: sqlite3.Connection) -> None:
