@@ -68,11 +68,10 @@ from typing import Any
 
 import orjson
 from tiermem.runtime import fts_mirror, fts_terms
-from tiermem.runtime.episode_text import TEXTS
+from tiermem.runtime.episode_text import PREFIX_MIN, TEXTS  # PREFIX_MIN: as the searches' MATCH
 from tiermem.runtime.hotstore import counts_changes, database_key
 
 TRIGGER = "episodes_changed_ad"  # one of the counting triggers: their presence says the count can be trusted
-PREFIX_MIN = 4  # terms this long or longer match as prefixes (fts_terms, episode_search's MATCH)
 # More new episodes than this since the counts were taken: they are dropped (each is then counted
 # from the store once), not brought up to date one document at a time.
 MAX_NEW_ROWS = 5_000
