@@ -255,7 +255,7 @@ def current(conn: sqlite3.Connection) -> tuple[_Statistics, int] | None:
     for _ in range(2):
         with _KEPT.lock:
             store = _KEPT.stores.get(base[0])
-            if store is not None and _older(base, newest, store):
+            if store is not None and fts_mirror.older_version(base, newest, store.base, store.newest):
                 # A reader still on a snapshot before the kept one's: the index answers it, and what
                 # is kept stays for the readers on the newer one (dropping it would count it again).
                 return None
@@ -285,18 +285,6 @@ def current(conn: sqlite3.Connection) -> tuple[_Statistics, int] | None:
             store.newest = newest
             return store, newest
     return None
-
-
-def _older(base: tuple[Any, ...], newest: int, store: _Statistics) -> bool:
-    """Whether a version of the same store and schema comes before the kept one: fewer deletions and
-    updates counted, or as many and fewer episodes added (as runtime.fts_mirror's `_older`)."""
-    if base[:2] != store.base[:2]:
-        return False
-    try:
-        count, kept_count = int(base[2]), int(store.base[2])
-    except (TypeError, ValueError):
-        return False
-    return count < kept_count or (count == kept_count and newest < store.newest)
 
 
 def _renewed(base: tuple[Any, ...], newest: int) -> _Statistics:

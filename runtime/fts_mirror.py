@@ -541,7 +541,7 @@ def _current(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | Non
         return _KEPT.mirror
     db, cookie, newest, count = version
     kept, base = _KEPT.mirror, (db, cookie, count)
-    if kept is not None and _older(base, newest or 0, kept):
+    if kept is not None and older_version(base, newest or 0, kept.base, kept.newest):
         # A reader still on a snapshot before the copy's: the index answers it, and the copy
         # stays for the readers on the newer one (dropping it would read everything again).
         return None
@@ -560,16 +560,17 @@ def _current(conn: sqlite3.Connection, version: tuple[Any, ...]) -> Mirror | Non
     return kept
 
 
-def _older(base: tuple[Any, ...], newest: int, kept: Mirror) -> bool:
-    """Whether a version of the same store and schema comes before the kept copy's: fewer deletions
-    and updates counted, or as many and fewer episodes added."""
-    if base[:2] != kept.base[:2]:
+def older_version(base: tuple[Any, ...], newest: int, kept_base: tuple[Any, ...], kept_newest: int) -> bool:
+    """Whether a version (database, schema cookie, deletions and updates counted; newest episode)
+    of the same store and schema comes before a kept one's: fewer deletions and updates counted, or
+    as many and fewer episodes added (what is kept here and by runtime.archive_stats)."""
+    if base[:2] != kept_base[:2]:
         return False
     try:
-        count, kept_count = int(base[2]), int(kept.base[2])
+        count, kept_count = int(base[2]), int(kept_base[2])
     except (TypeError, ValueError):
         return False
-    return count < kept_count or (count == kept_count and newest < kept.newest)
+    return count < kept_count or (count == kept_count and newest < kept_newest)
 
 
 def _read(conn: sqlite3.Connection, base: tuple[Any, ...], newest: int) -> Mirror | None:
