@@ -379,13 +379,9 @@ class _New:
 def _documents(conn: sqlite3.Connection, after: int, upto: int, rows: int) -> list[tuple[int, set[str]]]:
     """(Without the lock.) The distinct tokens of each new document of the index (`rows`: the
     episodes read)."""
-    if not _defined_here(conn):  # another table definition: its tokens are left to the index
+    if not fts_mirror.defined_here(conn):  # another table definition: its tokens are left to the index
         raise fts_mirror.Unsure("the index is not defined as the one copied")
-    docs = conn.execute(
-        "SELECT c.id, c.c0, c.c1, c.c2, c.c3, d.sz FROM episodes_fts_content c"
-        " JOIN episodes_fts_docsize d ON d.id = c.id WHERE c.id > ? AND c.id <= ? ORDER BY c.id",
-        [after, upto],
-    ).fetchall()
+    docs = fts_mirror.index_documents(conn, after, upto)
     if len(docs) != rows:
         raise fts_mirror.Unsure("the index's documents are not the episodes")
     return [(int(row[0]), _tokens(row)) for row in docs]
@@ -393,12 +389,8 @@ def _documents(conn: sqlite3.Connection, after: int, upto: int, rows: int) -> li
 
 def _tokens(row: tuple[Any, ...]) -> set[str]:
     """The distinct tokens of an index row (id, four columns, sizes), as FTS5 made them."""
-    sizes = fts_mirror.varints(row[5])
     tokens: set[str] = set()
-    for col in range(fts_mirror.COLUMNS):
-        found, n = fts_mirror.counted(row[1 + col])
-        if n != (sizes[col] if col < len(sizes) else -1):
-            raise fts_mirror.Unsure(f"rowid {row[0]}: column {col} has {n} tokens here")
+    for found, _ in fts_mirror.document_tokens(row, fts_mirror.varints(row[5])):
         tokens.update(found)
     return tokens
 
@@ -428,11 +420,6 @@ def _count(kept: TermCount, term: str, n: int, tokens: set[str]) -> None:
     if kept.words == 1:
         words.add(kept.word)
     kept.words, kept.word = min(len(words), 2), next(iter(words)) if len(words) == 1 else ""
-
-
-def _defined_here(conn: sqlite3.Connection) -> bool:
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'episodes_fts'").fetchone()
-    return row is not None and row[0] == fts_mirror.DEFINITION
 
 
 def keep_terms(store: _Statistics, found: dict[str, TermCount]) -> None:

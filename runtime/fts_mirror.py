@@ -240,21 +240,14 @@ class Mirror:
 
     def add(self, conn: sqlite3.Connection, after: int, upto: int) -> None:
         """Read the documents with rowids in (after, upto], then check the totals against the index."""
-        rows = conn.execute(
-            "SELECT c.id, c.c0, c.c1, c.c2, c.c3, d.sz FROM episodes_fts_content c"
-            " JOIN episodes_fts_docsize d ON d.id = c.id WHERE c.id > ? AND c.id <= ? ORDER BY c.id",
-            [after, upto],
-        ).fetchall()
+        rows = index_documents(conn, after, upto)
         for row in rows:
             sizes = varints(row[5])
             if sum(sizes) >= 2**30:
                 raise Unsure(f"rowid {row[0]}: too long to sum its weights exactly here")
             doc = len(self.rowids)
             total = 0
-            for col in range(COLUMNS):
-                found, n = counted(row[1 + col])
-                if n != (sizes[col] if col < len(sizes) else -1):
-                    raise Unsure(f"rowid {row[0]}: column {col} has {n} tokens here")
+            for col, (found, n) in enumerate(document_tokens(row, sizes)):
                 total += n
                 self.column_tokens[col] += n
                 self._file(doc * COLUMNS + col, found)
@@ -500,7 +493,30 @@ TEXTS.erasure_checks.append(_KEPT.erasure_seen)
 TEXTS.erasure_drops.append(_KEPT.erased)
 
 
-def _defined_here(conn: sqlite3.Connection) -> bool:
+def index_documents(conn: sqlite3.Connection, after: int, upto: int) -> list[Any]:
+    """The index's documents with rowids in (after, upto], by rowid: (id, its four columns, the
+    blob of its token counts per column)."""
+    return conn.execute(
+        "SELECT c.id, c.c0, c.c1, c.c2, c.c3, d.sz FROM episodes_fts_content c"
+        " JOIN episodes_fts_docsize d ON d.id = c.id WHERE c.id > ? AND c.id <= ? ORDER BY c.id",
+        [after, upto],
+    ).fetchall()
+
+
+def document_tokens(row: Any, sizes: list[int]) -> list[tuple[Counter[str], int]]:
+    """Each column's tokens of an index document (`index_documents`) as FTS5 made them, with their
+    count, each count checked against the index's own (`sizes`, decoded): Unsure on a difference."""
+    columns = []
+    for col in range(COLUMNS):
+        found, n = counted(row[1 + col])
+        if n != (sizes[col] if col < len(sizes) else -1):
+            raise Unsure(f"rowid {row[0]}: column {col} has {n} tokens here")
+        columns.append((found, n))
+    return columns
+
+
+def defined_here(conn: sqlite3.Connection) -> bool:
+    """Whether the store's episode index is defined as the one this copy reads (`DEFINITION`)."""
     row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'episodes_fts'").fetchone()
     return row is not None and row[0] == DEFINITION
 
@@ -574,7 +590,7 @@ def older_version(base: tuple[Any, ...], newest: int, kept_base: tuple[Any, ...]
 
 
 def _read(conn: sqlite3.Connection, base: tuple[Any, ...], newest: int) -> Mirror | None:
-    if not _defined_here(conn):
+    if not defined_here(conn):
         return None
     block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
     tokens = sum(varints(block[0])[1:]) if block is not None else 0
