@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
+from test_archive_stats import _fresh
 from tiermem.runtime import archive_stats, episode_search, fts_mirror, fts_terms
 from tiermem.runtime.hotstore import connect
 
@@ -152,16 +153,6 @@ def _idf_now(conn: Any, agent: str, terms: list[str]) -> tuple[Any, ...]:
     single: dict[str, str] = {}
     overall = episode_search._frequencies(conn, terms, single)
     return overall, single, episode_search._idf(conn, agent, terms, overall, single)
-
-
-def _fresh(compute: Any) -> Any:
-    kept = dict(archive_stats._KEPT.stores)
-    archive_stats._KEPT.stores.clear()
-    try:
-        return compute()
-    finally:
-        archive_stats._KEPT.stores.clear()
-        archive_stats._KEPT.stores.update(kept)
 
 
 def test_an_agent_count_is_not_kept_for_one_word_when_the_prefix_covers_two(episodes: _Episodes) -> None:
