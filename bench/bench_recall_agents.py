@@ -2,38 +2,30 @@
 
     nice -n 10 .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --build-only   # stores first
     .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents                          # every size
-    .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --agents 1,1000 --n 20 --no-proto
-    .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --n 40 --tool-ab 2       # the tool, A/B
+    .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --agents 1,1000 --n 20
+    .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --n 40 --tool-ab 2       # the phrase, A/B
 
 Stores of A agents x 100 episodes each (`--agents`, default 1,100,1000,10000: the one-agent
-control, then 10k, 100k and 1M episodes), built under --root once and reused. The episodes are
-`bench_runtime.episode_event`'s (names, summaries and quotes from the same Zipf vocabulary, so a
-common word is common across agents), dealt round-robin over the agents (agent `i % A`, so every
-agent's episodes are spread over the whole range of rowids, as in a store many agents write at
-once), each agent with its own 10 users as participants.
+control, then 10k, 100k and 1M episodes), built under --root once and reused (a store built
+before the episode index's agent column is indexed again at its first open, timed by the open).
+The episodes are `bench_runtime.episode_event`'s (names, summaries and quotes from the same Zipf
+vocabulary, so a common word is common across agents), dealt round-robin over the agents (agent
+`i % A`, so every agent's episodes are spread over the whole range of rowids, as in a store many
+agents write at once), each agent with its own 10 users as participants.
 
 For 20 fixed agents (the same names at every size), each serving one of its own users, the tool
 is asked `--n` questions per agent: half made like `profile_recall.py`'s (3 words of the
 vocabulary), half of 3 words of one episode the user may see (found first? found at all?). Per
-size: the tool's CPU and wall p50/p99, the episode search's candidate query (`episode_search._candidate_rows`), and per
-candidate try walked (`episode_search._walk`): windowed or not, and the documents its MATCH has
-in the whole index against in the agent's own episodes (counted afterwards, not timed); and the
-calls where no try found a visible episode (the search fell back to the most important recent
-ones), with how many of them had a visible episode holding one of the question's words.
+size: the tool's CPU and wall p50/p99, the episode search's candidate query
+(`episode_search._candidate_rows`), and per candidate try walked (`episode_search._walk`):
+windowed or not, ANDed with the agent's phrase or not (runtime.episode_index), and the documents
+its words have in the whole index against in the agent's own episodes (counted afterwards, not
+timed); and the calls where no try found a visible episode (the search fell back to the most
+important recent ones), with how many of them had a visible episode holding one of the
+question's words.
 
-With the prototype (default; `--no-proto` to skip): the index copied into a scratch database
-(`ROOT/agentsA/agent_token_proto.sqlite`, built once; the hot store is only read) with one more
-FTS5 column, `agent`, holding one token per episode (`a` + hex of a hash of its agent). Every try
-recorded above is then asked again, best of 3 each: today's walk on the hot store, today's query
-on the copy (the control: the same index, no token) and `(terms) AND agent : "<token>"` on the
-copy (the visibility join on the hot store's `episode_access`, attached read-only); the rows are
-compared (the same rowids in the same order for a windowed try, the same set for an unwindowed
-one) and the BM25 ranks. The generator's documents are all of one length, so the extra token moves
-no rank there; for the stores of `--rank-sizes`, two more copies with the summaries cut to 5-25
-words (without and with the token) say how many unwindowed tries change their candidate order.
-
-With `--tool-ab ROUNDS`, instead: the whole tool with `_walk` and `_ranked_rows` answered from
-the copy with the token, alternating with today's, and every answer of the first round compared.
+With `--tool-ab ROUNDS`, instead: the whole tool with the agent's phrase (as shipped) and
+without it, alternating rounds on the same connections, every answer compared.
 
 Prints a table and writes bench/results/recall_agents.json (`--tool-ab`: recall_agents_tool_ab.json).
 """
@@ -41,14 +33,12 @@ Prints a table and writes bench/results/recall_agents.json (`--tool-ab`: recall_
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import random
 import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +47,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runtime as br
 from tiermem.runtime import episode_search, quote_search
-from tiermem.runtime.hotstore import keeps_episode_access
+from tiermem.runtime.hotstore import connect
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.projector import project
 from tiermem.runtime.tools import call_tool
@@ -69,23 +59,20 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PER_AGENT = 100
 USERS_PER_AGENT = 10
 MEASURED_AGENTS = 20
-PROTO = "agent_token_proto.sqlite"
-WEIGHTS = "2.0, 1.0, 1.2, 0.5, 0.0"  # episode_search.COLUMN_WEIGHTS, the agent column weighs nothing
-PLAIN = "1.0, 1.0, 1.0, 1.0, 0.0"
 
 
 def users_of(agent: str) -> list[str]:
     return [f"{agent}u{j}" for j in range(USERS_PER_AGENT)]
 
 
-def agent_token(agent: str) -> str:
-    """One token of FTS5's default tokenizer per agent, whatever its name."""
-    return "a" + hashlib.blake2b(agent.encode(), digest_size=8).hexdigest()
-
-
 def store(root: Path, agents: int) -> Settings:
     settings = resolve_settings(data_dir=root / f"agents{agents}", env={}, fsync="none")
     if (settings.data_dir / "hot").exists():
+        t0 = time.perf_counter()
+        connect(settings.hot_db).close()  # an index made before the agent column is made again here
+        took = time.perf_counter() - t0
+        if took > 0.5:
+            print(f"  opened {settings.data_dir} in {took:.1f}s (its episode index made again)", flush=True)
         return settings
     rng = random.Random(agents)
     t0 = time.perf_counter()
@@ -165,16 +152,17 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
     walk = episode_search._walk
 
     def recording(
-        conn: Any, source: str, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+        conn: Any, source: str, agent_id: str, where: str, params: list[Any], attempt: Any, windowed: bool
     ) -> Any:
-        found = walk(conn, source, agent_id, where, params, full, windowed)
+        found = walk(conn, source, agent_id, where, params, attempt, windowed)
         tries.append(
             {
                 "agent": agent_id,
                 "source": source,
                 "where": where,
                 "params": list(params),
-                "full": full,
+                "full": attempt.match,
+                "agent_phrase": attempt.agent is not None,
                 "windowed": windowed,
                 "newest": found.newest,
                 "visible": len(found.visible),
@@ -279,6 +267,7 @@ def count_documents(settings: Settings, tries: list[dict[str, Any]]) -> dict[str
     return {
         "tries": len(tries),
         "windowed_share": round(sum(windowed) / len(tries), 3) if tries else 0.0,
+        "agent_phrase_share": round(sum(t["agent_phrase"] for t in tries) / len(tries), 3) if tries else 0.0,
         "docs_whole_mean": round(sum(whole) / len(whole), 1) if whole else 0,
         "docs_whole_p50": pct([float(x) for x in whole], 0.5),
         "docs_own_mean": round(sum(own) / len(own), 2) if own else 0,
@@ -306,282 +295,41 @@ def missed(settings: Settings, fallbacks: list[tuple[str, str, str]]) -> dict[st
     return {"fell_back": len(fallbacks), "fell_back_with_a_visible_match": had}
 
 
-def build_proto(hot: Path, proto: Path) -> None:
-    """The episode index copied with an `agent` column: one token per episode, from its agent."""
-    if proto.exists():
-        return
-    t0 = time.perf_counter()
-    tmp = proto.with_suffix(".part")
-    tmp.unlink(missing_ok=True)
-    db = sqlite3.connect(tmp)
-    db.execute("CREATE VIRTUAL TABLE ep USING fts5(name, summary, quotes, participants, agent)")
-    db.execute("ATTACH ? AS hot", [f"file:{hot}?mode=ro"])
-    rows = db.execute(
-        "SELECT f.rowid, f.name, f.summary, f.quotes, f.participants, e.agent_id"
-        " FROM hot.episodes_fts f JOIN hot.episodes e ON e.rowid = f.rowid ORDER BY f.rowid"
-    )
-    insert = "INSERT INTO ep(rowid, name, summary, quotes, participants, agent) VALUES (?,?,?,?,?,?)"
-    while chunk := rows.fetchmany(20_000):
-        db.executemany(insert, [(*r[:5], agent_token(r[5])) for r in chunk])
-    db.commit()
-    db.execute("INSERT INTO ep(ep) VALUES ('optimize')")  # as merged as the hot index may be: compare fairly
-    db.commit()
-    db.execute("DETACH hot")
-    db.close()
-    tmp.rename(proto)
-    print(f"  built {proto} in {time.perf_counter() - t0:.0f}s", flush=True)
-
-
-def _rows(db: sqlite3.Connection, sql: str, args: list[Any]) -> list[Any]:
-    return db.execute(sql, args).fetchall()
-
-
-def best_of(fn: Callable[[], Any], k: int = 3) -> tuple[float, Any]:
-    best, out = float("inf"), None
-    for _ in range(k):
-        c0 = time.process_time()
-        out = fn()
-        best = min(best, (time.process_time() - c0) * 1000)
-    return best, out
-
-
-def prototype(settings: Settings, tries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every recorded try: today's walk against the agent token's MATCH on the copy; rows compared."""
-    hot = next((settings.data_dir / "hot").glob("*.sqlite"))
-    proto = settings.data_dir / PROTO
-    build_proto(hot, proto)
-    px = sqlite3.connect(f"file:{proto}?mode=ro", uri=True)
-    px.execute("PRAGMA cache_size=-65536")  # as the hot store's reading connection
-    px.execute("ATTACH ? AS hot", [f"file:{hot}?mode=ro"])
-    today_ms, proto_ms, copy_ms = [], [], []
-    same_rows = differ_rows = order_same = order_moved = ranks_equal = ranks_total = 0
-    worst_rel = 0.0
-    with open_memory(settings, tries[0]["agent"] if tries else "agent0") as m:
-        conn = m.conn
-        access = "hot.episode_access" if keeps_episode_access(conn) else "hot.episodes"
-        done = set()
-        for t in tries:
-            key = (t["full"], t["agent"], t["where"], tuple(t["params"]))
-            if key in done:
-                continue
-            done.add(key)
-            where, params, full, windowed = t["where"], t["params"], t["full"], t["windowed"]
-            source = t["source"]
-            a, found = best_of(
-                partial(episode_search._walk, conn, source, t["agent"], where, params, full, windowed)
-            )
-            if "EXISTS" in where:  # a participant filter needs the episode row (none asked here)
-                continue
-            match = f'({full}) AND agent : "{agent_token(t["agent"])}"'
-            frm = f"FROM ep CROSS JOIN {access} e ON e.rowid = ep.rowid WHERE ep MATCH ?"
-            if windowed:
-                window = episode_search.fts_terms.WINDOW_DOCS
-                sql = f"SELECT ep.rowid, {where} {frm} ORDER BY ep.rowid DESC LIMIT {window}"
-                b, got = best_of(partial(_rows, px, sql, [*params, match]))
-                # Control: today's query itself on the copy (the same index layout, no token).
-                ctl = (
-                    f"SELECT ep.rowid, {where} {frm} AND e.agent_id = ? ORDER BY ep.rowid DESC LIMIT {window}"
-                )
-                c, _ = best_of(partial(_rows, px, ctl, [*params, full, t["agent"]]))
-                visible = [r[0] for r in got if r[1]]
-                same = visible == found.visible
-            else:
-                sql = f"SELECT ep.rowid, bm25(ep, {WEIGHTS}), bm25(ep, {PLAIN}) {frm} AND {where}"
-                b, got = best_of(partial(_rows, px, sql, [match, *params]))
-                c, _ = best_of(partial(_rows, px, sql, [full, *params]))
-                today = found.ranked or []
-                same = {r[0] for r in today} == {r[0] for r in got}
-                ranks = {r[0]: r[1:] for r in today}
-                for r in got:
-                    for x, y in zip(ranks.get(r[0], ()), r[1:], strict=False):
-                        ranks_total += 1
-                        ranks_equal += x == y
-                        if x:
-                            worst_rel = max(worst_rel, abs(y - x) / abs(x))
-                # The candidates as the search takes them: best episode rank first, ties to the older.
-                cut = episode_search.CANDIDATES
-                order_a = [r[0] for r in sorted(today, key=lambda r: (r[1], r[0]))][:cut]
-                order_b = [r[0] for r in sorted(got, key=lambda r: (r[1], r[0]))][:cut]
-                if order_a == order_b:
-                    order_same += 1
-                else:
-                    order_moved += 1
-            same_rows += same
-            differ_rows += not same
-            today_ms.append(a)
-            proto_ms.append(b)
-            copy_ms.append(c)
-    px.close()
-    return {
-        "distinct_tries": len(today_ms),
-        "today_try_p50": pct(today_ms, 0.5),
-        "today_try_p99": pct(today_ms, 0.99),
-        "today_try_mean": round(sum(today_ms) / len(today_ms), 3) if today_ms else 0,
-        "copy_try_p50": pct(copy_ms, 0.5),
-        "copy_try_p99": pct(copy_ms, 0.99),
-        "copy_try_mean": round(sum(copy_ms) / len(copy_ms), 3) if copy_ms else 0,
-        "proto_try_p50": pct(proto_ms, 0.5),
-        "proto_try_p99": pct(proto_ms, 0.99),
-        "proto_try_mean": round(sum(proto_ms) / len(proto_ms), 3) if proto_ms else 0,
-        "rows_same": same_rows,
-        "rows_differ": differ_rows,
-        "unwindowed_order_same": order_same,
-        "unwindowed_order_moved": order_moved,
-        "ranks_bit_equal": ranks_equal,
-        "ranks_total": ranks_total,
-        "ranks_worst_rel": float(f"{worst_rel:.2e}"),
-    }
-
-
-RANKS = "agent_token_ranks.sqlite"
-
-
-def _cut(rowid: int, summary: str) -> str:
-    """The summary cut to 5-25 words (by rowid): the generator's documents are all one length, and
-    with every document as long as the average an extra token moves no rank."""
-    words = summary.split()
-    return " ".join(words[: 5 + (rowid * 2654435761) % 21])
-
-
-def build_ranks(hot: Path, path: Path) -> None:
-    """Two scratch copies of the index with documents of varied length: `v` as today, `vt` with the token."""
-    if path.exists():
-        return
-    t0 = time.perf_counter()
-    tmp = path.with_suffix(".part")
-    tmp.unlink(missing_ok=True)
-    db = sqlite3.connect(tmp)
-    db.execute("CREATE VIRTUAL TABLE v USING fts5(name, summary, quotes, participants)")
-    db.execute("CREATE VIRTUAL TABLE vt USING fts5(name, summary, quotes, participants, agent)")
-    db.execute("ATTACH ? AS hot", [f"file:{hot}?mode=ro"])
-    rows = db.execute(
-        "SELECT f.rowid, f.name, f.summary, f.quotes, f.participants, e.agent_id"
-        " FROM hot.episodes_fts f JOIN hot.episodes e ON e.rowid = f.rowid ORDER BY f.rowid"
-    )
-    while chunk := rows.fetchmany(20_000):
-        cut = [(r[0], r[1], _cut(r[0], r[2]), r[3], r[4], r[5]) for r in chunk]
-        db.executemany(
-            "INSERT INTO v(rowid, name, summary, quotes, participants) VALUES (?,?,?,?,?)",
-            [r[:5] for r in cut],
-        )
-        db.executemany(
-            "INSERT INTO vt(rowid, name, summary, quotes, participants, agent) VALUES (?,?,?,?,?,?)",
-            [(*r[:5], agent_token(r[5])) for r in cut],
-        )
-    db.commit()
-    db.execute("DETACH hot")
-    db.close()
-    tmp.rename(path)
-    print(f"  built {path} in {time.perf_counter() - t0:.0f}s", flush=True)
-
-
-def rank_check(settings: Settings, tries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Unwindowed tries on documents of varied length: ranks and candidate order with and without the token."""
-    hot = next((settings.data_dir / "hot").glob("*.sqlite"))
-    path = settings.data_dir / RANKS
-    build_ranks(hot, path)
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    db.execute("ATTACH ? AS hot", [f"file:{hot}?mode=ro"])
-    equal = total = same = moved = top3_moved = 0
-    worst = 0.0
-    done = set()
-    for t in tries:
-        key = (t["full"], t["agent"], t["where"], tuple(t["params"]))
-        if t["windowed"] or key in done or "EXISTS" in t["where"]:
-            continue
-        done.add(key)
-        where, params = t["where"], t["params"]
-        frm = "CROSS JOIN hot.episode_access e ON e.rowid = {0}.rowid WHERE {0} MATCH ? AND " + where
-        a = db.execute(
-            f"SELECT v.rowid, bm25(v, 2.0, 1.0, 1.2, 0.5), bm25(v) FROM v {frm.format('v')}",
-            [t["full"], *params],
-        ).fetchall()
-        match = f'({t["full"]}) AND agent : "{agent_token(t["agent"])}"'
-        b = db.execute(
-            f"SELECT vt.rowid, bm25(vt, {WEIGHTS}), bm25(vt, {PLAIN}) FROM vt {frm.format('vt')}",
-            [match, *params],
-        ).fetchall()
-        ranks = {r[0]: r[1:] for r in a}
-        for r in b:
-            for x, y in zip(ranks.get(r[0], ()), r[1:], strict=False):
-                total += 1
-                equal += x == y
-                if x:
-                    worst = max(worst, abs(y - x) / abs(x))
-        cut = episode_search.CANDIDATES
-        oa = [r[0] for r in sorted(a, key=lambda r: (r[1], r[0]))]
-        ob = [r[0] for r in sorted(b, key=lambda r: (r[1], r[0]))]
-        if oa[:cut] == ob[:cut]:
-            same += 1
-        else:
-            moved += 1
-        top3_moved += oa[:3] != ob[:3]
-    db.close()
-    return {
-        "unwindowed_tries": same + moved,
-        "order_same": same,
-        "order_moved": moved,
-        "top3_moved": top3_moved,
-        "ranks_bit_equal": equal,
-        "ranks_total": total,
-        "ranks_worst_rel": float(f"{worst:.2e}"),
-    }
-
-
-def token_walks(settings: Settings) -> tuple[Callable[..., Any], Callable[..., Any], sqlite3.Connection]:
-    """`episode_search._walk` and `_ranked_rows` answered from the prototype copy with the agent token
-    (the visibility join on the hot store's `episode_access`, attached read-only)."""
-    hot = next((settings.data_dir / "hot").glob("*.sqlite"))
-    px = sqlite3.connect(f"file:{settings.data_dir / PROTO}?mode=ro", uri=True)
-    px.execute("PRAGMA cache_size=-65536")
-    px.execute("ATTACH ? AS hot", [f"file:{hot}?mode=ro"])
-    frm = "FROM ep CROSS JOIN hot.episode_access e ON e.rowid = ep.rowid WHERE ep MATCH ?"
-
-    def token_match(full: str, agent_id: str) -> str:
-        return f'({full}) AND agent : "{agent_token(agent_id)}"'
-
-    def ranked(conn: Any, source: str, where: str, params: list[Any], full: str) -> list[tuple[Any, ...]]:
-        sql = f"SELECT ep.rowid, bm25(ep, {WEIGHTS}), bm25(ep, {PLAIN}) {frm} AND {where}"
-        return [tuple(r) for r in px.execute(sql, [token_match(full, params[0]), *params])]
-
-    def walk(
-        conn: Any, source: str, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
-    ) -> Any:
-        if "EXISTS" in where:  # a participant filter needs the episode row (none asked here)
-            return today_walk(conn, source, agent_id, where, params, full, windowed)
-        if windowed:
-            window = episode_search.fts_terms.WINDOW_DOCS
-            sql = f"SELECT ep.rowid, {where} {frm} ORDER BY ep.rowid DESC LIMIT {window}"
-            newest = px.execute(sql, [*params, token_match(full, agent_id)]).fetchall()
-            return episode_search._Matches([r[0] for r in newest if r[1]], newest=len(newest) >= window)
-        rows = ranked(conn, source, where, params, full)
-        return episode_search._Matches([r[0] for r in rows], newest=False, ranked=rows)
-
-    today_walk = episode_search._walk
-    return walk, ranked, px
-
-
 def tool_ab(settings: Settings, agents: int, n: int, rounds: int) -> dict[str, Any]:
-    """The whole tool, today's walk against the agent token's, alternating rounds; answers compared."""
-    walk, ranked, px = token_walks(settings)
-    today = (episode_search._walk, episode_search._ranked_rows)
-    out: dict[str, list[dict[str, Any]]] = {"today": [], "token": []}
-    for r in range(rounds):
-        for side in ("today", "token") if r % 2 == 0 else ("token", "today"):
-            if side == "token":
-                episode_search._walk, episode_search._ranked_rows = walk, ranked
-            try:
-                out[side].append(run_tool(settings, agents, n))
-            finally:
-                episode_search._walk, episode_search._ranked_rows = today
-    px.close()
-    same = sum(a == b for a, b in zip(out["today"][0]["_answers"], out["token"][0]["_answers"], strict=True))
-    keys = ("tool_cpu_p50", "tool_cpu_p99", "tool_cpu_mean", "candidate_cpu_p50", "candidate_cpu_p99", "load")
+    """The whole tool with the agent's phrase ANDed with the tries (as shipped) and without it
+    (`AGENT_SHARE` = 0: no agent's share is that small), in alternating rounds on the same
+    connections; every answer of every round compared between the two."""
+    shipped = episode_search.AGENT_SHARE
+    cpu: dict[str, list[float]] = {"with": [], "without": []}
+    answers: dict[str, list[bytes]] = {"with": [], "without": []}
+    loads = []
+    for agent in measured(agents):
+        user = users_of(agent)[0]
+        with open_memory(settings, agent, user=user) as m:
+            qs = questions(m.conn, agent, user, n + 4)
+            for _, q, _ in qs[n:]:
+                call_tool(m, "recall_memory", {"query": q})
+            for r in range(rounds):
+                for arm in ("with", "without") if r % 2 == 0 else ("without", "with"):
+                    episode_search.AGENT_SHARE = shipped if arm == "with" else 0.0
+                    try:
+                        for _, q, _ in qs[:n]:
+                            m.conn.candidate_memo = None  # each arm walks its own tries
+                            c0 = time.process_time()
+                            answer = call_tool(m, "recall_memory", {"query": q})
+                            cpu[arm].append((time.process_time() - c0) * 1000)
+                            answers[arm].append(orjson.dumps(answer, option=orjson.OPT_SORT_KEYS))
+                    finally:
+                        episode_search.AGENT_SHARE = shipped
+        loads.append(os.getloadavg()[0])
+    same = sum(a == b for a, b in zip(answers["with"], answers["without"], strict=True))
     return {
-        "rounds": rounds,
-        **{side: [{k: run[k] for k in keys} for run in runs] for side, runs in out.items()},
-        "answers_identical": same,
-        "answers": len(out["today"][0]["_answers"]),
+        "calls_per_arm": len(cpu["with"]),
+        **{f"{arm}_cpu_p50": pct(v, 0.5) for arm, v in cpu.items()},
+        **{f"{arm}_cpu_p99": pct(v, 0.99) for arm, v in cpu.items()},
+        **{f"{arm}_cpu_mean": round(sum(v) / len(v), 3) for arm, v in cpu.items()},
+        "same_answers": same,
+        "load": round(max(loads), 1),
     }
 
 
@@ -590,19 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", required=True, help="where the stores are built (kept for the next run)")
     p.add_argument("--agents", default="1,100,1000,10000", help="agents per store (x 100 episodes each)")
     p.add_argument("--n", type=int, default=40, help="questions per measured agent (20 agents)")
-    p.add_argument("--build-only", action="store_true", help="build the stores (and prototypes) and stop")
-    p.add_argument("--no-proto", action="store_true", help="skip the agent-token prototype")
-    p.add_argument(
-        "--rank-sizes",
-        default="1,100,1000",
-        help="agents of the stores whose ranks are checked on varied lengths",
-    )
+    p.add_argument("--build-only", action="store_true", help="build the stores and stop")
     p.add_argument(
         "--tool-ab",
         type=int,
         default=0,
         metavar="ROUNDS",
-        help="instead: the whole tool, today's walk against the agent token's, ROUNDS alternating rounds",
+        help="instead: the whole tool with and without the agent's phrase, ROUNDS alternating rounds",
     )
     p.add_argument(
         "--out", help="default bench/results/recall_agents.json (--tool-ab: recall_agents_tool_ab.json)"
@@ -613,9 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x) for x in args.agents.split(",")]
     if args.build_only:
         for a in sizes:
-            settings = store(root, a)
-            if not args.no_proto:
-                build_proto(next((settings.data_dir / "hot").glob("*.sqlite")), settings.data_dir / PROTO)
+            store(root, a)
         return 0
     results: dict[str, Any] = {
         "machine": {"nproc": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
@@ -640,24 +380,18 @@ def main(argv: list[str] | None = None) -> int:
         row.pop("_answers")
         row.update(missed(settings, row.pop("_fallbacks")))
         row.update(count_documents(settings, tries))
-        if not args.no_proto:
-            row["proto"] = prototype(settings, tries)
-            if str(a) in args.rank_sizes.split(","):
-                row["ranks_varied"] = rank_check(settings, tries)
         results["sizes"].append(row)
         print(orjson.dumps(row).decode(), flush=True)
     Path(args.out).write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     print(
         f"\n{'episodes':>9s} {'tool p50/p99':>14s} {'cand p50/p99':>14s} {'windowed':>8s} "
-        f"{'docs whole/own':>16s} {'try today/proto (mean)':>24s}"
+        f"{'docs whole/own':>16s} {'agent phrase':>12s}"
     )
     for r in results["sizes"]:
-        pr = r.get("proto", {})
         print(
             f"{r['episodes']:9,d} {r['tool_cpu_p50']:6.2f}/{r['tool_cpu_p99']:6.2f} "
             f"{r['candidate_cpu_p50']:6.2f}/{r['candidate_cpu_p99']:6.2f} {r['windowed_share']:8.2f} "
-            f"{r['docs_whole_mean']:9.0f}/{r['docs_own_mean']:6.1f} "
-            f"{pr.get('today_try_mean', 0):10.3f}/{pr.get('proto_try_mean', 0):.3f}"
+            f"{r['docs_whole_mean']:9.0f}/{r['docs_own_mean']:6.1f} {r['agent_phrase_share']:12.2f}"
         )
     print(f"wrote {args.out}")
     return 0

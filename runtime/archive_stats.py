@@ -68,8 +68,9 @@ from typing import Any
 
 import orjson
 from tiermem.runtime import fts_mirror, fts_terms
+from tiermem.runtime.episode_index import agent_phrase
 from tiermem.runtime.episode_text import PREFIX_MIN, TEXTS  # PREFIX_MIN: as the searches' MATCH
-from tiermem.runtime.hotstore import counts_changes, database_key
+from tiermem.runtime.hotstore import counts_changes, database_key, indexes_agents
 
 TRIGGER = "episodes_changed_ad"  # one of the counting triggers: their presence says the count can be trusted
 # More new episodes than this since the counts were taken: they are dropped (each is then counted
@@ -388,9 +389,9 @@ def _documents(conn: sqlite3.Connection, after: int, upto: int, rows: int) -> li
 
 
 def _tokens(row: tuple[Any, ...]) -> set[str]:
-    """The distinct tokens of an index row (id, four columns, sizes), as FTS5 made them."""
+    """The distinct tokens of an index row (id, its columns, sizes), as FTS5 made them."""
     tokens: set[str] = set()
-    for found, _ in fts_mirror.document_tokens(row, fts_mirror.varints(row[5])):
+    for found, _ in fts_mirror.document_tokens(row, fts_mirror.varints(row[-1])):
         tokens.update(found)
     return tokens
 
@@ -548,16 +549,19 @@ def agent_frequency(conn: sqlite3.Connection, agent_id: str, term: str, match: s
         "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid IN "
         "(SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH ?{bound})"
     )
+    # With agent tokens, the index itself skips every other agent's documents (runtime.episode_index).
+    agent = f" AND {agent_phrase(agent_id)}" if indexes_agents(conn) else ""
     found = current(conn)
     if found is None:
-        return int(conn.execute(sql.format(bound=""), [agent_id, match]).fetchone()[0])
+        return int(conn.execute(sql.format(bound=""), [agent_id, f"({match}){agent}"]).fetchone()[0])
     store, newest = found
     with _KEPT.lock:
         kept = store.agent_terms.get((agent_id, term))
     if kept is not None:
         return kept
     own = f'"{term}"*' if len(term) >= PREFIX_MIN else f'"{term}"'
-    df = int(conn.execute(sql.format(bound=" AND rowid <= ?"), [agent_id, own, newest]).fetchone()[0])
+    args = [agent_id, f"{own}{agent}", newest]
+    df = int(conn.execute(sql.format(bound=" AND rowid <= ?"), args).fetchone()[0])
     file_if_current(conn, store, newest, lambda: keep_agent_terms(store, {(agent_id, term): df}))
     return df
 

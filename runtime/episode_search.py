@@ -35,9 +35,16 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 from tiermem.runtime import archive_stats, fts_ranks, fts_rows, fts_terms
+from tiermem.runtime.episode_index import agent_phrase
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.fts_terms import candidate_matches, needs_window
-from tiermem.runtime.hotstore import HotConnection, database_key, item_clause, keeps_episode_access
+from tiermem.runtime.hotstore import (
+    HotConnection,
+    database_key,
+    indexes_agents,
+    item_clause,
+    keeps_episode_access,
+)
 from tiermem.runtime.visibility import Principal, can_read_item
 
 from tiermem.dates import MONTHS, human_range
@@ -47,8 +54,12 @@ from tiermem.text import STOP_WORDS, stem
 CANDIDATES = 60
 # Without a match, the most important of at most this many newest episodes stand in.
 FALLBACK_SCAN = 1000
-# bm25() weights per column of episodes_fts: name, summary, quotes, participants.
-COLUMN_WEIGHTS = (2.0, 1.0, 1.2, 0.5)
+# bm25() weights per column of episodes_fts: name, summary, quotes, participants, agent. The agent
+# column weighs nothing: its phrase narrows a try to the agent's episodes and adds 0.0 to every rank
+# (runtime.episode_index).
+COLUMN_WEIGHTS = (2.0, 1.0, 1.2, 0.5, 0.0)
+# Plain BM25 (every text column alike), as the quote search ranks its candidates.
+PLAIN_WEIGHTS = (1.0, 1.0, 1.0, 1.0, 0.0)
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -224,17 +235,30 @@ def _frequencies(conn: Any, terms: list[str], single: dict[str, str] | None = No
 
 # The two rankings the searches ask the index for: `search_episodes` weighs the columns,
 # `search_quotes` ranks by plain BM25. One query over a candidate try computes both.
-RANKINGS: tuple[tuple[float, ...] | None, ...] = (COLUMN_WEIGHTS, None)
+RANKINGS: tuple[tuple[float, ...], ...] = (COLUMN_WEIGHTS, PLAIN_WEIGHTS)
 _T = TypeVar("_T")
 
 
-def _rank_sql(weights: tuple[float, ...] | None) -> str:
+def _rank_sql(weights: tuple[float, ...]) -> str:
     return fts_ranks.rank_sql(weights)
 
 
 def _store_state(conn: sqlite3.Connection) -> tuple[int, int]:
     """What changes whenever the store's content may have: this connection's writes, other connections' commits."""
     return conn.total_changes, int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+@dataclass(frozen=True)
+class _Try:
+    """One candidate try: its MATCH of the query's words (and participant), and the agent's phrase
+    ANDed with it where the index holds agent tokens (runtime.episode_index)."""
+
+    match: str
+    agent: str | None
+
+    @property
+    def full(self) -> str:
+        return f"({self.match}) AND {self.agent}" if self.agent else self.match
 
 
 @dataclass
@@ -252,10 +276,10 @@ def _visible_matches(
     agent_id: str,
     where: str,
     params: list[Any],
-    full: str,
+    attempt: _Try,
     windowed: bool,
 ) -> _Matches:
-    """The principal's matches of one candidate try (`full`), ranked unless the try is windowed.
+    """The principal's matches of one candidate try, ranked unless the try is windowed.
 
     Not windowed: every visible match with both BM25 ranks. Windowed: the
     agent's newest `WINDOW_DOCS` matches are walked first (newest first, the
@@ -272,8 +296,8 @@ def _visible_matches(
     (which moves when another connection commits), so no stale row, and none
     another principal may see, is ever served.
     """
-    key = ("try", source, full, where, tuple(params), windowed, fts_terms.WINDOW_DOCS)
-    return _kept(conn, key, lambda: _walk(conn, source, agent_id, where, params, full, windowed))
+    key = ("try", source, attempt.full, where, tuple(params), windowed, fts_terms.WINDOW_DOCS)
+    return _kept(conn, key, lambda: _walk(conn, source, agent_id, where, params, attempt, windowed))
 
 
 def _walk(
@@ -282,7 +306,7 @@ def _walk(
     agent_id: str,
     where: str,
     params: list[Any],
-    full: str,
+    attempt: _Try,
     windowed: bool,
 ) -> _Matches:
     if windowed:
@@ -290,10 +314,10 @@ def _walk(
         newest = conn.execute(
             f"SELECT episodes_fts.rowid, {where} {source} AND e.agent_id = ?"
             f" ORDER BY episodes_fts.rowid DESC LIMIT {window}",
-            [*params, full, agent_id],
+            [*params, attempt.full, agent_id],
         ).fetchall()
         return _Matches([r[0] for r in newest if r[1]], newest=len(newest) >= window)
-    ranked = _ranked_rows(conn, source, where, params, full)
+    ranked = _ranked_rows(conn, source, where, params, attempt)
     return _Matches([r[0] for r in ranked], newest=False, ranked=ranked)
 
 
@@ -316,6 +340,23 @@ def _kept(conn: sqlite3.Connection, key: tuple[Any, ...], compute: Callable[[], 
     return found
 
 
+# The agent's phrase is ANDed with the tries when the agent holds at most this share of the archive:
+# where it holds most of it, skipping to its documents saves little and the AND's steps cost.
+AGENT_SHARE = 0.5
+
+
+def _agent_phrase(conn: sqlite3.Connection, agent_id: str) -> str | None:
+    """The agent's phrase to AND with every candidate try (None: tried without it).
+
+    The tries find the agent's episodes either way (who may see a match is
+    checked on its row); the phrase only lets the index skip every other
+    agent's documents (runtime.episode_index), and adds nothing to a rank."""
+    if not indexes_agents(conn):
+        return None  # an index made before agent tokens, in a store opened read-only
+    _, total, all_docs = archive_stats.sizes(conn, agent_id)
+    return agent_phrase(agent_id) if total <= AGENT_SHARE * all_docs else None
+
+
 def _from_fts(table: str) -> str:
     """The candidate tries' FROM: the index's matches, each joined to its row of `table` as `e`.
 
@@ -336,13 +377,15 @@ _FROM_EPISODES = _from_fts("episodes")
 
 
 def _ranked_rows(
-    conn: sqlite3.Connection, source: str, where: str, params: list[Any], full: str
+    conn: sqlite3.Connection, source: str, where: str, params: list[Any], attempt: _Try
 ) -> list[tuple[Any, ...]]:
-    kept = fts_ranks.ranked_rows(conn, where, params, full, RANKINGS)
-    if kept is not None:  # an OR of words: summed from each word's kept ranks, bit for bit
+    # An OR of words: summed from each word's kept ranks, bit for bit. Those are every document's
+    # (whoever's), filed without the agent's phrase, which adds nothing to a rank.
+    kept = fts_ranks.ranked_rows(conn, where, params, attempt.match, RANKINGS)
+    if kept is not None:
         return kept
     ranks = ", ".join(_rank_sql(w) for w in RANKINGS)
-    rows = conn.execute(f"SELECT episodes_fts.rowid, {ranks} {source} AND {where}", [full, *params])
+    rows = conn.execute(f"SELECT episodes_fts.rowid, {ranks} {source} AND {where}", [attempt.full, *params])
     return [tuple(r) for r in rows]
 
 
@@ -352,7 +395,7 @@ def _chosen(
     found: _Matches,
     where: str,
     params: list[Any],
-    full: str,
+    attempt: _Try,
     rank: int,
     candidates: int,
 ) -> list[tuple[Any, ...]]:
@@ -361,7 +404,7 @@ def _chosen(
         # Newest first, ranked 0: a window's newest matches, or every visible match when all are wanted.
         return [(r, *(0.0 for _ in RANKINGS)) for r in found.visible[:candidates]]
     if found.ranked is None:
-        found.ranked = _ranked_rows(conn, source, where, params, full)
+        found.ranked = _ranked_rows(conn, source, where, params, attempt)
     return sorted(found.ranked, key=lambda r: (r[rank], r[0]))[:candidates]
 
 
@@ -388,7 +431,7 @@ def _candidate_rows(
     conn: sqlite3.Connection,
     who: Principal,
     cols: str,
-    column_weights: tuple[float, ...] | None,
+    column_weights: tuple[float, ...],
     terms: list[str],
     frequencies: dict[str, int],
     participant: str | None,
@@ -419,6 +462,7 @@ def _candidate_rows(
         where += " AND EXISTS (SELECT 1 FROM json_each(e.participants) p WHERE lower(p.value) = lower(?))"
         params.append(participant)
     phrase = _participant_match(participant) if participant else None
+    agent = _agent_phrase(conn, who.agent_id)
     from_fts = "FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid"
     if terms:
         # Every term too common, and more matches in the agent's archive than the window:
@@ -426,15 +470,15 @@ def _candidate_rows(
         windowed = needs_window(frequencies)
         rank = 1 + RANKINGS.index(column_weights)
         for match in candidate_matches(frequencies, lambda t: _fts([t], single)):
-            full = f"({match}) AND {phrase}" if phrase else match
-            found = _visible_matches(conn, source, who.agent_id, where, params, full, windowed)
+            attempt = _Try(f"({match}) AND {phrase}" if phrase else match, agent)
+            found = _visible_matches(conn, source, who.agent_id, where, params, attempt, windowed)
             if found.visible:
-                chosen = _chosen(conn, source, found, where, params, full, rank, candidates)
+                chosen = _chosen(conn, source, found, where, params, attempt, rank, candidates)
                 return _rows_at(conn, who, cols, chosen, rank)
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
     if phrase:
         sql = f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} {latest}"
-        return conn.execute(sql, [phrase, *params, fallback]).fetchall()
+        return conn.execute(sql, [_Try(phrase, agent).full, *params, fallback]).fetchall()
     # The agent's newest episodes (its index, newest first) bound the scan on a large archive;
     # both searches of a recall fall back alike, so the choice is kept as the tries' matches are.
     newest_sql = (

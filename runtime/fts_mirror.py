@@ -54,12 +54,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from tiermem.runtime import episode_index
 from tiermem.runtime.episode_text import TEXTS
 from tiermem.runtime.hotstore import erasure_mark
 
-# The one table definition copied here: another tokenizer or column list is left to the index.
-DEFINITION = "CREATE VIRTUAL TABLE episodes_fts USING fts5(name, summary, quotes, participants)"
-COLUMNS = 4
+# The one table definition copied here (runtime.episode_index): another tokenizer or column list is
+# left to the index.
+DEFINITION, COLUMNS = episode_index.DEFINITION, episode_index.COLUMNS
 K1, B = 1.2, 0.75  # bm25()'s constants
 MAX_TOKEN = 32768  # FTS5 keeps at most this many bytes of a token
 # A store with more tokens than this is not copied: reading one takes about 0.2 us a token on a
@@ -242,7 +243,7 @@ class Mirror:
         """Read the documents with rowids in (after, upto], then check the totals against the index."""
         rows = index_documents(conn, after, upto)
         for row in rows:
-            sizes = varints(row[5])
+            sizes = varints(row[-1])
             if sum(sizes) >= 2**30:
                 raise Unsure(f"rowid {row[0]}: too long to sum its weights exactly here")
             doc = len(self.rowids)
@@ -262,7 +263,7 @@ class Mirror:
         block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()
         averages = varints(block[0]) if block else []
         if len(averages) != 1 + COLUMNS:  # a table never written to has an empty record
-            raise Unsure("the index's averages record is not one of rows and four columns")
+            raise Unsure("the index's averages record is not one of rows and each column's tokens")
         self.n_row, self.n_token = averages[0], sum(averages[1:])
         if self.n_token > MAX_TOKENS:
             raise Unsure("too many tokens to keep")
@@ -494,10 +495,11 @@ TEXTS.erasure_drops.append(_KEPT.erased)
 
 
 def index_documents(conn: sqlite3.Connection, after: int, upto: int) -> list[Any]:
-    """The index's documents with rowids in (after, upto], by rowid: (id, its four columns, the
+    """The index's documents with rowids in (after, upto], by rowid: (id, each of its columns, the
     blob of its token counts per column)."""
+    columns = ", ".join(f"c.c{col}" for col in range(COLUMNS))
     return conn.execute(
-        "SELECT c.id, c.c0, c.c1, c.c2, c.c3, d.sz FROM episodes_fts_content c"
+        f"SELECT c.id, {columns}, d.sz FROM episodes_fts_content c"
         " JOIN episodes_fts_docsize d ON d.id = c.id WHERE c.id > ? AND c.id <= ? ORDER BY c.id",
         [after, upto],
     ).fetchall()

@@ -13,7 +13,8 @@ Full-text search: `facts_fts` and `episodes_fts` are regular FTS5 tables
 step, so every writer path (projector, direct apply, a test inserting rows)
 indexes the same way. Join with `episodes_fts.rowid = episodes.rowid`.
 `episodes_fts` indexes `name`, `summary`, `quotes` (the quote texts of
-`key_quotes`, space-joined) and `participants` (space-joined).
+`key_quotes`, space-joined), `participants` (space-joined) and a token of
+the episode's agent (runtime.episode_index says why and how).
 
 `PRAGMA secure_delete=ON` overwrites freed pages with zeros, so erased
 content does not linger in the file; after an erasure the FTS indexes are
@@ -30,6 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tiermem.runtime import episode_index
 from tiermem.runtime.visibility import Principal, member_pattern
 
 from tiermem.settings import Settings
@@ -152,23 +154,7 @@ CREATE TABLE IF NOT EXISTS episodes (
 );
 CREATE INDEX IF NOT EXISTS episodes_agent ON episodes (agent_id, end_ts);
 CREATE INDEX IF NOT EXISTS episodes_owner ON episodes (owner);
-CREATE VIRTUAL TABLE IF NOT EXISTS episodes_fts USING fts5(name, summary, quotes, participants);
-CREATE TRIGGER IF NOT EXISTS episodes_ai AFTER INSERT ON episodes BEGIN
-    INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (
-        new.rowid, new.name, new.summary,
-        (SELECT group_concat(json_extract(value, '$.text'), ' ') FROM json_each(coalesce(new.key_quotes, '[]'))),
-        (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]'))));
-END;
-CREATE TRIGGER IF NOT EXISTS episodes_ad AFTER DELETE ON episodes BEGIN
-    DELETE FROM episodes_fts WHERE rowid = old.rowid;
-END;
-CREATE TRIGGER IF NOT EXISTS episodes_au AFTER UPDATE OF name, summary, key_quotes, participants ON episodes BEGIN
-    DELETE FROM episodes_fts WHERE rowid = old.rowid;
-    INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (
-        new.rowid, new.name, new.summary,
-        (SELECT group_concat(json_extract(value, '$.text'), ' ') FROM json_each(coalesce(new.key_quotes, '[]'))),
-        (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]'))));
-END;
+-- episodes_fts and its triggers: runtime.episode_index (`_ensure_episode_index` below).
 
 -- Notes derived from one turn (absolute dates, who did what), shown and scored with that turn.
 CREATE TABLE IF NOT EXISTS notes (
@@ -437,17 +423,64 @@ def _has_trigger(conn: sqlite3.Connection, name: str) -> bool:
     )
 
 
-def keeps_episode_access(conn: sqlite3.Connection) -> bool:
-    """Whether this store keeps `episode_access` (its triggers are there); asked again whenever
-    the schema cookie moves (a trigger dropped by another connection moves it)."""
+def _ensure_episode_index(conn: sqlite3.Connection) -> None:
+    """Give the store the episode index as runtime.episode_index defines it, filled, with its triggers.
+
+    A new store gets it here; a store indexed otherwise (before the agent
+    column) has its index dropped and made again from its episodes. In one
+    write transaction, asked again inside it, for the reasons of
+    `_ensure_episode_access`; a store opened read-only keeps the index it has.
+    """
+    if _index_definition(conn) == episode_index.DEFINITION:
+        return
+    try:
+        with write_transaction(conn):
+            if _index_definition(conn) == episode_index.DEFINITION:
+                return
+            for name in episode_index.TRIGGER_NAMES:
+                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+            conn.execute("DROP TABLE IF EXISTS episodes_fts")
+            conn.execute(episode_index.DEFINITION)
+            conn.execute(episode_index.FILL)
+            for statement in episode_index.TRIGGERS:
+                conn.execute(statement)
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
+            raise
+
+
+def _index_definition(conn: sqlite3.Connection) -> str | None:
+    row = conn.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'episodes_fts'"
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _schema_facts(conn: sqlite3.Connection) -> tuple[bool, bool]:
+    """(whether the store keeps `episode_access`, whether its episode index holds agent tokens),
+    asked again whenever the schema cookie moves (a trigger dropped or an index made again by
+    another connection moves it)."""
     cookie = conn.execute("PRAGMA schema_version").fetchone()[0]
-    known = getattr(conn, "episode_access_known", None)
+    known: tuple[int, tuple[bool, bool]] | None = getattr(conn, "schema_known", None)
     if known is not None and known[0] == cookie:
-        return bool(known[1])
-    found = _has_trigger(conn, EPISODE_ACCESS_TRIGGER)
+        return known[1]
+    facts = (
+        _has_trigger(conn, EPISODE_ACCESS_TRIGGER),
+        _index_definition(conn) == episode_index.DEFINITION,
+    )
     if isinstance(conn, HotConnection):
-        conn.episode_access_known = (cookie, found)
-    return found
+        conn.schema_known = (cookie, facts)
+    return facts
+
+
+def keeps_episode_access(conn: sqlite3.Connection) -> bool:
+    """Whether this store keeps `episode_access` (its triggers are there)."""
+    return _schema_facts(conn)[0]
+
+
+def indexes_agents(conn: sqlite3.Connection) -> bool:
+    """Whether this store's episode index holds each episode's agent token (runtime.episode_index)."""
+    return _schema_facts(conn)[1]
 
 
 class HotConnection(sqlite3.Connection):
@@ -460,7 +493,8 @@ class HotConnection(sqlite3.Connection):
     level_memo: Any = None
     # Whether the store has each change-counting trigger asked about (`counts_changes`).
     counting_triggers: dict[str, bool] | None = None
-    episode_access_known: tuple[int, bool] | None = None
+    # (schema cookie, `_schema_facts`): what the store's schema says, while the cookie holds.
+    schema_known: tuple[int, tuple[bool, bool]] | None = None
     database_file: str | None = (
         None  # `database_key`, once asked (a connection's main database never changes)
     )
@@ -568,6 +602,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             if conn.execute("SELECT 1 FROM meta WHERE key = 'store_id'").fetchone() is None:
                 conn.execute(_NEW_STORE_ID)  # a store made before stores had one
             _ensure_episode_access(conn)
+            _ensure_episode_index(conn)
             return
         stale = version is not None
     with write_transaction(conn):
@@ -584,6 +619,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
         )
         conn.execute(_NEW_STORE_ID)
     _ensure_episode_access(conn)
+    _ensure_episode_index(conn)
 
 
 def _drop_all(conn: sqlite3.Connection) -> None:

@@ -57,12 +57,13 @@ _MATCH_TERM = re.compile(r'"([^"]+)"')
 def _weights(column_weights: Sequence[float] | None) -> str:
     """FTS5's column weights as ts_rank's array, in its order {D, C, B, A}, scaled to at most 1.
 
-    `tm_episode_doc` labels name A, quotes B, summary C, participants D.
+    `tm_episode_doc` labels name A, quotes B, summary C, participants D. FTS5's fifth column (the
+    agent's token, weighed 0: runtime.episode_index) has no counterpart here.
     """
     if not column_weights:
         return "'{1, 1, 1, 1}'"
-    name, summary, quotes, participants = column_weights
-    top = max(column_weights)
+    name, summary, quotes, participants = column_weights[:4]
+    top = max(name, summary, quotes, participants)
     return "'{" + ", ".join(str(w / top) for w in (participants, summary, quotes, name)) + "}'"
 
 

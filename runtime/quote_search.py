@@ -34,6 +34,7 @@ from tiermem.runtime.episode_search import (
     _WORD,
     AVG_HEAD_WORDS,
     AVG_QUOTE_WORDS,
+    PLAIN_WEIGHTS,
     _archive_sizes,
     _asked_dates,
     _candidate_rows,
@@ -603,7 +604,7 @@ def search_quotes(
     rows: list[Any] = []
     if dense is None or dense.mode != "dense":
         rows = _candidate_rows(
-            conn, who, cols, None, terms, overall, participant, QUOTE_CANDIDATES, 3, single
+            conn, who, cols, PLAIN_WEIGHTS, terms, overall, participant, QUOTE_CANDIDATES, 3, single
         )
     if near:
         have = {r[0] for r in rows}

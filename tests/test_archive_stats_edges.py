@@ -421,7 +421,7 @@ def test_an_index_defined_otherwise_is_counted_by_the_index(episodes: _Episodes)
     tokenized here, the terms are counted again."""
     episodes.writer.execute("DROP TABLE episodes_fts")
     episodes.writer.execute(
-        "CREATE VIRTUAL TABLE episodes_fts USING fts5(name, summary, quotes, participants, tokenize='porter')"
+        "CREATE VIRTUAL TABLE episodes_fts USING fts5(name, summary, quotes, participants, agent, tokenize='porter')"
     )
     terms = ["painting", "painti", "paint", "zebra", "zebras"]
     for k in range(6):

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from helpers_runtime import append, episode
 from tiermem.runtime import episode_search, fts_mirror, fts_ranks
+from tiermem.runtime.episode_index import agent_token
 from tiermem.runtime.episode_search import RANKINGS, _rank_sql
 from tiermem.runtime.episode_text import TEXTS
 from tiermem.runtime.hotstore import database_key, erasure_mark, item_clause, open_hot_store
@@ -149,10 +150,10 @@ def test_every_phrase_is_ranked_as_the_index_ranks_it(memory: AgentMemory) -> No
     assert _all_equal(conn) > 1000
     copy = _copy(conn)
     # The weighted sums do round here: added one at a time, some differ from the products.
-    per = np.zeros((len(copy.rowids), 4))
+    per = np.zeros((len(copy.rowids), fts_mirror.COLUMNS))
     for posting in copy.postings["teal"]:
         code, n = posting >> fts_mirror.COUNT_BITS, posting & ((1 << fts_mirror.COUNT_BITS) - 1)
-        per[code // 4, code % 4] = n
+        per[code // fts_mirror.COLUMNS, code % fts_mirror.COLUMNS] = n
     summed = fts_mirror._frequency(per, RANKINGS[0])
     assert summed is not None and (summed != per @ np.array(RANKINGS[0])).any()
     assert {"cafe", "don", "t", "straße", "istanbul", "kelvin", "eclair"} <= set(copy.postings)
@@ -286,12 +287,13 @@ def test_tokens_are_the_tokenizers() -> None:
 
 def test_weighted_frequencies_are_summed_one_instance_at_a_time() -> None:
     rng = np.random.default_rng(3)
-    per = rng.integers(0, 60, size=(300, 4)).astype(np.float64)
+    columns = fts_mirror.COLUMNS
+    per = rng.integers(0, 60, size=(300, columns)).astype(np.float64)
     per[rng.random(300) < 0.5, :2] = 0  # most documents start their sum at zero
-    for weights in [(2.0, 1.0, 1.2, 0.5), (0.3, 1.7, 1.2, 0.1), None, (1.1,)]:
+    for weights in [(2.0, 1.0, 1.2, 0.5, 0.0), (0.3, 1.7, 1.2, 0.1, 0.7), None, (1.1,)]:
         got = fts_mirror._frequency(per, weights)
         assert got is not None
-        ws = [weights[c] if weights and c < len(weights) else 1.0 for c in range(4)]
+        ws = [weights[c] if weights and c < len(weights) else 1.0 for c in range(columns)]
         for row, value in zip(per.tolist(), got.tolist(), strict=True):
             want = 0.0
             for c, w in enumerate(ws):
@@ -299,7 +301,9 @@ def test_weighted_frequencies_are_summed_one_instance_at_a_time() -> None:
                     want += w
             assert value == want
     assert (
-        fts_mirror._frequency(np.array([[0.0, 0.0, 5.0e6, 0.0], [1.0, 0.0, 5.0e6, 0.0]]), (1.0, 1.0, 1.2))
+        fts_mirror._frequency(
+            np.array([[0.0, 0.0, 5.0e6, 0.0, 0.0], [1.0, 0.0, 5.0e6, 0.0, 0.0]]), (1.0, 1.0, 1.2)
+        )
         is None
     )
 
@@ -329,9 +333,10 @@ def _table() -> sqlite3.Connection:
 
 
 def _insert(conn: sqlite3.Connection, rowid: int, *columns: str) -> None:
+    """An index document of the text columns given (the others empty) and the agent "npc"'s token."""
     conn.execute(
-        "INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (?, ?, ?, ?, ?)",
-        [rowid, *columns, *[""] * (4 - len(columns))],
+        "INSERT INTO episodes_fts (rowid, name, summary, quotes, participants, agent) VALUES (?, ?, ?, ?, ?, ?)",
+        [rowid, *columns, *[""] * (4 - len(columns)), agent_token("npc")],
     )
 
 
@@ -455,13 +460,13 @@ def test_counts_that_are_not_the_indexs_are_never_kept() -> None:
     _insert(conn, 1, "teal lake", "dawn")
     _insert(conn, 2, "teal", "dawn bread")
     block = conn.execute("SELECT block FROM episodes_fts_data WHERE id = 1").fetchone()[0]
-    assert fts_mirror.varints(block) == [2, 3, 3, 0, 0] and len(block) == 5  # one byte each
+    assert fts_mirror.varints(block) == [2, 3, 3, 0, 0, 2] and len(block) == 6  # one byte each
     fts_mirror.Mirror(("db", 0, "0"), 0).add(conn, 0, 2)  # as it is: kept
     changes = [
         # The documents' texts swapped: the same tokens in all, not in each document.
         "UPDATE episodes_fts_content SET c0 = CASE id WHEN 1 THEN 'teal' ELSE 'teal lake' END",
-        "UPDATE episodes_fts_data SET block = x'0204030000' WHERE id = 1",  # a column's tokens
-        "UPDATE episodes_fts_data SET block = x'0303030000' WHERE id = 1",  # the rows
+        "UPDATE episodes_fts_data SET block = x'020403000002' WHERE id = 1",  # a column's tokens
+        "UPDATE episodes_fts_data SET block = x'030303000002' WHERE id = 1",  # the rows
     ]
     for change in changes:
         conn.execute("SAVEPOINT s")
@@ -526,12 +531,12 @@ def test_running_sums_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fts_mirror, "MAX_RUNNING", 3000)
     monkeypatch.setattr(fts_mirror, "MAX_RUNNING_ALL", 5000)
     fts_mirror._RUNNING.clear()
-    per = np.array([[0.0, 0.0, 2500.0, 0.0], [0.0, 0.0, 3.0, 0.0]])
+    per = np.array([[0.0, 0.0, 2500.0, 0.0, 0.0], [0.0, 0.0, 3.0, 0.0, 0.0]])
     for w in (1.1, 1.3, 1.7):
         got = fts_mirror._frequency(per, (1.0, 1.0, w))
         assert got is not None and got[1] == w + w + w
         assert sum(map(len, fts_mirror._RUNNING.values())) <= 5000
-    assert fts_mirror._frequency(np.array([[0.0, 0.0, 3001.0, 0.0]]), (1.0, 1.0, 1.1)) is None
+    assert fts_mirror._frequency(np.array([[0.0, 0.0, 3001.0, 0.0, 0.0]]), (1.0, 1.0, 1.1)) is None
     assert all(len(r) <= 3001 for r in fts_mirror._RUNNING.values())
 
 

@@ -84,7 +84,9 @@ def _scored(conn: Any, who: Principal, query: str) -> Any:
     single: dict[str, str] = {}
     overall = qs._frequencies(conn, terms, single)
     cols = "e.episode_id, e.name, e.summary, NULL, e.start_ts, e.end_ts, e.importance"
-    rows = qs._candidate_rows(conn, who, cols, None, terms, overall, None, qs.QUOTE_CANDIDATES, 3, single)
+    rows = qs._candidate_rows(
+        conn, who, cols, qs.PLAIN_WEIGHTS, terms, overall, None, qs.QUOTE_CANDIDATES, 3, single
+    )
     asked = qs._asked(conn, who, query, groups, overall)
     entries = qs.TEXTS.prepared(conn, qs.database_key(conn), [str(r[0]) for r in rows], [r[1] for r in rows])
     notes = notes_for(conn, who, set().union(*(e.event_ids for e in entries)))

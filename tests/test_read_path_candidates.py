@@ -26,6 +26,7 @@ from helpers_runtime import append, episode
 from tiermem.runtime import episode_search, fts_terms, quote_search
 from tiermem.runtime.episode_search import (
     COLUMN_WEIGHTS,
+    PLAIN_WEIGHTS,
     _candidate_rows,
     _frequencies,
     _fts,
@@ -161,13 +162,14 @@ def _both(conn: sqlite3.Connection, who: Principal, query: str, participant: str
     for terms in (query_terms(query), [f for g in quote_search.query_term_groups(query) for f in g]):
         single: dict[str, str] = {}
         overall = _frequencies(conn, terms, single)
-        for cols, weights, n in (
-            (EPISODE_COLS, COLUMN_WEIGHTS, 60),
-            (QUOTE_COLS, None, 200),
-            (QUOTE_COLS, None, 7),
+        # The former code ranked by plain bm25(): every column alike, the agent's token then unknown.
+        for cols, weights, former, n in (
+            (EPISODE_COLS, COLUMN_WEIGHTS, COLUMN_WEIGHTS[:4], 60),
+            (QUOTE_COLS, PLAIN_WEIGHTS, None, 200),
+            (QUOTE_COLS, PLAIN_WEIGHTS, None, 7),
         ):
             new = _candidate_rows(conn, who, cols, weights, terms, overall, participant, n, 3, single)
-            old = _former_candidate_rows(conn, who, cols, weights, terms, overall, participant, n, 3, single)
+            old = _former_candidate_rows(conn, who, cols, former, terms, overall, participant, n, 3, single)
             out.append(([tuple(r) for r in new], [tuple(r) for r in old]))
     return out
 

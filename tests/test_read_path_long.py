@@ -221,7 +221,9 @@ def _reference_quotes(m: AgentMemory, query: str, limit: int = 40) -> list[dict[
     single: dict[str, str] = {}
     overall = _frequencies(conn, terms, single)
     cols = "e.episode_id, e.name, e.summary, e.key_quotes, e.start_ts, e.end_ts, e.importance"
-    rows = _candidate_rows(conn, who, cols, None, terms, overall, None, qs.QUOTE_CANDIDATES, 3, single)
+    rows = _candidate_rows(
+        conn, who, cols, qs.PLAIN_WEIGHTS, terms, overall, None, qs.QUOTE_CANDIDATES, 3, single
+    )
     asked = qs._asked(conn, who, query, groups, overall)
     weights = asked.weights
     quotes = [orjson.loads(row[3] or "[]") for row in rows]

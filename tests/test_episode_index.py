@@ -1,0 +1,298 @@
+"""The episode index's agent column: one token per episode naming its agent (runtime.episode_index).
+
+The candidate tries AND the reading agent's token so the index skips every
+other agent's documents. That must never change what a search finds or how
+it ranks it, nor let a text reach another agent through the token: these
+tests hold the token to its agent through every way an episode changes,
+compare every candidate list with the phrase and without it (ranks bit for
+bit), make an older store's index again at its next open (and leave a
+read-only one as it is), and look for two agents' and two users' canaries.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers_runtime import append, episode
+from tiermem.runtime import episode_search, fts_mirror, fts_ranks, hotstore, quote_search
+from tiermem.runtime.episode_index import DEFINITION, agent_phrase, agent_token
+from tiermem.runtime.episode_search import COLUMN_WEIGHTS, PLAIN_WEIGHTS, _candidate_rows, _frequencies
+from tiermem.runtime.hotstore import connect, indexes_agents
+from tiermem.runtime.visibility import Principal
+
+from tiermem import Memory
+from tiermem.settings import resolve_settings
+
+AGENTS = ("a1", "a2", "ünï-ꙮ agent", "ΑΒΓ")
+WORDS = [
+    "red",
+    "pot",
+    "key",
+    "lake",
+    "teal",
+    "dawn",
+    "bread",
+    "kite",
+    "stone",
+    "river",
+    "lamp",
+    "coat",
+    "map",
+    "song",
+]
+
+# The index as stores made before the agent column hold it: four columns, triggers without the token.
+OLDER_INDEX = (
+    "CREATE VIRTUAL TABLE episodes_fts USING fts5(name, summary, quotes, participants)",
+    "INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) SELECT e.rowid, e.name, e.summary,"
+    " (SELECT group_concat(json_extract(value, '$.text'), ' ') FROM json_each(coalesce(e.key_quotes, '[]'))),"
+    " (SELECT group_concat(value, ' ') FROM json_each(coalesce(e.participants, '[]'))) FROM episodes e",
+    "CREATE TRIGGER episodes_ai AFTER INSERT ON episodes BEGIN"
+    " INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (new.rowid, new.name,"
+    " new.summary, (SELECT group_concat(json_extract(value, '$.text'), ' ')"
+    " FROM json_each(coalesce(new.key_quotes, '[]'))),"
+    " (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]')))); END",
+    "CREATE TRIGGER episodes_ad AFTER DELETE ON episodes BEGIN DELETE FROM episodes_fts WHERE rowid = old.rowid; END",
+)
+
+
+def _archive(data: Path, n: int = 60) -> Path:
+    """Four agents (two with non-ASCII ids), each with episodes for alice, bob and nobody, each holding
+    its agent's and user's canary; projected. Returns the hot store's path."""
+    settings = resolve_settings(data_dir=data, env={})
+    rng = random.Random(5)
+    events = []
+    for agent in AGENTS:
+        for i in range(n):
+            user = ("alice", "bob", None)[i % 3]
+            canary = f"CANARY{AGENTS.index(agent)}{user or 'none'}"
+            text = " ".join(rng.choices(WORDS, k=6))
+            events.append(
+                episode(
+                    agent,
+                    f"{text.split()[0]} {i}",
+                    f"{text} {canary}",
+                    key_quotes=[{"text": " ".join(rng.choices(WORDS, k=5)), "event_id": f"q-{agent}-{i}"}],
+                    participants=[user] if user else [],
+                    importance=1 + i % 10,
+                    source_event_ids=[f"s-{agent}-{i}"],
+                )
+            )
+    append(settings, *events)
+    mem = Memory.open(data, env={})
+    try:
+        mem.refresh()
+        return mem.settings.hot_db
+    finally:
+        mem.close()
+
+
+def _tokens_by_rowid(conn: sqlite3.Connection) -> dict[int, str]:
+    return {int(r[0]): str(r[1]) for r in conn.execute("SELECT rowid, agent FROM episodes_fts")}
+
+
+def _held(conn: sqlite3.Connection) -> dict[int, str]:
+    """What the index should hold in its agent column: each episode's agent's token."""
+    return {int(r[0]): agent_token(str(r[1])) for r in conn.execute("SELECT rowid, agent_id FROM episodes")}
+
+
+def test_each_episode_is_indexed_under_its_agents_token_through_every_change(tmp_path: Path) -> None:
+    conn = connect(_archive(tmp_path / "data", n=6))
+    assert indexes_agents(conn)
+    assert _tokens_by_rowid(conn) == _held(conn) and len(_held(conn)) == 24
+    # One token per agent, as FTS5's own tokenizer makes it (the SQL and the Python token agree).
+    conn.execute("CREATE VIRTUAL TABLE temp.v USING fts5vocab(main, episodes_fts, 'col')")
+    tokens = {r[0]: r[1] for r in conn.execute("SELECT term, doc FROM temp.v WHERE col = 'agent'")}
+    assert tokens == {agent_token(a): 6 for a in AGENTS}
+    conn.execute("UPDATE episodes SET agent_id = 'a2' WHERE rowid = 1")  # moved to another agent
+    conn.execute("DELETE FROM episodes WHERE rowid = 2")
+    assert _tokens_by_rowid(conn) == _held(conn)
+    count = "SELECT count(*) FROM episodes_fts WHERE episodes_fts MATCH ?"
+    assert conn.execute(count, [agent_phrase("a2")]).fetchone()[0] == 7
+    assert conn.execute(count, [agent_phrase("a1")]).fetchone()[0] == 4
+
+
+def test_no_query_word_nor_episode_text_matches_an_agents_token(tmp_path: Path) -> None:
+    """A text that spells an agent's token is not that agent's episode (the phrase is filtered to
+    the agent column), and the searches' words (ASCII) never cover a token."""
+    conn = connect(_archive(tmp_path / "data", n=3))
+    forged = agent_token("a1")
+    conn.execute("UPDATE episodes SET summary = ? WHERE agent_id = 'a2'", [f"{forged} red pot"])
+    count = "SELECT count(*) FROM episodes_fts WHERE episodes_fts MATCH ?"
+    assert conn.execute(count, [agent_phrase("a1")]).fetchone()[0] == 3
+    assert conn.execute(count, [f'"{forged}"']).fetchone()[0] == 6  # unfiltered, the text would match
+    hex_part = forged[1:5]  # what an ASCII query word could start with
+    assert conn.execute(count, [f'"{hex_part}"*']).fetchone()[0] == 0
+    who = Principal("a1", user="alice")
+    shown = str(episode_search.search_episodes(conn, who, f"{hex_part} red pot", limit=20))
+    assert "CANARY1" not in shown and "CANARY0alice" in shown
+
+
+def _candidates(conn: sqlite3.Connection, who: Principal, query: str, participant: str | None) -> list[Any]:
+    out = []
+    for terms in (
+        episode_search.query_terms(query),
+        [f for g in quote_search.query_term_groups(query) for f in g],
+    ):
+        single: dict[str, str] = {}
+        overall = _frequencies(conn, terms, single)
+        for cols, weights, n in (
+            ("e.episode_id, e.name, e.importance", COLUMN_WEIGHTS, 60),
+            ("e.episode_id, e.summary", PLAIN_WEIGHTS, 200),
+            ("e.episode_id", PLAIN_WEIGHTS, 7),
+        ):
+            rows = _candidate_rows(conn, who, cols, weights, terms, overall, participant, n, 3, single)
+            out.append([tuple(r) for r in rows])
+    return out
+
+
+@pytest.mark.parametrize("caps", [(None, None), (40, 30), (5, 12)])
+def test_the_agents_phrase_changes_no_candidate_nor_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps: tuple[int | None, int | None]
+) -> None:
+    """Every candidate list of both searches, with the agent's phrase ANDed and without it: the same
+    rows in the same order with the same ranks, bit for bit; windowed tries included (small caps)."""
+    from tiermem.runtime import fts_terms
+
+    conn = connect(_archive(tmp_path / "data"))
+    if caps[0] is not None:
+        monkeypatch.setattr(fts_terms, "CANDIDATE_DOC_CAP", caps[0])
+        monkeypatch.setattr(fts_terms, "WINDOW_DOCS", caps[1])
+    rng = random.Random(9)
+    queries = [" ".join(rng.choices(WORDS, k=k)) for k in (1, 2, 3, 5) for _ in range(6)]
+    used: list[str | None] = []
+    found = 0
+    real = episode_search._agent_phrase
+
+    def spy(c: sqlite3.Connection, agent_id: str) -> str | None:
+        used.append(real(c, agent_id))
+        return used[-1]
+
+    monkeypatch.setattr(episode_search, "_agent_phrase", spy)
+    for agent in AGENTS:
+        for user in ("alice", "bob", None):
+            who = Principal(agent, user=user)
+            for query in queries:
+                for participant in (None, "alice"):
+                    monkeypatch.setattr(episode_search, "AGENT_SHARE", 1.0)
+                    with_phrase = _candidates(conn, who, query, participant)
+                    monkeypatch.setattr(episode_search, "AGENT_SHARE", 0.0)
+                    without = _candidates(conn, who, query, participant)
+                    assert with_phrase == without
+                    found += sum(map(len, with_phrase))
+    assert found > 10_000
+    assert agent_phrase("a1") in used and None in used
+
+
+@pytest.mark.parametrize("user", ["alice", "bob", None])
+def test_each_reader_gets_only_its_agents_and_users_episodes(tmp_path: Path, user: str | None) -> None:
+    hot = _archive(tmp_path / "data")
+    conn = connect(hot)
+    for k, agent in enumerate(AGENTS):
+        who = Principal(agent, user=user)
+        shown = str(episode_search.search_episodes(conn, who, "red pot key lake", limit=50))
+        shown += str(quote_search.search_quotes(conn, who, "red pot key lake"))
+        allowed = {f"CANARY{k}none"} | ({f"CANARY{k}{user}"} if user else set())
+        found = {w.strip("',.\"") for w in shown.split() if "CANARY" in w}
+        assert found and found <= allowed
+
+
+def _older_store(data: Path) -> Path:
+    """A projected store whose index is the one made before the agent column."""
+    path = _archive(data, n=9)
+    raw = sqlite3.connect(path)
+    for name in ("episodes_ai", "episodes_ad", "episodes_au"):
+        raw.execute(f"DROP TRIGGER {name}")
+    raw.execute("DROP TABLE episodes_fts")
+    for statement in OLDER_INDEX:
+        raw.execute(statement)
+    raw.commit()
+    raw.close()
+    return path
+
+
+def _answers(conn: sqlite3.Connection) -> list[Any]:
+    out = []
+    for agent in AGENTS:
+        who = Principal(agent, user="alice")
+        for query in ("red pot", "teal lake dawn", "kite stone river lamp"):
+            found = episode_search.search_episodes(conn, who, query, limit=5)
+            out.append([(r["episode_id"], r["key_quotes"]) for r in found])
+    return out
+
+
+def test_an_older_stores_index_is_made_again_at_its_next_open(tmp_path: Path) -> None:
+    path = _older_store(tmp_path / "data")
+    unopened = connect(path, create=False)  # a connection that does not set the schema up
+    assert not indexes_agents(unopened)
+    before = _answers(unopened)  # searched without the token
+    unopened.close()
+    fts_mirror.clear()
+    fts_ranks._KEPT.version = None
+    conn = connect(path)
+    assert indexes_agents(conn)
+    definition = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'episodes_fts'").fetchone()[0]
+    assert definition == DEFINITION
+    assert _tokens_by_rowid(conn) == _held(conn) and len(_held(conn)) == 36
+    # The words found are the same; ranks move a little (every document is a token longer).
+    assert [[e for e, _ in found] for found in _answers(conn)] == [[e for e, _ in f] for f in before]
+    # Its triggers are the new ones: an insert and a change of agent are indexed with the token.
+    conn.execute("UPDATE episodes SET agent_id = 'a2' WHERE rowid = 1")
+    assert _tokens_by_rowid(conn) == _held(conn)
+
+
+def _open_store(path: str) -> None:
+    connect(path).close()
+
+
+def test_two_processes_opening_an_older_store_make_its_index_once(tmp_path: Path) -> None:
+    path = _older_store(tmp_path / "data")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_open_store, args=(str(path),)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    conn = connect(path)
+    assert _tokens_by_rowid(conn) == _held(conn) and len(_held(conn)) == 36
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'episodes_a_'").fetchone()[0] == 3
+
+
+def test_a_writer_cannot_slip_an_episode_between_the_fill_and_the_triggers(tmp_path: Path) -> None:
+    path = _older_store(tmp_path / "data")
+    conn = connect(path, create=False)
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    tried: list[str] = []
+    copy = "INSERT INTO episodes (episode_id, agent_id, name, summary) VALUES ('late', 'a1', 'late', 'late red pot')"
+
+    def between(sql: str) -> None:
+        if not tried and "CREATE TRIGGER" in sql and "episodes_ai" in sql:
+            try:
+                other.execute(copy)
+                tried.append("written")
+            except sqlite3.OperationalError as exc:  # locked out, as it must be
+                tried.append(str(exc))
+
+    conn.set_trace_callback(between)
+    hotstore._ensure_episode_index(conn)
+    conn.set_trace_callback(None)
+    assert tried and tried != ["written"]
+    other.execute(copy)
+    assert _tokens_by_rowid(conn) == _held(conn) and len(_held(conn)) == 37
+
+
+def test_a_read_only_older_store_keeps_its_index_and_searches_without_the_token(tmp_path: Path) -> None:
+    path = _older_store(tmp_path / "data")
+    ro = sqlite3.connect(f"file:{path}?mode=ro", uri=True, factory=hotstore.HotConnection)
+    hotstore._ensure_episode_index(ro)  # cannot write: leaves the store as it is
+    assert not indexes_agents(ro)
+    assert episode_search._agent_phrase(ro, "a1") is None
+    shown = str(episode_search.search_episodes(ro, Principal("a1", user="alice"), "red pot key", limit=50))
+    found = {w.strip("',.\"") for w in shown.split() if "CANARY" in w}
+    assert found == {"CANARY0alice", "CANARY0none"}
