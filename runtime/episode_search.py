@@ -37,7 +37,7 @@ import orjson
 from tiermem.runtime import archive_stats, fts_ranks, fts_rows, fts_terms
 from tiermem.runtime.episode_index import agent_phrase
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
-from tiermem.runtime.fts_terms import candidate_matches, needs_window
+from tiermem.runtime.fts_terms import agent_candidate_matches, candidate_matches, needs_window
 from tiermem.runtime.hotstore import (
     HotConnection,
     database_key,
@@ -150,12 +150,18 @@ def _idf(
     one of its episodes and should weigh nothing. The index's own counts
     (fts5vocab) say which terms are rare overall; only those are counted per
     agent, so a query made of common words never walks tens of thousands of rows.
+    Where the agent holds a small share of the archive, every term is counted
+    per agent: through the agent's token, which walks at most its own episodes.
     """
     db, total, all_docs = _archive_sizes(conn, agent_id)
     index = _index(conn)
+    own = _own_counts(conn, agent_id, terms, overall, single) if _agent_phrase(conn, agent_id) else None
     out = {}
     for t in terms:
-        if overall[t] > EXACT_DF_LIMIT or total == all_docs:
+        df: float
+        if own is not None:
+            df = own[t]  # counted through the agent's token: at most its own episodes walked
+        elif overall[t] > EXACT_DF_LIMIT or total == all_docs:
             # Common overall (or one agent holds the whole archive): the overall count, scaled to
             # this agent's share, instead of walking thousands of rows for a word that weighs little.
             df = overall[t] * total / all_docs
@@ -351,10 +357,25 @@ def _agent_phrase(conn: sqlite3.Connection, agent_id: str) -> str | None:
     The tries find the agent's episodes either way (who may see a match is
     checked on its row); the phrase only lets the index skip every other
     agent's documents (runtime.episode_index), and adds nothing to a rank."""
-    if not indexes_agents(conn):
-        return None  # an index made before agent tokens, in a store opened read-only
+    if _index(conn) is not None or not indexes_agents(conn):
+        return None  # another backend's index, or one made before agent tokens (a read-only store)
     _, total, all_docs = archive_stats.sizes(conn, agent_id)
     return agent_phrase(agent_id) if total <= AGENT_SHARE * all_docs else None
+
+
+def _own_counts(
+    conn: sqlite3.Connection,
+    agent_id: str,
+    terms: list[str],
+    overall: dict[str, int],
+    single: dict[str, str] | None,
+) -> dict[str, int]:
+    """The agent's own episodes holding each term: counted through its token (runtime.episode_index),
+    so a count walks at most the agent's own episodes, and kept (runtime.archive_stats)."""
+    return {
+        t: archive_stats.agent_frequency(conn, agent_id, t, _fts([t], single)) if overall.get(t) else 0
+        for t in terms
+    }
 
 
 def _from_fts(table: str) -> str:
@@ -398,9 +419,11 @@ def _chosen(
     attempt: _Try,
     rank: int,
     candidates: int,
+    rankable: bool = True,
 ) -> list[tuple[Any, ...]]:
-    """The try's best `candidates` as (rowid, ranks...): by rank (ties to the older), or newest first unranked."""
-    if found.newest or (found.ranked is None and len(found.visible) <= candidates):
+    """The try's best `candidates` as (rowid, ranks...): by rank (ties to the older), or newest first
+    unranked (`rankable` false: BM25 would walk more than it may, fts_terms.agent_candidate_matches)."""
+    if found.newest or not rankable or (found.ranked is None and len(found.visible) <= candidates):
         # Newest first, ranked 0: a window's newest matches, or every visible match when all are wanted.
         return [(r, *(0.0 for _ in RANKINGS)) for r in found.visible[:candidates]]
     if found.ranked is None:
@@ -465,15 +488,40 @@ def _candidate_rows(
     agent = _agent_phrase(conn, who.agent_id)
     from_fts = "FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid"
     if terms:
-        # Every term too common, and more matches in the agent's archive than the window:
-        # the newest of them, not BM25 over all of them (fts_terms).
-        windowed = needs_window(frequencies)
         rank = 1 + RANKINGS.index(column_weights)
-        for match in candidate_matches(frequencies, lambda t: _fts([t], single)):
+
+        def render(term: str) -> str:
+            return _fts([term], single)
+
+        if agent:
+            # Narrowed to the agent's episodes, the tries are chosen by its own counts: on a store of
+            # many agents the whole index's say every word is common (every try windowed) and pick
+            # words this agent never used (no try finds anything; the search falls back).
+            own = _own_counts(conn, who.agent_id, terms, frequencies, single)
+            listed = archive_stats.covered(conn, terms)
+
+            def expand(term: str) -> str:
+                """The words a prefix covers, where few, as an OR the index can skip through."""
+                words = listed.get(term)
+                if not words or (single and term in single):
+                    return render(term)
+                return f"({archive_stats.words_match(words)})"
+
+            tries, rankable = agent_candidate_matches(own, frequencies, render, expand=expand)
+            windowed = not rankable
+        else:
+            # Every term too common, and more matches in the agent's archive than the window:
+            # the newest of them, not BM25 over all of them (fts_terms).
+            tries, windowed, rankable = (
+                candidate_matches(frequencies, render),
+                needs_window(frequencies),
+                True,
+            )
+        for match in tries:
             attempt = _Try(f"({match}) AND {phrase}" if phrase else match, agent)
             found = _visible_matches(conn, source, who.agent_id, where, params, attempt, windowed)
             if found.visible:
-                chosen = _chosen(conn, source, found, where, params, attempt, rank, candidates)
+                chosen = _chosen(conn, source, found, where, params, attempt, rank, candidates, rankable)
                 return _rows_at(conn, who, cols, chosen, rank)
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
     if phrase:

@@ -98,16 +98,28 @@ def document_frequencies(
     return out
 
 
-def vocab_counts(conn: sqlite3.Connection, fts_table: str, term: str, prefix: bool) -> tuple[int, int, str]:
+# A prefix term's words are listed (`vocab_counts`' `covered`) when it covers at most this many.
+MAX_COVERED = 16
+
+
+def vocab_counts(
+    conn: sqlite3.Connection, fts_table: str, term: str, prefix: bool, covered: list[str] | None = None
+) -> tuple[int, int, str]:
     """(documents, words, the first word) of a term in the index: a prefix term sums the documents of
-    every indexed word it covers; a whole word covers itself."""
+    every indexed word it covers; a whole word covers itself. `covered`, when given, receives a
+    prefix term's words (sorted) when it covers at most `MAX_COVERED` of them."""
     vocab = _ensure_vocab(conn, fts_table)
     if prefix:
-        # Every indexed word starting with `term`: [term, term + U+10FFFF) in the index order.
+        # Every indexed word starting with `term`: [term, term + U+10FFFF) in the index order. A token
+        # never holds a space (FTS5's tokenizer splits there), so the words can be joined by one.
         row = conn.execute(
-            f"SELECT coalesce(sum(doc), 0), count(*), min(term) FROM temp.{vocab} WHERE term >= ? AND term < ?",
+            f"SELECT coalesce(sum(doc), 0), count(*), min(term),"
+            f" CASE WHEN count(*) <= {MAX_COVERED} THEN group_concat(term, ' ') END"
+            f" FROM temp.{vocab} WHERE term >= ? AND term < ?",
             (term, term + "\U0010ffff"),
         ).fetchone()
+        if covered is not None and row[3] is not None:
+            covered.extend(sorted(row[3].split(" ")))
         return int(row[0] or 0), int(row[1]), str(row[2] or "")
     row = conn.execute(f"SELECT coalesce(sum(doc), 0) FROM temp.{vocab} WHERE term = ?", (term,)).fetchone()
     docs = int(row[0] or 0)
@@ -186,3 +198,44 @@ def candidate_matches(
     if len(present) > 1:
         tries.append(render(present[0]))
     return tries
+
+
+def agent_candidate_matches(
+    own: dict[str, int],
+    overall: dict[str, int],
+    render: Callable[[str], str],
+    cap: int | None = None,
+    expand: Callable[[str], str] | None = None,
+) -> tuple[list[str], bool]:
+    """MATCH expressions for tries narrowed to one agent's episodes (ANDed with its token), chosen
+    by the agent's own counts (`own`); and whether BM25 may rank them.
+
+    Only words the agent has are tried, rarest in its own archive first (ties:
+    rarest overall). The OR of the rarest of them (`candidate_terms` over the
+    agent's counts) is ranked by BM25 when that costs little: `bm25()` first
+    counts each of the try's words over the whole index, a walk of every
+    document holding it whoever's it is, so the words' counts overall must stay
+    under the cap too. Otherwise the tries are those of a window (`newest
+    window`, unranked, newest first): documents about several of the asked-for
+    things first (the AND of every word the agent has, then of its two rarest),
+    then its rarest word alone, then the OR. Those are not ranked, so a term
+    may be written as the OR of the words it covers (`expand`), which the index
+    can skip through to the agent's documents where a prefix it cannot.
+    """
+    cap = CANDIDATE_DOC_CAP if cap is None else cap
+    present = sorted((t for t, df in own.items() if df > 0), key=lambda t: (own[t], overall.get(t, 0), t))
+    if not present:
+        return [], True
+    kept = candidate_terms({t: own[t] for t in present}, cap)
+    either = " OR ".join(render(t) for t in kept)
+    if not needs_window(own, cap) and sum(overall.get(t, 0) for t in kept) <= cap:
+        return [either], True
+    each = expand or render
+    tries = [" AND ".join(each(t) for t in present)]
+    if len(present) > 2:
+        tries.append(f"{each(present[0])} AND {each(present[1])}")
+    if len(present) > 1:
+        tries.append(each(present[0]))
+    if len(kept) > 1:
+        tries.append(" OR ".join(each(t) for t in kept))
+    return tries, False

@@ -256,12 +256,12 @@ def test_a_count_taken_while_an_episode_is_added_is_not_kept(
     counted = archive_stats.fts_terms.vocab_counts
     added: list[int] = []
 
-    def meanwhile(*args: Any) -> tuple[int, int, str]:
+    def meanwhile(*args: Any, **kwargs: Any) -> tuple[int, int, str]:
         if not added:  # another process's compression run commits during the first count
             append(settings, _episode(rng, "other", 99, "sourdough"))
             project(settings)
             added.append(1)
-        return counted(*args)
+        return counted(*args, **kwargs)
 
     try:
         _statistics(conn)  # sizes and the quote words kept: the store is brought up to date after

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from helpers_runtime import append, episode
-from tiermem.runtime import episode_search, fts_mirror, fts_ranks, hotstore, quote_search
+from tiermem.runtime import archive_stats, episode_search, fts_mirror, fts_ranks, hotstore, quote_search
 from tiermem.runtime.episode_index import DEFINITION, agent_phrase, agent_token
 from tiermem.runtime.episode_search import COLUMN_WEIGHTS, PLAIN_WEIGHTS, _candidate_rows, _frequencies
 from tiermem.runtime.hotstore import connect, indexes_agents
@@ -152,11 +152,12 @@ def _candidates(conn: sqlite3.Connection, who: Principal, query: str, participan
 
 
 @pytest.mark.parametrize("caps", [(None, None), (40, 30), (5, 12)])
-def test_the_agents_phrase_changes_no_candidate_nor_rank(
+def test_the_agents_phrase_changes_no_match_nor_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps: tuple[int | None, int | None]
 ) -> None:
-    """Every candidate list of both searches, with the agent's phrase ANDed and without it: the same
-    rows in the same order with the same ranks, bit for bit; windowed tries included (small caps)."""
+    """Every try both searches walk with the agent's phrase ANDed is walked again without it: the
+    same visible rows in the same order, the same window, and the same ranks, bit for bit (ranked
+    or not, windowed or not: small caps make windows)."""
     from tiermem.runtime import fts_terms
 
     conn = connect(_archive(tmp_path / "data"))
@@ -165,28 +166,137 @@ def test_the_agents_phrase_changes_no_candidate_nor_rank(
         monkeypatch.setattr(fts_terms, "WINDOW_DOCS", caps[1])
     rng = random.Random(9)
     queries = [" ".join(rng.choices(WORDS, k=k)) for k in (1, 2, 3, 5) for _ in range(6)]
-    used: list[str | None] = []
-    found = 0
-    real = episode_search._agent_phrase
+    walk, ranked_rows = episode_search._walk, episode_search._ranked_rows
+    compared = {"walks": 0, "ranks": 0, "windowed": 0}
 
-    def spy(c: sqlite3.Connection, agent_id: str) -> str | None:
-        used.append(real(c, agent_id))
-        return used[-1]
+    def both_walks(
+        c: Any, source: str, agent_id: str, where: str, params: list[Any], attempt: Any, windowed: bool
+    ) -> Any:
+        found = walk(c, source, agent_id, where, params, attempt, windowed)
+        if attempt.agent is not None:
+            plain = walk(
+                c, source, agent_id, where, params, episode_search._Try(attempt.match, None), windowed
+            )
+            assert (found.visible, found.newest, found.ranked) == (plain.visible, plain.newest, plain.ranked)
+            compared["walks"] += 1
+            compared["windowed"] += windowed
+        return found
 
-    monkeypatch.setattr(episode_search, "_agent_phrase", spy)
+    def both_ranks(c: Any, source: str, where: str, params: list[Any], attempt: Any) -> Any:
+        ranked = ranked_rows(c, source, where, params, attempt)
+        if attempt.agent is not None:
+            plain = ranked_rows(c, source, where, params, episode_search._Try(attempt.match, None))
+            assert sorted(ranked) == sorted(plain)
+            compared["ranks"] += len(ranked)
+        return ranked
+
+    monkeypatch.setattr(episode_search, "_walk", both_walks)
+    monkeypatch.setattr(episode_search, "_ranked_rows", both_ranks)
     for agent in AGENTS:
         for user in ("alice", "bob", None):
             who = Principal(agent, user=user)
             for query in queries:
                 for participant in (None, "alice"):
-                    monkeypatch.setattr(episode_search, "AGENT_SHARE", 1.0)
-                    with_phrase = _candidates(conn, who, query, participant)
-                    monkeypatch.setattr(episode_search, "AGENT_SHARE", 0.0)
-                    without = _candidates(conn, who, query, participant)
-                    assert with_phrase == without
-                    found += sum(map(len, with_phrase))
-    assert found > 10_000
-    assert agent_phrase("a1") in used and None in used
+                    conn.candidate_memo = None
+                    _candidates(conn, who, query, participant)
+    assert compared["walks"] > 500
+    if caps[0] is None:
+        assert compared["ranks"] > 1000  # the words are rare enough overall for BM25
+    else:
+        assert compared["windowed"] > 50
+
+
+def _insert(conn: sqlite3.Connection, agent: str, n: int, summary: str, importance: int) -> None:
+    conn.execute(
+        "INSERT INTO episodes (episode_id, agent_id, name, summary, start_ts, end_ts, importance)"
+        " VALUES (?, ?, ?, ?, '2026-03-01T10:00:00Z', '2026-03-01T11:00:00Z', ?)",
+        [f"{agent}-{n}", agent, f"day {n}", summary, importance],
+    )
+
+
+def test_the_tries_are_chosen_by_the_agents_own_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a store of several agents a word can be rare overall and absent from this agent's
+    episodes, and another common overall and in one of them: chosen by the whole index's counts,
+    the only try was the rare word, found nothing visible, and the search fell back to the most
+    important recent episodes; chosen by the agent's own, it finds the episode that holds a word."""
+    from tiermem.runtime import fts_terms
+
+    monkeypatch.setattr(fts_terms, "CANDIDATE_DOC_CAP", 5)
+    conn = connect(tmp_path / "hot.sqlite")
+    for n in range(12):
+        _insert(conn, "a2", n, "the brass lantern by the door", 5)
+    _insert(conn, "a2", 12, "a zephyr over the hills", 5)
+    _insert(conn, "a1", 0, "LANTERNCANARY the old lantern", 1)
+    for n in range(1, 8):
+        _insert(conn, "a1", n, "IMPORTANTCANARY market and bread", 9)
+    # Another agent's episodes outnumber this one's: its phrase is ANDed and its counts are asked.
+    for n in range(13, 40):
+        _insert(conn, "a3", n, "quiet fields", 1)
+    who = Principal("a1")
+    terms = episode_search.query_terms("zephyr lantern")
+    single: dict[str, str] = {}
+    overall = _frequencies(conn, terms, single)
+    assert overall == {"zephyr": 1, "lantern": 14}  # "lantern"* covers "lanterncanary" too
+    assert episode_search._own_counts(conn, "a1", terms, overall, single) == {"zephyr": 0, "lantern": 1}
+    found = episode_search.search_episodes(conn, who, "zephyr lantern", limit=1)
+    assert "LANTERNCANARY" in found[0]["summary"]
+    # Chosen by the whole index's counts (as without the agent's phrase), the one try found
+    # nothing of a1's.
+    monkeypatch.setattr(episode_search, "AGENT_SHARE", 0.0)
+    conn.candidate_memo = None
+    found = episode_search.search_episodes(conn, who, "zephyr lantern", limit=1)
+    assert "IMPORTANTCANARY" in found[0]["summary"]
+
+
+def test_the_agents_own_counts_are_its_episodes_holding_each_term(tmp_path: Path) -> None:
+    conn = connect(_archive(tmp_path / "data", n=30))
+    terms = ["red", "pot", "lake", "teal", "brea", "rive", "zzz", "canary0alice", "canary1"]
+    single: dict[str, str] = {}
+    overall = _frequencies(conn, terms, single)
+    for agent in AGENTS:
+        own = episode_search._own_counts(conn, agent, terms, overall, single)
+        for t in terms:
+            match = f'"{t}"*' if len(t) >= 4 else f'"{t}"'
+            want = conn.execute(
+                "SELECT count(*) FROM episodes e JOIN episodes_fts f ON f.rowid = e.rowid"
+                " WHERE e.agent_id = ? AND episodes_fts MATCH ?",
+                [agent, match],
+            ).fetchone()[0]
+            assert own[t] == want, (agent, t)
+        assert own["zzz"] == 0 and (own["canary1"] > 0) == (agent == AGENTS[1])
+
+
+def test_a_prefixs_words_are_counted_and_tried_as_words_for_the_agent(tmp_path: Path) -> None:
+    """A prefix covering a few words is counted and tried for the agent as the OR of those words
+    (which the index skips through to the agent's documents), the same documents as the prefix's;
+    a word first written by a later episode joins them when the statistics catch up."""
+    conn = connect(tmp_path / "hot.sqlite")
+    texts = ["painted the fence", "the painting class", "a painter friend", "market bread", "paint shop"]
+    for n, text in enumerate(texts):
+        _insert(conn, "a1", n, text, 5)
+    for n in range(40):
+        _insert(conn, "a2", 100 + n, f"paintings and painters {n}", 5)
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    terms = episode_search.query_terms("painting")
+    assert terms == ["paint"]
+    single: dict[str, str] = {}
+    overall = _frequencies(conn, terms, single)
+    assert archive_stats.covered(conn, terms) == {
+        "paint": ("paint", "painted", "painter", "painters", "painting", "paintings")
+    }
+    own = episode_search._own_counts(conn, "a1", terms, overall, single)
+    assert own == {"paint": 4}
+    assert any('"painted" OR "painter"' in s and agent_token("a1") in s for s in statements)
+    conn.set_trace_callback(None)
+    _insert(conn, "a1", 5, "PAINTBALLCANARY paintball day", 9)
+    assert episode_search._own_counts(conn, "a1", terms, overall, single) == {"paint": 5}
+    assert "paintball" in archive_stats.covered(conn, terms)["paint"]
+    found = episode_search.search_episodes(conn, Principal("a1"), "paint", limit=10)
+    assert len(found) == 5 and "PAINTBALLCANARY" in str(found)
+    assert "paintings" not in str(found)  # a2's episodes are not a1's
 
 
 @pytest.mark.parametrize("user", ["alice", "bob", None])

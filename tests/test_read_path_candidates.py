@@ -189,6 +189,9 @@ def test_the_shared_query_gives_the_former_candidates(
     memory: AgentMemory, monkeypatch: pytest.MonkeyPatch, caps: tuple[int | None, int | None]
 ) -> None:
     _caps(monkeypatch, *caps)
+    # The tries chosen as the former code chose them (by the whole index's counts): with the agent's
+    # phrase they are chosen by the agent's own (tests/test_episode_index.py).
+    monkeypatch.setattr(episode_search, "AGENT_SHARE", 0.0)
     compared = ties = unranked = 0
     for user in (None, *PEOPLE):
         who = memory.principal.as_user(user) if user else memory.principal

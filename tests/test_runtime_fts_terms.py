@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 
-from tiermem.runtime.fts_terms import candidate_matches, candidate_terms, document_frequencies
+from tiermem.runtime.fts_terms import (
+    agent_candidate_matches,
+    candidate_matches,
+    candidate_terms,
+    document_frequencies,
+)
 
 
 def _index(docs: list[str]) -> sqlite3.Connection:
@@ -53,3 +58,33 @@ def test_bounded_candidates_keep_the_document_that_matches_the_rare_word() -> No
         "SELECT rowid FROM docs_fts WHERE docs_fts MATCH ? ORDER BY rank", (match,)
     ).fetchall()
     assert rows == [(501,)]
+
+
+def test_an_agents_tries_are_chosen_by_its_own_counts() -> None:
+    def q(t: str) -> str:
+        return f'"{t}"*'
+
+    def words(t: str) -> str:
+        return f'("{t}a" OR "{t}b")'
+
+    # Words it has, rare overall too: one OR, ranked (BM25's walk of them is short).
+    own, overall = {"lake": 3, "kite": 1, "zebra": 0}, {"lake": 40, "kite": 9, "zebra": 5}
+    assert agent_candidate_matches(own, overall, q, cap=100, expand=words) == (['"kite"* OR "lake"*'], True)
+    # The same words common overall: BM25 would walk every agent's documents of them; the tries are
+    # those of a window, their words written out, and a word the agent never used is not tried.
+    overall = {"lake": 4000, "kite": 900, "zebra": 5}
+    assert agent_candidate_matches(own, overall, q, cap=100, expand=words) == (
+        [
+            '("kitea" OR "kiteb") AND ("lakea" OR "lakeb")',
+            '("kitea" OR "kiteb")',
+            '("kitea" OR "kiteb") OR ("lakea" OR "lakeb")',
+        ],
+        False,
+    )
+    # Common in the agent's own archive: its rarest first, ties by the counts overall.
+    own = {"alpha": 500, "beta": 500, "gamma": 200}
+    overall = {"alpha": 900, "beta": 600, "gamma": 5000}
+    tries, ranked = agent_candidate_matches(own, overall, q, cap=100)
+    assert not ranked
+    assert tries == ['"gamma"* AND "beta"* AND "alpha"*', '"gamma"* AND "beta"*', '"gamma"*']
+    assert agent_candidate_matches({"alpha": 0}, {"alpha": 50}, q) == ([], True)
