@@ -16,6 +16,8 @@ import sqlite3
 import time
 from types import ModuleType
 
+from tiermem.runtime.episode_index import agent_token
+
 
 def _rss_mb() -> float:
     with open("/proc/self/status") as f:
@@ -58,8 +60,9 @@ def main() -> None:
                     for _ in range(args.words)
                 )
             conn.execute(
-                "INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (?, ?, ?, ?, ?)",
-                [i, "name x", "summary y", text, "alice"],
+                "INSERT INTO episodes_fts (rowid, name, summary, quotes, participants, agent)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [i, "name x", "summary y", text, "alice", agent_token("bench")],
             )
         conn.execute("COMMIT")
         conn.close()

@@ -106,13 +106,14 @@ def _instrument(rec: Recorder) -> Callable[[], None]:
                 agent_id: str,
                 where: str,
                 params: list[Any],
-                full: str,
+                attempt: Any,
                 windowed: bool,
             ) -> None:
                 rec.tries[-1].append(
                     {
                         "source": source,
-                        "match": full,
+                        "match": attempt.full,  # with the agent's phrase where the search ANDs it
+                        "attempt": attempt,
                         "windowed": windowed,
                         "visible": len(out.visible),
                         "newest": out.newest,
@@ -231,7 +232,7 @@ def dissect(conn: Any, tries: list[dict[str, Any]]) -> dict[str, tuple[float, fl
     Each variant passes over every try once, twice in a row (the second pass
     reported: the pages the first one read are where the calls left them).
     """
-    ranks = "bm25(episodes_fts, 2.0, 1.0, 1.2, 0.5), bm25(episodes_fts)"
+    ranks = ", ".join(episode_search._rank_sql(w) for w in episode_search.RANKINGS)
     variants: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
         (
             "the index's postings alone (rowids)",
@@ -263,7 +264,7 @@ def dissect(conn: Any, tries: list[dict[str, Any]]) -> dict[str, tuple[float, fl
         ),
         (
             "the walk as the search makes it (join, visibility, ranks)",
-            lambda t: episode_search._ranked_rows(conn, t["source"], t["where"], t["params"], t["match"]),
+            lambda t: episode_search._ranked_rows(conn, t["source"], t["where"], t["params"], t["attempt"]),
         ),
     ]
     docs = sum(t["matches"] for t in tries) or 1

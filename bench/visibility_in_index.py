@@ -128,7 +128,8 @@ def compare(root: Path, episodes: int, n: int) -> None:
             full = f"({match}) AND {readers}"
             c0 = time.process_time()
             source = episode_search._FROM_EPISODES  # the row join this prototype was measured against
-            found = episode_search._walk(conn, source, who.agent_id, where, params, match, windowed)
+            attempt = episode_search._Try(match, None)  # today's try without the agent's phrase
+            found = episode_search._walk(conn, source, who.agent_id, where, params, attempt, windowed)
             a = (time.process_time() - c0) * 1000
             c0 = time.process_time()
             if windowed:
@@ -190,10 +191,10 @@ def _walk_in_index(px: sqlite3.Connection, today: Callable[..., Any]) -> Callabl
     reader: `item_clause`'s parameters are the agent, then the user and its member pattern)."""
 
     def walk(
-        conn: Any, source: str, agent_id: str, where: str, params: list[Any], full: str, windowed: bool
+        conn: Any, source: str, agent_id: str, where: str, params: list[Any], attempt: Any, windowed: bool
     ) -> Any:
         if windowed or "EXISTS" in where:  # the window keeps today's meaning; a participant filter too
-            return today(conn, source, agent_id, where, params, full, windowed)
+            return today(conn, source, agent_id, where, params, attempt, windowed)
         user = params[1] if len(params) > 1 else None
         owners = [_reader(agent_id, "public")] + ([_reader(agent_id, user)] if user else [])
         readers = " OR ".join(f'"{o}"' for o in owners)
@@ -202,7 +203,7 @@ def _walk_in_index(px: sqlite3.Connection, today: Callable[..., Any]) -> Callabl
             for r in px.execute(
                 "SELECT rowid, bm25(ep, 2.0, 1.0, 1.2, 0.5, 0.0), bm25(ep, 1.0, 1.0, 1.0, 1.0, 0.0)"
                 " FROM ep WHERE ep MATCH ?",
-                [f"({full}) AND readers : ({readers})"],
+                [f"({attempt.match}) AND readers : ({readers})"],
             )
         ]
         return episode_search._Matches([r[0] for r in ranked], newest=False, ranked=ranked)

@@ -1,8 +1,11 @@
 """Episode search behind `recall_memory`: full text over the hot store's episodic archive.
 
 Candidates come from FTS5 (`episodes_fts`: name, summary, quote texts,
-participants) with BM25 column weights; query words are matched by prefix of
-their stem, so "painting" finds "painted". The candidates are then re-ranked
+participants, and the episode's agent as one token) with BM25 column weights;
+query words are matched by prefix of their stem, so "painting" finds
+"painted". Where the reading agent holds a small share of the archive, every
+candidate try is narrowed to its episodes inside the index and chosen by its
+own counts of the words (`_agent_phrase`, runtime.episode_index). The candidates are then re-ranked
 in Python by how much of the query they cover (an episode that mentions every
 asked-for thing beats one that repeats a single word), with a small boost for
 important episodes. Each result's quotes are ordered best match first, so a

@@ -154,7 +154,7 @@ CREATE TABLE IF NOT EXISTS episodes (
 );
 CREATE INDEX IF NOT EXISTS episodes_agent ON episodes (agent_id, end_ts);
 CREATE INDEX IF NOT EXISTS episodes_owner ON episodes (owner);
--- episodes_fts and its triggers: runtime.episode_index (`_ensure_episode_index` below).
+-- episodes_fts and its triggers: runtime.episode_index (`make`, `ensure`).
 
 -- Notes derived from one turn (absolute dates, who did what), shown and scored with that turn.
 CREATE TABLE IF NOT EXISTS notes (
@@ -423,39 +423,6 @@ def _has_trigger(conn: sqlite3.Connection, name: str) -> bool:
     )
 
 
-def _ensure_episode_index(conn: sqlite3.Connection) -> None:
-    """Give the store the episode index as runtime.episode_index defines it, filled, with its triggers.
-
-    A new store gets it here; a store indexed otherwise (before the agent
-    column) has its index dropped and made again from its episodes. In one
-    write transaction, asked again inside it, for the reasons of
-    `_ensure_episode_access`; a store opened read-only keeps the index it has.
-    """
-    if _index_definition(conn) == episode_index.DEFINITION:
-        return
-    try:
-        with write_transaction(conn):
-            if _index_definition(conn) == episode_index.DEFINITION:
-                return
-            for name in episode_index.TRIGGER_NAMES:
-                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
-            conn.execute("DROP TABLE IF EXISTS episodes_fts")
-            conn.execute(episode_index.DEFINITION)
-            conn.execute(episode_index.FILL)
-            for statement in episode_index.TRIGGERS:
-                conn.execute(statement)
-    except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
-            raise
-
-
-def _index_definition(conn: sqlite3.Connection) -> str | None:
-    row = conn.execute(
-        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'episodes_fts'"
-    ).fetchone()
-    return None if row is None else str(row[0])
-
-
 def _schema_facts(conn: sqlite3.Connection) -> tuple[bool, bool]:
     """(whether the store keeps `episode_access`, whether its episode index holds agent tokens),
     asked again whenever the schema cookie moves (a trigger dropped or an index made again by
@@ -466,7 +433,7 @@ def _schema_facts(conn: sqlite3.Connection) -> tuple[bool, bool]:
         return known[1]
     facts = (
         _has_trigger(conn, EPISODE_ACCESS_TRIGGER),
-        _index_definition(conn) == episode_index.DEFINITION,
+        episode_index.defined(conn),
     )
     if isinstance(conn, HotConnection):
         conn.schema_known = (cookie, facts)
@@ -602,7 +569,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             if conn.execute("SELECT 1 FROM meta WHERE key = 'store_id'").fetchone() is None:
                 conn.execute(_NEW_STORE_ID)  # a store made before stores had one
             _ensure_episode_access(conn)
-            _ensure_episode_index(conn)
+            episode_index.ensure(conn)
             return
         stale = version is not None
     with write_transaction(conn):
@@ -612,6 +579,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             _drop_all(conn)
         for statement in _split_statements(SCHEMA):
             conn.execute(statement)
+        episode_index.make(conn)
         for statement in ADDED_INDEXES:
             conn.execute(statement)  # what a new store needs beyond SCHEMA (a no-op for what it holds)
         conn.execute(
@@ -619,7 +587,6 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
         )
         conn.execute(_NEW_STORE_ID)
     _ensure_episode_access(conn)
-    _ensure_episode_index(conn)
 
 
 def _drop_all(conn: sqlite3.Connection) -> None:

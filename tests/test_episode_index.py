@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from helpers_runtime import append, episode
-from tiermem.runtime import archive_stats, episode_search, fts_mirror, fts_ranks, hotstore, quote_search
+from tiermem.runtime import archive_stats, episode_index, episode_search, hotstore, quote_search
 from tiermem.runtime.episode_index import DEFINITION, agent_phrase, agent_token
 from tiermem.runtime.episode_search import COLUMN_WEIGHTS, PLAIN_WEIGHTS, _candidate_rows, _frequencies
 from tiermem.runtime.hotstore import connect, indexes_agents
@@ -58,6 +58,12 @@ OLDER_INDEX = (
     " FROM json_each(coalesce(new.key_quotes, '[]'))),"
     " (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]')))); END",
     "CREATE TRIGGER episodes_ad AFTER DELETE ON episodes BEGIN DELETE FROM episodes_fts WHERE rowid = old.rowid; END",
+    "CREATE TRIGGER episodes_au AFTER UPDATE OF name, summary, key_quotes, participants ON episodes BEGIN"
+    " DELETE FROM episodes_fts WHERE rowid = old.rowid;"
+    " INSERT INTO episodes_fts (rowid, name, summary, quotes, participants) VALUES (new.rowid, new.name,"
+    " new.summary, (SELECT group_concat(json_extract(value, '$.text'), ' ')"
+    " FROM json_each(coalesce(new.key_quotes, '[]'))),"
+    " (SELECT group_concat(value, ' ') FROM json_each(coalesce(new.participants, '[]')))); END",
 )
 
 
@@ -342,8 +348,6 @@ def test_an_older_stores_index_is_made_again_at_its_next_open(tmp_path: Path) ->
     assert not indexes_agents(unopened)
     before = _answers(unopened)  # searched without the token
     unopened.close()
-    fts_mirror.clear()
-    fts_ranks._KEPT.version = None
     conn = connect(path)
     assert indexes_agents(conn)
     definition = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'episodes_fts'").fetchone()[0]
@@ -351,24 +355,34 @@ def test_an_older_stores_index_is_made_again_at_its_next_open(tmp_path: Path) ->
     assert _tokens_by_rowid(conn) == _held(conn) and len(_held(conn)) == 36
     # The words found are the same; ranks move a little (every document is a token longer).
     assert [[e for e, _ in found] for found in _answers(conn)] == [[e for e, _ in f] for f in before]
-    # Its triggers are the new ones: an insert and a change of agent are indexed with the token.
+    # Its triggers are the new ones: a changed text, a change of agent and an insert are indexed
+    # with the token (the older update trigger would have indexed a changed text without it).
+    conn.execute("UPDATE episodes SET summary = 'red pot again' WHERE rowid = 2")
     conn.execute("UPDATE episodes SET agent_id = 'a2' WHERE rowid = 1")
-    assert _tokens_by_rowid(conn) == _held(conn)
+    conn.execute(
+        "INSERT INTO episodes (episode_id, agent_id, name, summary) VALUES ('new', 'a1', 'n', 'red pot')"
+    )
+    assert _tokens_by_rowid(conn) == _held(conn) and len(_held(conn)) == 37
 
 
-def _open_store(path: str) -> None:
-    connect(path).close()
+def _open_store(path: str, made: Any) -> None:
+    conn = connect(path, create=False)
+    made.put(episode_index.ensure(conn))
+    conn.close()
 
 
 def test_two_processes_opening_an_older_store_make_its_index_once(tmp_path: Path) -> None:
     path = _older_store(tmp_path / "data")
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_open_store, args=(str(path),)) for _ in range(2)]
+    made = ctx.Queue()
+    procs = [ctx.Process(target=_open_store, args=(str(path), made)) for _ in range(2)]
     for p in procs:
         p.start()
+    answers = sorted(made.get(timeout=120) for _ in procs)
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
+    assert answers == [False, True]  # one made it; the other found it made, or the lock taken
     conn = connect(path)
     assert _tokens_by_rowid(conn) == _held(conn) and len(_held(conn)) == 36
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name LIKE 'episodes_a_'").fetchone()[0] == 3
@@ -390,7 +404,7 @@ def test_a_writer_cannot_slip_an_episode_between_the_fill_and_the_triggers(tmp_p
                 tried.append(str(exc))
 
     conn.set_trace_callback(between)
-    hotstore._ensure_episode_index(conn)
+    assert episode_index.ensure(conn)
     conn.set_trace_callback(None)
     assert tried and tried != ["written"]
     other.execute(copy)
@@ -400,9 +414,26 @@ def test_a_writer_cannot_slip_an_episode_between_the_fill_and_the_triggers(tmp_p
 def test_a_read_only_older_store_keeps_its_index_and_searches_without_the_token(tmp_path: Path) -> None:
     path = _older_store(tmp_path / "data")
     ro = sqlite3.connect(f"file:{path}?mode=ro", uri=True, factory=hotstore.HotConnection)
-    hotstore._ensure_episode_index(ro)  # cannot write: leaves the store as it is
+    assert not episode_index.ensure(ro)  # cannot write: leaves the store as it is
     assert not indexes_agents(ro)
     assert episode_search._agent_phrase(ro, "a1") is None
     shown = str(episode_search.search_episodes(ro, Principal("a1", user="alice"), "red pot key", limit=50))
     found = {w.strip("',.\"") for w in shown.split() if "CANARY" in w}
     assert found == {"CANARY0alice", "CANARY0none"}
+
+
+def test_an_opener_that_finds_the_write_lock_taken_leaves_the_index_for_later(tmp_path: Path) -> None:
+    """Another connection holds the write lock (a long write, or this very rebuild): the opener does
+    not queue behind it (its busy timeout is 30 s), it searches without the token until it asks again."""
+    path = _older_store(tmp_path / "data")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    conn = connect(path)  # opens at once, the index as it was
+    assert not indexes_agents(conn) and not episode_index.defined(conn)
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == hotstore.BUSY_TIMEOUT_MS
+    assert "CANARY0alice" in str(
+        episode_search.search_episodes(conn, Principal("a1", user="alice"), "red pot", limit=50)
+    )
+    holder.execute("ROLLBACK")
+    assert episode_index.ensure(conn) and indexes_agents(conn)
+    assert _tokens_by_rowid(conn) == _held(conn)
