@@ -24,8 +24,10 @@ timed); and the calls where no try found a visible episode (the search fell back
 important recent ones), with how many of them had a visible episode holding one of the
 question's words.
 
-With `--tool-ab ROUNDS`, instead: the whole tool with the agent's phrase (as shipped) and
-without it, alternating rounds on the same connections, every answer compared.
+With `--tool-ab ROUNDS`, instead: the whole tool as shipped (the agent's phrase ANDed and the
+tries chosen by the agent's own counts) and without the phrase (`AGENT_SHARE` = 0: the tries
+chosen by the whole index's counts, as before the agent's token), alternating rounds on the same
+connections; `same_answers` counts the questions both answer alike.
 
 Prints a table and writes bench/results/recall_agents.json (`--tool-ab`: recall_agents_tool_ab.json).
 """
@@ -296,9 +298,10 @@ def missed(settings: Settings, fallbacks: list[tuple[str, str, str]]) -> dict[st
 
 
 def tool_ab(settings: Settings, agents: int, n: int, rounds: int) -> dict[str, Any]:
-    """The whole tool with the agent's phrase ANDed with the tries (as shipped) and without it
-    (`AGENT_SHARE` = 0: no agent's share is that small), in alternating rounds on the same
-    connections; every answer of every round compared between the two."""
+    """The whole tool as shipped (the agent's phrase ANDed with the tries, chosen by its own counts)
+    and without the phrase (`AGENT_SHARE` = 0: no agent's share is that small; the tries chosen by
+    the whole index's counts), in alternating rounds on the same connections; every answer of
+    every round compared between the two."""
     shipped = episode_search.AGENT_SHARE
     cpu: dict[str, list[float]] = {"with": [], "without": []}
     answers: dict[str, list[bytes]] = {"with": [], "without": []}
