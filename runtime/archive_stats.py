@@ -414,14 +414,22 @@ def _covered(tokens: set[str], heads: dict[str, set[int]]) -> Counter[str]:
     return covered
 
 
+def _listed(words: Iterable[str]) -> tuple[str, ...] | None:
+    """A prefix's words as kept (`TermCount.covered`), sorted; None past `fts_terms.MAX_COVERED` of
+    them or with one longer than `MAX_TERM` (a token can be 32,768 bytes: not kept, as terms)."""
+    found = sorted(set(words))
+    if len(found) > fts_terms.MAX_COVERED or any(len(w) > MAX_TERM for w in found):
+        return None
+    return tuple(found)
+
+
 def _count(kept: TermCount, term: str, n: int, tokens: set[str]) -> None:
     """A new document holding `n` distinct tokens `term` covers (`tokens`: all of its own)."""
     kept.docs += n
     if len(term) < PREFIX_MIN:
         return
     if kept.covered is not None:
-        listed = set(kept.covered) | {w for w in tokens if w.startswith(term)}
-        kept.covered = tuple(sorted(listed)) if len(listed) <= fts_terms.MAX_COVERED else None
+        kept.covered = _listed(set(kept.covered) | {w for w in tokens if w.startswith(term)})
     if kept.words >= 2:
         return
     words = {w for w in tokens if w.startswith(term)}
@@ -500,7 +508,7 @@ def frequencies(
             listed: list[str] = []
             docs, words, first = fts_terms.vocab_counts(conn, "episodes_fts", t, prefix, covered=listed)
             # A prefix's words are listed while few (none listed past `MAX_COVERED`: not known).
-            words_of = tuple(listed) if prefix and (listed or not words) else None
+            words_of = _listed(listed) if prefix and (listed or not words) else None
             kept = counted[t] = TermCount(docs, words if prefix else 0, first, words_of)
             out[t], only = docs, kept.word
         if single is not None and only:
@@ -572,6 +580,14 @@ def agent_frequency(conn: sqlite3.Connection, agent_id: str, term: str, match: s
         return kept
     own = f'"{term}"*' if len(term) >= PREFIX_MIN else f'"{term}"'
     listed = counted.covered if counted is not None and len(term) >= PREFIX_MIN else None
+    if agent and listed is None and own.endswith("*") and not match.endswith("*"):
+        # Not kept here, but the one word the prefix covered when the overall counts were read:
+        # counted by that word (the prefix's merge is the whole index's), not kept (see above).
+        return int(
+            conn.execute(
+                sql.format(bound=" AND rowid <= ?"), [agent_id, f"{match}{agent}", newest]
+            ).fetchone()[0]
+        )
     if agent and listed is not None:
         # The prefix's words, as an OR: FTS5 merges the whole list of documents of every word a
         # prefix covers before the AND can skip to the agent's, where each word's list is skipped
@@ -594,9 +610,9 @@ def words_match(words: Sequence[str]) -> str:
 
 
 def covered(conn: sqlite3.Connection, terms: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    """The words each prefix term covers, where they are kept and few (`TermCount.covered`): at the
-    store's kept version, so a word first written since, by an episode added meanwhile, is not
-    among them until the statistics are next brought up to date (the next search)."""
+    """The words each prefix term covers, where they are kept and few (`TermCount.covered`), at
+    the store's version now: an episode committed between this and the search's own read may
+    bring a word not among them (that search misses it; the next one has it)."""
     found = current(conn)
     if found is None:
         return {}

@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 import re
 import sqlite3
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -153,8 +155,8 @@ def _idf(
     one of its episodes and should weigh nothing. The index's own counts
     (fts5vocab) say which terms are rare overall; only those are counted per
     agent, so a query made of common words never walks tens of thousands of rows.
-    Where the agent holds a small share of the archive, every term is counted
-    per agent: through the agent's token, which walks at most its own episodes.
+    Where the agent's phrase narrows its searches (it holds at most half of the
+    archive), the agent's own counts are used (`_own_counts`).
     """
     db, total, all_docs = _archive_sizes(conn, agent_id)
     index = _index(conn)
@@ -163,7 +165,7 @@ def _idf(
     for t in terms:
         df: float
         if own is not None:
-            df = own[t]  # counted through the agent's token: at most its own episodes walked
+            df = own[t]  # counted through the agent's token (`_own_counts`)
         elif overall[t] > EXACT_DF_LIMIT or total == all_docs:
             # Common overall (or one agent holds the whole archive): the overall count, scaled to
             # this agent's share, instead of walking thousands of rows for a word that weighs little.
@@ -333,6 +335,38 @@ def _walk(
 MEMO_ENTRIES = 64  # a connection that only reads keeps at most this many answers
 
 
+class _Memos:
+    """The connections keeping candidate matches. Their keys are the tries' MATCH text: the
+    questions' words and the words a prefix covers, which may be any user's. Like the other copies
+    of episode text they go when an erasure is made here or met by a read (runtime.episode_text),
+    not at the connection's next search, which may never come."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.conns: weakref.WeakSet[HotConnection] = weakref.WeakSet()
+        self.marks: dict[str, int] = {}  # per store, the erasure mark last seen
+
+    def add(self, conn: HotConnection) -> None:
+        with self.lock:
+            self.conns.add(conn)
+
+    def drop(self, db: str = "") -> None:
+        """Every connection's memo (erasures are rare: any store's)."""
+        with self.lock:
+            for conn in list(self.conns):
+                conn.candidate_memo = None
+
+    def seen(self, db: str, mark: int) -> None:
+        if self.marks.get(db, mark) != mark:
+            self.drop(db)
+        self.marks[db] = mark
+
+
+_MEMOS = _Memos()
+TEXTS.erasure_drops.append(_MEMOS.drop)
+TEXTS.erasure_checks.append(_MEMOS.seen)
+
+
 def _kept(conn: sqlite3.Connection, key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
     """`compute()`, kept on the connection while the store is unchanged (`_store_state`)."""
     if not isinstance(conn, HotConnection) or conn.in_transaction:
@@ -343,6 +377,7 @@ def _kept(conn: sqlite3.Connection, key: tuple[Any, ...], compute: Callable[[], 
     memo = conn.candidate_memo
     if memo is None or memo[0] != state or len(memo[1]) >= MEMO_ENTRIES:
         memo = conn.candidate_memo = (state, {})
+        _MEMOS.add(conn)
     if key not in memo[1]:
         memo[1][key] = compute()
     found: _T = memo[1][key]
@@ -373,12 +408,26 @@ def _own_counts(
     overall: dict[str, int],
     single: dict[str, str] | None,
 ) -> dict[str, int]:
-    """The agent's own episodes holding each term: counted through its token (runtime.episode_index),
-    so a count walks at most the agent's own episodes, and kept (runtime.archive_stats)."""
-    return {
-        t: archive_stats.agent_frequency(conn, agent_id, t, _fts([t], single)) if overall.get(t) else 0
-        for t in terms
-    }
+    """The agent's own episodes holding each term, counted through its token (runtime.episode_index)
+    and kept (runtime.archive_stats): a word's count skips through its list of documents to the
+    agent's, and so does a prefix's written as the few words it covers.
+
+    A prefix covering more words than are listed (`fts_terms.MAX_COVERED`) and common overall is
+    not counted: FTS5 would merge every one of its words' lists first, a walk of the whole index's
+    documents of them (100 ms for a prefix of 18 words at 100k episodes). Its overall count scaled
+    to the agent's share stands in, as it does where the agent holds the archive (`_idf`)."""
+    listed = archive_stats.covered(conn, terms)
+    _, total, all_docs = _archive_sizes(conn, agent_id)
+    out = {}
+    for t in terms:
+        n = overall.get(t, 0)
+        if not n:
+            out[t] = 0
+        elif len(t) >= 4 and t not in listed and not (single and t in single) and n > EXACT_DF_LIMIT:
+            out[t] = max(1, round(n * total / all_docs))
+        else:
+            out[t] = archive_stats.agent_frequency(conn, agent_id, t, _fts([t], single))
+    return out
 
 
 def _from_fts(table: str) -> str:

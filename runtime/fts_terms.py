@@ -98,8 +98,10 @@ def document_frequencies(
     return out
 
 
-# A prefix term's words are listed (`vocab_counts`' `covered`) when it covers at most this many.
-MAX_COVERED = 16
+# A prefix term's words are listed (`vocab_counts`' `covered`) when it covers at most this many: an
+# agent's search writes the prefix as the OR of them (runtime.archive_stats), each word's list
+# skipped through, where FTS5 merges a prefix's whole list of documents first.
+MAX_COVERED = 32
 
 
 def vocab_counts(

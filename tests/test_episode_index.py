@@ -305,6 +305,61 @@ def test_a_prefixs_words_are_counted_and_tried_as_words_for_the_agent(tmp_path: 
     assert "paintings" not in str(found)  # a2's episodes are not a1's
 
 
+def _prefix_count(conn: sqlite3.Connection, agent: str, term: str) -> int:
+    sql = (
+        "SELECT count(*) FROM episodes e JOIN episodes_fts f ON f.rowid = e.rowid"
+        " WHERE e.agent_id = ? AND episodes_fts MATCH ?"
+    )
+    return int(conn.execute(sql, [agent, f'"{term}"*']).fetchone()[0])
+
+
+def test_a_prefix_of_more_words_than_are_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past `MAX_COVERED` words (from the start, or grown past it by a new episode) a prefix is not
+    listed: counted as a prefix while rare overall, and its overall count scaled to the agent's
+    share once common (the prefix's merge would walk the whole index's lists); found all the same."""
+    from tiermem.runtime import fts_terms
+
+    monkeypatch.setattr(fts_terms, "MAX_COVERED", 3)
+    conn = connect(tmp_path / "hot.sqlite")
+    for n, word in enumerate(["painted", "painter", "painting"]):
+        _insert(conn, "a1", n, f"the {word}", 5)
+    for n in range(30):
+        _insert(conn, "a2", 100 + n, "painted painter walls", 5)  # two words each: counted twice overall
+    terms = ["paint"]
+    overall = _frequencies(conn, terms, {})
+    assert archive_stats.covered(conn, terms) == {"paint": ("painted", "painter", "painting")}
+    assert episode_search._own_counts(conn, "a1", terms, overall, {}) == {"paint": 3}
+    _insert(conn, "a1", 3, "PAINTBALLCANARY paintball", 9)  # a fourth word: no longer listed
+    overall = _frequencies(conn, terms, {})
+    assert archive_stats.covered(conn, terms) == {}
+    assert (
+        episode_search._own_counts(conn, "a1", terms, overall, {})
+        == {"paint": 4}
+        == {"paint": _prefix_count(conn, "a1", "paint")}
+    )
+    found = str(episode_search.search_episodes(conn, Principal("a1"), "paint", limit=10))
+    assert "PAINTBALLCANARY" in found and "walls" not in found
+    # Common overall (past the exact count's limit): the overall count scaled to a1's share.
+    monkeypatch.setattr(episode_search, "EXACT_DF_LIMIT", 10)
+    _, total, all_docs = episode_search._archive_sizes(conn, "a1")
+    scaled = round(overall["paint"] * total / all_docs)
+    assert scaled == 8  # 64 documents of words overall, a1 4 of 34 episodes
+    assert episode_search._own_counts(conn, "a1", terms, overall, {}) == {"paint": scaled}
+    conn.candidate_memo = None
+    assert "PAINTBALLCANARY" in str(episode_search.search_episodes(conn, Principal("a1"), "paint", limit=10))
+    # Counted afresh with more words than are listed: not listed (none of them known), counted.
+    archive_stats.clear()
+    monkeypatch.setattr(episode_search, "EXACT_DF_LIMIT", 10_000)
+    overall = _frequencies(conn, terms, {})
+    assert archive_stats.covered(conn, terms) == {}
+    assert episode_search._own_counts(conn, "a1", terms, overall, {}) == {"paint": 4}
+    # A listed prefix of one word, its statistics not kept here: counted by that word.
+    archive_stats.clear()
+    assert episode_search._own_counts(conn, "a1", ["paintb"], {"paintb": 1}, {"paintb": "paintball"}) == {
+        "paintb": 1
+    }
+
+
 @pytest.mark.parametrize("user", ["alice", "bob", None])
 def test_each_reader_gets_only_its_agents_and_users_episodes(tmp_path: Path, user: str | None) -> None:
     hot = _archive(tmp_path / "data")

@@ -233,3 +233,47 @@ def test_a_projection_that_fails_after_its_erasure_still_drops_the_caches(
     finally:
         monkeypatch.undo()
         mem.close()
+
+
+def test_an_erasure_drops_every_connections_kept_tries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept candidate tries are keyed by their MATCH text: for an agent among others, a prefix is
+    written as the words it covers, whoever's they are. An erasure drops every connection's, not
+    only at that connection's next search (which may never come)."""
+    from tiermem.runtime import episode_search, fts_terms
+
+    monkeypatch.setattr(fts_terms, "CANDIDATE_DOC_CAP", 1)  # every try windowed, the words written out
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    events = [
+        episode(
+            "a1",
+            "alice paints",
+            "alice painted the paintzcanary fence",
+            participants=["alice"],
+            source_event_ids=["s-a"],
+        ),
+        episode(
+            "a1", "bob paints", "bob is painting the shed", participants=["bob"], source_event_ids=["s-b"]
+        ),
+        *(
+            episode("a2", f"other {i}", f"painter and painted walls {i}", source_event_ids=[f"s-o{i}"])
+            for i in range(6)
+        ),
+    ]
+    append(settings, *events)
+    mem = Memory.open(tmp_path / "data", env={})
+    try:
+        mem.refresh()
+        bot = mem.agent("a1")
+        assert "paintzcanary" not in str(bot.call_tool("recall_memory", {"query": "painting"}, user="bob"))
+
+        def kept_words() -> int:
+            memos = [c.candidate_memo for c in list(episode_search._MEMOS.conns) if c.candidate_memo]
+            return sum("paintzcanary" in str(key) for memo in memos for key in memo[1])
+
+        assert kept_words() == 1  # bob's try names alice's word (never her episode)
+        mem.forget(user="alice", reason="test")
+        assert kept_words() == 0
+    finally:
+        mem.close()
