@@ -453,7 +453,10 @@ def keep_agent_terms(store: _Statistics, found: dict[tuple[str, str], int]) -> N
     term is not kept)."""
     found = {k: n for k, n in found.items() if len(k[1]) <= MAX_TERM}
     if len(store.agent_terms) + len(found) > MAX_TERMS:
-        store.agent_terms.clear()
+        # The older half goes (filed first): with many agents every recall files a few counts, and
+        # dropping them all would make every agent count its words again at once.
+        kept = list(store.agent_terms.items())
+        store.agent_terms = dict(kept[len(kept) // 2 :])
         _heads_again(store)
     store.agent_terms.update(found)
     _met(store, [t for _, t in found])

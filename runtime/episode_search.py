@@ -322,11 +322,19 @@ def _walk(
 ) -> _Matches:
     if windowed:
         window = fts_terms.WINDOW_DOCS
-        newest = conn.execute(
+        sql = (
             f"SELECT episodes_fts.rowid, {where} {source} AND e.agent_id = ?"
-            f" ORDER BY episodes_fts.rowid DESC LIMIT {window}",
-            [*params, attempt.full, agent_id],
-        ).fetchall()
+            f" ORDER BY episodes_fts.rowid {{order}} LIMIT {window}"
+        )
+        args = [*params, attempt.full, agent_id]
+        if attempt.agent:
+            # Narrowed to the agent, a try mostly has fewer matches than the window: then they are
+            # all of them, and FTS5 walks its lists forward in about half the time it walks them
+            # backward (the skips of an AND read pages in both directions); newest first after.
+            oldest = conn.execute(sql.format(order="ASC"), args).fetchall()
+            if len(oldest) < window:
+                return _Matches([r[0] for r in reversed(oldest) if r[1]], newest=False)
+        newest = conn.execute(sql.format(order="DESC"), args).fetchall()
         return _Matches([r[0] for r in newest if r[1]], newest=len(newest) >= window)
     ranked = _ranked_rows(conn, source, where, params, attempt)
     return _Matches([r[0] for r in ranked], newest=False, ranked=ranked)

@@ -509,6 +509,20 @@ def test_the_prefix_heads_follow_the_terms_kept(tmp_path: Path, monkeypatch: pyt
     assert set(kept.terms) == {"other"} and set(kept.heads) == {"othe"}
 
 
+def test_agents_counts_past_the_cap_keep_the_newer_half(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With many agents every recall files a few per-agent counts: past the cap the older half goes,
+    not all of them (every agent would count its words again at once), and their heads with them."""
+    monkeypatch.setattr(archive_stats, "MAX_TERMS", 4)
+    kept = archive_stats._Statistics((str(tmp_path), 0, "0"), 0)
+    for k in range(4):
+        archive_stats.keep_agent_terms(kept, {(f"agent{k}", f"word{k}x"): k})
+    archive_stats.keep_agent_terms(kept, {("agent9", "zebra"): 9})
+    assert kept.agent_terms == {("agent2", "word2x"): 2, ("agent3", "word3x"): 3, ("agent9", "zebra"): 9}
+    assert set(kept.heads) == {"word", "zebr"}
+
+
 def test_the_idfs_worked_out_count_in_the_quote_words_size(episodes: _Episodes) -> None:
     _add_quoted(episodes, "a", "the red pot and the blue kettle")
     words = archive_stats.quote_words(episodes.reader, "a", episode_search._WORD.findall, 100)
