@@ -32,15 +32,12 @@ and the search behaves exactly as an unbounded one.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 
 # At most this many documents behind the candidate query (about 1-2 ms of BM25 in SQLite).
 CANDIDATE_DOC_CAP = 1500
 # Documents behind a try when every term is more common than that (newest first, no BM25).
 WINDOW_DOCS = 500
-DF_CACHE_SIZE = 50_000
-# (table, version, term) -> (documents, the one indexed word a prefix term covers, else "").
-_DF_CACHE: dict[tuple[str, Hashable, str], tuple[int, str]] = {}
 
 
 def _ensure_vocab(conn: sqlite3.Connection, fts_table: str) -> str:
@@ -56,7 +53,6 @@ def document_frequencies(
     terms: Sequence[str],
     prefix_min_len: int = 4,
     single: dict[str, str] | None = None,
-    version: Hashable | None = None,
     kept: Callable[[str, bool], tuple[int, str] | None] | None = None,
 ) -> dict[str, int]:
     """Documents containing each term (terms of `prefix_min_len`+ characters match as prefixes).
@@ -67,21 +63,13 @@ def document_frequencies(
     merges the postings of every word in a prefix's range on each query).
 
     The index counts a term's documents by walking its postings (milliseconds
-    for a word in most of 100,000 documents), so with a `version` (which
-    changes whenever the indexed documents do, and names the database) the
-    counts are kept until it changes. `kept`, when given, answers a term as the index would
-    (its documents and, for a prefix, the one word it covers, else ""; None when it cannot):
-    a copy of the index's counts that costs no query (runtime.fts_mirror).
+    for a word in most of 100,000 documents): the searches keep what it says,
+    across new episodes (runtime.archive_stats). `kept`, when given, answers a term as the index
+    would (its documents and, for a prefix, the one word it covers, else ""; None when it
+    cannot): a copy of the index's counts that costs no query (runtime.fts_mirror).
     """
     out: dict[str, int] = {}
     for term in terms:
-        key = (fts_table, version, term)
-        cached = _DF_CACHE.get(key) if version is not None else None
-        if cached is not None:
-            out[term] = cached[0]
-            if single is not None and cached[1]:
-                single[term] = cached[1]
-            continue
         found = kept(term, len(term) >= prefix_min_len) if kept is not None else None
         if found is not None:
             out[term], only = found
@@ -91,10 +79,6 @@ def document_frequencies(
             only = first if prefix and words == 1 else ""
         if single is not None and only:
             single[term] = only
-        if version is not None:
-            if len(_DF_CACHE) > DF_CACHE_SIZE:
-                _DF_CACHE.clear()
-            _DF_CACHE[key] = (out[term], only)
     return out
 
 
