@@ -327,10 +327,11 @@ def _walk(
             f" ORDER BY episodes_fts.rowid {{order}} LIMIT {window}"
         )
         args = [*params, attempt.full, agent_id]
-        if attempt.agent:
-            # Narrowed to the agent, a try mostly has fewer matches than the window: then they are
-            # all of them, and FTS5 walks its lists forward in about half the time it walks them
-            # backward (the skips of an AND read pages in both directions); newest first after.
+        if attempt.agent and _archive_sizes(conn, agent_id)[1] < window:
+            # Narrowed to an agent with fewer episodes than the window, a try's matches are all of
+            # them, and FTS5 walks its lists forward in about half the time it walks them backward
+            # (the skips of an AND read pages either way); newest first after. (Checked: an
+            # episode added meanwhile could make them the window's; then the newest are asked.)
             oldest = conn.execute(sql.format(order="ASC"), args).fetchall()
             if len(oldest) < window:
                 return _Matches([r[0] for r in reversed(oldest) if r[1]], newest=False)

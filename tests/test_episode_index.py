@@ -157,7 +157,7 @@ def _candidates(conn: sqlite3.Connection, who: Principal, query: str, participan
     return out
 
 
-@pytest.mark.parametrize("caps", [(None, None), (40, 30), (5, 12)])
+@pytest.mark.parametrize("caps", [(None, None), (40, 30), (5, 12), (5, 100)])  # (5, 100): walked forward
 def test_the_agents_phrase_changes_no_match_nor_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caps: tuple[int | None, int | None]
 ) -> None:
