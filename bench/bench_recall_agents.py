@@ -16,7 +16,8 @@ agents write at once), each agent with its own 10 users as participants.
 For 20 fixed agents (the same names at every size), each serving one of its own users, the tool
 is asked `--n` questions per agent: half made like `profile_recall.py`'s (3 words of the
 vocabulary), half of 3 words of one episode the user may see (found first? found at all?). Per
-size: the tool's CPU and wall p50/p99, the episode search's candidate query
+size: the tool's CPU and wall p50/p99, the physical reference (the question's words as one plain
+FTS5 query over the whole index, best 60 by BM25, timed after each call), the episode search's candidate query
 (`episode_search._candidate_rows`), and per candidate try walked (`episode_search._walk`):
 windowed or not, ANDed with the agent's phrase or not (runtime.episode_index), and the documents
 its words have in the whole index against in the agent's own episodes (counted afterwards, not
@@ -151,6 +152,7 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
     fallbacks: list[tuple[str, str, str]] = []
     hits = {"first": 0, "any": 0, "asked": 0}
     windowed_kind: dict[str, list[bool]] = {}
+    raw: list[float] = []  # the physical reference: one plain FTS5 query per question
     walk = episode_search._walk
 
     def recording(
@@ -201,6 +203,7 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
                     cand.append(sum(cand_one))
                     qcand.append(sum(qcand_one))
                     per_call_tries.append(len(tries) - before)
+                    raw.append(raw_fts(m.conn, q))
                     if not any(t["visible"] for t in tries[before:]):
                         fell_back[kind] = fell_back.get(kind, 0) + 1
                         fallbacks.append((agent, user, q))
@@ -218,6 +221,8 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
         "calls": len(cpu),
         "tool_cpu_p50": pct(cpu, 0.5),
         "tool_cpu_p99": pct(cpu, 0.99),
+        "raw_fts_cpu_p50": pct(raw, 0.5),
+        "raw_fts_cpu_p99": pct(raw, 0.99),
         "tool_cpu_mean": round(sum(cpu) / len(cpu), 3),
         "tool_wall_p50": pct(wall, 0.5),
         "tool_wall_p99": pct(wall, 0.99),
@@ -242,6 +247,20 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
         "_answers": answers,
         "_fallbacks": fallbacks,
     }
+
+
+def raw_fts(conn: Any, q: str) -> float:
+    """CPU ms of the raw SQLite FTS5 query the tool stands on: the question's words (as the search
+    writes them, OR-ed) over the whole index, best 60 by plain BM25, no visibility, no Python."""
+    terms = episode_search.query_terms(q)
+    if not terms:
+        return 0.0
+    c0 = time.process_time()
+    conn.execute(
+        "SELECT rowid FROM episodes_fts WHERE episodes_fts MATCH ? ORDER BY rank LIMIT 60",
+        [episode_search._fts(terms)],
+    ).fetchall()
+    return (time.process_time() - c0) * 1000
 
 
 def count_documents(settings: Settings, tries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -387,13 +406,14 @@ def main(argv: list[str] | None = None) -> int:
         print(orjson.dumps(row).decode(), flush=True)
     Path(args.out).write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     print(
-        f"\n{'episodes':>9s} {'tool p50/p99':>14s} {'cand p50/p99':>14s} {'windowed':>8s} "
-        f"{'docs whole/own':>16s} {'agent phrase':>12s}"
+        f"\n{'episodes':>9s} {'tool p50/p99':>14s} {'cand p50/p99':>14s} {'raw FTS5 p50/p99':>17s} "
+        f"{'windowed':>8s} {'docs whole/own':>16s} {'agent phrase':>12s}"
     )
     for r in results["sizes"]:
         print(
             f"{r['episodes']:9,d} {r['tool_cpu_p50']:6.2f}/{r['tool_cpu_p99']:6.2f} "
-            f"{r['candidate_cpu_p50']:6.2f}/{r['candidate_cpu_p99']:6.2f} {r['windowed_share']:8.2f} "
+            f"{r['candidate_cpu_p50']:6.2f}/{r['candidate_cpu_p99']:6.2f} "
+            f"{r['raw_fts_cpu_p50']:7.2f}/{r['raw_fts_cpu_p99']:8.2f} {r['windowed_share']:8.2f} "
             f"{r['docs_whole_mean']:9.0f}/{r['docs_own_mean']:6.1f} {r['agent_phrase_share']:12.2f}"
         )
     print(f"wrote {args.out}")
