@@ -35,15 +35,14 @@ column does add a token to every document's length and to the table's
 average, so ranks differ slightly from a store indexed without it.
 
 A store indexed before the column (or otherwise) is indexed again from its
-episodes, at once, in one write transaction at its next open (`ensure`,
-from runtime.hotstore); one opened read-only, or met while another
+episodes, at once, in one write transaction at its next open
+(runtime.hotstore: `ensure_episode_index`); one opened read-only, or met while another
 connection holds the write lock, keeps its index, and its searches do
 without the token (`defined` says which is which).
 """
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 
 # What sqlite_master holds for the index (SQLite stores the statement without IF NOT EXISTS).
@@ -91,11 +90,6 @@ TRIGGERS = (
     f" {_INTO} VALUES ({_document('new')}); END",
 )
 
-# Making the index again holds the write lock throughout (1.6 s at 100k episodes, 20 s at 1M): an
-# opener that finds the lock taken waits no longer than this and leaves the store as it is (its
-# searches do without the token; the next open asks again), so openers do not queue behind it.
-LOCK_WAIT_MS = 200
-
 
 def defined(conn: sqlite3.Connection) -> bool:
     """Whether the store's episode index is the one defined here (with the agent column)."""
@@ -115,41 +109,3 @@ def make(conn: sqlite3.Connection) -> None:
     conn.execute(FILL)
     for statement in TRIGGERS:
         conn.execute(statement)
-
-
-def ensure(conn: sqlite3.Connection) -> bool:
-    """Make the index again where the store's is not the one defined here; True if this call did.
-
-    In one write transaction (BEGIN IMMEDIATE: no writer's change falls between
-    the documents read and the triggers made), the definition asked again
-    inside it (two processes opening the same store: the second finds it done).
-    A store opened read-only, or whose write lock another connection holds
-    for longer than `LOCK_WAIT_MS` (maybe making it), keeps the index it has.
-    Writers wait for the whole rebuild, within their own busy timeout.
-    """
-    if defined(conn):
-        return False
-    waits = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
-    conn.execute(f"PRAGMA busy_timeout={LOCK_WAIT_MS}")
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if defined(conn):
-                conn.execute("COMMIT")
-                return False
-            make(conn)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        with contextlib.suppress(sqlite3.OperationalError):
-            # The old index's pages went through the WAL (half a gigabyte at 1M episodes): folded
-            # into the file and the WAL cut, unless a reader holds it.
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return True
-    except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_BUSY):
-            raise
-        return False
-    finally:
-        conn.execute(f"PRAGMA busy_timeout={waits}")

@@ -24,6 +24,7 @@ reason (see `scrub_after_erasure`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
 from collections.abc import Iterator
@@ -154,7 +155,7 @@ CREATE TABLE IF NOT EXISTS episodes (
 );
 CREATE INDEX IF NOT EXISTS episodes_agent ON episodes (agent_id, end_ts);
 CREATE INDEX IF NOT EXISTS episodes_owner ON episodes (owner);
--- episodes_fts and its triggers: runtime.episode_index (`make`, `ensure`).
+-- episodes_fts and its triggers: runtime.episode_index (`make`, and `ensure_episode_index` below).
 
 -- Notes derived from one turn (absolute dates, who did what), shown and scored with that turn.
 CREATE TABLE IF NOT EXISTS notes (
@@ -423,6 +424,44 @@ def _has_trigger(conn: sqlite3.Connection, name: str) -> bool:
     )
 
 
+# Making the episode index again holds the write lock throughout (1.6 s at 100k episodes, 20 s at
+# 1M): an opener that finds the lock taken waits no longer than this and leaves the store as it is
+# (its searches do without the token; the next open asks again), so openers do not queue behind it.
+INDEX_LOCK_WAIT_MS = 200
+
+
+def ensure_episode_index(conn: sqlite3.Connection) -> bool:
+    """Make the episode index again where the store's is not runtime.episode_index's; True if this
+    call did.
+
+    In one write transaction, the definition asked again inside it, for the
+    reasons of `_ensure_episode_access`. A store opened read-only, or whose
+    write lock another connection holds for longer than `INDEX_LOCK_WAIT_MS`
+    (maybe making it), keeps the index it has. Writers wait for the whole
+    rebuild, within their own busy timeout.
+    """
+    if episode_index.defined(conn):
+        return False
+    waits = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+    conn.execute(f"PRAGMA busy_timeout={INDEX_LOCK_WAIT_MS}")
+    try:
+        with write_transaction(conn):
+            if episode_index.defined(conn):
+                return False
+            episode_index.make(conn)
+        with contextlib.suppress(sqlite3.OperationalError):
+            # The old index's pages went through the WAL (half a gigabyte at 1M episodes): folded
+            # into the file and the WAL cut, unless a reader holds it.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return True
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_BUSY):
+            raise
+        return False
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={waits}")
+
+
 def _schema_facts(conn: sqlite3.Connection) -> tuple[bool, bool]:
     """(whether the store keeps `episode_access`, whether its episode index holds agent tokens),
     asked again whenever the schema cookie moves (a trigger dropped or an index made again by
@@ -569,7 +608,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             if conn.execute("SELECT 1 FROM meta WHERE key = 'store_id'").fetchone() is None:
                 conn.execute(_NEW_STORE_ID)  # a store made before stores had one
             _ensure_episode_access(conn)
-            episode_index.ensure(conn)
+            ensure_episode_index(conn)
             return
         stale = version is not None
     with write_transaction(conn):

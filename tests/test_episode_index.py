@@ -422,7 +422,7 @@ def test_an_older_stores_index_is_made_again_at_its_next_open(tmp_path: Path) ->
 
 def _open_store(path: str, made: Any) -> None:
     conn = connect(path, create=False)
-    made.put(episode_index.ensure(conn))
+    made.put(hotstore.ensure_episode_index(conn))
     conn.close()
 
 
@@ -459,7 +459,7 @@ def test_a_writer_cannot_slip_an_episode_between_the_fill_and_the_triggers(tmp_p
                 tried.append(str(exc))
 
     conn.set_trace_callback(between)
-    assert episode_index.ensure(conn)
+    assert hotstore.ensure_episode_index(conn)
     conn.set_trace_callback(None)
     assert tried and tried != ["written"]
     other.execute(copy)
@@ -469,7 +469,7 @@ def test_a_writer_cannot_slip_an_episode_between_the_fill_and_the_triggers(tmp_p
 def test_a_read_only_older_store_keeps_its_index_and_searches_without_the_token(tmp_path: Path) -> None:
     path = _older_store(tmp_path / "data")
     ro = sqlite3.connect(f"file:{path}?mode=ro", uri=True, factory=hotstore.HotConnection)
-    assert not episode_index.ensure(ro)  # cannot write: leaves the store as it is
+    assert not hotstore.ensure_episode_index(ro)  # cannot write: leaves the store as it is
     assert not indexes_agents(ro)
     assert episode_search._agent_phrase(ro, "a1") is None
     shown = str(episode_search.search_episodes(ro, Principal("a1", user="alice"), "red pot key", limit=50))
@@ -490,5 +490,5 @@ def test_an_opener_that_finds_the_write_lock_taken_leaves_the_index_for_later(tm
         episode_search.search_episodes(conn, Principal("a1", user="alice"), "red pot", limit=50)
     )
     holder.execute("ROLLBACK")
-    assert episode_index.ensure(conn) and indexes_agents(conn)
+    assert hotstore.ensure_episode_index(conn) and indexes_agents(conn)
     assert _tokens_by_rowid(conn) == _held(conn)
