@@ -416,6 +416,7 @@ def _own_counts(
     terms: list[str],
     overall: dict[str, int],
     single: dict[str, str] | None,
+    listed: dict[str, tuple[str, ...]] | None = None,
 ) -> dict[str, int]:
     """The agent's own episodes holding each term, counted through its token (runtime.episode_index)
     and kept (runtime.archive_stats): a word's count skips through its list of documents to the
@@ -424,8 +425,10 @@ def _own_counts(
     A prefix covering more words than are listed (`fts_terms.MAX_COVERED`) and common overall is
     not counted: FTS5 would merge every one of its words' lists first, a walk of the whole index's
     documents of them (100 ms for a prefix of 18 words at 100k episodes). Its overall count scaled
-    to the agent's share stands in, as it does where the agent holds the archive (`_idf`)."""
-    listed = archive_stats.covered(conn, terms)
+    to the agent's share stands in, as it does where the agent holds the archive (`_idf`).
+    `listed`: `archive_stats.covered` of the terms, when the caller has read it."""
+    if listed is None:
+        listed = archive_stats.covered(conn, terms)
     _, total, all_docs = _archive_sizes(conn, agent_id)
     out = {}
     for t in terms:
@@ -558,8 +561,8 @@ def _candidate_rows(
             # Narrowed to the agent's episodes, the tries are chosen by its own counts: on a store of
             # many agents the whole index's say every word is common (every try windowed) and pick
             # words this agent never used (no try finds anything; the search falls back).
-            own = _own_counts(conn, who.agent_id, terms, frequencies, single)
             listed = archive_stats.covered(conn, terms)
+            own = _own_counts(conn, who.agent_id, terms, frequencies, single, listed)
 
             def expand(term: str) -> str:
                 """The words a prefix covers, where few, as an OR the index can skip through."""
