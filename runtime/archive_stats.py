@@ -237,7 +237,7 @@ TEXTS.erasure_checks.append(_KEPT.erasure_seen)
 TEXTS.erasure_drops.append(_KEPT.erased)
 
 
-def _state(conn: sqlite3.Connection) -> tuple[tuple[Any, ...], int] | None:
+def state(conn: sqlite3.Connection) -> tuple[tuple[Any, ...], int] | None:
     """(base, newest rowid) of the store now; None when nothing may be kept for it here."""
     if not counts_changes(conn, TRIGGER):
         return None
@@ -251,10 +251,10 @@ def current(conn: sqlite3.Connection) -> tuple[_Statistics, int] | None:
     The new episodes are read and tokenized without the lock (every store's searches wait on it),
     and what they add is applied under it only if nothing moved meanwhile: neither what is kept
     nor the store (else it is looked at again, once; then the index answers)."""
-    state = _state(conn)
-    if state is None:
+    now = state(conn)
+    if now is None:
         return None
-    base, newest = state
+    base, newest = now
     for _ in range(2):
         with _KEPT.lock:
             store = _KEPT.stores.get(base[0])
@@ -271,7 +271,7 @@ def current(conn: sqlite3.Connection) -> tuple[_Statistics, int] | None:
                 return store, newest
             after, tokens = store.newest, bool(store.terms or store.agent_terms)
         new = _New.read(conn, after, newest, tokens)
-        now = _state(conn)  # a deletion or update meanwhile: what was read may not be the store's
+        now = state(conn)  # a deletion or update meanwhile: what was read may not be the store's
         moved = now is None or now[0] != base
         with _KEPT.lock:
             if moved or _KEPT.stores.get(base[0]) is not store or store.newest != after:
@@ -305,7 +305,7 @@ def file_if_current(
 ) -> None:
     """Run `put` (filing counts taken from the store at `newest`) if the store still is there:
     counted after the version was read, they may hold episodes added since (then not kept)."""
-    if _state(conn) != (store.base, newest):
+    if state(conn) != (store.base, newest):
         return
     with _KEPT.lock:
         if _KEPT.stores.get(store.base[0]) is store and store.newest == newest:

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 from tiermem.runtime import archive_stats, fts_ranks, fts_rows, fts_terms
+from tiermem.runtime import own_episodes as own_copies
 from tiermem.runtime.episode_index import agent_phrase
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.fts_terms import agent_candidate_matches, candidate_matches, needs_window
@@ -50,6 +51,7 @@ from tiermem.runtime.hotstore import (
     item_clause,
     keeps_episode_access,
 )
+from tiermem.runtime.own_episodes import OwnEpisodes, own_episodes
 from tiermem.runtime.visibility import Principal, can_read_item
 
 from tiermem.dates import MONTHS, human_range
@@ -147,6 +149,7 @@ def _idf(
     terms: list[str],
     overall: dict[str, int],
     single: dict[str, str] | None = None,
+    copy: OwnEpisodes | None = None,
 ) -> dict[str, float]:
     """Inverse document frequency of each term over this agent's archive.
 
@@ -156,11 +159,17 @@ def _idf(
     (fts5vocab) say which terms are rare overall; only those are counted per
     agent, so a query made of common words never walks tens of thousands of rows.
     Where the agent's phrase narrows its searches (it holds at most half of the
-    archive), the agent's own counts are used (`_own_counts`).
+    archive), the agent's own counts are used (`_own_counts`), or those of its
+    copy (`copy`: runtime.own_episodes; `overall` then holds them).
     """
     db, total, all_docs = _archive_sizes(conn, agent_id)
     index = _index(conn)
-    own = _own_counts(conn, agent_id, terms, overall, single) if _agent_phrase(conn, agent_id) else None
+    if copy is not None:
+        own: dict[str, int] | None = overall
+    elif _agent_phrase(conn, agent_id):
+        own = _own_counts(conn, agent_id, terms, overall, single)
+    else:
+        own = None
     out = {}
     for t in terms:
         df: float
@@ -410,6 +419,25 @@ def _agent_phrase(conn: sqlite3.Connection, agent_id: str) -> str | None:
     return agent_phrase(agent_id) if total <= AGENT_SHARE * all_docs else None
 
 
+def own_copy(conn: sqlite3.Connection, agent_id: str) -> OwnEpisodes | None:
+    """The copy of the agent's own episodes its searches are answered from (runtime.own_episodes),
+    where it holds a small share of the archive (its phrase is ANDed otherwise) and few episodes."""
+    if _agent_phrase(conn, agent_id) is None:
+        return None
+    return own_episodes(conn, agent_id, archive_stats.sizes(conn, agent_id)[1])
+
+
+def term_counts(
+    conn: sqlite3.Connection, terms: list[str], single: dict[str, str], copy: OwnEpisodes | None
+) -> dict[str, int]:
+    """The episodes holding each term that a search goes by: the agent's own where its episodes are
+    copied (`own_copy`), else the whole index's (`single` learns the prefixes covering one word)."""
+    if copy is None:
+        return _frequencies(conn, terms, single)
+    with own_copies.lock():
+        return copy.counts(terms)
+
+
 def _own_counts(
     conn: sqlite3.Connection,
     agent_id: str,
@@ -514,6 +542,69 @@ def _rows_at(
     return out
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """What every candidate try of one search is narrowed by: its FROM, who may see a match (SQL and
+    parameters), the participant's phrase and the agent's (None: not narrowed by it)."""
+
+    source: str
+    where: str
+    params: list[Any]
+    phrase: str | None
+    agent: str | None
+
+
+def _tried(
+    conn: sqlite3.Connection,
+    who: Principal,
+    cols: str,
+    column_weights: tuple[float, ...],
+    terms: list[str],
+    frequencies: dict[str, int],
+    candidates: int,
+    single: dict[str, str] | None,
+    scope: _Scope,
+) -> list[Any] | None:
+    """The candidate rows of the first try through the index that finds a visible match (None: none does)."""
+    source, where, params, phrase, agent = scope.source, scope.where, scope.params, scope.phrase, scope.agent
+    rank = 1 + RANKINGS.index(column_weights)
+
+    def render(term: str) -> str:
+        return _fts([term], single)
+
+    if agent:
+        # Narrowed to the agent's episodes, the tries are chosen by its own counts: on a store of
+        # many agents the whole index's say every word is common (every try windowed) and pick
+        # words this agent never used (no try finds anything; the search falls back).
+        listed = archive_stats.covered(conn, terms)
+        own = _own_counts(conn, who.agent_id, terms, frequencies, single, listed)
+
+        def expand(term: str) -> str:
+            """The words a prefix covers, where few, as an OR the index can skip through."""
+            words = listed.get(term)
+            if not words or (single and term in single):
+                return render(term)
+            return f"({archive_stats.words_match(words)})"
+
+        tries, rankable = agent_candidate_matches(own, frequencies, render, expand=expand)
+        windowed = not rankable
+    else:
+        # Every term too common, and more matches in the agent's archive than the window:
+        # the newest of them, not BM25 over all of them (fts_terms).
+        tries, windowed, rankable = (
+            candidate_matches(frequencies, render),
+            needs_window(frequencies),
+            True,
+        )
+    for match in tries:
+        attempt = _Try(f"({match}) AND {phrase}" if phrase else match, agent)
+        found = _visible_matches(conn, source, who.agent_id, where, params, attempt, windowed)
+        if found.visible:
+            chosen = _chosen(conn, source, found, where, params, attempt, rank, candidates, rankable)
+            return _rows_at(conn, who, cols, chosen, rank)
+    return None
+
+
 def _candidate_rows(
     conn: sqlite3.Connection,
     who: Principal,
@@ -525,6 +616,7 @@ def _candidate_rows(
     candidates: int,
     fallback: int,
     single: dict[str, str] | None = None,
+    copy: OwnEpisodes | None = None,
 ) -> list[Any]:
     """Candidate episodes for a query: `cols` plus a `rank` column, best BM25 first.
 
@@ -535,6 +627,8 @@ def _candidate_rows(
     (or the query has no usable words): the `fallback` most important recent
     episodes instead (among the agent's `FALLBACK_SCAN` newest).
     `column_weights` is one of `RANKINGS`; ties in rank go to the older episode.
+    With the agent's `copy` (`own_copy`), the candidates are found and ranked
+    there, over the agent's own episodes only (runtime.own_episodes).
     """
     index = _index(conn)
     if index is not None:
@@ -551,42 +645,25 @@ def _candidate_rows(
     phrase = _participant_match(participant) if participant else None
     agent = _agent_phrase(conn, who.agent_id)
     from_fts = "FROM episodes_fts JOIN episodes e ON e.rowid = episodes_fts.rowid"
-    if terms:
-        rank = 1 + RANKINGS.index(column_weights)
-
-        def render(term: str) -> str:
-            return _fts([term], single)
-
-        if agent:
-            # Narrowed to the agent's episodes, the tries are chosen by its own counts: on a store of
-            # many agents the whole index's say every word is common (every try windowed) and pick
-            # words this agent never used (no try finds anything; the search falls back).
-            listed = archive_stats.covered(conn, terms)
-            own = _own_counts(conn, who.agent_id, terms, frequencies, single, listed)
-
-            def expand(term: str) -> str:
-                """The words a prefix covers, where few, as an OR the index can skip through."""
-                words = listed.get(term)
-                if not words or (single and term in single):
-                    return render(term)
-                return f"({archive_stats.words_match(words)})"
-
-            tries, rankable = agent_candidate_matches(own, frequencies, render, expand=expand)
-            windowed = not rankable
-        else:
-            # Every term too common, and more matches in the agent's archive than the window:
-            # the newest of them, not BM25 over all of them (fts_terms).
-            tries, windowed, rankable = (
-                candidate_matches(frequencies, render),
-                needs_window(frequencies),
-                True,
-            )
-        for match in tries:
-            attempt = _Try(f"({match}) AND {phrase}" if phrase else match, agent)
-            found = _visible_matches(conn, source, who.agent_id, where, params, attempt, windowed)
-            if found.visible:
-                chosen = _chosen(conn, source, found, where, params, attempt, rank, candidates, rankable)
-                return _rows_at(conn, who, cols, chosen, rank)
+    if terms and copy is not None:
+        with own_copies.lock():
+            own_chosen = copy.candidates(who, terms, column_weights, participant, candidates)
+        if own_chosen:
+            return _rows_at(conn, who, cols, own_chosen, 1)
+    elif terms:
+        found = _tried(
+            conn,
+            who,
+            cols,
+            column_weights,
+            terms,
+            frequencies,
+            candidates,
+            single,
+            _Scope(source, where, params, phrase, agent),
+        )
+        if found is not None:
+            return found
     latest = "ORDER BY importance DESC, end_ts DESC LIMIT ?"
     if phrase:
         sql = f"SELECT {cols}, 0.0 AS rank {from_fts} WHERE episodes_fts MATCH ? AND {where} {latest}"
@@ -720,14 +797,15 @@ def search_episodes(
     agent_id = who.agent_id
     terms = query_terms(query)
     single: dict[str, str] = {}
-    overall = _frequencies(conn, terms, single)
+    copy = own_copy(conn, agent_id)
+    overall = term_counts(conn, terms, single, copy)
     # The quotes are not read with the candidates: runtime.episode_text has them prepared.
     cols = "e.episode_id, e.name, e.summary, NULL, e.participants, e.start_ts, e.end_ts, e.importance, e.emotional_context, e.important"
     rows = _candidate_rows(
-        conn, who, cols, COLUMN_WEIGHTS, terms, overall, participant, CANDIDATES, limit, single
+        conn, who, cols, COLUMN_WEIGHTS, terms, overall, participant, CANDIDATES, limit, single, copy
     )
 
-    idf = _idf(conn, agent_id, terms, overall, single)
+    idf = _idf(conn, agent_id, terms, overall, single, copy)
     term_weights = [idf.get(t, 0.0) for t in terms]
     rx = _term_matcher(terms) if terms else None
     months, years = _asked_dates(query)

@@ -38,9 +38,10 @@ from tiermem.runtime.episode_search import (
     _archive_sizes,
     _asked_dates,
     _candidate_rows,
-    _frequencies,
     _names_in,
     bm25_rows,
+    own_copy,
+    term_counts,
 )
 from tiermem.runtime.episode_text import TEXTS, Prepared, TermMatcher
 from tiermem.runtime.hotstore import database_key, item_clause
@@ -595,7 +596,8 @@ def search_quotes(
         groups = expand.expand(query, groups)
     terms = [f for g in groups for f in g]
     single: dict[str, str] = {}
-    overall = _frequencies(conn, terms, single)
+    copy = own_copy(conn, who.agent_id)
+    overall = term_counts(conn, terms, single, copy)  # the agent's own counts where it has a copy
     # The quotes themselves are not read with the candidates: runtime.episode_text has them prepared.
     cols = "e.episode_id, e.name, e.summary, NULL, e.start_ts, e.end_ts, e.importance"
     near: dict[tuple[str, int], float] = {}
@@ -604,7 +606,7 @@ def search_quotes(
     rows: list[Any] = []
     if dense is None or dense.mode != "dense":
         rows = _candidate_rows(
-            conn, who, cols, PLAIN_WEIGHTS, terms, overall, participant, QUOTE_CANDIDATES, 3, single
+            conn, who, cols, PLAIN_WEIGHTS, terms, overall, participant, QUOTE_CANDIDATES, 3, single, copy
         )
     if near:
         have = {r[0] for r in rows}

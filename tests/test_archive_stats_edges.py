@@ -298,7 +298,7 @@ def test_a_reader_on_an_older_snapshot_leaves_what_is_kept(
     terms = ["zebra", "paint"]
     store = _four_kept(episodes, terms)
     slow = connect(tmp_path / "hot.db")
-    real, seen = archive_stats._state, []
+    real, seen = archive_stats.state, []
 
     def state(conn: Any) -> Any:
         found = real(conn)
@@ -308,7 +308,7 @@ def test_a_reader_on_an_older_snapshot_leaves_what_is_kept(
             seen.append(_idf_now(episodes.reader, "a", terms))
         return found
 
-    monkeypatch.setattr(archive_stats, "_state", state)
+    monkeypatch.setattr(archive_stats, "state", state)
     try:
         kept_terms = dict(store.terms)
         at_slow = _idf_now(slow, "a", terms)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from helpers_runtime import append, episode
-from tiermem.runtime import archive_stats, fts_mirror, fts_rows, unfolded
+from tiermem.runtime import archive_stats, fts_mirror, fts_rows, own_episodes, unfolded
 from tiermem.runtime.episode_text import TEXTS
 from tiermem.runtime.sqlite_store import SQLiteHotStore
 
@@ -25,6 +25,7 @@ def _nothing_kept_before() -> Iterator[None]:
     fts_mirror.clear()
     fts_rows._KEPT.clear()
     unfolded._TURNS.clear()
+    own_episodes.clear()
     TEXTS.clear()
     yield
 
@@ -39,6 +40,10 @@ def _held(canary: str) -> tuple[int, int]:
     rows = sum(canary in str(row) for kept in fts_rows._KEPT.by_cols.values() for row in kept.values())
     copy = fts_mirror._KEPT.mirror  # the kept copy of the index's counts: its tokens
     tokens = sum(canary.lower() in token for token in copy.postings) if copy is not None else 0
+    # The agents' own copies (runtime.own_episodes): their tokens, owners and participants.
+    for own in own_episodes._KEPT.copies.values():
+        tokens += sum(canary.lower() in token for token in own.postings)
+        tokens += sum(canary.lower() in str(o).lower() for o in (*own.owners, *own.participants))
     words = sum(1 for _, word in unfolded._TURNS.by_word if canary.lower() in word)
     # The term statistics' words: each agent's quote words, the one word a prefix term covers, the
     # terms (a question's words) and their heads, the agents.
@@ -244,6 +249,7 @@ def test_an_erasure_drops_every_connections_kept_tries(
     from tiermem.runtime import episode_search, fts_terms
 
     monkeypatch.setattr(fts_terms, "CANDIDATE_DOC_CAP", 1)  # every try windowed, the words written out
+    monkeypatch.setattr(own_episodes, "MAX_EPISODES", 0)  # tried through the index, not a1's own copy
     settings = resolve_settings(data_dir=tmp_path / "data", env={})
     events = [
         episode(

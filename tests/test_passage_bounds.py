@@ -82,7 +82,7 @@ def _scored(conn: Any, who: Principal, query: str) -> Any:
     groups = qs.query_term_groups(query)
     terms = [f for g in groups for f in g]
     single: dict[str, str] = {}
-    overall = qs._frequencies(conn, terms, single)
+    overall = qs.term_counts(conn, terms, single, None)
     cols = "e.episode_id, e.name, e.summary, NULL, e.start_ts, e.end_ts, e.importance"
     rows = qs._candidate_rows(
         conn, who, cols, qs.PLAIN_WEIGHTS, terms, overall, None, qs.QUOTE_CANDIDATES, 3, single

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from helpers_runtime import append, episode
-from tiermem.runtime import episode_search, fts_terms, quote_search
+from tiermem.runtime import episode_search, fts_terms, own_episodes, quote_search
 from tiermem.runtime.episode_search import (
     COLUMN_WEIGHTS,
     PLAIN_WEIGHTS,
@@ -83,8 +83,11 @@ def _former_candidate_rows(
     candidates: int,
     fallback: int,
     single: dict[str, str] | None = None,
+    copy: Any = None,
 ) -> list[Any]:
-    """The SQLite path of `_candidate_rows` before the shared query (its code, unchanged)."""
+    """The SQLite path of `_candidate_rows` before the shared query (its code, unchanged; never
+    with an agent's copy, `_caps`)."""
+    assert copy is None
     weights = ", ".join(str(w) for w in column_weights or ())
     rank = f"bm25(episodes_fts, {weights})" if weights else "bm25(episodes_fts)"
     where, params = item_clause(who, "e")
@@ -178,6 +181,8 @@ CAPS = [(None, None), (40, 30), (5, 12)]
 
 
 def _caps(monkeypatch: pytest.MonkeyPatch, cap: int | None, window: int | None) -> None:
+    # The index's candidates are compared here: no agent's own copy answers instead (runtime.own_episodes).
+    monkeypatch.setattr(own_episodes, "MAX_EPISODES", 0)
     if cap is not None:
         monkeypatch.setattr(fts_terms, "CANDIDATE_DOC_CAP", cap)
     if window is not None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from helpers_runtime import append, episode
-from tiermem.runtime import archive_stats, episode_search, fts_terms
+from tiermem.runtime import archive_stats, episode_search, fts_terms, own_episodes
 from tiermem.runtime.episode_search import search_episodes
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.projector import project
@@ -142,7 +142,9 @@ def test_counts_follow_a_new_episode(memory: AgentMemory, settings: Settings) ->
 def test_common_terms_take_candidates_from_the_newest_matches(
     memory: AgentMemory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Every term above the cap: the window decides, BM25 does not scan every match.
+    # Every term above the cap: the window decides, BM25 does not scan every match (through the
+    # index: no agent's own copy answers, runtime.own_episodes).
+    monkeypatch.setattr(own_episodes, "MAX_EPISODES", 0)
     monkeypatch.setattr(fts_terms, "CANDIDATE_DOC_CAP", 5)
     monkeypatch.setattr(fts_terms, "WINDOW_DOCS", 12)
     conn = memory.conn
