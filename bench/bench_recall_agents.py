@@ -3,7 +3,7 @@
     nice -n 10 .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --build-only   # stores first
     .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents                          # every size
     .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --agents 1,1000 --n 20
-    .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --n 40 --tool-ab 2       # the phrase, A/B
+    .venv/bin/python bench/bench_recall_agents.py --root /tmp/s11/agents --n 40 --tool-ab 2       # copy vs index, A/B
 
 Stores of A agents x 100 episodes each (`--agents`, default 1,100,1000,10000: the one-agent
 control, then 10k, 100k and 1M episodes), built under --root once and reused (a store built
@@ -25,10 +25,14 @@ timed); and the calls where no try found a visible episode (the search fell back
 important recent ones), with how many of them had a visible episode holding one of the
 question's words.
 
-With `--tool-ab ROUNDS`, instead: the whole tool as shipped (the agent's phrase ANDed and the
-tries chosen by the agent's own counts) and without the phrase (`AGENT_SHARE` = 0: the tries
-chosen by the whole index's counts, as before the agent's token), alternating rounds on the same
-connections; `same_answers` counts the questions both answer alike.
+An agent holding a small share of the store is searched over its own copy of its episodes
+(runtime.own_episodes): `own_copy_searches` counts those searches, and `first_call_cpu_*` each
+measured agent's first call in the process (its copy read), which the timed calls follow.
+
+With `--tool-ab ROUNDS`, instead: the whole tool as shipped (over the agent's own copy) and through
+the index (`own_episodes.MAX_EPISODES` = 0: the agent's phrase ANDed with tries chosen by its own
+counts, as before the copy), alternating rounds on the same connections; `same_answers` counts the
+questions both answer alike.
 
 Prints a table and writes bench/results/recall_agents.json (`--tool-ab`: recall_agents_tool_ab.json).
 """
@@ -49,7 +53,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runtime as br
-from tiermem.runtime import episode_search, quote_search
+from tiermem.runtime import episode_search, own_episodes, quote_search
 from tiermem.runtime.hotstore import connect
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.projector import project
@@ -153,7 +157,15 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
     hits = {"first": 0, "any": 0, "asked": 0}
     windowed_kind: dict[str, list[bool]] = {}
     raw: list[float] = []  # the physical reference: one plain FTS5 query per question
+    first: list[float] = []  # each agent's first call in the process (its copy read, its caches filled)
+    copied: list[int] = []  # per candidate search answered from the agent's own copy: its candidates
     walk = episode_search._walk
+    own_candidates = own_episodes.OwnEpisodes.candidates
+
+    def recording_copy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        found = own_candidates(self, *args, **kwargs)
+        copied.append(len(found))
+        return found
 
     def recording(
         conn: Any, source: str, agent_id: str, where: str, params: list[Any], attempt: Any, windowed: bool
@@ -178,10 +190,14 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
         user = users_of(agent)[0]
         with open_memory(settings, agent, user=user) as m:
             qs = questions(m.conn, agent, user, n + 4)
-            for _, q, _ in qs[n:]:  # warm-up: the connection and its caches, on questions not timed
+            for k, (_, q, _) in enumerate(qs[n:]):  # warm-up: the connection and its caches, not timed
+                c0 = time.process_time()
                 call_tool(m, "recall_memory", {"query": q})
+                if k == 0:
+                    first.append((time.process_time() - c0) * 1000)
             qs = qs[:n]
             episode_search._walk = recording
+            own_episodes.OwnEpisodes.candidates = recording_copy  # type: ignore[method-assign]
             cand_one: list[float] = []
             qcand_one: list[float] = []
             undo = [
@@ -190,7 +206,7 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
             ]
             try:
                 for kind, q, target in qs:
-                    before = len(tries)
+                    before, copied_before = len(tries), len(copied)
                     cand_one.clear()
                     qcand_one.clear()
                     t0, c0 = time.perf_counter(), time.process_time()
@@ -204,7 +220,7 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
                     qcand.append(sum(qcand_one))
                     per_call_tries.append(len(tries) - before)
                     raw.append(raw_fts(m.conn, q))
-                    if not any(t["visible"] for t in tries[before:]):
+                    if not any(t["visible"] for t in tries[before:]) and not any(copied[copied_before:]):
                         fell_back[kind] = fell_back.get(kind, 0) + 1
                         fallbacks.append((agent, user, q))
                     if target:
@@ -214,6 +230,7 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
                         hits["asked"] += 1
             finally:
                 episode_search._walk = walk
+                own_episodes.OwnEpisodes.candidates = own_candidates  # type: ignore[method-assign]
                 for u in undo:
                     u()
         loads.append(os.getloadavg()[0])
@@ -233,6 +250,9 @@ def run_tool(settings: Settings, agents: int, n: int) -> dict[str, Any]:
         "own_episode_first": round(hits["first"] / max(1, hits["asked"]), 3),
         "own_episode_found": round(hits["any"] / max(1, hits["asked"]), 3),
         "tries_per_call": round(sum(per_call_tries) / len(per_call_tries), 2),
+        "own_copy_searches": len(copied),
+        "first_call_cpu_p50": pct(first, 0.5),
+        "first_call_cpu_max": round(max(first), 3) if first else 0.0,
         "load": round(max(loads), 1),
         "by_kind": {
             k: {
@@ -317,39 +337,50 @@ def missed(settings: Settings, fallbacks: list[tuple[str, str, str]]) -> dict[st
 
 
 def tool_ab(settings: Settings, agents: int, n: int, rounds: int) -> dict[str, Any]:
-    """The whole tool as shipped (the agent's phrase ANDed with the tries, chosen by its own counts)
-    and without the phrase (`AGENT_SHARE` = 0: no agent's share is that small; the tries chosen by
-    the whole index's counts), in alternating rounds on the same connections; every answer of
-    every round compared between the two."""
-    shipped = episode_search.AGENT_SHARE
-    cpu: dict[str, list[float]] = {"with": [], "without": []}
-    answers: dict[str, list[bytes]] = {"with": [], "without": []}
+    """The whole tool as shipped (an agent with a small share searched over its own copy of its
+    episodes, runtime.own_episodes) and through the index (`MAX_EPISODES` = 0: the agent's phrase
+    ANDed with the tries, chosen by its own counts), in alternating rounds on the same connections;
+    every answer of every round compared between the two, and the "own episode" questions' source
+    episode first, per arm."""
+    shipped = own_episodes.MAX_EPISODES
+    cpu: dict[str, list[float]] = {"copy": [], "index": []}
+    answers: dict[str, list[bytes]] = {"copy": [], "index": []}
+    firsts: dict[str, list[bool]] = {"copy": [], "index": []}
     loads = []
     for agent in measured(agents):
         user = users_of(agent)[0]
         with open_memory(settings, agent, user=user) as m:
             qs = questions(m.conn, agent, user, n + 4)
-            for _, q, _ in qs[n:]:
-                call_tool(m, "recall_memory", {"query": q})
+            for arm in ("copy", "index"):
+                own_episodes.MAX_EPISODES = shipped if arm == "copy" else 0
+                try:
+                    for _, q, _ in qs[n:]:
+                        call_tool(m, "recall_memory", {"query": q})
+                finally:
+                    own_episodes.MAX_EPISODES = shipped
             for r in range(rounds):
-                for arm in ("with", "without") if r % 2 == 0 else ("without", "with"):
-                    episode_search.AGENT_SHARE = shipped if arm == "with" else 0.0
+                for arm in ("copy", "index") if r % 2 == 0 else ("index", "copy"):
+                    own_episodes.MAX_EPISODES = shipped if arm == "copy" else 0
                     try:
-                        for _, q, _ in qs[:n]:
-                            m.conn.candidate_memo = None  # each arm walks its own tries
+                        for _, q, target in qs[:n]:
+                            m.conn.candidate_memo = None  # the index's arm walks its own tries
                             c0 = time.process_time()
                             answer = call_tool(m, "recall_memory", {"query": q})
                             cpu[arm].append((time.process_time() - c0) * 1000)
                             answers[arm].append(orjson.dumps(answer, option=orjson.OPT_SORT_KEYS))
+                            if target:
+                                ids = [mem["episode_id"] for mem in answer.get("memories", [])]
+                                firsts[arm].append(ids[:1] == [target])
                     finally:
-                        episode_search.AGENT_SHARE = shipped
+                        own_episodes.MAX_EPISODES = shipped
         loads.append(os.getloadavg()[0])
-    same = sum(a == b for a, b in zip(answers["with"], answers["without"], strict=True))
+    same = sum(a == b for a, b in zip(answers["copy"], answers["index"], strict=True))
     return {
-        "calls_per_arm": len(cpu["with"]),
+        "calls_per_arm": len(cpu["copy"]),
         **{f"{arm}_cpu_p50": pct(v, 0.5) for arm, v in cpu.items()},
         **{f"{arm}_cpu_p99": pct(v, 0.99) for arm, v in cpu.items()},
         **{f"{arm}_cpu_mean": round(sum(v) / len(v), 3) for arm, v in cpu.items()},
+        **{f"{arm}_own_episode_first": round(sum(v) / max(1, len(v)), 3) for arm, v in firsts.items()},
         "same_answers": same,
         "load": round(max(loads), 1),
     }
@@ -366,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         metavar="ROUNDS",
-        help="instead: the whole tool with and without the agent's phrase, ROUNDS alternating rounds",
+        help="instead: the whole tool over the agent's own copy and through the index, ROUNDS alternating rounds",
     )
     p.add_argument(
         "--out", help="default bench/results/recall_agents.json (--tool-ab: recall_agents_tool_ab.json)"

@@ -5,7 +5,9 @@ participants, and the episode's agent as one token) with BM25 column weights;
 query words are matched by prefix of their stem, so "painting" finds
 "painted". Where the reading agent holds a small share of the archive, every
 candidate try is narrowed to its episodes inside the index and chosen by its
-own counts of the words (`_agent_phrase`, runtime.episode_index). The candidates are then re-ranked
+own counts of the words (`_agent_phrase`, runtime.episode_index); where it
+also has few episodes, the index is not asked: they are found and ranked over
+its own copy of its episodes (`own_copy`, runtime.own_episodes). The candidates are then re-ranked
 in Python by how much of the query they cover (an episode that mentions every
 asked-for thing beats one that repeats a single word), with a small boost for
 important episodes. Each result's quotes are ordered best match first, so a

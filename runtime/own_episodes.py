@@ -36,7 +36,9 @@ triggers, or for a reader on an older snapshot, a copy is read for the one
 search and not kept. An erasure drops every copy of the store at once.
 Bounded: an agent with more tokens than `MAX_AGENT_TOKENS` is searched
 through the index, and the copies together hold at most `MAX_KEPT_TOKENS`
-(the least recently searched go first).
+(the least recently searched go first). A document the copy could not match
+as the index does (a column that is not text, participants that are not a
+list of names) leaves the agent to the index.
 """
 
 from __future__ import annotations
@@ -57,11 +59,13 @@ from tiermem.runtime.visibility import Principal, can_read_item
 
 # An agent with more episodes than this is searched through the index (its share of it is large).
 MAX_EPISODES = 1000
-# ...or with more tokens: reading and counting them takes about 1 us a token.
-MAX_AGENT_TOKENS = 400_000
-# All the copies of a process together (a posting takes about 40 bytes): the least recently
-# searched agent's copy goes first.
-MAX_KEPT_TOKENS = 4_000_000
+# ...or with more tokens: a copy is read on the request path, once per process (and again after a
+# deletion or update in the store), at 1.6-2 us a token (6-9 ms for 100 episodes of 3,800 tokens;
+# a LoCoMo conversation holds up to 21k).
+MAX_AGENT_TOKENS = 50_000
+# All the copies of a process together, at about 70 bytes a token (measured: postings, owners,
+# lengths): the least recently searched agent's copy goes first.
+MAX_KEPT_TOKENS = 1_500_000
 TEXT_COLUMNS = 4  # name, summary, quotes, participants: the agent column holds its one token
 K1, B = 1.2, 0.75  # bm25()'s constants
 MIN_IDF = 1e-6  # as the index's bm25(): a term in most documents still counts a little
@@ -77,6 +81,54 @@ class TooLarge(Exception):
     """The agent's episodes hold more tokens than a copy may: the index is asked."""
 
 
+class Document:
+    """One episode as a copy files it, read and tokenized before anything is filed (so that a
+    failure leaves the copy as it was): Unsure where a copy could not match as the index does."""
+
+    __slots__ = ("columns", "length", "owner", "participants", "rowid")
+
+    def __init__(self, row: Any) -> None:
+        rowid, texts, sizes, owner, participants = row[0], row[1:6], row[6], row[7], row[8]
+        if not all(t is None or isinstance(t, str) for t in texts) or not isinstance(sizes, bytes):
+            raise fts_mirror.Unsure(f"rowid {rowid}: a column that is not text")
+        columns = fts_mirror.document_tokens((rowid, *texts), fts_mirror.varints(sizes))
+        self.rowid = int(rowid)
+        self.owner: str | None = owner
+        self.participants = _participants(rowid, participants)
+        self.length = sum(n for _, n in columns)  # every column's, the agent's token included
+        self.columns = columns[:TEXT_COLUMNS]
+
+    @property
+    def tokens(self) -> int:
+        return sum(n for _, n in self.columns)
+
+
+def _participants(rowid: int, raw: str | None) -> frozenset[str]:
+    """The participants as the searches' filter compares them (each `json_each` value, lowered as
+    SQLite lowers): a list of names, or one name; anything else is Unsure (the index is asked)."""
+    try:
+        names = orjson.loads(raw) if raw else []
+    except orjson.JSONDecodeError as e:
+        raise fts_mirror.Unsure(f"rowid {rowid}: participants that are not JSON") from e
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise fts_mirror.Unsure(f"rowid {rowid}: participants that are not a list of names")
+    return frozenset(sqlite_lower(n) for n in names)
+
+
+def documents(rows: Sequence[Any], tokens: int = 0) -> list[Document]:
+    """The rows read by `_documents`, tokenized; TooLarge past `MAX_AGENT_TOKENS` (with `tokens` kept)."""
+    out = []
+    for row in rows:
+        doc = Document(row)
+        tokens += doc.tokens
+        if tokens > MAX_AGENT_TOKENS:
+            raise TooLarge(f"more than {MAX_AGENT_TOKENS} tokens")
+        out.append(doc)
+    return out
+
+
 class OwnEpisodes:
     """One agent's documents: per token, its documents with the token's count in each text column.
 
@@ -88,37 +140,36 @@ class OwnEpisodes:
         self.base, self.newest, self.mark = base, newest, mark
         self.rowids: list[int] = []
         self.owners: list[str | None] = []
-        self.participants: list[frozenset[str]] = []  # each lowered as SQLite lowers
-        self.lengths: list[int] = []  # tokens in every column (the agent's one included)
+        self.participants: list[frozenset[str]] = []
+        self.lengths: list[int] = []
         self.postings: dict[str, list[int]] = {}
         self.tokens = 0
         self._sorted: list[str] | None = None
 
-    def add(self, rows: Sequence[Any]) -> None:
-        """Documents read by `_documents`, in rowid order after those already here."""
-        for row in rows:
-            rowid, texts, sizes, owner, participants = row[0], row[1:6], row[6], row[7], row[8]
-            columns = fts_mirror.document_tokens((rowid, *texts), fts_mirror.varints(sizes))
+    def add(self, docs: Sequence[Document]) -> None:
+        """Documents after those already here, in rowid order."""
+        step = 1 + TEXT_COLUMNS
+        for d in docs:
             doc = len(self.rowids)
-            self.rowids.append(int(rowid))
-            self.owners.append(owner)
-            self.participants.append(_participants(participants))
-            self.lengths.append(sum(n for _, n in columns))
-            for col, (found, n) in enumerate(columns[:TEXT_COLUMNS]):
+            self.rowids.append(d.rowid)
+            self.owners.append(d.owner)
+            self.participants.append(d.participants)
+            self.lengths.append(d.length)
+            for col, (found, n) in enumerate(d.columns):
                 self.tokens += n
                 for token, count in found.items():
                     posting = self.postings.get(token)
                     if posting is None:
                         posting = self.postings[token] = [doc, 0, 0, 0, 0]
                         self._sorted = None
-                    elif posting[-1 - TEXT_COLUMNS] != doc:
+                    elif posting[-step] != doc:
                         posting.extend((doc, 0, 0, 0, 0))
                     posting[-TEXT_COLUMNS + col] = count
-            if self.tokens > MAX_AGENT_TOKENS:
-                raise TooLarge(f"{self.agent_id}: more than {MAX_AGENT_TOKENS} tokens")
 
     def matching(self, term: str) -> list[str]:
         """The tokens `term` matches as the searches' MATCH writes it: a prefix from `PREFIX_MIN` characters."""
+        if len(term) > fts_mirror.MAX_TOKEN and term.isascii():
+            term = term[: fts_mirror.MAX_TOKEN]  # as the index cuts a query's token
         if len(term) < PREFIX_MIN:
             return [term] if term in self.postings else []
         if self._sorted is None:
@@ -131,21 +182,19 @@ class OwnEpisodes:
             at += 1
         return out
 
-    def frequencies(self, term: str, weights: Sequence[float]) -> dict[int, float]:
-        """Per document holding `term`: its instances, each weighted by its column's weight (in
-        column order, from zero, as the index sums them)."""
-        out: dict[int, float] = {}
+    def instances(self, term: str) -> dict[int, list[int]]:
+        """Per document holding `term`: its instances in each text column (of every token it matches)."""
+        out: dict[int, list[int]] = {}
         step = 1 + TEXT_COLUMNS
         for token in self.matching(term):
             posting = self.postings[token]
             for at in range(0, len(posting), step):
-                doc = posting[at]
-                f = out.get(doc, 0.0)
-                for col in range(TEXT_COLUMNS):
-                    count = posting[at + 1 + col]
-                    if count:
-                        f += weights[col] * count
-                out[doc] = f
+                counts = out.get(posting[at])
+                if counts is None:
+                    out[posting[at]] = posting[at + 1 : at + step]
+                else:
+                    for col in range(TEXT_COLUMNS):
+                        counts[col] += posting[at + 1 + col]
         return out
 
     def counts(self, terms: Sequence[str]) -> dict[str, int]:
@@ -167,8 +216,9 @@ class OwnEpisodes:
         limit: int,
     ) -> list[tuple[int, float]]:
         """The best `limit` of the agent's episodes `who` may see holding any term (and, given one,
-        naming `participant`), as (rowid, rank): BM25 over this archive, negative as the index's
-        (lower is better), ties to the older episode."""
+        naming `participant`), as (rowid, rank): the index's bm25() with these column weights over
+        the agent's own episodes, in its order of operations (negative, lower is better; ties to
+        the older episode)."""
         n_docs = len(self.rowids)
         if not n_docs:
             return []
@@ -177,12 +227,13 @@ class OwnEpisodes:
         scores: dict[int, float] = {}
         allowed: dict[int, bool] = {}
         for term in terms:
-            found = self.frequencies(term, weights)
+            found = self.instances(term)
             if not found:
                 continue
-            hits = len(found)
-            idf = max(math.log((n_docs - hits + 0.5) / (hits + 0.5)), MIN_IDF)
-            for doc, f in found.items():
+            idf = math.log((0.5 + n_docs - len(found)) / (0.5 + len(found)))
+            if idf <= 0.0:
+                idf = MIN_IDF
+            for doc, per_column in found.items():
                 ok = allowed.get(doc)
                 if ok is None:
                     ok = allowed[doc] = can_read_item(who, self.agent_id, self.owners[doc]) and (
@@ -190,20 +241,14 @@ class OwnEpisodes:
                     )
                 if not ok:
                     continue
+                f = 0.0
+                for col, count in enumerate(per_column):
+                    for _ in range(count):  # the index adds a column's weight once per instance
+                        f += weights[col]
                 norm = K1 * (1 - B + B * self.lengths[doc] / avg)
-                scores[doc] = scores.get(doc, 0.0) - idf * (f * (K1 + 1)) / (f + norm)
+                scores[doc] = scores.get(doc, 0.0) - idf * ((f * (K1 + 1.0)) / (f + norm))
         ranked = sorted(scores.items(), key=lambda s: (s[1], self.rowids[s[0]]))
         return [(self.rowids[doc], rank) for doc, rank in ranked[:limit]]
-
-
-def _participants(raw: str | None) -> frozenset[str]:
-    try:
-        names = orjson.loads(raw or "[]")
-    except orjson.JSONDecodeError:
-        return frozenset()
-    if not isinstance(names, list):
-        return frozenset()
-    return frozenset(sqlite_lower(n) for n in names if isinstance(n, str))
 
 
 _COLUMNS = ", ".join(f"c.c{col}" for col in range(fts_mirror.COLUMNS))
@@ -226,37 +271,63 @@ class _Kept:
         self.lock = threading.RLock()
         self.copies: OrderedDict[tuple[str, str], OwnEpisodes] = OrderedDict()
         self.tokens = 0
-        self.marks: dict[str, int] = {}  # per store, the erasure mark last seen
+        self.marks: dict[str, int] = {}  # per store, the highest erasure mark seen
         self.too_large: dict[tuple[str, str], int] = {}  # (store, agent) -> its episodes then
 
     def drop_store(self, db: str) -> None:
         """(Under the lock.)"""
         for key in [k for k in self.copies if k[0] == db]:
-            self.tokens -= self.copies.pop(key).tokens
+            self.forget(key)
 
     def erasure_seen(self, db: str, mark: int) -> None:
-        """A read of `db` found its erasure mark at `mark`: copies read before an erasure there go."""
+        """A read of `db` found its erasure mark at `mark`: copies read before an erasure there go
+        (a reader on an older snapshot, with a lower mark, leaves the newer ones)."""
         with self.lock:
-            if self.marks.get(db, mark) != mark:
+            seen = self.marks.get(db, mark)
+            if mark > seen:
                 self.drop_store(db)
-            self.marks[db] = mark
+            self.marks[db] = max(seen, mark)
 
     def erased(self, db: str) -> None:
         """This process has just erased something in `db`: its copies go."""
         with self.lock:
             self.drop_store(db)
 
-    def file(self, key: tuple[str, str], copy: OwnEpisodes) -> None:
-        """(Under the lock.) Keep `copy` in place of what was kept for the agent, within the bounds."""
+    def forget(self, key: tuple[str, str]) -> None:
+        """(Under the lock.)"""
         old = self.copies.pop(key, None)
         if old is not None:
             self.tokens -= old.tokens
-        if copy.tokens > MAX_KEPT_TOKENS:
-            return
-        while self.copies and self.tokens + copy.tokens > MAX_KEPT_TOKENS:
-            self.tokens -= self.copies.popitem(last=False)[1].tokens
+
+    def file(self, key: tuple[str, str], copy: OwnEpisodes) -> None:
+        """(Under the lock.) Keep `copy` in place of what was kept for the agent, within the bounds."""
+        self.forget(key)
         self.copies[key] = copy
         self.tokens += copy.tokens
+        self._fit(key)
+
+    def extend(self, key: tuple[str, str], copy: OwnEpisodes, docs: list[Document], newest: int) -> None:
+        """(Under the lock.) The agent's new documents added to its kept copy; should adding them
+        fail part way, the copy goes (part added, part not, it would hold some twice)."""
+        before = copy.tokens
+        try:
+            copy.add(docs)
+        except BaseException:
+            self.copies.pop(key, None)
+            self.tokens -= before
+            raise
+        copy.newest = newest
+        self.tokens += copy.tokens - before
+        self.copies.move_to_end(key)
+        self._fit(key)
+
+    def _fit(self, key: tuple[str, str]) -> None:
+        """(Under the lock.) Within `MAX_KEPT_TOKENS`: the least recently searched copies go first,
+        `key` (just filed or grown) last."""
+        while self.tokens > MAX_KEPT_TOKENS and len(self.copies) > 1:
+            self.forget(next(k for k in self.copies if k != key))
+        if self.tokens > MAX_KEPT_TOKENS:
+            self.forget(key)
 
 
 _KEPT = _Kept()
@@ -266,8 +337,9 @@ TEXTS.erasure_drops.append(_KEPT.erased)
 
 def own_episodes(conn: sqlite3.Connection, agent_id: str, episodes: int) -> OwnEpisodes | None:
     """The copy of the agent's documents as the store is now (`episodes`: how many it holds, as
-    `archive_stats.sizes` says); None when it would be larger than a copy may be (the index is
-    asked). Read it under `lock()`: a kept copy grows in place when the agent's episodes are added."""
+    `archive_stats.sizes` says); None when it would be larger than a copy may be, or its documents
+    are not what a copy can match as the index does (the index is asked). Read it under `lock()`:
+    a kept copy grows in place when the agent's episodes are added."""
     if episodes > MAX_EPISODES:
         return None
     db = database_key(conn)
@@ -275,37 +347,33 @@ def own_episodes(conn: sqlite3.Connection, agent_id: str, episodes: int) -> OwnE
     _KEPT.erasure_seen(db, mark)
     with _KEPT.lock:
         if _KEPT.too_large.get(key, episodes + 1) <= episodes:
-            return None
+            return None  # too large at as many episodes or fewer: read again only when it has fewer
         kept = _KEPT.copies.get(key)
         if kept is not None and state is not None and (kept.base, kept.newest) == state:
             _KEPT.copies.move_to_end(key)
             return kept
-    if state is None:
-        return _read(conn, key, None, None, mark, episodes)  # not kept: read for this search only
+    if state is None or (
+        kept is not None and kept.base and fts_mirror.older_version(*state, kept.base, kept.newest)
+    ):
+        # Inside a transaction, on a store without the counting triggers, or on a snapshot older
+        # than the kept copy's: read for this search only.
+        return _read(conn, key, None, None, mark, episodes)
     base, newest = state
-    if kept is not None and kept.base and fts_mirror.older_version(base, newest, kept.base, kept.newest):
-        return _read(conn, key, None, None, mark, episodes)  # a reader on an older snapshot
-    if kept is not None and kept.base == base and kept.mark == mark:
-        rows = _documents(conn, agent_id, kept.newest, newest)  # episodes only added: the agent's new ones
-        with _KEPT.lock:
-            if _KEPT.copies.get(key) is kept and kept.newest < newest and archive_stats.state(conn) == state:
-                before = kept.tokens
-                try:
-                    kept.add(rows)
-                except TooLarge:
-                    del _KEPT.copies[key]
-                    _KEPT.tokens -= before
+    if kept is not None and kept.base == base and kept.mark == mark and kept.newest < newest:
+        after = kept.newest  # episodes only added: the agent's new ones, past what it has
+        try:
+            new = documents(_documents(conn, agent_id, after, newest), kept.tokens)
+        except (TooLarge, fts_mirror.Unsure) as e:
+            with _KEPT.lock:
+                _KEPT.forget(key)
+                if isinstance(e, TooLarge):
                     _KEPT.too_large[key] = episodes
-                    return None
-                except fts_mirror.Unsure:
-                    del _KEPT.copies[key]
-                    _KEPT.tokens -= before
-                    return None
-                _KEPT.tokens += kept.tokens - before
-                kept.newest = newest
-                _KEPT.copies.move_to_end(key)
+            return None
+        with _KEPT.lock:
+            if _KEPT.copies.get(key) is kept and kept.newest == after and archive_stats.state(conn) == state:
+                _KEPT.extend(key, kept, new, newest)
                 return kept
-    copy = _read(conn, key, base, newest, mark, episodes)
+    copy = _read(conn, key, base, newest, mark, episodes)  # anything else: all of it read again
     if copy is not None:
         with _KEPT.lock:
             if archive_stats.state(conn) == state and _KEPT.marks.get(db, mark) == mark:
@@ -322,21 +390,22 @@ def _read(
     episodes: int,
 ) -> OwnEpisodes | None:
     """The agent's documents up to `newest` (None: all the statement sees); None when too large or
-    not tokenized as here (the index is asked)."""
-    copy = OwnEpisodes(key[1], base, newest or 0, mark)
+    not what a copy can match as the index does."""
     try:
-        copy.add(_documents(conn, key[1], 0, newest))
+        docs = documents(_documents(conn, key[1], 0, newest))
     except TooLarge:
         with _KEPT.lock:
             _KEPT.too_large[key] = episodes
         return None
     except fts_mirror.Unsure:
         return None
+    copy = OwnEpisodes(key[1], base, newest or 0, mark)
+    copy.add(docs)
     return copy
 
 
 def lock() -> threading.RLock:
-    """Held while a copy is read: it grows in place when the agent's episodes are added."""
+    """Held while a copy is read: a kept copy grows in place when the agent's episodes are added."""
     return _KEPT.lock
 
 

@@ -283,3 +283,37 @@ def test_an_erasure_drops_every_connections_kept_tries(
         assert kept_words() == 0
     finally:
         mem.close()
+
+
+def test_an_erasure_drops_the_agents_own_copy(tmp_path: Path) -> None:
+    """An agent with a small share of the archive is searched over its own copy of its episodes
+    (runtime.own_episodes): the copy holds the erased user's words until the erasure drops it."""
+    settings = resolve_settings(data_dir=tmp_path / "data", env={})
+    events = [
+        episode(
+            "a1",
+            f"{user} and the pot",
+            f"{user} told the {word} secret about the pot",
+            participants=[user],
+            key_quotes=[{"speaker": user, "text": f"my {word} secret", "event_id": f"q-{user}"}],
+            source_event_ids=[f"s-{user}"],
+        )
+        for user, word in (("alice", "zqcanary"), ("bob", "pot"))
+    ]
+    events += [
+        episode("a2", f"other {i}", f"other pot {i}", participants=["carol"], source_event_ids=[f"o-{i}"])
+        for i in range(6)
+    ]
+    append(settings, *events)
+    mem = Memory.open(tmp_path / "data", env={})
+    try:
+        mem.refresh()
+        bot = mem.agent("a1")
+        assert "zqcanary" in str(bot.call_tool("recall_memory", {"query": "zqcanary secret"}, user="alice"))
+        assert own_episodes._KEPT.copies and _held("zqcanary")[0]
+        mem.forget(user="alice", reason="test")
+        assert _held("zqcanary") == (0, 0)
+        assert "zqcanary" not in str(bot.call_tool("recall_memory", {"query": "pot zqcanary"}, user="bob"))
+        assert own_episodes._KEPT.copies and _held("zqcanary") == (0, 0)
+    finally:
+        mem.close()

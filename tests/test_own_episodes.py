@@ -135,8 +135,12 @@ def test_the_copy_counts_and_matches_every_term_as_the_index(tmp_path: Path) -> 
 
 
 def test_the_ranks_are_the_index_bm25_over_the_agents_own_episodes(tmp_path: Path) -> None:
-    """The same episodes alone in a store: the index's bm25() there is the copy's rank here."""
+    """The same episodes alone in a store: the index's bm25() there is the copy's rank here, bit
+    for bit (its order of operations, a column's weight added once per instance)."""
     mixed = _store(tmp_path / "mixed.db", {"a1": 50, "a2": 120})
+    rng = random.Random(6)
+    for n, times in enumerate((6, 10, 11, 3), start=50):  # where w * n is not n additions of w (1.2)
+        _insert(mixed, "a1", n, rng, quotes=[" ".join(["lake"] * times), "red pot"], user="alice")
     alone = connect(tmp_path / "alone.db")
     columns = (
         "episode_id, agent_id, name, summary, participants, start_ts, end_ts, importance, owner, key_quotes"
@@ -157,8 +161,7 @@ def test_the_ranks_are_the_index_bm25_over_the_agents_own_episodes(tmp_path: Pat
             with own_episodes.lock():
                 found = dict(copy.candidates(Principal("a1", user="alice"), terms, weights, None, 10_000))
             assert found and set(found) <= set(expected)
-            for rowid, rank in found.items():
-                assert rank == pytest.approx(expected[rowid], rel=1e-12, abs=1e-15)
+            assert found == {r: expected[r] for r in found}  # bit for bit
 
 
 def _answers(conn: sqlite3.Connection, agent: str) -> list[Any]:
@@ -337,3 +340,178 @@ def test_a_reader_keeps_up_with_a_writing_process(tmp_path: Path) -> None:
         assert copy.rowids == [
             r[0] for r in conn.execute("SELECT rowid FROM episodes WHERE agent_id = 'a1' ORDER BY rowid")
         ]
+
+
+def _blocked(monkeypatch: pytest.MonkeyPatch, change: Any) -> None:
+    """`change()` committed by another connection between the store's version and the agent's
+    documents being read (once)."""
+    real, done = own_episodes._documents, []
+
+    def documents(c: Any, agent_id: str, after: int, upto: int | None) -> list[Any]:
+        if not done:
+            done.append(1)
+            change()
+        return real(c, agent_id, after, upto)
+
+    monkeypatch.setattr(own_episodes, "_documents", documents)
+
+
+@pytest.mark.parametrize("extending", [False, True])
+@pytest.mark.parametrize("change", ["owner", "delete", "insert", "summary"])
+def test_a_commit_between_the_version_and_the_read_files_nothing_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extending: bool, change: str
+) -> None:
+    path = tmp_path / "hot.db"
+    conn = _store(path, {"a1": 20, "a2": 40})
+    other = connect(path)
+    rng = random.Random(9)
+    sql = "SELECT rowid FROM episodes WHERE agent_id = 'a1' AND owner = 'alice' ORDER BY rowid LIMIT 1"
+    target = conn.execute(sql).fetchone()[0]
+    if extending:
+        own_copy(conn, "a1")
+        _insert(conn, "a1", 77, rng, user="alice", summary="new zebra")
+    changes = {
+        "owner": lambda: other.execute("UPDATE episodes SET owner = 'bob' WHERE rowid = ?", [target]),
+        "delete": lambda: other.execute("DELETE FROM episodes WHERE rowid = ?", [target]),
+        "insert": lambda: _insert(other, "a1", 88, rng, user="alice", summary="zebra inserted"),
+        "summary": lambda: other.execute(
+            "UPDATE episodes SET summary = 'zebra changed' WHERE rowid = ?", [target]
+        ),
+    }
+    with monkeypatch.context() as patch:
+        _blocked(patch, changes[change])
+        own_copy(conn, "a1")
+    copy = own_copy(conn, "a1")
+    assert copy is not None
+    truth = [r[0] for r in conn.execute("SELECT rowid FROM episodes WHERE agent_id = 'a1' ORDER BY rowid")]
+    assert copy.rowids == truth
+    alice = Principal("a1", user="alice")
+    with own_episodes.lock():
+        found = {r for r, _ in copy.candidates(alice, ["zebra", "red"], COLUMN_WEIGHTS, None, 999)}
+    assert found == _index_visible(conn, alice, ["zebra", "red"], None)
+
+
+def test_a_failure_while_new_episodes_are_added_leaves_nothing_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiermem.runtime import fts_mirror
+
+    conn = _store(tmp_path / "hot.db", {"a1": 10, "a2": 30})
+    copy = own_copy(conn, "a1")
+    rng = random.Random(2)
+    first = _insert(conn, "a1", 60, rng, user=None, summary="zebra one")
+    _insert(conn, "a1", 61, rng, user=None, summary="zebra two")
+    real, calls = fts_mirror.document_tokens, []
+
+    def failing(row: Any, sizes: list[int]) -> Any:
+        calls.append(row[0])
+        if len(calls) == 2:
+            raise MemoryError("while the second new episode is tokenized")
+        return real(row, sizes)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(fts_mirror, "document_tokens", failing)
+        with pytest.raises(MemoryError):
+            own_copy(conn, "a1")
+    assert copy.rowids.count(first) == 0  # nothing of it filed
+    # ...and when filing itself fails part way, the copy goes.
+    add = own_episodes.OwnEpisodes.add
+
+    def half(self: Any, docs: Any) -> None:
+        add(self, docs[:1])
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(own_episodes.OwnEpisodes, "add", half)
+        with pytest.raises(KeyboardInterrupt):
+            own_copy(conn, "a1")
+    assert not own_episodes._KEPT.copies and own_episodes._KEPT.tokens == 0
+    again = own_copy(conn, "a1")
+    assert again is not copy and again.rowids.count(first) == 1
+    with own_episodes.lock():
+        assert again.counts(["zebra"]) == {"zebra": 2}
+    assert own_episodes._KEPT.tokens == again.tokens
+    found = episode_search.search_episodes(conn, Principal("a1"), "zebra", limit=5)
+    assert sorted(e["episode_id"] for e in found) == ["a1-60", "a1-61"]
+
+
+def test_copies_growing_stay_within_the_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conn = _store(tmp_path / "hot.db", {"a1": 10, "a2": 10, "a3": 60})
+    one, two = own_copy(conn, "a1"), own_copy(conn, "a2")
+    assert one is not None and two is not None
+    monkeypatch.setattr(own_episodes, "MAX_KEPT_TOKENS", one.tokens + two.tokens + 5)
+    rng = random.Random(3)
+    for n in range(10, 20):
+        _insert(conn, "a1", n, rng)
+        own_copy(conn, "a1")  # grows in place; a2's copy, searched longer ago, goes
+        assert own_episodes._KEPT.tokens <= own_episodes.MAX_KEPT_TOKENS
+        assert own_episodes._KEPT.tokens == sum(c.tokens for c in own_episodes._KEPT.copies.values())
+    assert [k[1] for k in own_episodes._KEPT.copies] == ["a1"]
+    monkeypatch.setattr(own_episodes, "MAX_KEPT_TOKENS", 10)
+    _insert(conn, "a1", 20, rng)
+    assert own_copy(conn, "a1") is not None  # served, but not kept: larger than every copy may be
+    assert not own_episodes._KEPT.copies and own_episodes._KEPT.tokens == 0
+
+
+@pytest.mark.parametrize(
+    ("participants", "column"),
+    [
+        ('{"who": "alice"}', "participants"),
+        ("[42]", "participants"),
+        ('["alice", 1e999]', "participants"),
+        (b"a blob of text", "summary"),
+    ],
+)
+def test_what_a_copy_cannot_match_as_the_index_is_left_to_the_index(
+    tmp_path: Path, participants: Any, column: str
+) -> None:
+    conn = _store(tmp_path / "hot.db", {"a1": 10, "a2": 30})
+    rowid = conn.execute("SELECT rowid FROM episodes WHERE agent_id = 'a1' AND owner = 'alice'").fetchone()[0]
+    conn.execute(f"UPDATE episodes SET {column} = ? WHERE rowid = ?", [participants, rowid])
+    assert own_copy(conn, "a1") is None
+    if participants in ('{"who": "alice"}', "[42]"):  # what the search's results can show
+        found = episode_search.search_episodes(conn, Principal("a1", user="alice"), "red", "alice", limit=50)
+        assert all(e["episode_id"].startswith("a1-") for e in found)
+    # One name alone is what json_each reads as one: that the copy holds.
+    conn.execute("UPDATE episodes SET participants = '\"Alice\"', summary = 'x' WHERE rowid = ?", [rowid])
+    copy = own_copy(conn, "a1")
+    assert copy is not None
+    with own_episodes.lock():
+        named = {
+            r
+            for r, _ in copy.candidates(
+                Principal("a1", user="alice"), ["red", "x"], PLAIN_WEIGHTS, "alice", 99
+            )
+        }
+    assert rowid in named and named == _index_visible(
+        conn, Principal("a1", user="alice"), ["red", "x"], "alice"
+    )
+
+
+def test_a_term_longer_than_a_token_is_cut_as_the_index_cuts_it(tmp_path: Path) -> None:
+    conn = _store(tmp_path / "hot.db", {"a1": 10, "a2": 30})
+    long = "q" * 40_000
+    rowid = _insert(conn, "a1", 50, random.Random(1), user=None, summary=f"{long} end")
+    copy = own_copy(conn, "a1")
+    with own_episodes.lock():
+        assert copy.counts([long, long[:35_000]]) == {long: 1, long[:35_000]: 1}
+        found = {r for r, _ in copy.candidates(Principal("a1"), [long], COLUMN_WEIGHTS, None, 99)}
+    assert found == {rowid} == _index_visible(conn, Principal("a1"), [long], None)
+
+
+def test_a_copy_never_holds_more_episodes_than_the_quote_search_counts_its_own_words_for() -> None:
+    """The quote search weighs an agent's words by its own quotes up to QUOTE_IDF_MAX_EPISODES, and
+    past that by the counts the search goes by scaled as if they were the whole index's: an agent
+    with a copy (whose counts are its own) must stay below it."""
+    assert own_episodes.MAX_EPISODES < quote_search.QUOTE_IDF_MAX_EPISODES
+
+
+def test_a_reader_on_an_older_snapshot_leaves_the_newer_copies(tmp_path: Path) -> None:
+    conn = _store(tmp_path / "hot.db", {"a1": 10, "a2": 30})
+    copy = own_copy(conn, "a1")
+    db = own_episodes._KEPT.copies and next(iter(own_episodes._KEPT.copies))[0]
+    own_episodes._KEPT.erasure_seen(db, 5)  # an erasure met: the copy read before it goes
+    assert not own_episodes._KEPT.copies
+    own_episodes._KEPT.copies[(db, "a1")] = copy  # (as if read again after it)
+    own_episodes._KEPT.erasure_seen(db, 3)  # a reader whose snapshot is older
+    assert own_episodes._KEPT.copies and own_episodes._KEPT.marks[db] == 5
