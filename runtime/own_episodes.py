@@ -34,17 +34,20 @@ index range past the newest rowid it has); any other change reads its
 episodes again. Inside a transaction, on a store without the counting
 triggers, or for a reader on an older snapshot, a copy is read for the one
 search and not kept. An erasure drops every copy of the store at once.
-Bounded: an agent with more tokens than `MAX_AGENT_TOKENS` is searched
-through the index, and the copies together hold at most `MAX_KEPT_TOKENS`
-(the least recently searched go first). A document the copy could not match
-as the index does (a column that is not text, participants that are not a
-list of names) leaves the agent to the index.
+Bounded: an agent with more tokens than `MAX_AGENT_TOKENS`, or whose
+distinct tokens hold more than `MAX_AGENT_CHARS`, is searched through the
+index, and the copies together hold at most `MAX_KEPT_BYTES` (the least
+recently searched go first). A document the copy could not match as the
+index does (a column that is not text, participants that are not a list of
+names) leaves the agent to the index. Either is remembered until the
+store's episodes are deleted or updated (added ones cannot undo it).
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
+import sys
 import threading
 from bisect import bisect_left
 from collections import OrderedDict
@@ -63,9 +66,15 @@ MAX_EPISODES = 1000
 # deletion or update in the store), at 1.6-2 us a token (6-9 ms for 100 episodes of 3,800 tokens;
 # a LoCoMo conversation holds up to 21k).
 MAX_AGENT_TOKENS = 50_000
-# All the copies of a process together, at about 70 bytes a token (measured: postings, owners,
-# lengths): the least recently searched agent's copy goes first.
-MAX_KEPT_TOKENS = 1_500_000
+# ...or whose distinct tokens hold more characters than this (a few long ones can outweigh many).
+MAX_AGENT_CHARS = 2_000_000
+# All the copies of a process together, in bytes as `OwnEpisodes.size` estimates them (70 bytes a
+# token on the bench's text, 200 on text of distinct identifiers): the least recently searched
+# agent's copy goes first.
+MAX_KEPT_BYTES = 100_000_000
+TOKEN_BYTES = 170  # a distinct token besides its string: its dict entry, postings list, sorted slot
+POSTING_BYTES = 48  # a document in a token's postings: five list slots, and the list's slack
+DOC_BYTES = 260  # a document's rowid, owner, participants and length entries
 TEXT_COLUMNS = 4  # name, summary, quotes, participants: the agent column holds its one token
 K1, B = 1.2, 0.75  # bm25()'s constants
 MIN_IDF = 1e-6  # as the index's bm25(): a term in most documents still counts a little
@@ -117,14 +126,16 @@ def _participants(rowid: int, raw: str | None) -> frozenset[str]:
     return frozenset(sqlite_lower(n) for n in names)
 
 
-def documents(rows: Sequence[Any], tokens: int = 0) -> list[Document]:
-    """The rows read by `_documents`, tokenized; TooLarge past `MAX_AGENT_TOKENS` (with `tokens` kept)."""
+def documents(rows: Sequence[Any], tokens: int = 0, chars: int = 0) -> list[Document]:
+    """The rows read by `_documents`, tokenized; TooLarge past `MAX_AGENT_TOKENS` or
+    `MAX_AGENT_CHARS` (with `tokens` and `chars` already kept)."""
     out = []
     for row in rows:
         doc = Document(row)
         tokens += doc.tokens
-        if tokens > MAX_AGENT_TOKENS:
-            raise TooLarge(f"more than {MAX_AGENT_TOKENS} tokens")
+        chars += sum(len(t) for found, _ in doc.columns for t in found)
+        if tokens > MAX_AGENT_TOKENS or chars > MAX_AGENT_CHARS:
+            raise TooLarge(f"more than {MAX_AGENT_TOKENS} tokens or {MAX_AGENT_CHARS} characters")
         out.append(doc)
     return out
 
@@ -144,6 +155,8 @@ class OwnEpisodes:
         self.lengths: list[int] = []
         self.postings: dict[str, list[int]] = {}
         self.tokens = 0
+        self.chars = 0  # the distinct tokens' characters, as `documents` counts them
+        self.size = 0  # bytes held, estimated (`TOKEN_BYTES`, `POSTING_BYTES`, `DOC_BYTES`)
         self._sorted: list[str] | None = None
 
     def add(self, docs: Sequence[Document]) -> None:
@@ -155,15 +168,19 @@ class OwnEpisodes:
             self.owners.append(d.owner)
             self.participants.append(d.participants)
             self.lengths.append(d.length)
+            self.size += DOC_BYTES + sys.getsizeof(d.owner) + sum(map(sys.getsizeof, d.participants))
             for col, (found, n) in enumerate(d.columns):
                 self.tokens += n
                 for token, count in found.items():
+                    self.chars += len(token)
                     posting = self.postings.get(token)
                     if posting is None:
                         posting = self.postings[token] = [doc, 0, 0, 0, 0]
                         self._sorted = None
+                        self.size += TOKEN_BYTES + sys.getsizeof(token) + POSTING_BYTES
                     elif posting[-step] != doc:
                         posting.extend((doc, 0, 0, 0, 0))
+                        self.size += POSTING_BYTES
                     posting[-TEXT_COLUMNS + col] = count
 
     def matching(self, term: str) -> list[str]:
@@ -270,9 +287,12 @@ class _Kept:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.copies: OrderedDict[tuple[str, str], OwnEpisodes] = OrderedDict()
-        self.tokens = 0
-        self.marks: dict[str, int] = {}  # per store, the highest erasure mark seen
-        self.too_large: dict[tuple[str, str], int] = {}  # (store, agent) -> its episodes then
+        self.size = 0  # the copies' bytes, as each estimates them
+        self.marks: dict[str, int] = {}  # per store, the erasure mark last seen
+        # (store, agent) -> the store's version (without its newest rowid) when the agent's
+        # episodes were found too large or not what a copy can match: left to the index until
+        # episodes are deleted or updated.
+        self.left: dict[tuple[str, str], tuple[Any, ...]] = {}
 
     def drop_store(self, db: str) -> None:
         """(Under the lock.)"""
@@ -280,13 +300,11 @@ class _Kept:
             self.forget(key)
 
     def erasure_seen(self, db: str, mark: int) -> None:
-        """A read of `db` found its erasure mark at `mark`: copies read before an erasure there go
-        (a reader on an older snapshot, with a lower mark, leaves the newer ones)."""
+        """A read of `db` found its erasure mark at `mark`: copies read before an erasure there go."""
         with self.lock:
-            seen = self.marks.get(db, mark)
-            if mark > seen:
+            if self.marks.get(db, mark) != mark:
                 self.drop_store(db)
-            self.marks[db] = max(seen, mark)
+            self.marks[db] = mark
 
     def erased(self, db: str) -> None:
         """This process has just erased something in `db`: its copies go."""
@@ -297,37 +315,44 @@ class _Kept:
         """(Under the lock.)"""
         old = self.copies.pop(key, None)
         if old is not None:
-            self.tokens -= old.tokens
+            self.size -= old.size
 
     def file(self, key: tuple[str, str], copy: OwnEpisodes) -> None:
         """(Under the lock.) Keep `copy` in place of what was kept for the agent, within the bounds."""
         self.forget(key)
         self.copies[key] = copy
-        self.tokens += copy.tokens
+        self.size += copy.size
+        self.left.pop(key, None)
         self._fit(key)
 
     def extend(self, key: tuple[str, str], copy: OwnEpisodes, docs: list[Document], newest: int) -> None:
         """(Under the lock.) The agent's new documents added to its kept copy; should adding them
         fail part way, the copy goes (part added, part not, it would hold some twice)."""
-        before = copy.tokens
+        before = copy.size
         try:
             copy.add(docs)
         except BaseException:
             self.copies.pop(key, None)
-            self.tokens -= before
+            self.size -= before
             raise
         copy.newest = newest
-        self.tokens += copy.tokens - before
+        self.size += copy.size - before
         self.copies.move_to_end(key)
         self._fit(key)
 
     def _fit(self, key: tuple[str, str]) -> None:
-        """(Under the lock.) Within `MAX_KEPT_TOKENS`: the least recently searched copies go first,
+        """(Under the lock.) Within `MAX_KEPT_BYTES`: the least recently searched copies go first,
         `key` (just filed or grown) last."""
-        while self.tokens > MAX_KEPT_TOKENS and len(self.copies) > 1:
+        while self.size > MAX_KEPT_BYTES and len(self.copies) > 1:
             self.forget(next(k for k in self.copies if k != key))
-        if self.tokens > MAX_KEPT_TOKENS:
+        if self.size > MAX_KEPT_BYTES:
             self.forget(key)
+
+    def leave(self, key: tuple[str, str], base: tuple[Any, ...] | None) -> None:
+        """(Under the lock.) The agent's episodes are left to the index at this version."""
+        self.forget(key)
+        if base is not None:
+            self.left[key] = base
 
 
 _KEPT = _Kept()
@@ -340,67 +365,95 @@ def own_episodes(conn: sqlite3.Connection, agent_id: str, episodes: int) -> OwnE
     `archive_stats.sizes` says); None when it would be larger than a copy may be, or its documents
     are not what a copy can match as the index does (the index is asked). Read it under `lock()`:
     a kept copy grows in place when the agent's episodes are added."""
-    if episodes > MAX_EPISODES:
-        return None
     db = database_key(conn)
-    key, mark, state = (db, agent_id), erasure_mark(conn), archive_stats.state(conn)
+    key = (db, agent_id)
+    if episodes > MAX_EPISODES:
+        with _KEPT.lock:
+            _KEPT.forget(key)  # grown past what a copy holds: its old copy is of no use
+        return None
+    mark, state = erasure_mark(conn), archive_stats.state(conn)
+    if state is None:
+        # Inside a transaction (whose snapshot may be older than the store's) or on a store without
+        # the counting triggers: read for this search only, nothing kept or dropped.
+        return _unkept(conn, agent_id, mark)
+    base, newest = state
     _KEPT.erasure_seen(db, mark)
     with _KEPT.lock:
-        if _KEPT.too_large.get(key, episodes + 1) <= episodes:
-            return None  # too large at as many episodes or fewer: read again only when it has fewer
+        if _KEPT.left.get(key) == base:
+            return None  # too large, or not for a copy, at this version: episodes added cannot undo it
         kept = _KEPT.copies.get(key)
-        if kept is not None and state is not None and (kept.base, kept.newest) == state:
+        if kept is not None and (kept.base, kept.newest) == state:
             _KEPT.copies.move_to_end(key)
             return kept
-    if state is None or (
-        kept is not None and kept.base and fts_mirror.older_version(*state, kept.base, kept.newest)
-    ):
-        # Inside a transaction, on a store without the counting triggers, or on a snapshot older
-        # than the kept copy's: read for this search only.
-        return _read(conn, key, None, None, mark, episodes)
-    base, newest = state
-    if kept is not None and kept.base == base and kept.mark == mark and kept.newest < newest:
-        after = kept.newest  # episodes only added: the agent's new ones, past what it has
-        try:
-            new = documents(_documents(conn, agent_id, after, newest), kept.tokens)
-        except (TooLarge, fts_mirror.Unsure) as e:
-            with _KEPT.lock:
-                _KEPT.forget(key)
-                if isinstance(e, TooLarge):
-                    _KEPT.too_large[key] = episodes
-            return None
+        after = kept.newest if kept is not None else 0
+        held = (kept.tokens, kept.chars) if kept is not None else (0, 0)
+    if kept is not None and kept.base and fts_mirror.older_version(base, newest, kept.base, kept.newest):
+        return _unkept(conn, agent_id, mark)  # a snapshot older than the copy's: this search only
+    if kept is not None and kept.base == base and kept.mark == mark and after < newest:
+        done, found = _extended(conn, key, kept, after, held, state)
+        if done:
+            return found
+    return _filed(conn, key, state, mark)
+
+
+def _extended(
+    conn: sqlite3.Connection,
+    key: tuple[str, str],
+    kept: OwnEpisodes,
+    after: int,
+    held: tuple[int, int],
+    state: tuple[tuple[Any, ...], int],
+) -> tuple[bool, OwnEpisodes | None]:
+    """The kept copy with the agent's episodes added past `after` (read without the lock), or
+    (False, None): something else moved meanwhile, all of it is read again."""
+    try:
+        new = documents(_documents(conn, key[1], after, state[1]), *held)
+    except (TooLarge, fts_mirror.Unsure):
         with _KEPT.lock:
-            if _KEPT.copies.get(key) is kept and kept.newest == after and archive_stats.state(conn) == state:
-                _KEPT.extend(key, kept, new, newest)
-                return kept
-    copy = _read(conn, key, base, newest, mark, episodes)  # anything else: all of it read again
-    if copy is not None:
+            if _KEPT.copies.get(key) is kept and kept.newest == after:
+                _KEPT.leave(key, state[0])
+        return True, None
+    with _KEPT.lock:
+        if _KEPT.copies.get(key) is kept and (kept.base, kept.newest) == state:
+            return True, kept  # another search added them meanwhile
+        if _KEPT.copies.get(key) is kept and kept.newest == after and archive_stats.state(conn) == state:
+            _KEPT.extend(key, kept, new, state[1])
+            return True, kept
+    return False, None
+
+
+def _filed(
+    conn: sqlite3.Connection, key: tuple[str, str], state: tuple[tuple[Any, ...], int], mark: int
+) -> OwnEpisodes | None:
+    """All of the agent's documents read, and kept if the store is still at `state`."""
+    try:
+        copy = _read(conn, key[1], state[0], state[1], mark)
+    except (TooLarge, fts_mirror.Unsure):
         with _KEPT.lock:
-            if archive_stats.state(conn) == state and _KEPT.marks.get(db, mark) == mark:
-                _KEPT.file(key, copy)
+            if archive_stats.state(conn) == state:
+                _KEPT.leave(key, state[0])
+        return None
+    with _KEPT.lock:
+        if archive_stats.state(conn) == state and _KEPT.marks.get(key[0], mark) == mark:
+            _KEPT.file(key, copy)
     return copy
 
 
-def _read(
-    conn: sqlite3.Connection,
-    key: tuple[str, str],
-    base: tuple[Any, ...] | None,
-    newest: int | None,
-    mark: int,
-    episodes: int,
-) -> OwnEpisodes | None:
-    """The agent's documents up to `newest` (None: all the statement sees); None when too large or
-    not what a copy can match as the index does."""
+def _unkept(conn: sqlite3.Connection, agent_id: str, mark: int) -> OwnEpisodes | None:
+    """A copy for one search, of what the connection sees (None: not for a copy)."""
     try:
-        docs = documents(_documents(conn, key[1], 0, newest))
-    except TooLarge:
-        with _KEPT.lock:
-            _KEPT.too_large[key] = episodes
+        return _read(conn, agent_id, None, None, mark)
+    except (TooLarge, fts_mirror.Unsure):
         return None
-    except fts_mirror.Unsure:
-        return None
-    copy = OwnEpisodes(key[1], base, newest or 0, mark)
-    copy.add(docs)
+
+
+def _read(
+    conn: sqlite3.Connection, agent_id: str, base: tuple[Any, ...] | None, newest: int | None, mark: int
+) -> OwnEpisodes:
+    """The agent's documents up to `newest` (None: all the statement sees); TooLarge or
+    fts_mirror.Unsure where a copy may not hold them."""
+    copy = OwnEpisodes(agent_id, base, newest or 0, mark)
+    copy.add(documents(_documents(conn, agent_id, 0, newest)))
     return copy
 
 
@@ -413,6 +466,6 @@ def clear() -> None:
     """Drop every copy (tests)."""
     with _KEPT.lock:
         _KEPT.copies.clear()
-        _KEPT.tokens = 0
+        _KEPT.size = 0
         _KEPT.marks.clear()
-        _KEPT.too_large.clear()
+        _KEPT.left.clear()

@@ -279,21 +279,22 @@ def test_an_erasure_drops_the_stores_copies(tmp_path: Path) -> None:
 def test_the_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     conn = _store(tmp_path / "hot.db", {"a1": 20, "a2": 20, "a3": 20, "a4": 100})
     copies = [own_copy(conn, a) for a in ("a1", "a2", "a3")]
+    sizes = [c.size for c in copies if c is not None]
     tokens = [c.tokens for c in copies if c is not None]
-    assert len(tokens) == 3 and own_episodes._KEPT.tokens == sum(tokens)
+    assert len(sizes) == 3 and own_episodes._KEPT.size == sum(sizes)
     # Together at most MAX_KEPT_TOKENS: the least recently searched goes first.
     own_episodes.clear()
-    monkeypatch.setattr(own_episodes, "MAX_KEPT_TOKENS", tokens[0] + tokens[1] + tokens[2] - 1)
+    monkeypatch.setattr(own_episodes, "MAX_KEPT_BYTES", sizes[0] + sizes[1] + sizes[2] - 1)
     for a in ("a1", "a2", "a3"):
         own_copy(conn, a)
     assert [k[1] for k in own_episodes._KEPT.copies] == ["a2", "a3"]
-    assert own_episodes._KEPT.tokens == tokens[1] + tokens[2]
+    assert own_episodes._KEPT.size == sizes[1] + sizes[2]
     # An agent with more tokens than a copy may hold, or more episodes, is searched through the index.
     who = Principal("a1", user="alice")
     copied = _ids(conn, who, "red lake")
     monkeypatch.setattr(own_episodes, "MAX_AGENT_TOKENS", tokens[0] - 1)
     own_episodes.clear()
-    assert own_copy(conn, "a1") is None and own_episodes._KEPT.too_large
+    assert own_copy(conn, "a1") is None and own_episodes._KEPT.left
     assert _ids(conn, who, "red lake") == copied  # every match wanted: the same ones, otherwise ranked
     monkeypatch.setattr(own_episodes, "MAX_AGENT_TOKENS", 10**9)
     _insert(conn, "a1", 20, random.Random(1))
@@ -425,12 +426,12 @@ def test_a_failure_while_new_episodes_are_added_leaves_nothing_twice(
         patch.setattr(own_episodes.OwnEpisodes, "add", half)
         with pytest.raises(KeyboardInterrupt):
             own_copy(conn, "a1")
-    assert not own_episodes._KEPT.copies and own_episodes._KEPT.tokens == 0
+    assert not own_episodes._KEPT.copies and own_episodes._KEPT.size == 0
     again = own_copy(conn, "a1")
     assert again is not copy and again.rowids.count(first) == 1
     with own_episodes.lock():
         assert again.counts(["zebra"]) == {"zebra": 2}
-    assert own_episodes._KEPT.tokens == again.tokens
+    assert own_episodes._KEPT.size == again.size
     found = episode_search.search_episodes(conn, Principal("a1"), "zebra", limit=5)
     assert sorted(e["episode_id"] for e in found) == ["a1-60", "a1-61"]
 
@@ -439,18 +440,18 @@ def test_copies_growing_stay_within_the_bound(tmp_path: Path, monkeypatch: pytes
     conn = _store(tmp_path / "hot.db", {"a1": 10, "a2": 10, "a3": 60})
     one, two = own_copy(conn, "a1"), own_copy(conn, "a2")
     assert one is not None and two is not None
-    monkeypatch.setattr(own_episodes, "MAX_KEPT_TOKENS", one.tokens + two.tokens + 5)
+    monkeypatch.setattr(own_episodes, "MAX_KEPT_BYTES", one.size + two.size + 5)
     rng = random.Random(3)
     for n in range(10, 20):
         _insert(conn, "a1", n, rng)
         own_copy(conn, "a1")  # grows in place; a2's copy, searched longer ago, goes
-        assert own_episodes._KEPT.tokens <= own_episodes.MAX_KEPT_TOKENS
-        assert own_episodes._KEPT.tokens == sum(c.tokens for c in own_episodes._KEPT.copies.values())
+        assert own_episodes._KEPT.size <= own_episodes.MAX_KEPT_BYTES
+        assert own_episodes._KEPT.size == sum(c.size for c in own_episodes._KEPT.copies.values())
     assert [k[1] for k in own_episodes._KEPT.copies] == ["a1"]
-    monkeypatch.setattr(own_episodes, "MAX_KEPT_TOKENS", 10)
+    monkeypatch.setattr(own_episodes, "MAX_KEPT_BYTES", 10)
     _insert(conn, "a1", 20, rng)
     assert own_copy(conn, "a1") is not None  # served, but not kept: larger than every copy may be
-    assert not own_episodes._KEPT.copies and own_episodes._KEPT.tokens == 0
+    assert not own_episodes._KEPT.copies and own_episodes._KEPT.size == 0
 
 
 @pytest.mark.parametrize(
@@ -506,12 +507,105 @@ def test_a_copy_never_holds_more_episodes_than_the_quote_search_counts_its_own_w
     assert own_episodes.MAX_EPISODES < quote_search.QUOTE_IDF_MAX_EPISODES
 
 
-def test_a_reader_on_an_older_snapshot_leaves_the_newer_copies(tmp_path: Path) -> None:
+def test_an_erasure_mark_that_moves_back_does_not_keep_the_agent_off_its_copy(tmp_path: Path) -> None:
+    """A store restored in place has a lower erasure mark than the one last seen: copies are read
+    and kept again at its own mark, not read anew at every search."""
     conn = _store(tmp_path / "hot.db", {"a1": 10, "a2": 30})
-    copy = own_copy(conn, "a1")
-    db = own_episodes._KEPT.copies and next(iter(own_episodes._KEPT.copies))[0]
-    own_episodes._KEPT.erasure_seen(db, 5)  # an erasure met: the copy read before it goes
+    own_copy(conn, "a1")
+    db = next(iter(own_episodes._KEPT.copies))[0]
+    own_episodes._KEPT.erasure_seen(db, 5)  # as if the mark had been 5
     assert not own_episodes._KEPT.copies
-    own_episodes._KEPT.copies[(db, "a1")] = copy  # (as if read again after it)
-    own_episodes._KEPT.erasure_seen(db, 3)  # a reader whose snapshot is older
-    assert own_episodes._KEPT.copies and own_episodes._KEPT.marks[db] == 5
+    copy = own_copy(conn, "a1")
+    assert copy is not None and own_copy(conn, "a1") is copy and own_episodes._KEPT.marks[db] == 0
+
+
+def test_an_agent_left_to_the_index_gets_its_copy_after_a_deletion_or_update(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn = _store(tmp_path / "hot.db", {"a1": 10, "a2": 30})
+    reads = _spy(monkeypatch)
+    rowid = conn.execute("SELECT rowid FROM episodes WHERE agent_id = 'a1' LIMIT 1").fetchone()[0]
+    conn.execute("UPDATE episodes SET participants = '[1]' WHERE rowid = ?", [rowid])
+    for _ in range(3):
+        assert own_copy(conn, "a1") is None
+    assert reads == [("a1", 0)]  # found not for a copy once, not read again at every search
+    _insert(conn, "a1", 50, random.Random(1))
+    assert own_copy(conn, "a1") is None and reads == [("a1", 0)]  # an added episode cannot undo it
+    conn.execute("UPDATE episodes SET participants = '[\"alice\"]' WHERE rowid = ?", [rowid])
+    assert own_copy(conn, "a1") is not None and not own_episodes._KEPT.left
+    # Too large: left at that version; a deletion lifts it.
+    own_episodes.clear()
+    big = _insert(conn, "a1", 51, random.Random(2), user=None, summary=" ".join(f"w{k}" for k in range(3000)))
+    monkeypatch.setattr(own_episodes, "MAX_AGENT_TOKENS", 2000)
+    assert own_copy(conn, "a1") is None and own_episodes._KEPT.left
+    conn.execute("DELETE FROM episodes WHERE rowid = ?", [big])
+    assert own_copy(conn, "a1") is not None
+
+
+def test_two_searches_adding_the_same_episodes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One search reads the agent's new episodes while another adds them: the first finds them
+    added, counts none twice (its tokens taken before), reads nothing again."""
+    import threading
+
+    path = tmp_path / "hot.db"
+    conn = _store(path, {"a1": 10, "a2": 30})
+    copy = own_copy(conn, "a1")
+    for n in range(10, 13):
+        _insert(conn, "a1", n, random.Random(n), user="alice", summary="added zebra")
+    slow, quick = connect(path), connect(path)
+    reads: list[int] = []
+    real, waiting, resume = own_episodes._documents, threading.Event(), threading.Event()
+
+    def documents(c: Any, agent_id: str, after: int, upto: int | None) -> list[Any]:
+        rows = real(c, agent_id, after, upto)
+        reads.append(after)
+        if c is slow:
+            waiting.set()
+            resume.wait(30)
+        return rows
+
+    monkeypatch.setattr(own_episodes, "_documents", documents)
+    added = own_episodes.documents(real(conn, "a1", copy.newest, None))
+    # Counted twice, the new episodes would pass the bound: once they fit.
+    monkeypatch.setattr(own_episodes, "MAX_AGENT_TOKENS", copy.tokens + sum(d.tokens for d in added) + 1)
+    found: list[Any] = []
+    thread = threading.Thread(target=lambda: found.append(own_copy(slow, "a1")))
+    thread.start()
+    assert waiting.wait(30)
+    assert own_copy(quick, "a1") is copy  # added by the quick search
+    resume.set()
+    thread.join(30)
+    assert found == [copy] and not own_episodes._KEPT.left
+    assert 0 not in reads  # nobody read everything again
+    truth = [r[0] for r in conn.execute("SELECT rowid FROM episodes WHERE agent_id = 'a1' ORDER BY rowid")]
+    assert copy.rowids == truth and own_episodes._KEPT.size == copy.size
+
+
+def _corpus(conn: sqlite3.Connection, words: Any) -> None:
+    rng = random.Random(8)
+    for n in range(80):
+        _insert(conn, "a1", n, rng, summary=" ".join(words(rng) for _ in range(30)), quotes=[words(rng)])
+    for n in range(200):
+        _insert(conn, "a2", n, rng)
+
+
+@pytest.mark.parametrize("kind", ["words", "identifiers"])
+def test_a_copys_size_is_what_it_holds(tmp_path: Path, kind: str) -> None:
+    """The estimate the bound is kept in is within half and one and a half times what the copy
+    holds (measured by tracemalloc), on text of common words and text of distinct identifiers."""
+    import tracemalloc
+
+    conn = connect(tmp_path / "hot.db")
+    _corpus(conn, (lambda r: r.choice(WORDS)) if kind == "words" else (lambda r: f"{r.getrandbits(64):016x}"))
+    rows = own_episodes._documents(conn, "a1", 0, None)
+    tracemalloc.start()
+    try:
+        copy = own_episodes.OwnEpisodes("a1", None, 0, 0)
+        copy.add(own_episodes.documents(rows))  # what it holds of them, the rest freed
+        copy.matching("abcd")  # the sorted tokens, as the first prefix makes them
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert 0.5 * held <= copy.size <= 1.5 * held, (copy.size, held)
