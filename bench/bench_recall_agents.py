@@ -30,8 +30,8 @@ An agent holding a small share of the store is searched over its own copy of its
 measured agent's first call in the process (its copy read), which the timed calls follow.
 
 With `--tool-ab ROUNDS`, instead: the whole tool as shipped (over the agent's own copy) and through
-the index (`own_episodes.MAX_EPISODES` = 0: the agent's phrase ANDed with tries chosen by its own
-counts, as before the copy), alternating rounds on the same connections; `same_answers` counts the
+the index (no copy: the agent's phrase ANDed with tries chosen by its own counts, as before the
+copy), alternating rounds on the same connections; `same_answers` counts the
 questions both answer alike.
 
 Prints a table and writes bench/results/recall_agents.json (`--tool-ab`: recall_agents_tool_ab.json).
@@ -336,13 +336,21 @@ def missed(settings: Settings, fallbacks: list[tuple[str, str, str]]) -> dict[st
     return {"fell_back": len(fallbacks), "fell_back_with_a_visible_match": had}
 
 
+def _searched(own_copy: Any) -> None:
+    """Both searches answered over the agent's own copy (`own_copy` as shipped) or through the
+    index (None): the copies stay kept for the next round."""
+    episode_search.own_copy = own_copy or (lambda conn, agent_id: None)
+    quote_search.own_copy = episode_search.own_copy
+
+
 def tool_ab(settings: Settings, agents: int, n: int, rounds: int) -> dict[str, Any]:
     """The whole tool as shipped (an agent with a small share searched over its own copy of its
-    episodes, runtime.own_episodes) and through the index (`MAX_EPISODES` = 0: the agent's phrase
-    ANDed with the tries, chosen by its own counts), in alternating rounds on the same connections;
+    episodes, runtime.own_episodes) and through the index (`own_copy` answering None: the agent's
+    phrase ANDed with the tries, chosen by its own counts), in alternating rounds on the same
+    connections;
     every answer of every round compared between the two, and the "own episode" questions' source
     episode first, per arm."""
-    shipped = own_episodes.MAX_EPISODES
+    shipped = episode_search.own_copy
     cpu: dict[str, list[float]] = {"copy": [], "index": []}
     answers: dict[str, list[bytes]] = {"copy": [], "index": []}
     firsts: dict[str, list[bool]] = {"copy": [], "index": []}
@@ -352,15 +360,15 @@ def tool_ab(settings: Settings, agents: int, n: int, rounds: int) -> dict[str, A
         with open_memory(settings, agent, user=user) as m:
             qs = questions(m.conn, agent, user, n + 4)
             for arm in ("copy", "index"):
-                own_episodes.MAX_EPISODES = shipped if arm == "copy" else 0
+                _searched(shipped if arm == "copy" else None)
                 try:
                     for _, q, _ in qs[n:]:
                         call_tool(m, "recall_memory", {"query": q})
                 finally:
-                    own_episodes.MAX_EPISODES = shipped
+                    _searched(shipped)
             for r in range(rounds):
                 for arm in ("copy", "index") if r % 2 == 0 else ("index", "copy"):
-                    own_episodes.MAX_EPISODES = shipped if arm == "copy" else 0
+                    _searched(shipped if arm == "copy" else None)
                     try:
                         for _, q, target in qs[:n]:
                             m.conn.candidate_memo = None  # the index's arm walks its own tries
@@ -372,7 +380,7 @@ def tool_ab(settings: Settings, agents: int, n: int, rounds: int) -> dict[str, A
                                 ids = [mem["episode_id"] for mem in answer.get("memories", [])]
                                 firsts[arm].append(ids[:1] == [target])
                     finally:
-                        own_episodes.MAX_EPISODES = shipped
+                        _searched(shipped)
         loads.append(os.getloadavg()[0])
     same = sum(a == b for a, b in zip(answers["copy"], answers["index"], strict=True))
     return {
