@@ -70,7 +70,7 @@ import orjson
 from tiermem.runtime import fts_mirror, fts_terms
 from tiermem.runtime.episode_index import agent_phrase
 from tiermem.runtime.episode_text import PREFIX_MIN, TEXTS  # PREFIX_MIN: as the searches' MATCH
-from tiermem.runtime.hotstore import counts_changes, database_key, indexes_agents
+from tiermem.runtime.hotstore import counts_changes, database_key, episode_count, indexes_agents
 
 TRIGGER = "episodes_changed_ad"  # one of the counting triggers: their presence says the count can be trusted
 # More new episodes than this since the counts were taken: they are dropped (each is then counted
@@ -535,8 +535,7 @@ def sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:
     found = current(conn)
     if found is None:
         total = conn.execute("SELECT count(*) FROM episodes WHERE agent_id = ?", [agent_id]).fetchone()[0]
-        all_docs = conn.execute("SELECT count(*) FROM episodes").fetchone()[0]
-        return database_key(conn), total or 1, all_docs or 1
+        return database_key(conn), total or 1, episode_count(conn) or 1
     store, newest = found
     with _KEPT.lock:
         total, all_docs = store.agents.get(agent_id), store.total
@@ -546,9 +545,7 @@ def sizes(conn: sqlite3.Connection, agent_id: str) -> tuple[str, int, int]:
             sql = "SELECT count(*) FROM episodes WHERE agent_id = ? AND rowid <= ?"
             total = int(conn.execute(sql, [agent_id, newest]).fetchone()[0])
         if all_docs is None:
-            all_docs = int(
-                conn.execute("SELECT count(*) FROM episodes WHERE rowid <= ?", [newest]).fetchone()[0]
-            )
+            all_docs = episode_count(conn, newest)  # kept by triggers (hotstore), else counted
         agent_total, archive = total, all_docs
 
         def put() -> None:

@@ -390,6 +390,55 @@ EPISODE_ACCESS = (
 )
 
 
+# How many episodes the store holds, kept in `meta.episodes_count` by triggers in the transaction of
+# every insert and delete: counting them walks the whole table (0.3 s at 1M episodes), which every
+# process's first search of a store paid (runtime.archive_stats). The last one named is how a reader
+# knows the count is kept. (A REPLACE's implicit delete fires no trigger, here as for the index's
+# and `episode_access`'s: episodes are written `ON CONFLICT DO NOTHING`, runtime.sqlite_apply.)
+EPISODE_COUNT_TRIGGER = "episodes_count_ad"
+EPISODE_COUNT = (
+    "CREATE TRIGGER IF NOT EXISTS episodes_count_ai AFTER INSERT ON episodes BEGIN"
+    " INSERT INTO meta (key, value) VALUES ('episodes_count', '1')"
+    " ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + 1; END",
+    f"CREATE TRIGGER IF NOT EXISTS {EPISODE_COUNT_TRIGGER} AFTER DELETE ON episodes BEGIN"
+    " UPDATE meta SET value = CAST(value AS INTEGER) - 1 WHERE key = 'episodes_count'; END",
+)
+
+
+def _ensure_episode_count(conn: sqlite3.Connection) -> None:
+    """Give a store made before `meta.episodes_count` its triggers and its count, in one write
+    transaction (asked again inside it, as `_ensure_episode_access`); a read-only store is left as
+    it is, its episodes counted by the readers that need them (`episode_count`)."""
+    if _has_trigger(conn, EPISODE_COUNT_TRIGGER):
+        return
+    try:
+        with write_transaction(conn):
+            if _has_trigger(conn, EPISODE_COUNT_TRIGGER):
+                return
+            for statement in EPISODE_COUNT:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('episodes_count', (SELECT count(*) FROM episodes))"
+            )
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
+            raise
+
+
+def episode_count(conn: sqlite3.Connection, newest: int | None = None) -> int:
+    """The store's episodes (with rowids up to `newest`, the newest one read by the caller's version):
+    the kept count where the store keeps one and no episode was added past `newest`, else counted."""
+    if _has_trigger(conn, EPISODE_COUNT_TRIGGER):
+        kept, top = conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key = 'episodes_count'), (SELECT max(rowid) FROM episodes)"
+        ).fetchone()
+        if kept is not None and (newest is None or (top or 0) == newest):
+            return int(kept)
+    if newest is None:
+        return int(conn.execute("SELECT count(*) FROM episodes").fetchone()[0])
+    return int(conn.execute("SELECT count(*) FROM episodes WHERE rowid <= ?", [newest]).fetchone()[0])
+
+
 def _ensure_episode_access(conn: sqlite3.Connection) -> None:
     """Give a store made before `episode_access` the table, its triggers and its rows, at once.
 
@@ -608,6 +657,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             if conn.execute("SELECT 1 FROM meta WHERE key = 'store_id'").fetchone() is None:
                 conn.execute(_NEW_STORE_ID)  # a store made before stores had one
             _ensure_episode_access(conn)
+            _ensure_episode_count(conn)
             ensure_episode_index(conn)
             return
         stale = version is not None
@@ -626,6 +676,7 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
         )
         conn.execute(_NEW_STORE_ID)
     _ensure_episode_access(conn)
+    _ensure_episode_count(conn)
 
 
 def _drop_all(conn: sqlite3.Connection) -> None:
