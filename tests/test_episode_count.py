@@ -8,8 +8,10 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 from pathlib import Path
+from typing import Any
 
-from tiermem.runtime import archive_stats, hotstore
+import pytest
+from tiermem.runtime import archive_stats, hotstore, sqlite_apply
 from tiermem.runtime.hotstore import EPISODE_COUNT_TRIGGER, connect, episode_count, write_transaction
 
 
@@ -89,13 +91,9 @@ def test_an_older_store_gets_its_count_once_at_its_next_open(tmp_path: Path) -> 
 def test_a_read_only_older_store_is_counted(tmp_path: Path) -> None:
     path = tmp_path / "hot.db"
     _older(path)
-    path.chmod(0o444)
-    try:
-        raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        assert episode_count(raw) == 30
-        assert episode_count(raw, newest=10) == 10
-    finally:
-        path.chmod(0o644)
+    raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)  # a reader that cannot give it the count
+    assert episode_count(raw) == 30
+    assert episode_count(raw, newest=10) == 10
 
 
 def test_a_processs_first_search_reads_the_count_instead_of_walking_the_table(tmp_path: Path) -> None:
@@ -115,3 +113,125 @@ def test_a_processs_first_search_reads_the_count_instead_of_walking_the_table(tm
     newest = conn.execute("SELECT max(rowid) FROM episodes").fetchone()[0]
     _add(conn, "a3", 2)
     assert episode_count(conn, newest) == 100 and episode_count(conn) == 102
+
+
+def _ev(k: int, agent: str = "a1", participants: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "type": "episode",
+        "event_id": f"ep-{agent}-{k}",
+        "agent_id": agent,
+        "name": "day",
+        "summary": "a walk by the lake",
+        "participants": list(participants),
+        "start_ts": "2026-03-01T10:00:00Z",
+        "end_ts": "2026-03-01T11:00:00Z",
+        "importance": 3,
+        "source_event_ids": [f"t{agent}{k}"],
+    }
+
+
+def test_a_read_only_older_store_opened_through_connect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_ensure_episode_count` on a store it cannot write (opened read-only: the tests run as root,
+    which a file's mode does not stop): left as it is, no error, its episodes counted."""
+    path = tmp_path / "hot.db"
+    _older(path)
+    real = sqlite3.connect
+    monkeypatch.setattr(
+        hotstore.sqlite3, "connect", lambda p, **kw: real(f"file:{p}?mode=ro", uri=True, **kw)
+    )
+    conn = connect(path)
+    assert not hotstore._has_trigger(conn, EPISODE_COUNT_TRIGGER)
+    assert episode_count(conn) == 30
+    assert archive_stats.sizes(conn, "a1")[1:] == (25, 30)
+
+
+def test_no_write_slips_in_while_an_older_store_gets_its_count(tmp_path: Path) -> None:
+    """Another connection tries a write at every statement of the migration: none gets in between
+    the triggers and the count (one write transaction)."""
+    path = tmp_path / "hot.db"
+    _older(path)
+    conn = connect(path, create=False)
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    slipped: list[str] = []
+    started: list[bool] = []
+
+    def between(sql: str) -> None:
+        if sql.startswith("BEGIN IMMEDIATE") and not started:
+            started.append(True)
+            return
+        if started:
+            try:
+                other.execute(
+                    "INSERT INTO episodes (episode_id, agent_id, name) VALUES (?, 'x', 'n')",
+                    [f"slip{len(slipped)}"],
+                )
+                slipped.append(sql)
+            except sqlite3.OperationalError:
+                pass
+
+    conn.set_trace_callback(between)
+    hotstore._ensure_episode_count(conn)
+    conn.set_trace_callback(None)
+    assert slipped == []
+    assert _kept(conn) == _counted(conn)
+
+
+def test_projection_and_erasures_keep_the_count(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "hot.db")
+    sqlite_apply.apply_now(conn, [_ev(k) for k in range(20)] + [_ev(k, "a2", ("bob",)) for k in range(10)])
+    sqlite_apply.apply_now(conn, [_ev(k) for k in range(5)])  # again: ON CONFLICT DO NOTHING
+    assert _kept(conn) == _counted(conn) == 30
+    sqlite_apply.apply_now(
+        conn,
+        [
+            {
+                "type": "erasure",
+                "event_id": "er1",
+                "agent_id": "a1",
+                "target_kind": "event",
+                "target": "ep-a1-3",
+                "ts": "2026-03-02T00:00:00Z",
+            }
+        ],
+    )
+    sqlite_apply.apply_now(
+        conn,
+        [
+            {
+                "type": "erasure",
+                "event_id": "er2",
+                "agent_id": "a1",
+                "target_kind": "user",
+                "target": "bob",
+                "ts": "2026-03-02T00:00:00Z",
+            }
+        ],
+    )
+    sqlite_apply.apply_now(
+        conn,
+        [
+            {
+                "type": "erasure",
+                "event_id": "er3",
+                "agent_id": "a1",
+                "target_kind": "agent",
+                "target": "a1",
+                "ts": "2026-03-02T00:00:00Z",
+            }
+        ],
+    )
+    assert _kept(conn) == _counted(conn)
+
+
+def test_a_store_of_another_schema_version_dropped_and_made_again(tmp_path: Path) -> None:
+    path = tmp_path / "hot.db"
+    conn = connect(path)
+    _add(conn, "a1", 12)
+    conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    conn.close()
+    conn = connect(path)
+    assert _kept(conn) == _counted(conn) == 0
+    _add(conn, "a1", 3)
+    assert _kept(conn) == _counted(conn) == 3
