@@ -63,8 +63,8 @@ from tiermem.runtime.visibility import Principal, can_read_item
 # An agent with more episodes than this is searched through the index (its share of it is large).
 MAX_EPISODES = 1000
 # ...or with more tokens: a copy is read on the request path, once per process (and again after a
-# deletion or update in the store), at 1.6-2 us a token (6-9 ms for 100 episodes of 3,800 tokens;
-# a LoCoMo conversation holds up to 21k).
+# deletion or update in the store): measured 6-9 ms for 100 short episodes (3,800 tokens), 21 ms
+# for 23,600 tokens, 40-45 ms for 47,200 (a LoCoMo conversation holds up to 21k).
 MAX_AGENT_TOKENS = 50_000
 # ...or whose distinct tokens hold more characters than this (a few long ones can outweigh many).
 MAX_AGENT_CHARS = 2_000_000
