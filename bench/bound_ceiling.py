@@ -43,8 +43,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_runtime as br
-from tiermem.runtime import episode_search as es
-from tiermem.runtime import passage_blocks, turn_window
+from tiermem.runtime import episode_scores, passage_blocks, turn_window
 from tiermem.runtime import quote_search as qs
 from tiermem.runtime.memory import open_memory
 from tiermem.runtime.tools import call_tool
@@ -61,8 +60,11 @@ def _bm25_bound(most: np.ndarray, shortest: np.ndarray, weights: list[float]) ->
     for k, w in enumerate(weights):
         tf, length = most[:, k], shortest[:, k]
         found = tf > 0
-        norm = es.K1 * ((1 - es.B) + es.B * np.where(found, length, 0.0) / es.AVG_QUOTE_WORDS)
-        out += np.where(found, w * tf * (es.K1 + 1) / (tf + norm), 0.0)
+        norm = episode_scores.K1 * (
+            (1 - episode_scores.B)
+            + episode_scores.B * np.where(found, length, 0.0) / episode_scores.AVG_QUOTE_WORDS
+        )
+        out += np.where(found, w * tf * (episode_scores.K1 + 1) / (tf + norm), 0.0)
     return out
 
 

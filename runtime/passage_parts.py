@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from tiermem.runtime import passage_compiled as compiled
-from tiermem.runtime.episode_search import K1, B, _term_counts, bm25_rows
+from tiermem.runtime.episode_scores import K1, B, _term_counts, bm25_rows
 from tiermem.runtime.episode_text import Prepared
 from tiermem.runtime.notes import Note, note_words
 from tiermem.runtime.passage_blocks import Blocks, Factors

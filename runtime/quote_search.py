@@ -29,17 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tiermem.runtime import archive_stats
+from tiermem.runtime.episode_scores import AVG_HEAD_WORDS, AVG_QUOTE_WORDS, bm25_rows
 from tiermem.runtime.episode_search import (
     _MONTHS,
     _WORD,
-    AVG_HEAD_WORDS,
-    AVG_QUOTE_WORDS,
     PLAIN_WEIGHTS,
     _archive_sizes,
     _asked_dates,
     _candidate_rows,
     _names_in,
-    bm25_rows,
     own_copy,
     term_counts,
 )

@@ -28,7 +28,8 @@ from tiermem.runtime import near_duplicates as nd
 from tiermem.runtime import passage_blocks, passage_compiled, turn_window
 from tiermem.runtime import passage_columns as pc
 from tiermem.runtime import quote_search as qs
-from tiermem.runtime.episode_search import _bm25, _candidate_rows, _frequencies, _term_counts, search_episodes
+from tiermem.runtime.episode_scores import _bm25, _term_counts
+from tiermem.runtime.episode_search import _candidate_rows, _frequencies, search_episodes
 from tiermem.runtime.episode_text import EpisodeTexts, TermMatcher
 from tiermem.runtime.memory import AgentMemory, open_memory
 from tiermem.runtime.notes import note_words, notes_for
@@ -502,6 +503,7 @@ def test_near_duplicate_words_of_any_text_are_those_of_splitting_it() -> None:
 
 def _reference_episodes(m: AgentMemory, query: str, limit: int) -> list[tuple[str, float, list[Any]]]:
     """search_episodes' ranking as first written: every candidate's header and quotes from the text."""
+    from tiermem.runtime import episode_scores
     from tiermem.runtime import episode_search as es
 
     conn, who = m.conn, m.principal
@@ -528,10 +530,10 @@ def _reference_episodes(m: AgentMemory, query: str, limit: int) -> list[tuple[st
             hits = [h or bool(c) for h, c in zip(hits, counts, strict=True)]
             s = _bm25(counts, text.count(" ") + 1, weights) if any(counts) else 0
             speaker = str(q.get("speaker") or "").lower()
-            q_scores.append(s * (es.SPEAKER_BOOST if named and speaker in named else 1.0))
+            q_scores.append(s * (episode_scores.SPEAKER_BOOST if named and speaker in named else 1.0))
         head_text = f"{row[1] or ''} {row[2] or ''}".lower()
         head_counts = _term_counts(head_text, rx, len(terms))
-        head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=es.AVG_HEAD_WORDS)
+        head = _bm25(head_counts, head_text.count(" ") + 1, weights, avg_len=episode_scores.AVG_HEAD_WORDS)
         best = sorted(q_scores, reverse=True)
         seen = [bool(head_counts[k]) or hits[k] for k in range(len(terms))]
         coverage = sum(w for w, hit in zip(weights, seen, strict=True) if hit) / (sum(weights) or 1.0)
