@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -409,23 +409,17 @@ EPISODE_COUNT = (
 
 
 def _ensure_episode_count(conn: sqlite3.Connection) -> None:
-    """Give a store made before `meta.episodes_count` its triggers and its count, in one write
-    transaction (asked again inside it, as `_ensure_episode_access`); a read-only store is left as
-    it is, its episodes counted by the readers that need them (`episode_count`)."""
-    if _has_trigger(conn, EPISODE_COUNT_TRIGGER):
-        return
-    try:
-        with write_transaction(conn):
-            if _has_trigger(conn, EPISODE_COUNT_TRIGGER):
-                return
-            for statement in EPISODE_COUNT:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('episodes_count', (SELECT count(*) FROM episodes))"
-            )
-    except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
-            raise
+    """Give a store made before `meta.episodes_count` its triggers and its count (`_ensure_kept`); a
+    read-only store is left as it is, its episodes counted by the readers that need them
+    (`episode_count`)."""
+    _ensure_kept(
+        conn,
+        EPISODE_COUNT_TRIGGER,
+        (
+            *EPISODE_COUNT,
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('episodes_count', (SELECT count(*) FROM episodes))",
+        ),
+    )
 
 
 def episode_count(conn: sqlite3.Connection, newest: int | None = None) -> int:
@@ -443,26 +437,37 @@ def episode_count(conn: sqlite3.Connection, newest: int | None = None) -> int:
 
 
 def _ensure_episode_access(conn: sqlite3.Connection) -> None:
-    """Give a store made before `episode_access` the table, its triggers and its rows, at once.
+    """Give a store made before `episode_access` the table, its triggers and its rows (`_ensure_kept`).
+    A store opened read-only is left as it is: its searches check the episode rows themselves
+    (`keeps_episode_access`)."""
+    _ensure_kept(
+        conn,
+        EPISODE_ACCESS_TRIGGER,
+        (
+            EPISODE_ACCESS_TABLE,
+            "DELETE FROM episode_access",  # rows left without their triggers may be stale
+            "INSERT INTO episode_access (rowid, agent_id, owner) SELECT rowid, agent_id, owner FROM episodes",
+            *EPISODE_ACCESS,
+        ),
+    )
+
+
+def _ensure_kept(conn: sqlite3.Connection, trigger: str, statements: Sequence[str]) -> None:
+    """Run `statements` (what a store made before `trigger` lacks: a copy or count kept by triggers,
+    filled, and its triggers) unless the store has `trigger`.
 
     In one write transaction, asked again inside it: two processes opening the
     same older store both find it missing, and the second finds it done, and no
-    writer's change can fall between the copy's rows and its triggers. A store
-    that cannot be written here (opened read-only) is left as it is: its
-    searches check the episode rows themselves (`keeps_episode_access`).
+    writer's change can fall between what is filled and its triggers. A store
+    that cannot be written here (opened read-only) is left as it is.
     """
-    if _has_trigger(conn, EPISODE_ACCESS_TRIGGER):
+    if _has_trigger(conn, trigger):
         return
     try:
         with write_transaction(conn):
-            if _has_trigger(conn, EPISODE_ACCESS_TRIGGER):
+            if _has_trigger(conn, trigger):
                 return
-            conn.execute(EPISODE_ACCESS_TABLE)
-            conn.execute("DELETE FROM episode_access")  # rows left without their triggers may be stale
-            conn.execute(
-                "INSERT INTO episode_access (rowid, agent_id, owner) SELECT rowid, agent_id, owner FROM episodes"
-            )
-            for statement in EPISODE_ACCESS:
+            for statement in statements:
                 conn.execute(statement)
     except sqlite3.OperationalError as exc:
         if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
