@@ -383,24 +383,29 @@ def _kept(conn: sqlite3.Connection, key: tuple[Any, ...], compute: Callable[[], 
 AGENT_SHARE = 0.5
 
 
+def _narrowed(conn: sqlite3.Connection, agent_id: str) -> int | None:
+    """The agent's episodes when its searches are narrowed to them (it holds at most `AGENT_SHARE`
+    of an archive whose index holds agent tokens); None when they are not."""
+    if _index(conn) is not None or not indexes_agents(conn):
+        return None  # another backend's index, or one made before agent tokens (a read-only store)
+    _, total, all_docs = archive_stats.sizes(conn, agent_id)
+    return total if total <= AGENT_SHARE * all_docs else None
+
+
 def _agent_phrase(conn: sqlite3.Connection, agent_id: str) -> str | None:
     """The agent's phrase to AND with every candidate try (None: tried without it).
 
     The tries find the agent's episodes either way (who may see a match is
     checked on its row); the phrase only lets the index skip every other
     agent's documents (runtime.episode_index), and adds nothing to a rank."""
-    if _index(conn) is not None or not indexes_agents(conn):
-        return None  # another backend's index, or one made before agent tokens (a read-only store)
-    _, total, all_docs = archive_stats.sizes(conn, agent_id)
-    return agent_phrase(agent_id) if total <= AGENT_SHARE * all_docs else None
+    return agent_phrase(agent_id) if _narrowed(conn, agent_id) is not None else None
 
 
 def own_copy(conn: sqlite3.Connection, agent_id: str) -> OwnEpisodes | None:
     """The copy of the agent's own episodes its searches are answered from (runtime.own_episodes),
     where it holds a small share of the archive (its phrase is ANDed otherwise) and few episodes."""
-    if _agent_phrase(conn, agent_id) is None:
-        return None
-    return own_episodes(conn, agent_id, archive_stats.sizes(conn, agent_id)[1])
+    episodes = _narrowed(conn, agent_id)
+    return None if episodes is None else own_episodes(conn, agent_id, episodes)
 
 
 def term_counts(
