@@ -106,3 +106,23 @@ class Rows:
     def execute(self, sql: str, ids: Any = ()) -> SimpleNamespace:
         found = [r for r in self.rows if r[0] in ids]
         return SimpleNamespace(fetchall=lambda: found, fetchone=lambda: (0,))
+
+
+def _open_store(path: str) -> None:
+    from tiermem.runtime.hotstore import connect
+
+    connect(path).close()
+
+
+def open_in_processes(path: Any, processes: int = 2) -> None:
+    """Open the hot store at `path` (making what an older store lacks) from several spawned
+    processes at once; each must exit cleanly."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_open_store, args=(str(path),)) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0

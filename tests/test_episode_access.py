@@ -11,12 +11,11 @@ processes open such a store at once; and they look for two users' canaries.
 
 from __future__ import annotations
 
-import multiprocessing
 import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers_runtime import append, episode
+from helpers_runtime import append, episode, open_in_processes
 from tiermem.runtime import episode_search, hotstore
 from tiermem.runtime.hotstore import EPISODE_ACCESS_TRIGGER, connect, keeps_episode_access
 
@@ -163,19 +162,9 @@ def test_an_older_store_gets_the_copy_filled_on_its_next_open(tmp_path: Path) ->
         conn.close()
 
 
-def _open_store(path: str) -> None:
-    connect(path).close()
-
-
 def test_two_processes_opening_an_older_store_fill_the_copy_once(tmp_path: Path) -> None:
     path = _older_store(tmp_path / "data")
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_open_store, args=(str(path),)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    open_in_processes(path)
     conn = connect(path)
     try:
         copy, rows = _copy_and_rows(conn)

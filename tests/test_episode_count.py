@@ -5,12 +5,12 @@ the whole table by a process's first search (runtime.archive_stats)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_runtime import open_in_processes
 from tiermem.runtime import archive_stats, hotstore, sqlite_apply
 from tiermem.runtime.hotstore import EPISODE_COUNT_TRIGGER, connect, episode_count, write_transaction
 
@@ -68,20 +68,10 @@ def _older(path: Path) -> None:
     conn.close()
 
 
-def _open(path: str) -> None:
-    connect(Path(path)).close()
-
-
 def test_an_older_store_gets_its_count_once_at_its_next_open(tmp_path: Path) -> None:
     path = tmp_path / "hot.db"
     _older(path)
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_open, args=(str(path),)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    open_in_processes(path)
     conn = connect(path)
     assert _kept(conn) == _counted(conn) == 30
     _add(conn, "a3", 3)

@@ -60,6 +60,21 @@ def _held(canary: str) -> tuple[int, int]:
     return texts + rows + tokens, words
 
 
+def _told_secrets() -> list[dict[str, Any]]:
+    """Agent a1's episode of alice's canary secret ("zqcanary") and one of bob's, each owned by its teller."""
+    return [
+        episode(
+            "a1",
+            f"{user} and the pot",
+            f"{user} told the {word} secret about the pot",
+            participants=[user],
+            key_quotes=[{"speaker": user, "text": f"my {word} secret is blue", "event_id": f"q-{user}"}],
+            source_event_ids=[f"s-{user}"],
+        )
+        for user, word in (("alice", "zqcanary"), ("bob", "pot"))
+    ]
+
+
 def _red_pot_episodes(tmp_path: Path, **canaries: str) -> None:
     """One long episode of agent a1 per user, each holding that user's canary."""
     settings = resolve_settings(data_dir=tmp_path / "data", env={})
@@ -181,20 +196,7 @@ def test_an_erasure_leaves_the_term_statistics_with_no_read_after_it(tmp_path: P
     """The erasure drops the store's term statistics at once: its quote words, the words its terms
     cover and the terms of the erased user's questions, though no search reads the store after it."""
     settings = resolve_settings(data_dir=tmp_path / "data", env={})
-    append(
-        settings,
-        *(
-            episode(
-                "a1",
-                f"{user} and the pot",
-                f"{user} told the {word} secret about the pot",
-                participants=[user],
-                key_quotes=[{"speaker": user, "text": f"my {word} secret is blue", "event_id": f"q-{user}"}],
-                source_event_ids=[f"s-{user}"],
-            )
-            for user, word in (("alice", "zqcanary"), ("bob", "pot"))
-        ),
-    )
+    append(settings, *_told_secrets())
     mem = Memory.open(tmp_path / "data", env={})
     try:
         mem.refresh()
@@ -290,19 +292,11 @@ def test_an_erasure_drops_the_agents_own_copy(tmp_path: Path) -> None:
     (runtime.own_episodes): the copy holds the erased user's words until the erasure drops it."""
     settings = resolve_settings(data_dir=tmp_path / "data", env={})
     events = [
-        episode(
-            "a1",
-            f"{user} and the pot",
-            f"{user} told the {word} secret about the pot",
-            participants=[user],
-            key_quotes=[{"speaker": user, "text": f"my {word} secret", "event_id": f"q-{user}"}],
-            source_event_ids=[f"s-{user}"],
-        )
-        for user, word in (("alice", "zqcanary"), ("bob", "pot"))
-    ]
-    events += [
-        episode("a2", f"other {i}", f"other pot {i}", participants=["carol"], source_event_ids=[f"o-{i}"])
-        for i in range(6)
+        *_told_secrets(),
+        *(
+            episode("a2", f"other {i}", f"other pot {i}", participants=["carol"], source_event_ids=[f"o-{i}"])
+            for i in range(6)
+        ),
     ]
     append(settings, *events)
     mem = Memory.open(tmp_path / "data", env={})
