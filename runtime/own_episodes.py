@@ -216,13 +216,7 @@ class OwnEpisodes:
 
     def counts(self, terms: Sequence[str]) -> dict[str, int]:
         """The agent's episodes holding each term."""
-        out = {}
-        for t in terms:
-            docs: set[int] = set()
-            for token in self.matching(t):
-                docs.update(self.postings[token][:: 1 + TEXT_COLUMNS])
-            out[t] = len(docs)
-        return out
+        return {t: len(self.instances(t)) for t in terms}
 
     def candidates(
         self,
